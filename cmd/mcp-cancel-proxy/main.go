@@ -1,0 +1,135 @@
+// Command mcp-cancel-proxy makes cancellation of MCP requests work for any
+// stdio MCP server, without touching the server:
+//
+//	mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
+//
+// It starts COMMAND as its child, speaks MCP to the client on its own stdin
+// and stdout, relays every frame, forwards cancels, and keeps late responses
+// and progress of cancelled requests away from their issuer. Logs go to
+// stderr; stdout carries protocol frames only.
+//
+// Other commands:
+//
+//	mcp-cancel-proxy demo             run the proxy against the bundled example server and print a timeline
+//	mcp-cancel-proxy example-server   serve the bundled example MCP server on stdio
+//	mcp-cancel-proxy validate FILE    check a configuration file
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/exampleserver"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// exitUsage is the status for a command line that could not be understood.
+const exitUsage = 2
+
+// run is the whole program; its result is the exit status.
+func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "demo":
+			return demo(ctx, args[1:], stdout, stderr)
+		case "example-server":
+			if err := exampleserver.Run(ctx); err != nil {
+				fmt.Fprintln(stderr, "example-server:", err)
+				return 1
+			}
+			return 0
+		case "validate":
+			return validate(args[1:], stdout, stderr)
+		}
+	}
+	cfg, argv, err := parseWrapArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mcp-cancel-proxy:", err)
+		return exitUsage
+	}
+	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
+}
+
+func validate(args []string, stdout io.Writer, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate FILE")
+		return exitUsage
+	}
+	if _, err := config.Load(args[0]); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", args[0])
+	return 0
+}
+
+const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
+       mcp-cancel-proxy demo | example-server | validate FILE
+
+Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
+the client on stdin/stdout, making cancellation work. Flags override the
+configuration file.
+
+flags:
+`
+
+// parseWrapArgs parses the wrapper's flags over the configuration file they name.
+func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, error) {
+	fs := flag.NewFlagSet("mcp-cancel-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	cfgPath := fs.String("config", "", "YAML configuration `file`")
+	var over config.Config
+	fs.StringVar(&over.Log.Level, "log-level", "", "log level: debug, info, warn or error (default info)")
+	fs.StringVar(&over.Log.Format, "log-format", "", "log format: json or console (default json)")
+	fs.Var(&over.Limits.MaxFrameSize, "max-frame-size", "longest message line accepted, e.g. 64MiB (default 64MiB)")
+	fs.DurationVar(&over.Child.TermAfter, "term-after", 0, "wait after closing the server's stdin before SIGTERM (default 5s)")
+	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
+	if err := fs.Parse(args); err != nil {
+		return config.Config{}, nil, err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fs.Usage()
+		return config.Config{}, nil, errors.New("no server command: put it after --")
+	}
+	cfg := config.Defaults()
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return cfg, nil, err
+		}
+	}
+	overlay(&cfg, over)
+	return cfg, argv, cfg.Validate()
+}
+
+// overlay copies the settings given on the command line over cfg.
+func overlay(cfg *config.Config, over config.Config) {
+	if over.Log.Level != "" {
+		cfg.Log.Level = over.Log.Level
+	}
+	if over.Log.Format != "" {
+		cfg.Log.Format = over.Log.Format
+	}
+	if over.Limits.MaxFrameSize != 0 {
+		cfg.Limits.MaxFrameSize = over.Limits.MaxFrameSize
+	}
+	if over.Child.TermAfter != 0 {
+		cfg.Child.TermAfter = over.Child.TermAfter
+	}
+	if over.Child.KillAfter != 0 {
+		cfg.Child.KillAfter = over.Child.KillAfter
+	}
+}

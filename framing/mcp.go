@@ -1,0 +1,115 @@
+package framing
+
+// MCP method names the proxy acts on.
+const (
+	MethodInitialize  = "initialize"
+	MethodInitialized = "notifications/initialized"
+	MethodCancelled   = "notifications/cancelled"
+	MethodProgress    = "notifications/progress"
+	MethodTasksCancel = "tasks/cancel"
+)
+
+// knownMethods interns the method names of every MCP revision, so that
+// classifying a frame with a known method does not allocate.
+var knownMethods = func() map[string]string {
+	names := []string{
+		MethodInitialize, MethodInitialized, MethodCancelled, MethodProgress, MethodTasksCancel,
+		"ping", "tools/list", "tools/call", "resources/list", "resources/read",
+		"resources/templates/list", "resources/subscribe", "resources/unsubscribe",
+		"prompts/list", "prompts/get", "completion/complete", "logging/setLevel",
+		"sampling/createMessage", "elicitation/create", "roots/list",
+		"tasks/get", "tasks/result", "tasks/list", "tasks/update",
+		"server/discover", "subscriptions/listen",
+		"notifications/message", "notifications/roots/list_changed",
+		"notifications/tools/list_changed", "notifications/resources/list_changed",
+		"notifications/resources/updated", "notifications/prompts/list_changed",
+		"notifications/tasks/status", "notifications/elicitation/complete",
+	}
+	m := make(map[string]string, len(names))
+	for _, n := range names {
+		m[n] = n
+	}
+	return m
+}()
+
+// parseParams scans params, noting requestId, progressToken (top level, as on
+// notifications/progress, or under _meta, as on requests) and task.
+func parseParams(sc *scanner, m *Message) error {
+	isObj, err := sc.fields(func(k Span, esc bool) error {
+		switch string(keyName(sc.data, k, esc)) {
+		case "requestId":
+			return scanID(sc, &m.RequestID, &m.RequestIDSpan)
+		case "progressToken":
+			return scanID(sc, &m.Token, &m.TokenSpan)
+		case "reason":
+			span, err := sc.value()
+			if err == nil && sc.data[span.Start] == '"' {
+				m.Reason, _ = unquote(sc.data[span.Start:span.End])
+			}
+			return err
+		case "task":
+			m.HasTask = sc.peek() == '{'
+			return sc.skip()
+		case "_meta":
+			return parseMeta(sc, m)
+		}
+		return sc.skip()
+	})
+	if err == nil && !isObj {
+		err = sc.skip()
+	}
+	return err
+}
+
+func parseMeta(sc *scanner, m *Message) error {
+	isObj, err := sc.fields(func(k Span, esc bool) error {
+		if string(keyName(sc.data, k, esc)) == "progressToken" {
+			return scanID(sc, &m.Token, &m.TokenSpan)
+		}
+		return sc.skip()
+	})
+	if err == nil && !isObj {
+		err = sc.skip()
+	}
+	return err
+}
+
+// parseResult scans result for task.taskId (a CreateTaskResult).
+func parseResult(sc *scanner, m *Message) error {
+	isObj, err := sc.fields(func(k Span, esc bool) error {
+		if string(keyName(sc.data, k, esc)) != "task" {
+			return sc.skip()
+		}
+		isTask, err := sc.fields(func(k Span, esc bool) error {
+			if string(keyName(sc.data, k, esc)) != "taskId" {
+				return sc.skip()
+			}
+			span, err := sc.value()
+			if err == nil && sc.data[span.Start] == '"' {
+				m.TaskID, _ = unquote(sc.data[span.Start:span.End])
+			}
+			return err
+		})
+		if err == nil && !isTask {
+			err = sc.skip()
+		}
+		return err
+	})
+	if err == nil && !isObj {
+		err = sc.skip()
+	}
+	return err
+}
+
+// scanID scans a value that should be an id. A value that is not a string or
+// number leaves id and span unset: the caller treats it as absent.
+func scanID(sc *scanner, id *ID, span *Span) error {
+	s, err := sc.value()
+	if err != nil {
+		return err
+	}
+	if v, ok := parseID(sc.data[s.Start:s.End]); ok {
+		*id, *span = v, s
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package framing
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// headSize is how much of an over-long line a FrameTooLargeError keeps.
+const headSize = 4 << 10
+
+// DefaultMaxFrameSize is the frame limit when none is configured: 64 MiB.
+const DefaultMaxFrameSize = 64 << 20
+
+// A FrameTooLargeError reports a line longer than the reader's limit. The
+// reader has already skipped the rest of the line, so the next Read returns
+// the next frame.
+type FrameTooLargeError struct {
+	Size  int64 // the line's length in bytes
+	Limit int
+	// Head is the start of the line (up to the reader's buffer size), kept so
+	// that the caller can still find the id of the message it held.
+	Head []byte
+}
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("frame of %d bytes exceeds the limit of %d bytes", e.Size, e.Limit)
+}
+
+// Reader reads newline-delimited frames. It is not safe for concurrent use.
+type Reader struct {
+	br  *bufio.Reader
+	max int
+}
+
+// NewReader returns a Reader over r that refuses frames longer than max
+// bytes (DefaultMaxFrameSize if max <= 0).
+func NewReader(r io.Reader, max int) *Reader {
+	if max <= 0 {
+		max = DefaultMaxFrameSize
+	}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// Read appends the next non-blank line, without its trailing white space
+// and "\n", to dst[:0] and returns it, so the frame always starts at dst[0]. At the end of input it returns io.EOF; a last line
+// without a newline is still returned as a frame first. A line over the limit
+// yields a *FrameTooLargeError after it has been skipped; any other error
+// comes from the underlying reader.
+func (r *Reader) Read(dst []byte) ([]byte, error) {
+	for {
+		frame, err := r.readLine(dst[:0])
+		if err != nil {
+			return frame, err
+		}
+		frame = trimRight(frame)
+		if len(trimLeft(frame)) > 0 {
+			return frame, nil
+		}
+		dst = frame
+	}
+}
+
+// readLine reads one line into dst. A partial last line is returned with a
+// nil error; the next call reports io.EOF.
+func (r *Reader) readLine(dst []byte) ([]byte, error) {
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		if len(dst)+len(chunk) > r.max+2 { // +2: "\r\n" does not count
+			head := append(dst, chunk...)
+			if len(head) > headSize {
+				head = head[:headSize]
+			}
+			return dst[:0], r.discard(int64(len(dst)+len(chunk)), err, head)
+		}
+		dst = append(dst, chunk...)
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == nil || (err == io.EOF && len(dst) > 0):
+			return r.checkSize(dst)
+		default:
+			return dst, err
+		}
+	}
+}
+
+// checkSize refuses a complete line whose content, without its line ending,
+// is over the limit.
+func (r *Reader) checkSize(line []byte) ([]byte, error) {
+	n := len(line)
+	if n > 0 && line[n-1] == '\n' {
+		n--
+	}
+	if n > 0 && line[n-1] == '\r' {
+		n--
+	}
+	if n > r.max {
+		head := line[:min(n, headSize)]
+		return line[:0], &FrameTooLargeError{Size: int64(n), Limit: r.max, Head: append([]byte(nil), head...)}
+	}
+	return line, nil
+}
+
+// discard skips to the end of an over-long line, counting its length.
+func (r *Reader) discard(n int64, err error, head []byte) error {
+	head = append([]byte(nil), head...) // the buffer is about to be reused
+	for errors.Is(err, bufio.ErrBufferFull) {
+		var chunk []byte
+		chunk, err = r.br.ReadSlice('\n')
+		n += int64(len(chunk))
+	}
+	switch {
+	case err == nil:
+		n-- // the newline
+	case err != io.EOF:
+		return err
+	}
+	return &FrameTooLargeError{Size: n, Limit: r.max, Head: head} // may count a "\r"
+}
+
+func trimRight(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func trimLeft(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	return b
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// Writer writes newline-delimited frames through a buffer. It is not safe
+// for concurrent use: one goroutine owns it.
+type Writer struct {
+	bw *bufio.Writer
+}
+
+// NewWriter returns a Writer over w.
+func NewWriter(w io.Writer) *Writer { return &Writer{bw: bufio.NewWriterSize(w, 64<<10)} }
+
+// Write buffers frame and a newline. The frame must not contain a newline.
+func (w *Writer) Write(frame []byte) error {
+	if _, err := w.bw.Write(frame); err != nil {
+		return err
+	}
+	return w.bw.WriteByte('\n')
+}
+
+// Flush writes out everything buffered.
+func (w *Writer) Flush() error { return w.bw.Flush() }

@@ -1,0 +1,86 @@
+package framing_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// readAll reads every frame and error until io.EOF, rendering errors as
+// "ERR:<size>" for FrameTooLargeError.
+func readAll(t testing.TB, r *framing.Reader) []string {
+	var out []string
+	var buf []byte
+	for {
+		f, err := r.Read(buf)
+		var tl *framing.FrameTooLargeError
+		switch {
+		case err == io.EOF:
+			return out
+		case errors.As(err, &tl):
+			out = append(out, "ERR:"+strings.Repeat("x", int(tl.Size)))
+		case err != nil:
+			t.Fatalf("Read: %v", err)
+		default:
+			out = append(out, string(f))
+			buf = f
+		}
+	}
+}
+
+func TestReader(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		max  int
+		want []string
+	}{
+		{"lines", "a\nb\n", 10, []string{"a", "b"}},
+		{"crlf", "a\r\nb\r\n", 10, []string{"a", "b"}},
+		{"blank lines skipped", "\n\n  \na\n\n", 10, []string{"a"}},
+		{"last line without newline", "a\nb", 10, []string{"a", "b"}},
+		{"exactly max", "12345\n", 5, []string{"12345"}},
+		{"too large then resync", "123456\nok\n", 5, []string{"ERR:xxxxxx", "ok"}},
+		{"too large at eof", "1234567", 5, []string{"ERR:xxxxxxx"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := readAll(t, framing.NewReader(strings.NewReader(tt.in), tt.max))
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Errorf("frames = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReaderLargeFrames crosses the 64 KiB internal buffer many times and
+// skips an over-long line of several buffers without losing its neighbours.
+func TestReaderLargeFrames(t *testing.T) {
+	big := strings.Repeat("b", 300<<10)
+	huge := strings.Repeat("h", 900<<10)
+	in := "first\n" + big + "\n" + huge + "\nlast\n"
+	got := readAll(t, framing.NewReader(strings.NewReader(in), 512<<10))
+	if len(got) != 4 || got[0] != "first" || got[1] != big || got[2] != "ERR:"+strings.Repeat("x", len(huge)) || got[3] != "last" {
+		t.Errorf("got %d frames; want first, big, error, last", len(got))
+	}
+}
+
+func TestWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := framing.NewWriter(&b)
+	for _, f := range []string{`{"a":1}`, `{"b":2}`} {
+		if err := w.Write([]byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.String(), "{\"a\":1}\n{\"b\":2}\n"; got != want {
+		t.Errorf("wrote %q, want %q", got, want)
+	}
+}

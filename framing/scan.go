@@ -1,0 +1,318 @@
+package framing
+
+import (
+	"errors"
+	"fmt"
+)
+
+// maxDepth bounds nesting so that hostile input cannot grow the scanner's
+// stack without limit. encoding/json uses 10000.
+const maxDepth = 10000
+
+// A SyntaxError reports malformed JSON at a byte offset of the frame.
+type SyntaxError struct {
+	Offset int
+	msg    string
+}
+
+func (e *SyntaxError) Error() string { return fmt.Sprintf("invalid JSON at offset %d: %s", e.Offset, e.msg) }
+
+var errDepth = errors.New("nesting too deep")
+
+// scanner validates JSON in one pass. Its stack is reused between frames.
+type scanner struct {
+	data  []byte
+	pos   int
+	stack []byte
+}
+
+func (s *scanner) fail(msg string) error { return &SyntaxError{Offset: s.pos, msg: msg} }
+
+func (s *scanner) ws() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.pos < len(s.data) {
+		return s.data[s.pos]
+	}
+	return 0
+}
+
+func (s *scanner) expect(c byte) error {
+	if s.peek() != c {
+		return s.fail(fmt.Sprintf("expected %q", c))
+	}
+	s.pos++
+	return nil
+}
+
+// str scans a string literal starting at s.pos and returns its span,
+// quotes included, and whether it holds escapes.
+func (s *scanner) str() (span Span, escaped bool, err error) {
+	start := s.pos
+	if s.peek() != '"' {
+		return Span{}, false, s.fail("expected string")
+	}
+	start = s.pos
+	i := s.pos + 1
+	for i < len(s.data) {
+		c := s.data[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			return Span{start, s.pos}, escaped, nil
+		case c == '\\':
+			escaped = true
+			if n := escapeLen(s.data[i:]); n > 0 {
+				i += n
+				continue
+			}
+			s.pos = i
+			return Span{}, false, s.fail("invalid escape")
+		case c < 0x20:
+			s.pos = i
+			return Span{}, false, s.fail("control character in string")
+		}
+		i++
+	}
+	s.pos = len(s.data)
+	return Span{}, false, s.fail("unterminated string")
+}
+
+// escapeLen returns the length of the escape sequence at the start of b, or 0.
+func escapeLen(b []byte) int {
+	if len(b) < 2 {
+		return 0
+	}
+	switch b[1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2
+	case 'u':
+		if len(b) < 6 {
+			return 0
+		}
+		for _, h := range b[2:6] {
+			if !isHex(h) {
+				return 0
+			}
+		}
+		return 6
+	}
+	return 0
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// number scans a JSON number per RFC 8259 §6.
+func (s *scanner) number() error {
+	d, i := s.data, s.pos
+	if i < len(d) && d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	default:
+		s.pos = i
+		return s.fail("invalid number")
+	}
+	if i < len(d) && d[i] == '.' {
+		i++
+		if i >= len(d) || !isDigit(d[i]) {
+			s.pos = i
+			return s.fail("invalid number")
+		}
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if i >= len(d) || !isDigit(d[i]) {
+			s.pos = i
+			return s.fail("invalid number")
+		}
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	}
+	s.pos = i
+	return nil
+}
+
+func (s *scanner) literal(word string) error {
+	if len(s.data)-s.pos < len(word) || string(s.data[s.pos:s.pos+len(word)]) != word {
+		return s.fail("invalid literal")
+	}
+	s.pos += len(word)
+	return nil
+}
+
+// scalar scans one string, number or literal.
+func (s *scanner) scalar() error {
+	switch c := s.peek(); {
+	case c == '"':
+		_, _, err := s.str()
+		return err
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || isDigit(c):
+		return s.number()
+	case c == 0:
+		return s.fail("unexpected end of input")
+	}
+	return s.fail("invalid character")
+}
+
+// value scans one JSON value of any kind and returns its span. It iterates
+// rather than recursing, with an explicit stack of open brackets.
+func (s *scanner) value() (Span, error) {
+	start := s.pos
+	base := len(s.stack)
+	defer func() { s.stack = s.stack[:base] }()
+	s.ws()
+	start = s.pos
+	for {
+		if err := s.open(); err != nil {
+			return Span{}, err
+		}
+		// Close what can be closed; stop when back at the starting depth.
+		for {
+			if len(s.stack) == base {
+				return Span{start, s.pos}, nil
+			}
+			more, err := s.next()
+			if err != nil {
+				return Span{}, err
+			}
+			if more {
+				break
+			}
+		}
+	}
+}
+
+// open scans a scalar, an empty container, or the opening of a container
+// (pushing it and consuming up to its first value).
+func (s *scanner) open() error {
+	for {
+		c := s.peek()
+		if c != '{' && c != '[' {
+			return s.scalar()
+		}
+		s.pos++
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		if s.peek() == closer {
+			s.pos++
+			return nil
+		}
+		if len(s.stack) >= maxDepth {
+			return errDepth
+		}
+		s.stack = append(s.stack, c)
+		if c == '{' {
+			if err := s.key(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// key scans `"name" :` inside an object.
+func (s *scanner) key() error {
+	if _, _, err := s.str(); err != nil {
+		return err
+	}
+	return s.expect(':')
+}
+
+// next consumes a ',' (and the following key) or a closing bracket after a
+// value inside the innermost open container. It reports whether another
+// value follows.
+func (s *scanner) next() (bool, error) {
+	top := s.stack[len(s.stack)-1]
+	switch c := s.peek(); {
+	case c == ',':
+		s.pos++
+		if top == '{' {
+			return true, s.key()
+		}
+		return true, nil
+	case (top == '{' && c == '}') || (top == '[' && c == ']'):
+		s.pos++
+		s.stack = s.stack[:len(s.stack)-1]
+		return false, nil
+	}
+	return false, s.fail("expected ',' or closing bracket")
+}
+
+// fields calls f for each member of the object at s.pos, with the key's span
+// (quotes included) and whether it has escapes. f must consume the value.
+// It reports false, without consuming anything, when the next value is not an object.
+func (s *scanner) fields(f func(key Span, escaped bool) error) (bool, error) {
+	if s.peek() != '{' {
+		return false, nil
+	}
+	s.pos++
+	if s.peek() == '}' {
+		s.pos++
+		return true, nil
+	}
+	for {
+		k, esc, err := s.str()
+		if err != nil {
+			return true, err
+		}
+		if err := s.expect(':'); err != nil {
+			return true, err
+		}
+		s.ws()
+		if err := f(k, esc); err != nil {
+			return true, err
+		}
+		switch s.peek() {
+		case ',':
+			s.pos++
+			s.ws()
+		case '}':
+			s.pos++
+			return true, nil
+		default:
+			return true, s.fail("expected ',' or '}'")
+		}
+	}
+}
+
+// skip consumes one value.
+func (s *scanner) skip() error {
+	_, err := s.value()
+	return err
+}

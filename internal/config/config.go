@@ -1,0 +1,178 @@
+// Package config loads mcp-cancel-proxy's YAML configuration file: strict
+// (unknown keys and wrong types are errors naming the line), defaulted, and
+// validated with every problem reported at once.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+)
+
+// Config is the whole configuration. Every field's default is stated on it
+// and set by Defaults.
+type Config struct {
+	Log    Log    `yaml:"log"`
+	Limits Limits `yaml:"limits"`
+	Ledger Ledger `yaml:"ledger"`
+	Child  Child  `yaml:"child"`
+}
+
+// Log configures the proxy's own logs, which go to stderr.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is json or console. Default json.
+	Format string `yaml:"format"`
+}
+
+// Limits bounds what the proxy accepts.
+type Limits struct {
+	// MaxFrameSize is the longest message line, in bytes ("64MiB" style
+	// suffixes accepted). Default 64MiB.
+	MaxFrameSize ByteSize `yaml:"max_frame_size"`
+}
+
+// Ledger configures how long cancelled requests are remembered.
+type Ledger struct {
+	// RetireAfter is how long a cancelled request's id and progress token are
+	// remembered to recognise its late response. Default 10m.
+	RetireAfter time.Duration `yaml:"retire_after"`
+	// RetireMax bounds how many are remembered per direction. Default 65536.
+	RetireMax int `yaml:"retire_max"`
+}
+
+// Child configures how the stdio server is stopped.
+type Child struct {
+	// TermAfter is the wait after closing the server's stdin before SIGTERM. Default 5s.
+	TermAfter time.Duration `yaml:"term_after"`
+	// KillAfter is the wait after SIGTERM before SIGKILL. Default 5s.
+	KillAfter time.Duration `yaml:"kill_after"`
+}
+
+// Defaults returns the configuration used when no file is given.
+func Defaults() Config {
+	return Config{
+		Log:    Log{Level: "info", Format: "json"},
+		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize},
+		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
+		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
+	}
+}
+
+// Load reads the file at path over the defaults and validates the result.
+func Load(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, err
+	}
+	defer f.Close()
+	return Parse(path, f)
+}
+
+// Parse reads YAML from r over the defaults and validates the result. name
+// prefixes every error.
+func Parse(name string, r io.Reader) (Config, error) {
+	cfg := Defaults()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return cfg, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && err != io.EOF {
+			return cfg, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports every invalid setting at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "console" {
+		bad("log.format: %q is not one of json, console", c.Log.Format)
+	}
+	if c.Limits.MaxFrameSize < 1024 || c.Limits.MaxFrameSize > 1<<30 {
+		bad("limits.max_frame_size: %d is outside 1KiB..1GiB", c.Limits.MaxFrameSize)
+	}
+	if c.Ledger.RetireAfter <= 0 {
+		bad("ledger.retire_after: must be positive, got %v", c.Ledger.RetireAfter)
+	}
+	if c.Ledger.RetireMax <= 0 {
+		bad("ledger.retire_max: must be positive, got %d", c.Ledger.RetireMax)
+	}
+	if c.Child.TermAfter <= 0 || c.Child.KillAfter <= 0 {
+		bad("child.term_after and child.kill_after: must be positive, got %v and %v", c.Child.TermAfter, c.Child.KillAfter)
+	}
+	return errors.Join(errs...)
+}
+
+// ByteSize is a size in bytes, written as a number or with a unit suffix:
+// B, KiB, MiB, GiB (powers of 1024) or KB, MB, GB (powers of 1000).
+type ByteSize int
+
+var units = []struct {
+	suffix string
+	mult   int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+
+// ParseByteSize parses "64MiB", "1000000" or "4 KB".
+func ParseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("invalid size %q (want a number of bytes, optionally with B, KiB, MiB, GiB, KB, MB or GB)", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d, column %d: %w", n.Line, n.Column, err)
+	}
+	*b = v
+	return nil
+}
+
+// String renders the size for flags and logs.
+func (b ByteSize) String() string { return strconv.Itoa(int(b)) }
+
+// Set implements flag.Value.
+func (b *ByteSize) Set(s string) error {
+	v, err := ParseByteSize(s)
+	if err == nil {
+		*b = v
+	}
+	return err
+}

@@ -1,0 +1,136 @@
+// Package exampleserver is the MCP server bundled with mcp-cancel-proxy for
+// its demo and its end-to-end tests. It is built on the official go-sdk and
+// has tools that honour cancellation and tools that ignore it, the two kinds
+// of server the proxy exists for.
+package exampleserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// SlowArgs are the arguments of slow_honour and slow_ignore.
+type SlowArgs struct {
+	Seconds float64 `json:"seconds" jsonschema:"how long the work takes"`
+	Steps   int     `json:"steps,omitempty" jsonschema:"how many progress notifications to send (default 5)"`
+	JobID   string  `json:"job_id,omitempty" jsonschema:"an upstream job id to report in progress and result"`
+}
+
+// KeyArgs name a gate for block and release.
+type KeyArgs struct {
+	Key string `json:"key"`
+}
+
+// JobResult is the structured result of the slow tools.
+type JobResult struct {
+	JobID  string `json:"jobId,omitempty"`
+	Status string `json:"status"`
+}
+
+// New returns the example server.
+func New() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcp-cancel-proxy-example", Version: "1.0.0"}, nil)
+	g := &gates{m: map[string]chan struct{}{}}
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_honour", Description: "Works for a while, reporting progress; stops when cancelled."}, slowHonour)
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_ignore", Description: "Works for a while, reporting progress; ignores cancellation and answers anyway."}, slowIgnore)
+	mcp.AddTool(s, &mcp.Tool{Name: "block", Description: "Reports progress once, then waits, ignoring cancellation, until release is called with the same key; reports progress again and answers."}, g.block)
+	mcp.AddTool(s, &mcp.Tool{Name: "release", Description: "Releases a block call."}, g.release)
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_sampling", Description: "Asks the client for a sampling completion; the request is cancelled when this call is."}, askSampling)
+	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "Exits the server process at once with status 3, mid-call."}, crash)
+	return s
+}
+
+func progress(ctx context.Context, req *mcp.CallToolRequest, done, total int, msg string) {
+	tok := req.Params.GetProgressToken()
+	if tok == nil {
+		return
+	}
+	// Sent on a context that outlives the call, as a server that ignores
+	// cancellation would: the proxy must be the one to drop it.
+	req.Session.NotifyProgress(context.WithoutCancel(ctx), &mcp.ProgressNotificationParams{
+		ProgressToken: tok, Progress: float64(done), Total: float64(total), Message: msg})
+}
+
+func steps(a SlowArgs) (int, time.Duration) {
+	n := a.Steps
+	if n <= 0 {
+		n = 5
+	}
+	return n, time.Duration(a.Seconds * float64(time.Second) / float64(n))
+}
+
+func slowHonour(ctx context.Context, req *mcp.CallToolRequest, a SlowArgs) (*mcp.CallToolResult, JobResult, error) {
+	n, step := steps(a)
+	for i := 1; i <= n; i++ {
+		select {
+		case <-ctx.Done():
+			return nil, JobResult{}, ctx.Err()
+		case <-time.After(step):
+		}
+		progress(ctx, req, i, n, "working on "+a.JobID)
+	}
+	return nil, JobResult{JobID: a.JobID, Status: "done"}, nil
+}
+
+func slowIgnore(ctx context.Context, req *mcp.CallToolRequest, a SlowArgs) (*mcp.CallToolResult, JobResult, error) {
+	n, step := steps(a)
+	for i := 1; i <= n; i++ {
+		time.Sleep(step) // deliberately deaf to ctx: this is the badly behaved tool
+		progress(ctx, req, i, n, "working on "+a.JobID)
+	}
+	return nil, JobResult{JobID: a.JobID, Status: "done"}, nil
+}
+
+// gates hold block calls until release.
+type gates struct {
+	mu sync.Mutex // guards m
+	m  map[string]chan struct{}
+}
+
+func (g *gates) gate(key string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.m[key]
+	if !ok {
+		c = make(chan struct{})
+		g.m[key] = c
+	}
+	return c
+}
+
+func (g *gates) block(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
+	progress(ctx, req, 1, 2, "blocked on "+a.Key)
+	<-g.gate(a.Key) // ignores ctx on purpose
+	progress(ctx, req, 2, 2, "released "+a.Key)
+	return nil, JobResult{JobID: a.Key, Status: "released"}, nil
+}
+
+func (g *gates) release(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
+	close(g.gate(a.Key))
+	return nil, JobResult{JobID: a.Key, Status: "releasing"}, nil
+}
+
+func askSampling(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, JobResult, error) {
+	res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+		Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hello"}}}})
+	if err != nil {
+		return nil, JobResult{}, fmt.Errorf("sampling: %w", err)
+	}
+	return nil, JobResult{Status: "sampled by " + res.Model}, nil
+}
+
+func crash(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, JobResult, error) {
+	fmt.Fprintln(os.Stderr, "example server: crashing on request")
+	os.Exit(3)
+	return nil, JobResult{}, nil
+}
+
+// Run serves the example server on stdin and stdout until stdin ends.
+func Run(ctx context.Context) error {
+	return New().Run(ctx, &mcp.StdioTransport{})
+}

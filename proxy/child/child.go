@@ -1,0 +1,174 @@
+// Package child runs a stdio MCP server as a child process in its own
+// process group and stops it the way the MCP lifecycle asks
+// (https://modelcontextprotocol.io/specification/2025-11-25/basic/lifecycle#stdio):
+// close its stdin, wait, SIGTERM, wait, SIGKILL, so that no process of the
+// group survives.
+package child
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for the stop ladder.
+const (
+	DefaultTermAfter = 5 * time.Second
+	DefaultKillAfter = 5 * time.Second
+)
+
+// Options configures a child.
+type Options struct {
+	// TermAfter is how long to wait after closing the child's stdin before
+	// sending SIGTERM to its process group. If zero, DefaultTermAfter.
+	TermAfter time.Duration
+	// KillAfter is how long to wait after SIGTERM before SIGKILL. If zero,
+	// DefaultKillAfter.
+	KillAfter time.Duration
+	// Stderr receives the child's stderr. If nil, os.Stderr.
+	Stderr io.Writer
+	// Logger logs each step. If nil, nothing is logged.
+	Logger *zap.Logger
+}
+
+// Process is a running child. Its Stdin, Stdout are the pipes to talk to it.
+type Process struct {
+	Stdin  io.WriteCloser // the child's stdin; closing it is step one of Stop
+	Stdout io.ReadCloser  // the child's stdout
+
+	cmd    *exec.Cmd
+	opts   Options
+	log    *zap.Logger
+	exited chan struct{} // closed when the leader has been reaped
+	err    error         // the leader's exit error; read after exited
+	once   sync.Once
+}
+
+// Start starts argv[0] with arguments argv[1:] in a new process group.
+func Start(argv []string, opts Options) (*Process, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no server command given")
+	}
+	if opts.TermAfter <= 0 {
+		opts.TermAfter = DefaultTermAfter
+	}
+	if opts.KillAfter <= 0 {
+		opts.KillAfter = DefaultKillAfter
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = opts.Stderr
+	// Setpgid: the child leads its own group, so that signals reach its
+	// helpers too. Pdeathsig: if the proxy itself dies, the child does not
+	// linger without a client.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Our own pipes rather than cmd.StdinPipe/StdoutPipe: Wait closes those
+	// as soon as the leader exits, which would lose output still in the pipe
+	// (a crashing server's last responses). With these, stdout ends when the
+	// last process holding it does.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	err = cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("starting server %q: %w", argv[0], err)
+	}
+	stdin, stdout := inW, outR
+	p := &Process{Stdin: stdin, Stdout: stdout, cmd: cmd, opts: opts, exited: make(chan struct{}),
+		log: opts.Logger.With(zap.Int("pid", cmd.Process.Pid))}
+	p.log.Info("server started", zap.Strings("argv", argv))
+	go p.wait()
+	return p, nil
+}
+
+// Pid returns the child's process id, which is also its process group id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// wait reaps the leader, then makes sure that none of its group outlives it:
+// helpers that the server left behind are terminated, then killed.
+func (p *Process) wait() {
+	p.err = p.cmd.Wait()
+	p.log.Info("server exited", zap.String("status", p.status()))
+	close(p.exited)
+	if p.signalGroup(syscall.SIGTERM) {
+		time.AfterFunc(p.opts.KillAfter, func() { p.signalGroup(syscall.SIGKILL) })
+	}
+}
+
+// Exited is closed when the child has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Err returns how the child exited; call it after Exited is closed.
+func (p *Process) Err() error { return p.err }
+
+func (p *Process) status() string {
+	if p.err == nil {
+		return "exit status 0"
+	}
+	return p.err.Error()
+}
+
+// Stop runs the stop ladder once and returns when the child has exited:
+// close stdin; after TermAfter, SIGTERM the group; after KillAfter, SIGKILL
+// the group. Calling it again waits for the same stop.
+func (p *Process) Stop() {
+	p.once.Do(func() {
+		// "the client SHOULD initiate shutdown by first closing the input stream to the child process"
+		p.Stdin.Close()
+		if p.waitExit(p.opts.TermAfter) {
+			return
+		}
+		// "If the server does not exit within a reasonable time, send SIGTERM"
+		p.log.Warn("server still running after stdin closed; sending SIGTERM", zap.Duration("after", p.opts.TermAfter))
+		p.signalGroup(syscall.SIGTERM)
+		if p.waitExit(p.opts.KillAfter) {
+			return
+		}
+		// "If the server does not exit within a reasonable time after SIGTERM, send SIGKILL"
+		p.log.Warn("server still running after SIGTERM; sending SIGKILL", zap.Duration("after", p.opts.KillAfter))
+		p.signalGroup(syscall.SIGKILL)
+	})
+	<-p.exited
+}
+
+func (p *Process) waitExit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// signalGroup signals the child's process group and reports whether any
+// process of it was there to receive the signal.
+func (p *Process) signalGroup(sig syscall.Signal) bool {
+	err := syscall.Kill(-p.cmd.Process.Pid, sig)
+	return err == nil
+}

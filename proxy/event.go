@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// Action is what the proxy did with a message.
+type Action string
+
+// Actions reported in Events.
+const (
+	ActForwarded      Action = "forwarded"
+	ActCancelAccepted Action = "cancel accepted"
+	ActCancelDropped  Action = "cancel dropped"
+	ActSuppressed     Action = "suppressed"
+	ActDropped        Action = "dropped"
+	ActReplied        Action = "answered by proxy"
+)
+
+// Event describes one decision of the proxy, for timelines and tests.
+type Event struct {
+	Time   time.Time
+	From   string // "client" or "server": who sent the message
+	Action Action
+	Kind   framing.Kind
+	Method string     // the message's method, or the answered request's
+	ID     framing.ID // the message's id, or the id a cancel or progress names
+	Note   string     // why, for drops and suppressions
+}
+
+// Stats counts what a Session did. Read it with Session.Stats.
+type Stats struct {
+	Forwarded           int64 // messages passed on
+	CancelsForwarded    int64 // cancels accepted and passed on
+	CancelsDropped      int64 // invalid cancels not passed on
+	ResponsesSuppressed int64 // late responses to cancelled requests
+	ProgressSuppressed  int64 // progress for cancelled requests
+	Dropped             int64 // other messages not passed on (unknown responses, invalid messages)
+	ProxyErrors         int64 // error responses the proxy wrote itself
+}
+
+type stats struct {
+	forwarded, cancelsForwarded, cancelsDropped, responsesSuppressed, progressSuppressed, dropped, proxyErrors atomic.Int64
+}
+
+func (s *stats) snapshot() Stats {
+	return Stats{
+		Forwarded:           s.forwarded.Load(),
+		CancelsForwarded:    s.cancelsForwarded.Load(),
+		CancelsDropped:      s.cancelsDropped.Load(),
+		ResponsesSuppressed: s.responsesSuppressed.Load(),
+		ProgressSuppressed:  s.progressSuppressed.Load(),
+		Dropped:             s.dropped.Load(),
+		ProxyErrors:         s.proxyErrors.Load(),
+	}
+}

@@ -1,0 +1,238 @@
+package proxy
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// Direction names who issued a request: the client (answered by the server)
+// or the server (sampling, elicitation, roots, ping; answered by the client).
+type Direction uint8
+
+// The two directions.
+const (
+	ClientToServer Direction = iota
+	ServerToClient
+)
+
+func (d Direction) String() string {
+	if d == ClientToServer {
+		return "client_to_server"
+	}
+	return "server_to_client"
+}
+
+// callState is a request's life: in flight, then answered or cancelled.
+// A cancelled call stays in the ledger, retired, to absorb its late response.
+type callState uint8
+
+const (
+	stateInFlight callState = iota
+	stateAnswered
+	stateCancelled
+)
+
+// call is one forwarded request. Its fields are set when the call is created
+// and never change, except state and retiredAt, which the ledger's lock guards.
+type call struct {
+	id       framing.ID // the issuer's id
+	upID     framing.ID // the id the receiver sees; differs from id only when aliased
+	method   string
+	token    framing.ID // progress token, if any
+	hasTask  bool
+	started  time.Time
+	state    callState
+	retireAt time.Time // when a cancelled call is forgotten
+}
+
+func (c *call) aliased() bool { return c.upID != c.id }
+
+// Verdict is what the ledger decided about a frame.
+type Verdict uint8
+
+// Verdicts.
+const (
+	Forward  Verdict = iota // pass it on
+	Suppress                // a late response or progress of a cancelled request
+	Drop                    // invalid in this state (the reason says why)
+)
+
+// Reasons for Drop.
+const (
+	reasonNotInFlight  = "request is not in flight in this direction"
+	reasonInitialize   = "initialize must not be cancelled"
+	reasonNoRequestID  = "cancel has no usable requestId"
+	reasonDuplicateID  = "request id is already in flight"
+	reasonUnknownReply = "response names no request in flight"
+)
+
+// ledger tracks the requests of one direction.
+type ledger struct {
+	dir       Direction
+	now       func() time.Time
+	retireTTL time.Duration
+	retireMax int
+
+	mu sync.Mutex // guards the fields below
+	// inFlight holds calls in stateInFlight by the issuer's id.
+	inFlight map[framing.ID]*call
+	// byUp holds calls in flight and retired (cancelled, late response not yet
+	// seen) by the receiver-side id. Invariant: every call in inFlight is here.
+	byUp map[framing.ID]*call
+	// tokens maps progress tokens to their call, in flight or retired.
+	tokens map[framing.ID]*call
+	// retired lists cancelled calls oldest first, to forget them in time.
+	retired []*call
+	aliases uint64 // counter for receiver-side ids minted on collisions
+}
+
+func newLedger(dir Direction, now func() time.Time, ttl time.Duration, max int) *ledger {
+	return &ledger{
+		dir: dir, now: now, retireTTL: ttl, retireMax: max,
+		inFlight: make(map[framing.ID]*call),
+		byUp:     make(map[framing.ID]*call),
+		tokens:   make(map[framing.ID]*call),
+	}
+}
+
+// update runs f under the lock and then checks the ledger's invariants
+// cheaply; a broken invariant is a bug in this package.
+func (l *ledger) update(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f()
+	if len(l.inFlight) > len(l.byUp) {
+		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, len(l.inFlight), len(l.byUp)))
+	}
+}
+
+// begin records a request. When its id is still held by a cancelled call
+// whose late response may yet arrive, the request gets a fresh receiver-side
+// id so that the two can never be confused. It reports Drop for an id that
+// is already in flight.
+func (l *ledger) begin(m *framing.Message) (c *call, v Verdict) {
+	l.update(func() {
+		if _, dup := l.inFlight[m.ID]; dup {
+			v = Drop
+			return
+		}
+		l.expireLocked()
+		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, hasTask: m.HasTask, started: l.now()}
+		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
+			l.aliases++
+			c.upID = framing.StringID(fmt.Sprintf("mcp-cancel-proxy-%d", l.aliases))
+		}
+		l.inFlight[c.id] = c
+		l.byUp[c.upID] = c
+		if c.token.IsValid() {
+			l.tokens[c.token] = c
+		}
+	})
+	return c, v
+}
+
+// complete settles the call that a response with receiver-side id upID
+// answers: Forward if it was in flight, Suppress if it was cancelled (a late
+// response), Drop if no such call is known.
+func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
+	l.update(func() {
+		c = l.byUp[upID]
+		switch {
+		case c == nil:
+			v = Drop
+		case c.state == stateInFlight:
+			c.state = stateAnswered
+			delete(l.inFlight, c.id)
+			delete(l.byUp, upID)
+			if l.tokens[c.token] == c {
+				delete(l.tokens, c.token)
+			}
+		default: // cancelled: absorb the late response; progress stays suppressed until expiry
+			v = Suppress
+			delete(l.byUp, upID)
+		}
+	})
+	return c, v
+}
+
+// cancel accepts a cancel for the issuer's id if that request is in flight
+// and is not initialize. The issuer's id is free again at once.
+func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
+	l.update(func() {
+		c = l.inFlight[id]
+		switch {
+		case c == nil:
+			reason = reasonNotInFlight
+		case c.method == framing.MethodInitialize:
+			reason = reasonInitialize
+		default:
+			c.state = stateCancelled
+			c.retireAt = l.now().Add(l.retireTTL)
+			delete(l.inFlight, id)
+			l.retired = append(l.retired, c)
+			l.expireLocked()
+		}
+	})
+	if reason != "" {
+		c = nil
+	}
+	return c, reason
+}
+
+// progress reports Suppress for progress whose token belongs to a cancelled
+// request, and Forward otherwise (unknown tokens included: a task's token
+// outlives the request that created it).
+func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c = l.tokens[token]
+	if c != nil && c.state == stateCancelled {
+		return c, Suppress
+	}
+	return c, Forward
+}
+
+// failAll removes every call in flight and returns them, for answering the
+// issuer when the receiver is gone.
+func (l *ledger) failAll() []*call {
+	var calls []*call
+	l.update(func() {
+		for id, c := range l.inFlight {
+			calls = append(calls, c)
+			c.state = stateAnswered
+			delete(l.inFlight, id)
+			delete(l.byUp, c.upID)
+		}
+	})
+	return calls
+}
+
+// expireLocked forgets retired calls past their time or beyond the count
+// bound. A response that arrives later for them is dropped as unknown, so
+// the issuer still never sees it.
+func (l *ledger) expireLocked() {
+	now := l.now()
+	n := 0
+	for n < len(l.retired) && (len(l.retired)-n > l.retireMax || !now.Before(l.retired[n].retireAt)) {
+		c := l.retired[n]
+		if l.byUp[c.upID] == c {
+			delete(l.byUp, c.upID)
+		}
+		if l.tokens[c.token] == c {
+			delete(l.tokens, c.token)
+		}
+		l.retired[n] = nil
+		n++
+	}
+	l.retired = l.retired[n:]
+}
+
+// counts returns the number of calls in flight and retired.
+func (l *ledger) counts() (inFlight, retired int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inFlight), len(l.retired)
+}

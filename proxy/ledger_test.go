@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// TestLedgerCompleteCancelRace races complete against cancel on the same
+// call from two goroutines, thousands of times: exactly one must win.
+func TestLedgerCompleteCancelRace(t *testing.T) {
+	l := newLedger(ClientToServer, time.Now, time.Minute, 1<<20)
+	const n = 20000
+	wins := [2]int{}
+	for i := range n {
+		m := framing.Message{Kind: framing.KindRequest, ID: framing.IntID(int64(i)), Method: "tools/call"}
+		if _, v := l.begin(&m); v != Forward {
+			t.Fatalf("begin(%d) = %v", i, v)
+		}
+		var completed, cancelled bool
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _, v := l.complete(m.ID); completed = v == Forward }()
+		go func() { defer wg.Done(); _, r := l.cancel(m.ID); cancelled = r == "" }()
+		wg.Wait()
+		if completed == cancelled {
+			t.Fatalf("id %d: completed=%v cancelled=%v; exactly one must win", i, completed, cancelled)
+		}
+		if completed {
+			wins[0]++
+		} else {
+			wins[1]++
+			l.complete(m.ID) // absorb the late response, as the relay would
+		}
+	}
+	t.Logf("complete won %d, cancel won %d", wins[0], wins[1])
+	if inFlight, _ := l.counts(); inFlight != 0 {
+		t.Errorf("%d calls still in flight", inFlight)
+	}
+}
+
+func TestLedgerRetiresCancelledCalls(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := newLedger(ClientToServer, func() time.Time { return now }, time.Minute, 2)
+	for i := range 3 {
+		m := framing.Message{ID: framing.IntID(int64(i)), Method: "x", Token: framing.IntID(int64(100 + i))}
+		l.begin(&m)
+		l.cancel(m.ID)
+	}
+	if _, retired := l.counts(); retired != 2 {
+		t.Errorf("retired = %d, want 2 (the count bound)", retired)
+	}
+	if _, v := l.complete(framing.IntID(0)); v != Drop {
+		t.Errorf("late response of a forgotten call: %v, want Drop (still never forwarded)", v)
+	}
+	if _, v := l.progress(framing.IntID(101)); v != Suppress {
+		t.Errorf("progress of a remembered cancelled call: %v, want Suppress", v)
+	}
+	now = now.Add(2 * time.Minute)
+	m := framing.Message{ID: framing.IntID(9), Method: "x"}
+	l.begin(&m) // expiry runs on the next change
+	if _, retired := l.counts(); retired != 0 {
+		t.Errorf("retired = %d after the TTL, want 0", retired)
+	}
+}
+
+// BenchmarkLedgerMemoryPerCall measures the heap held per request in flight.
+func BenchmarkLedgerMemoryPerCall(b *testing.B) {
+	const n = 100000
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l := newLedger(ClientToServer, time.Now, time.Minute, 1<<16)
+		for i := range n {
+			m := framing.Message{ID: framing.IntID(int64(i)), Method: "tools/call", Token: framing.IntID(int64(i))}
+			l.begin(&m)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/inflight")
+		runtime.KeepAlive(l)
+	}
+}

@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// proxyName goes in the data of every error the proxy writes itself, so that
+// no one mistakes it for the server's.
+const proxyName = "mcp-cancel-proxy"
+
+// handleFrame parses one frame from a peer and forwards, rewrites or drops
+// each message in it. It takes ownership of b.
+func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
+	if err := f.Parse(b.b); err != nil {
+		s.badFrame(from, err, b.b)
+		putBuf(b)
+		return
+	}
+	if !f.Batch {
+		v, rewritten := s.handle(from, &f.Msgs[0])
+		switch {
+		case v != Forward:
+			putBuf(b)
+		case rewritten != nil:
+			putBuf(b)
+			from.out.send(rewritten)
+		default:
+			from.out.send(b)
+		}
+		return
+	}
+	s.handleBatch(from, f, b)
+}
+
+// handleBatch handles a JSON array of messages (protocol 2025-03-26). When
+// every element passes unchanged the original bytes are forwarded; otherwise
+// the batch is rebuilt from the elements that pass.
+func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
+	out := getBuf()
+	out.b = append(out.b, '[')
+	kept, same := 0, true
+	for i := range f.Msgs {
+		m := &f.Msgs[i]
+		v, rewritten := Drop, (*buf)(nil)
+		if f.Errs[i] != nil {
+			s.badMessage(from, m, f.Errs[i])
+		} else {
+			v, rewritten = s.handle(from, m)
+		}
+		if v != Forward {
+			same = false
+			continue
+		}
+		if kept > 0 {
+			out.b = append(out.b, ',')
+		}
+		kept++
+		if rewritten != nil {
+			same = false
+			out.b = append(out.b, rewritten.b...)
+			putBuf(rewritten)
+		} else {
+			out.b = append(out.b, m.Raw...)
+		}
+	}
+	out.b = append(out.b, ']')
+	switch {
+	case same:
+		putBuf(out)
+		from.out.send(b)
+	case kept > 0:
+		putBuf(b)
+		from.out.send(out)
+	default:
+		putBuf(b)
+		putBuf(out)
+	}
+}
+
+// handle decides one message. A non-nil rewritten buffer replaces the
+// message's bytes when it is forwarded.
+func (s *Session) handle(from *side, m *framing.Message) (v Verdict, rewritten *buf) {
+	switch m.Kind {
+	case framing.KindRequest:
+		return s.request(from, m)
+	case framing.KindResponse:
+		return s.response(from, m)
+	}
+	switch m.Method {
+	case framing.MethodCancelled:
+		return s.cancel(from, m)
+	case framing.MethodProgress:
+		return s.progress(from, m)
+	}
+	s.forwarded(from, m.Kind, m.Method, m.ID)
+	return Forward, nil
+}
+
+func (s *Session) request(from *side, m *framing.Message) (Verdict, *buf) {
+	c, v := from.issued.begin(m)
+	if v == Drop {
+		s.dropped(from, from.issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
+		s.replyError(from, m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)
+		return Drop, nil
+	}
+	s.forwarded(from, m.Kind, m.Method, m.ID)
+	if c.aliased() {
+		from.log.Debug("request id reused while its cancelled predecessor may still answer; renamed upstream",
+			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID))
+		return Forward, splice(m, m.IDSpan, c.upID)
+	}
+	return Forward, nil
+}
+
+func (s *Session) response(from *side, m *framing.Message) (Verdict, *buf) {
+	if !m.ID.IsValid() { // an error about a message the peer could not read
+		s.forwarded(from, m.Kind, m.Method, m.ID)
+		return Forward, nil
+	}
+	c, v := from.answers.complete(m.ID)
+	switch v {
+	case Drop:
+		s.dropped(from, from.answers.dir, m, m.ID, reasonUnknownReply, zapcore.WarnLevel)
+		return Drop, nil
+	case Suppress:
+		s.stats.responsesSuppressed.Add(1)
+		s.note(from, from.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
+		return Suppress, nil
+	}
+	s.forwarded(from, m.Kind, c.method, c.id)
+	if c.aliased() {
+		return Forward, splice(m, m.IDSpan, c.id)
+	}
+	return Forward, nil
+}
+
+func (s *Session) cancel(from *side, m *framing.Message) (Verdict, *buf) {
+	if !m.RequestID.IsValid() {
+		s.stats.cancelsDropped.Add(1)
+		s.note(from, from.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reasonNoRequestID, zapcore.DebugLevel)
+		return Drop, nil
+	}
+	c, reason := from.issued.cancel(m.RequestID)
+	if reason != "" {
+		s.stats.cancelsDropped.Add(1)
+		s.note(from, from.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
+		return Drop, nil
+	}
+	s.stats.cancelsForwarded.Add(1)
+	s.note(from, from.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
+	if c.aliased() {
+		return Forward, splice(m, m.RequestIDSpan, c.upID)
+	}
+	return Forward, nil
+}
+
+func (s *Session) progress(from *side, m *framing.Message) (Verdict, *buf) {
+	if !m.Token.IsValid() {
+		s.forwarded(from, m.Kind, m.Method, m.Token)
+		return Forward, nil
+	}
+	c, v := from.answers.progress(m.Token)
+	if v == Suppress {
+		s.stats.progressSuppressed.Add(1)
+		s.note(from, from.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
+		return Suppress, nil
+	}
+	s.forwarded(from, m.Kind, m.Method, m.Token)
+	return Forward, nil
+}
+
+// splice returns m's bytes with the id at span replaced.
+func splice(m *framing.Message, span framing.Span, id framing.ID) *buf {
+	b := getBuf()
+	b.b = framing.Splice(b.b, m.Raw, span, id)
+	return b
+}
+
+// badFrame handles a frame that failed to parse: -32700 (or -32600 for valid
+// JSON that is no JSON-RPC message) to a client; a log line for a server.
+func (s *Session) badFrame(from *side, err error, raw []byte) {
+	s.stats.dropped.Add(1)
+	code, msg := framing.CodeParseError, "Parse error"
+	var ie *framing.InvalidError
+	if errors.As(err, &ie) {
+		code, msg = framing.CodeInvalidRequest, "Invalid Request"
+	}
+	from.log.Warn("malformed message dropped", zap.Error(err), zap.ByteString("head", head(raw)))
+	s.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
+	if from == s.client {
+		s.replyError(from, framing.ID{}, code, msg+": "+err.Error())
+	}
+}
+
+// badMessage handles an invalid element of a batch.
+func (s *Session) badMessage(from *side, m *framing.Message, err error) {
+	s.stats.dropped.Add(1)
+	from.log.Warn("invalid message in batch dropped", zap.Error(err), zap.ByteString("head", head(m.Raw)))
+	s.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
+	if from == s.client {
+		s.replyError(from, framing.ID{}, framing.CodeInvalidRequest, "Invalid Request: "+err.Error())
+	}
+}
+
+// tooLarge answers for a frame over the size limit, which was skipped: the
+// request it held is refused, and a response it held becomes an error for
+// the request's issuer, so that nobody waits for it forever.
+func (s *Session) tooLarge(from *side, tl *framing.FrameTooLargeError) {
+	s.stats.dropped.Add(1)
+	id, isResponse, ok := framing.PeekID(tl.Head)
+	from.log.Error("frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
+		zap.Stringer("id", id), zap.ByteString("head", head(tl.Head)))
+	s.emit(from, ActDropped, framing.KindInvalid, "", id, tl.Error())
+	switch {
+	case ok && isResponse:
+		if c, v := from.answers.complete(id); v == Forward {
+			s.replyError(s.other(from), c.id, framing.CodeInternalError,
+				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from.name, tl))
+		}
+	case ok:
+		s.replyError(from, id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error())
+	case from == s.client:
+		s.replyError(from, framing.ID{}, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error())
+	}
+}
+
+func (s *Session) other(p *side) *side {
+	if p == s.client {
+		return s.server
+	}
+	return s.client
+}
+
+// failInFlight answers every client request still in flight with
+// CodeServerGone.
+func (s *Session) failInFlight(why string) {
+	for _, c := range s.c2s.failAll() {
+		s.log.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
+		s.replyError(s.client, c.id, CodeServerGone, why)
+	}
+}
+
+// replyError sends the proxy's own error response to a peer.
+func (s *Session) replyError(to *side, id framing.ID, code int, msg string) {
+	s.stats.proxyErrors.Add(1)
+	b := getBuf()
+	b.b = framing.AppendErrorResponse(b.b, id, framing.ErrorObject{Code: code, Message: msg,
+		Data: map[string]string{"proxy": proxyName}})
+	s.emit(&side{name: "proxy"}, ActReplied, framing.KindResponse, "", id, msg)
+	to.back.send(b)
+}
+
+// forwarded counts a message passed on; method and id are the message's, or
+// for a response those of the request it answers.
+func (s *Session) forwarded(from *side, k framing.Kind, method string, id framing.ID) {
+	s.stats.forwarded.Add(1)
+	if s.opts.OnEvent != nil {
+		s.emit(from, ActForwarded, k, method, id, "")
+	}
+}
+
+func (s *Session) dropped(from *side, dir Direction, m *framing.Message, id framing.ID, why string, lvl zapcore.Level) {
+	s.stats.dropped.Add(1)
+	s.note(from, dir, ActDropped, m.Kind, m.Method, id, why, lvl)
+}
+
+// note logs a decision at lvl and reports it as an Event.
+// dir is the direction of the request the message concerns.
+func (s *Session) note(from *side, dir Direction, a Action, k framing.Kind, method string, id framing.ID, why string, lvl zapcore.Level) {
+	if ce := from.log.Check(lvl, string(a)); ce != nil {
+		ce.Write(zap.String("direction", dir.String()), zap.String("kind", k.String()),
+			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
+	}
+	s.emit(from, a, k, method, id, why)
+}
+
+func (s *Session) emit(from *side, a Action, k framing.Kind, method string, id framing.ID, note string) {
+	if s.opts.OnEvent != nil {
+		s.opts.OnEvent(Event{Time: s.opts.Now(), From: from.name, Action: a, Kind: k, Method: method, ID: id, Note: note})
+	}
+}
+
+// head returns the start of a frame for a log line.
+func head(raw []byte) []byte {
+	if len(raw) > 200 {
+		return raw[:200]
+	}
+	return raw
+}

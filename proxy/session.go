@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// CodeServerGone is the JSON-RPC error code of the proxy's answer to a
+// request whose server exited before answering. -32000 is what the
+// TypeScript SDK calls ConnectionClosed, so clients treat it alike.
+const CodeServerGone = -32000
+
+// Defaults for Options.
+const (
+	DefaultRetireAfter = 10 * time.Minute
+	DefaultRetireMax   = 1 << 16
+)
+
+// Options configures a Session. The zero value is usable.
+type Options struct {
+	// Logger receives the session's logs. If nil, nothing is logged.
+	Logger *zap.Logger
+	// MaxFrameSize is the longest line accepted from either side, in bytes.
+	// If zero, framing.DefaultMaxFrameSize.
+	MaxFrameSize int
+	// RetireAfter is how long a cancelled request is remembered, so that its
+	// late response and progress are recognised as such. A response that
+	// comes later still never reaches the issuer: it is dropped as unknown.
+	// If zero, DefaultRetireAfter.
+	RetireAfter time.Duration
+	// RetireMax bounds how many cancelled requests are remembered per
+	// direction. If zero, DefaultRetireMax.
+	RetireMax int
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+	// OnEvent, if set, is called for every decision the proxy makes, on the
+	// relay goroutine that made it, in order for each direction. It must not block.
+	OnEvent func(Event)
+	// OnClientClosed, if set, is called once, on the client's relay
+	// goroutine, when the client's input has ended and the server's input
+	// has been asked to close: the caller starts stopping the server there.
+	OnClientClosed func()
+}
+
+// Conn is one peer's pair of byte streams.
+type Conn struct {
+	In  io.ReadCloser  // frames from the peer
+	Out io.WriteCloser // frames to the peer
+}
+
+// ErrServerGone is returned by Run when the server's output ended while the
+// client was still connected.
+var ErrServerGone = errors.New("server closed its output while the client was connected")
+
+// Session relays one client and one server. Create it with NewSession and
+// call Run once.
+type Session struct {
+	opts     Options
+	log      *zap.Logger
+	c2s, s2c *ledger
+	client   *side
+	server   *side
+	stats    stats
+	// clientClosed is set once the client's input has ended.
+	clientClosed atomic.Bool
+}
+
+// side is one peer as the relay sees it.
+type side struct {
+	name    string  // "client" or "server"
+	issued  *ledger // requests this peer sends
+	answers *ledger // requests this peer answers
+	out     *outbox // toward the other peer
+	back    *outbox // toward this peer, for the proxy's own answers
+	log     *zap.Logger
+}
+
+// NewSession returns a Session configured by opts.
+func NewSession(opts Options) *Session {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.RetireAfter <= 0 {
+		opts.RetireAfter = DefaultRetireAfter
+	}
+	if opts.RetireMax <= 0 {
+		opts.RetireMax = DefaultRetireMax
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Session{
+		opts: opts,
+		log:  opts.Logger,
+		c2s:  newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax),
+		s2c:  newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax),
+	}
+}
+
+// Stats returns the session's counters so far.
+func (s *Session) Stats() Stats { return s.stats.snapshot() }
+
+// InFlight returns how many requests are in flight in each direction.
+func (s *Session) InFlight() (clientToServer, serverToClient int) {
+	a, _ := s.c2s.counts()
+	b, _ := s.s2c.counts()
+	return a, b
+}
+
+// Run relays between client and server until the server's output ends.
+// When the client's input ends first, Run closes the server's input, calls
+// OnClientClosed, and keeps relaying the server's output until it ends; it
+// then returns nil. When the server's output ends first, every request of
+// the client still in flight is answered with a CodeServerGone error, and
+// Run returns ErrServerGone. Either way Run closes client.Out and
+// server.Out, and closes client.In to stop the client's reader without
+// waiting for it.
+func (s *Session) Run(client, server Conn) error {
+	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
+	s.client = &side{name: "client", issued: s.c2s, answers: s.s2c, out: toServer, back: toClient,
+		log: s.log.With(zap.String("from", "client"))}
+	s.server = &side{name: "server", issued: s.s2c, answers: s.c2s, out: toClient, back: toServer,
+		log: s.log.With(zap.String("from", "server"))}
+	go toClient.run()
+	go toServer.run()
+	go func() {
+		s.relay(s.client, client.In)
+		s.clientClosed.Store(true)
+		toServer.close()
+		if s.opts.OnClientClosed != nil {
+			s.opts.OnClientClosed()
+		}
+	}()
+
+	s.relay(s.server, server.In)
+	err := error(nil)
+	if !s.clientClosed.Load() {
+		err = ErrServerGone
+		s.failInFlight("the MCP server exited before answering")
+	}
+	toServer.close()
+	toClient.close()
+	<-toClient.dead
+	<-toServer.dead
+	client.In.Close()
+	return err
+}
+
+// relay reads frames from one peer until its input ends.
+func (s *Session) relay(from *side, in io.Reader) {
+	rd := framing.NewReader(in, s.opts.MaxFrameSize)
+	var f framing.Frame
+	for {
+		b := getBuf()
+		frame, err := rd.Read(b.b)
+		b.b = frame
+		var tl *framing.FrameTooLargeError
+		switch {
+		case err == nil:
+			s.handleFrame(from, &f, b)
+			continue
+		case errors.As(err, &tl):
+			putBuf(b)
+			s.tooLarge(from, tl)
+			continue
+		case err != io.EOF:
+			from.log.Warn("reading failed", zap.Error(err))
+		}
+		putBuf(b)
+		from.log.Debug("input ended")
+		return
+	}
+}
