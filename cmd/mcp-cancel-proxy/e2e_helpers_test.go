@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// proxyBin is the mcp-cancel-proxy binary built for these tests; the example
+// server is the same binary's `example-server` command.
+var proxyBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mcp-cancel-proxy-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	proxyBin = filepath.Join(dir, "mcp-cancel-proxy")
+	build := exec.Command("go", "build", "-race", "-o", proxyBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the proxy:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// watchdog dumps every goroutine and fails loudly if a test hangs.
+func watchdog(t testing.TB, d time.Duration) {
+	tm := time.AfterFunc(d, func() {
+		debug.SetTraceback("all")
+		panic("test " + t.Name() + " hung")
+	})
+	t.Cleanup(func() { tm.Stop() })
+}
+
+// wrapped is a running proxy binary driven by a raw JSON-RPC client, with
+// the proxy's stderr log lines available for waiting on.
+type wrapped struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	frames chan []byte // what the proxy wrote to stdout
+	logs   *logTail
+	exited chan struct{}
+	err    error
+}
+
+func startWrapped(t testing.TB, args ...string) *wrapped {
+	t.Helper()
+	watchdog(t, 60*time.Second)
+	cmd := exec.Command(proxyBin, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &wrapped{t: t, cmd: cmd, stdin: stdin, frames: make(chan []byte, 256),
+		logs: newLogTail(stderr), exited: make(chan struct{})}
+	go func() {
+		rd := framing.NewReader(stdout, 0)
+		for {
+			f, err := rd.Read(nil)
+			if err != nil {
+				close(w.frames)
+				return
+			}
+			w.frames <- f
+		}
+	}()
+	go func() {
+		<-w.logs.done
+		for range w.frames { // wait for stdout to drain as well before Wait closes it
+		}
+		w.err = cmd.Wait()
+		close(w.exited)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-w.exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-w.exited
+		}
+		if t.Failed() {
+			t.Logf("proxy stderr:\n%s", w.logs.all())
+		}
+	})
+	return w
+}
+
+func (w *wrapped) send(frame string) {
+	w.t.Helper()
+	if _, err := io.WriteString(w.stdin, frame+"\n"); err != nil {
+		w.t.Fatalf("writing to the proxy: %v", err)
+	}
+}
+
+// recv returns the next frame the proxy sent the client.
+func (w *wrapped) recv() map[string]any {
+	w.t.Helper()
+	select {
+	case f, ok := <-w.frames:
+		if !ok {
+			w.t.Fatal("proxy closed stdout")
+		}
+		var m map[string]any
+		if err := json.Unmarshal(f, &m); err != nil {
+			w.t.Fatalf("proxy wrote invalid JSON %s: %v", f, err)
+		}
+		return m
+	case <-time.After(30 * time.Second):
+		w.t.Fatal("no frame from the proxy in 30s")
+		return nil
+	}
+}
+
+// recvUntil collects frames until one satisfies stop, returning all of them.
+func (w *wrapped) recvUntil(stop func(map[string]any) bool) []map[string]any {
+	w.t.Helper()
+	var got []map[string]any
+	for {
+		m := w.recv()
+		got = append(got, m)
+		if stop(m) {
+			return got
+		}
+	}
+}
+
+func (w *wrapped) initialize(capabilities string) {
+	w.t.Helper()
+	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":` + capabilities + `,"clientInfo":{"name":"e2e","version":"1"}}}`)
+	w.recvUntil(isResponse("init"))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+// wait waits for the proxy to exit and returns its exit code.
+func (w *wrapped) wait() int {
+	w.t.Helper()
+	select {
+	case <-w.exited:
+	case <-time.After(30 * time.Second):
+		w.t.Fatal("proxy did not exit")
+	}
+	if w.err == nil {
+		return 0
+	}
+	if ee, ok := w.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	w.t.Fatalf("proxy: %v", w.err)
+	return -1
+}
+
+func isResponse(id any) func(map[string]any) bool {
+	want := fmt.Sprint(id)
+	return func(m map[string]any) bool {
+		_, hasMethod := m["method"]
+		return !hasMethod && m["id"] != nil && fmt.Sprint(m["id"]) == want
+	}
+}
+
+// concerns reports whether a frame is the response to id, or progress for token.
+func concerns(m map[string]any, id any, token string) bool {
+	if isResponse(id)(m) {
+		return true
+	}
+	if m["method"] == framing.MethodProgress {
+		p, _ := m["params"].(map[string]any)
+		return fmt.Sprint(p["progressToken"]) == token
+	}
+	return false
+}
+
+// logTail collects the proxy's stderr lines and lets a test wait for one.
+type logTail struct {
+	mu    sync.Mutex // guards lines and waiters
+	lines []string
+	wake  chan struct{} // closed and replaced on every new line
+	done  chan struct{}
+}
+
+func newLogTail(r io.Reader) *logTail {
+	l := &logTail{wake: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.lines = append(l.lines, sc.Text())
+			close(l.wake)
+			l.wake = make(chan struct{})
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// waitFor blocks until a log line contains every one of parts.
+func (l *logTail) waitFor(t testing.TB, parts ...string) string {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		l.mu.Lock()
+		for ; seen < len(l.lines); seen++ {
+			if containsAll(l.lines[seen], parts) {
+				line := l.lines[seen]
+				l.mu.Unlock()
+				return line
+			}
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-l.done:
+			t.Fatalf("proxy stderr ended without a line containing %q", parts)
+		case <-deadline.C:
+			t.Fatalf("no proxy log line containing %q in 30s", parts)
+		}
+	}
+}
+
+func (l *logTail) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}

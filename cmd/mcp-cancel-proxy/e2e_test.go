@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// exampleServer wraps the bundled go-sdk example server.
+func exampleServer(t testing.TB, extra ...string) *wrapped {
+	args := append([]string{"--log-level", "debug"}, extra...)
+	return startWrapped(t, append(args, "--", proxyBin, "example-server")...)
+}
+
+// assertNothingAfter fails if any frame in got concerns the cancelled id or token.
+func assertNothingAfter(t *testing.T, got []map[string]any, id any, token string) {
+	t.Helper()
+	for _, m := range got {
+		if concerns(m, id, token) {
+			t.Errorf("client got %v after cancelling %v", m, id)
+		}
+	}
+}
+
+// TestE2EServerIgnoresCancel: the go-sdk example server's block tool ignores
+// cancellation, reports progress again and answers once released. The proxy
+// forwards the cancel and the client sees neither the progress nor the answer.
+func TestE2EServerIgnoresCancel(t *testing.T) {
+	w := exampleServer(t)
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"k"},"_meta":{"progressToken":"tok"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
+	w.logs.waitFor(t, `"cancel accepted"`, `"id":"2"`, `"reason":"test"`)
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"k"}}}`)
+	got := w.recvUntil(isResponse(3))
+	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"2"`)
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	got = append(got, w.recvUntil(isResponse(4))...)
+	assertNothingAfter(t, got, 2, "tok")
+	w.logs.waitFor(t, `"suppressed"`, `"kind":"notification"`, `"method":"notifications/progress"`)
+	w.stdin.Close()
+	if code := w.wait(); code != 0 {
+		t.Errorf("proxy exit status %d after client EOF, want 0", code)
+	}
+}
+
+// TestE2EServerHonoursCancel: the tool stops when cancelled, but the go-sdk
+// server still answers the cancelled request; the proxy suppresses that.
+func TestE2EServerHonoursCancel(t *testing.T) {
+	w := exampleServer(t)
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":60,"steps":600},"_meta":{"progressToken":7}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "7") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"h"}}`)
+	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"h\""`)
+	w.send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	assertNothingAfter(t, w.recvUntil(isResponse(5)), "h", "7")
+}
+
+// TestE2EServerCancelsSampling: the server cancels its own sampling request
+// when the tool call that made it is cancelled; the cancel reaches the client
+// and the client's late answer never reaches the server.
+func TestE2EServerCancelsSampling(t *testing.T) {
+	w := exampleServer(t)
+	w.initialize(`{"sampling":{}}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask_sampling","arguments":{}}}`)
+	got := w.recvUntil(func(m map[string]any) bool { return m["method"] == "sampling/createMessage" })
+	samplingID := got[len(got)-1]["id"]
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	got = w.recvUntil(func(m map[string]any) bool { return m["method"] == "notifications/cancelled" })
+	p := got[len(got)-1]["params"].(map[string]any)
+	if fmt.Sprint(p["requestId"]) != fmt.Sprint(samplingID) {
+		t.Fatalf("server cancelled %v, want the sampling request %v", p["requestId"], samplingID)
+	}
+	idJSON := strconv.Quote(fmt.Sprint(samplingID))
+	if _, isNum := samplingID.(float64); isNum {
+		idJSON = fmt.Sprint(samplingID)
+	}
+	w.send(`{"jsonrpc":"2.0","id":` + idJSON + `,"result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
+	w.logs.waitFor(t, `"suppressed"`, `"from":"client"`, `"direction":"server_to_client"`)
+	w.send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	w.recvUntil(isResponse(9))
+}
+
+// TestE2EGoSDKClient drives the proxy with the go-sdk's own client, which
+// sends the cancel when the call's context ends.
+func TestE2EGoSDKClient(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	var stderr strings.Builder
+	cmd := exec.Command(proxyBin, "--log-level", "debug", "--", proxyBin, "example-server")
+	cmd.Stderr = &lockedWriter{w: &stderr}
+	firstProgress := make(chan struct{})
+	var mu sync.Mutex
+	var progressAfterCancel int
+	cancelled := false
+	var once sync.Once
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-go-sdk", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			if cancelled {
+				progressAfterCancel++
+			}
+			mu.Unlock()
+			once.Do(func() { close(firstProgress) })
+		},
+	})
+	ctx := context.Background()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		params := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "g"}}
+		params.SetProgressToken("go-sdk-tok")
+		_, err := cs.CallTool(callCtx, params)
+		errc <- err
+	}()
+	<-firstProgress
+	mu.Lock()
+	cancelled = true
+	mu.Unlock()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
+	}
+	// Release the blocked tool: it reports progress and answers, late.
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs.Close()
+	cmd.Wait()
+	logs := stderr.String()
+	for _, want := range []string{`"cancel accepted"`, `"late response to a cancelled request"`, `"progress for a cancelled request"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("proxy logs lack %s:\n%s", want, logs)
+		}
+	}
+	if progressAfterCancel != 0 {
+		t.Errorf("client got %d progress notifications after cancelling", progressAfterCancel)
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestE2EServerCrashesMidCall: every request in flight gets an error that
+// says the server is gone, and the proxy exits with the server's status.
+func TestE2EServerCrashesMidCall(t *testing.T) {
+	w := exampleServer(t)
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"c"},"_meta":{"progressToken":"c"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "c") })
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"crash","arguments":{}}}`)
+	codes := map[string]any{}
+	for len(codes) < 2 {
+		m := w.recv()
+		if e, ok := m["error"].(map[string]any); ok {
+			codes[fmt.Sprint(m["id"])] = e["code"]
+		}
+	}
+	if fmt.Sprint(codes) != "map[1:-32000 2:-32000]" {
+		t.Errorf("errors for requests in flight = %v, want -32000 for ids 1 and 2", codes)
+	}
+	if code := w.wait(); code != 3 {
+		t.Errorf("proxy exit status %d, want the server's 3", code)
+	}
+}
+
+// TestE2EChildIgnoresEOFAndTERM: a server that ignores both stdin EOF and
+// SIGTERM, with a child of its own that does too, is killed, group and all.
+func TestE2EChildIgnoresEOFAndTERM(t *testing.T) {
+	// The script reports its pid and its child's on stderr, which the proxy
+	// copies to its own.
+	script := `trap "" TERM; sleep 300 & printf "p%s $$ $!\n" "ids:" >&2; wait; wait`
+	w := startWrapped(t, "--log-level", "debug", "--term-after", "100ms", "--kill-after", "100ms", "--", "sh", "-c", script)
+	line := w.logs.waitFor(t, "pids: ")
+	var pids []int
+	for _, f := range strings.Fields(line[strings.Index(line, "pids: ")+6:]) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("bad pid line %q", line)
+		}
+		pids = append(pids, n)
+	}
+	w.stdin.Close()
+	if code := w.wait(); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	w.logs.waitFor(t, "sending SIGTERM")
+	w.logs.waitFor(t, "sending SIGKILL")
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d survived the proxy", pid)
+		}
+	}
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z"
+}
