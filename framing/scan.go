@@ -15,7 +15,9 @@ type SyntaxError struct {
 	msg    string
 }
 
-func (e *SyntaxError) Error() string { return fmt.Sprintf("invalid JSON at offset %d: %s", e.Offset, e.msg) }
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("invalid JSON at offset %d: %s", e.Offset, e.msg)
+}
 
 var errDepth = errors.New("nesting too deep")
 

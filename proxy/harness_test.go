@@ -6,7 +6,6 @@ import (
 	"io"
 	"reflect"
 	"runtime/debug"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,8 +84,14 @@ func write(t testing.TB, w io.Writer, frame string) {
 func (h *harness) clientGets(want string) { h.t.Helper(); expect(h.t, h.fromProxyC, "client", want) }
 func (h *harness) serverGets(want string) { h.t.Helper(); expect(h.t, h.fromProxyS, "server", want) }
 
-func (h *harness) clientGetsExactly(want string) { h.t.Helper(); expectBytes(h.t, h.fromProxyC, "client", want) }
-func (h *harness) serverGetsExactly(want string) { h.t.Helper(); expectBytes(h.t, h.fromProxyS, "server", want) }
+func (h *harness) clientGetsExactly(want string) {
+	h.t.Helper()
+	expectBytes(h.t, h.fromProxyC, "client", want)
+}
+func (h *harness) serverGetsExactly(want string) {
+	h.t.Helper()
+	expectBytes(h.t, h.fromProxyS, "server", want)
+}
 
 func next(t testing.TB, r *lineReader, who string) []byte {
 	t.Helper()
@@ -156,5 +161,3 @@ func (h *harness) wait() error {
 		return errors.New("unreachable")
 	}
 }
-
-var _ = sync.Mutex{}

@@ -5,8 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 	"testing"
+	"time"
 )
 
 // peersDir holds the npm peers that scripts/test installs.
