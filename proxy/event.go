@@ -18,6 +18,7 @@ const (
 	ActSuppressed     Action = "suppressed"
 	ActDropped        Action = "dropped"
 	ActReplied        Action = "answered by proxy"
+	ActWithdrawn      Action = "withdrawn before dispatch"
 )
 
 // Event describes one decision of the proxy, for timelines and tests.
@@ -40,10 +41,11 @@ type Stats struct {
 	ProgressSuppressed  int64 // progress for cancelled requests
 	Dropped             int64 // other messages not passed on (unknown responses, invalid messages)
 	ProxyErrors         int64 // error responses the proxy wrote itself
+	Withdrawn           int64 // requests cancelled while still queued in the proxy, never sent
 }
 
 type stats struct {
-	forwarded, cancelsForwarded, cancelsDropped, responsesSuppressed, progressSuppressed, dropped, proxyErrors atomic.Int64
+	forwarded, cancelsForwarded, cancelsDropped, responsesSuppressed, progressSuppressed, dropped, proxyErrors, withdrawn atomic.Int64
 }
 
 func (s *stats) snapshot() Stats {
@@ -55,5 +57,6 @@ func (s *stats) snapshot() Stats {
 		ProgressSuppressed:  s.progressSuppressed.Load(),
 		Dropped:             s.dropped.Load(),
 		ProxyErrors:         s.proxyErrors.Load(),
+		Withdrawn:           s.withdrawn.Load(),
 	}
 }

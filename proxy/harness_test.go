@@ -33,6 +33,12 @@ type lineReader struct {
 
 func newHarness(t testing.TB, opts proxy.Options) *harness {
 	t.Helper()
+	return newHarnessWith(t, opts, nil)
+}
+
+// newHarnessWith lets a test wrap the writer toward the server.
+func newHarnessWith(t testing.TB, opts proxy.Options, wrap func(io.WriteCloser) io.WriteCloser) *harness {
+	t.Helper()
 	watchdog(t, 20*time.Second)
 	cIn, cInW := io.Pipe()
 	cOutR, cOut := io.Pipe()
@@ -47,8 +53,12 @@ func newHarness(t testing.TB, opts proxy.Options) *harness {
 	}
 	opts.OnClientClosed = func() { close(h.clientClosed) }
 	h.sess = proxy.NewSession(opts)
+	var toServer io.WriteCloser = sOut
+	if wrap != nil {
+		toServer = wrap(sOut)
+	}
 	go func() {
-		h.done <- h.sess.Run(proxy.Conn{In: cIn, Out: cOut}, proxy.Conn{In: sIn, Out: sOut})
+		h.done <- h.sess.Run(proxy.Conn{In: cIn, Out: cOut}, proxy.Conn{In: sIn, Out: toServer})
 	}()
 	t.Cleanup(func() {
 		h.toProxyS.Close()

@@ -46,6 +46,9 @@ type call struct {
 	started  time.Time
 	state    callState
 	retireAt time.Time // when a cancelled call is forgotten
+	// ticket is the request's frame in the receiver's outbox. It is set and
+	// read only on the issuer's relay goroutine.
+	ticket ticket
 }
 
 func (c *call) aliased() bool { return c.upID != c.id }
@@ -180,6 +183,19 @@ func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 		c = nil
 	}
 	return c, reason
+}
+
+// forget removes a cancelled call whose request was never sent: no late
+// response can come for it.
+func (l *ledger) forget(c *call) {
+	l.update(func() {
+		if l.byUp[c.upID] == c {
+			delete(l.byUp, c.upID)
+		}
+		if l.tokens[c.token] == c {
+			delete(l.tokens, c.token)
+		}
+	})
 }
 
 // progress reports Suppress for progress whose token belongs to a cancelled

@@ -13,16 +13,19 @@ import (
 )
 
 // TestCompleteVersusCancelRace drives thousands of requests whose response
-// and cancel cross in the proxy. For every id exactly one side must win:
-// either the client got the response and the server never got the cancel, or
-// the server got the cancel and the client never got the response. Nothing
-// may be lost, and nothing may be delivered twice. Run it under -race.
+// and cancel cross in the proxy. For every request the server saw, exactly
+// one side must win: either the client got the response and the server never
+// got the cancel, or the server got the cancel and the client never got the
+// response. A request cancelled while still queued in the proxy is never
+// sent, and then neither is its cancel. Nothing may be lost, and nothing may
+// be delivered twice. Run it under -race.
 func TestCompleteVersusCancelRace(t *testing.T) {
 	const n = 3000
 	h := newHarness(t, proxy.Options{})
 	var wg sync.WaitGroup
 	responses := make(map[int]int)
 	cancels := make(map[int]int)
+	requests := make(map[int]int)
 
 	wg.Add(3)
 	go func() { // the server answers every request as soon as it sees it
@@ -46,6 +49,7 @@ func TestCompleteVersusCancelRace(t *testing.T) {
 				cancels[m.Params.RequestID]++
 				continue
 			}
+			requests[*m.ID]++
 			fmt.Fprintf(h.toProxyS, `{"jsonrpc":"2.0","id":%d,"result":{}}`+"\n", *m.ID)
 		}
 	}()
@@ -80,25 +84,33 @@ func TestCompleteVersusCancelRace(t *testing.T) {
 	wg.Wait()
 	h.wait()
 
-	both, neither := 0, 0
+	both, neither, unsent := 0, 0, 0
 	for i := range n {
-		r, c := responses[i], cancels[i]
-		if r > 1 || c > 1 {
-			t.Fatalf("id %d: %d responses and %d cancels delivered", i, r, c)
+		q, r, c := requests[i], responses[i], cancels[i]
+		if q > 1 || r > 1 || c > 1 {
+			t.Fatalf("id %d: delivered %d times, %d responses and %d cancels", i, q, r, c)
 		}
-		switch r + c {
-		case 2:
+		switch {
+		case q == 0 && r+c > 0:
+			t.Fatalf("id %d was never sent, yet %d responses and %d cancels were delivered", i, r, c)
+		case q == 0:
+			unsent++
+		case r+c == 2:
 			both++
-		case 0:
+		case r+c == 0:
 			neither++
 		}
 	}
 	st := h.sess.Stats()
-	t.Logf("%d requests: %d responses won, %d cancels won; stats %+v", n, len(responses), len(cancels), st)
+	t.Logf("%d requests: %d responses won, %d cancels won, %d withdrawn unsent; stats %+v",
+		n, len(responses), len(cancels), unsent, st)
 	if both > 0 || neither > 0 {
-		t.Fatalf("%d ids got both a response and a forwarded cancel, %d got neither", both, neither)
+		t.Fatalf("%d ids got both a response and a forwarded cancel, %d sent ones got neither", both, neither)
 	}
-	if int(st.CancelsForwarded)+int(st.CancelsDropped) != n {
+	if int64(unsent) != st.Withdrawn {
+		t.Errorf("%d requests never reached the server, but %d were withdrawn", unsent, st.Withdrawn)
+	}
+	if int(st.CancelsForwarded)+int(st.CancelsDropped) != n { // accepted ones include the withdrawn
 		t.Errorf("cancels forwarded %d + dropped %d != %d", st.CancelsForwarded, st.CancelsDropped, n)
 	}
 }
@@ -128,4 +140,60 @@ func TestCancelTakesEffectWhileServerInputIsBlocked(t *testing.T) {
 	h.server(`{"jsonrpc":"2.0","method":"notifications/marker"}`)
 	h.clientGets(`{"jsonrpc":"2.0","method":"notifications/marker"}`)
 	h.serverGets(cancel1)
+}
+
+// gatedWriter holds every Write until the test releases it, announcing the
+// first on started (which has room for one).
+type gatedWriter struct {
+	io.WriteCloser
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	select {
+	case g.started <- struct{}{}:
+	default:
+	}
+	<-g.release
+	return g.WriteCloser.Write(p)
+}
+
+// TestCancelNeverWaitsBehindQueuedFrames: while the proxy is stuck writing
+// request 1 to a server that is not reading, the client queues request 2
+// and a ping, then cancels 2 and 1. Request 2, still queued, is withdrawn:
+// neither it nor its cancel is ever sent. The cancel of 1, whose request is
+// already on the wire, goes ahead of the queued ping.
+func TestCancelNeverWaitsBehindQueuedFrames(t *testing.T) {
+	accepted := make(chan proxy.Event, 8)
+	gate := &gatedWriter{started: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarnessWith(t, proxy.Options{OnEvent: func(e proxy.Event) {
+		if e.Action == proxy.ActCancelAccepted || e.Action == proxy.ActWithdrawn {
+			accepted <- e
+		}
+	}}, func(w io.WriteCloser) io.WriteCloser { gate.WriteCloser = w; return gate })
+
+	h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)
+	<-gate.started // request 1 is being written
+	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call"}`)
+	h.client(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	h.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	h.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	var got []string
+	for range 3 {
+		e := <-accepted
+		got = append(got, fmt.Sprintf("%s %v", e.Action, e.ID))
+	}
+	if want := "[cancel accepted 2 withdrawn before dispatch 2 cancel accepted 1]"; fmt.Sprint(got) != want {
+		t.Fatalf("events %v, want %s", got, want)
+	}
+	close(gate.release) // let every write through from now on
+	h.serverGets(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)
+	h.serverGets(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	h.serverGets(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	h.server(`{"jsonrpc":"2.0","id":3,"result":{}}`)
+	h.clientGets(`{"jsonrpc":"2.0","id":3,"result":{}}`)
+	if st := h.sess.Stats(); st.Withdrawn != 1 {
+		t.Errorf("Withdrawn = %d, want 1", st.Withdrawn)
+	}
 }

@@ -14,6 +14,14 @@ import (
 // no one mistakes it for the server's.
 const proxyName = "mcp-cancel-proxy"
 
+// outcome is what handle decided for one message.
+type outcome struct {
+	v         Verdict
+	rewritten *buf  // replaces the message's bytes when forwarded, if set
+	req       *call // a request that is being forwarded
+	cancelled *call // the request an accepted cancel names
+}
+
 // handleFrame parses one frame from a peer and forwards, rewrites or drops
 // each message in it. It takes ownership of b.
 func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
@@ -22,20 +30,50 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		putBuf(b)
 		return
 	}
-	if !f.Batch {
-		v, rewritten := s.handle(from, &f.Msgs[0])
-		switch {
-		case v != Forward:
-			putBuf(b)
-		case rewritten != nil:
-			putBuf(b)
-			from.out.send(rewritten)
-		default:
-			from.out.send(b)
-		}
+	if f.Batch {
+		s.handleBatch(from, f, b)
 		return
 	}
-	s.handleBatch(from, f, b)
+	o := s.handle(from, &f.Msgs[0])
+	if o.v != Forward {
+		putBuf(b)
+		return
+	}
+	if o.rewritten != nil {
+		putBuf(b)
+		b = o.rewritten
+	}
+	switch {
+	case o.cancelled != nil:
+		s.sendCancel(from, o.cancelled, b)
+	case o.req != nil:
+		// Only the issuer's relay goroutine, this one, reads the ticket:
+		// cancels come from the same peer as their request.
+		o.req.ticket = from.out.send(b)
+	default:
+		from.out.send(b)
+	}
+}
+
+// sendCancel passes on an accepted cancel without letting it wait behind
+// other frames: if its request is still queued in the proxy, the request is
+// withdrawn and neither is ever sent; if the request has been written, the
+// cancel goes ahead of everything queued; otherwise (the request went in a
+// batch that is still queued) it keeps its place behind the request.
+func (s *Session) sendCancel(from *side, c *call, b *buf) {
+	switch {
+	case c.ticket.withdraw():
+		putBuf(b)
+		from.issued.forget(c)
+		s.stats.withdrawn.Add(1)
+		s.stats.forwarded.Add(-1) // counted when it was queued; it never left
+		s.note(from, from.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
+			"cancelled before it was sent: neither the request nor the cancel reaches the "+s.other(from).name, zapcore.InfoLevel)
+	case c.ticket.written():
+		from.out.sendUrgent(b)
+	default:
+		from.out.send(b)
+	}
 }
 
 // handleBatch handles a JSON array of messages (protocol 2025-03-26). When
@@ -47,13 +85,13 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 	kept, same := 0, true
 	for i := range f.Msgs {
 		m := &f.Msgs[i]
-		v, rewritten := Drop, (*buf)(nil)
+		o := outcome{v: Drop}
 		if f.Errs[i] != nil {
 			s.badMessage(from, m, f.Errs[i])
 		} else {
-			v, rewritten = s.handle(from, m)
+			o = s.handle(from, m)
 		}
-		if v != Forward {
+		if o.v != Forward {
 			same = false
 			continue
 		}
@@ -61,10 +99,10 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 			out.b = append(out.b, ',')
 		}
 		kept++
-		if rewritten != nil {
+		if o.rewritten != nil {
 			same = false
-			out.b = append(out.b, rewritten.b...)
-			putBuf(rewritten)
+			out.b = append(out.b, o.rewritten.b...)
+			putBuf(o.rewritten)
 		} else {
 			out.b = append(out.b, m.Raw...)
 		}
@@ -85,7 +123,7 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 
 // handle decides one message. A non-nil rewritten buffer replaces the
 // message's bytes when it is forwarded.
-func (s *Session) handle(from *side, m *framing.Message) (v Verdict, rewritten *buf) {
+func (s *Session) handle(from *side, m *framing.Message) outcome {
 	switch m.Kind {
 	case framing.KindRequest:
 		return s.request(from, m)
@@ -99,80 +137,82 @@ func (s *Session) handle(from *side, m *framing.Message) (v Verdict, rewritten *
 		return s.progress(from, m)
 	}
 	s.forwarded(from, m.Kind, m.Method, m.ID)
-	return Forward, nil
+	return outcome{}
 }
 
-func (s *Session) request(from *side, m *framing.Message) (Verdict, *buf) {
+func (s *Session) request(from *side, m *framing.Message) outcome {
 	c, v := from.issued.begin(m)
 	if v == Drop {
 		s.dropped(from, from.issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
 		s.replyError(from, m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)
-		return Drop, nil
+		return outcome{v: Drop}
 	}
 	s.forwarded(from, m.Kind, m.Method, m.ID)
+	o := outcome{req: c}
 	if c.aliased() {
 		from.log.Debug("request id reused while its cancelled predecessor may still answer; renamed upstream",
 			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID))
-		return Forward, splice(m, m.IDSpan, c.upID)
+		o.rewritten = splice(m, m.IDSpan, c.upID)
 	}
-	return Forward, nil
+	return o
 }
 
-func (s *Session) response(from *side, m *framing.Message) (Verdict, *buf) {
+func (s *Session) response(from *side, m *framing.Message) outcome {
 	if !m.ID.IsValid() { // an error about a message the peer could not read
 		s.forwarded(from, m.Kind, m.Method, m.ID)
-		return Forward, nil
+		return outcome{}
 	}
 	c, v := from.answers.complete(m.ID)
 	switch v {
 	case Drop:
 		s.dropped(from, from.answers.dir, m, m.ID, reasonUnknownReply, zapcore.WarnLevel)
-		return Drop, nil
+		return outcome{v: Drop}
 	case Suppress:
 		s.stats.responsesSuppressed.Add(1)
 		s.note(from, from.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
-		return Suppress, nil
+		return outcome{v: Suppress}
 	}
 	s.forwarded(from, m.Kind, c.method, c.id)
 	if c.aliased() {
-		return Forward, splice(m, m.IDSpan, c.id)
+		return outcome{rewritten: splice(m, m.IDSpan, c.id)}
 	}
-	return Forward, nil
+	return outcome{}
 }
 
-func (s *Session) cancel(from *side, m *framing.Message) (Verdict, *buf) {
+func (s *Session) cancel(from *side, m *framing.Message) outcome {
 	if !m.RequestID.IsValid() {
 		s.stats.cancelsDropped.Add(1)
 		s.note(from, from.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reasonNoRequestID, zapcore.DebugLevel)
-		return Drop, nil
+		return outcome{v: Drop}
 	}
 	c, reason := from.issued.cancel(m.RequestID)
 	if reason != "" {
 		s.stats.cancelsDropped.Add(1)
 		s.note(from, from.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
-		return Drop, nil
+		return outcome{v: Drop}
 	}
 	s.stats.cancelsForwarded.Add(1)
 	s.note(from, from.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
+	o := outcome{cancelled: c}
 	if c.aliased() {
-		return Forward, splice(m, m.RequestIDSpan, c.upID)
+		o.rewritten = splice(m, m.RequestIDSpan, c.upID)
 	}
-	return Forward, nil
+	return o
 }
 
-func (s *Session) progress(from *side, m *framing.Message) (Verdict, *buf) {
+func (s *Session) progress(from *side, m *framing.Message) outcome {
 	if !m.Token.IsValid() {
 		s.forwarded(from, m.Kind, m.Method, m.Token)
-		return Forward, nil
+		return outcome{}
 	}
 	c, v := from.answers.progress(m.Token)
 	if v == Suppress {
 		s.stats.progressSuppressed.Add(1)
 		s.note(from, from.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
-		return Suppress, nil
+		return outcome{v: Suppress}
 	}
 	s.forwarded(from, m.Kind, m.Method, m.Token)
-	return Forward, nil
+	return outcome{}
 }
 
 // splice returns m's bytes with the id at span replaced.
@@ -220,6 +260,7 @@ func (s *Session) tooLarge(from *side, tl *framing.FrameTooLargeError) {
 	switch {
 	case ok && isResponse:
 		if c, v := from.answers.complete(id); v == Forward {
+			// The peer's answer is lost: tell the issuer rather than let it wait.
 			s.replyError(s.other(from), c.id, framing.CodeInternalError,
 				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from.name, tl))
 		}
