@@ -89,14 +89,22 @@ func Parse(name string, r io.Reader) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("%s: %w", name, err)
 	}
+	var decodeErr error
 	if len(bytes.TrimSpace(data)) > 0 {
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && err != io.EOF {
-			return cfg, fmt.Errorf("%s: %w", name, err)
+		decodeErr = dec.Decode(&cfg)
+		var te *yaml.TypeError
+		switch {
+		case decodeErr == io.EOF:
+			decodeErr = nil
+		case decodeErr != nil && !errors.As(decodeErr, &te):
+			return cfg, fmt.Errorf("%s: %w", name, decodeErr) // not YAML at all
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	// A yaml.TypeError leaves the rest decoded: validate it too, so that
+	// every problem is reported at once.
+	if err := errors.Join(decodeErr, cfg.Validate()); err != nil {
 		return cfg, fmt.Errorf("%s: %w", name, err)
 	}
 	return cfg, nil

@@ -69,7 +69,6 @@ func Start(argv []string, opts Options) (*Process, error) {
 		opts.Logger = zap.NewNop()
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = opts.Stderr
 	// Setpgid: the child leads its own group, so that signals reach its
 	// helpers too. Pdeathsig: if the proxy itself dies, the child does not
 	// linger without a client.
@@ -89,9 +88,14 @@ func Start(argv []string, opts Options) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
+	copyStderr, err := stderrTo(cmd, opts.Stderr)
+	if err != nil {
+		return nil, err
+	}
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
+	copyStderr(err == nil)
 	if err != nil {
 		inW.Close()
 		outR.Close()
@@ -171,4 +175,32 @@ func (p *Process) waitExit(d time.Duration) bool {
 func (p *Process) signalGroup(sig syscall.Signal) bool {
 	err := syscall.Kill(-p.cmd.Process.Pid, sig)
 	return err == nil
+}
+
+// stderrTo points the child's stderr at w. A file is passed to the child
+// as it is. Any other writer gets a pipe that our own goroutine copies from:
+// exec.Cmd's copier would tie Wait to every process holding the pipe, the
+// server's helpers included. The returned function, called after Start,
+// closes the child's end and starts the copy if the child started.
+func stderrTo(cmd *exec.Cmd, w io.Writer) (func(started bool), error) {
+	if f, ok := w.(*os.File); ok {
+		cmd.Stderr = f
+		return func(bool) {}, nil
+	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = pw
+	return func(started bool) {
+		pw.Close()
+		if !started {
+			r.Close()
+			return
+		}
+		go func() { // ends when the last holder of the child's stderr exits
+			io.Copy(w, r)
+			r.Close()
+		}()
+	}, nil
 }
