@@ -109,8 +109,7 @@ func (f *Frame) Parse(raw []byte) error {
 			err = &InvalidError{invalid}
 		}
 	}
-	var ie *InvalidError
-	if err != nil && !errors.As(err, &ie) {
+	if _, invalid := err.(*InvalidError); err != nil && !invalid {
 		return err
 	}
 	if sc.ws(); sc.pos != len(sc.data) {

@@ -62,6 +62,10 @@ func (r *Reader) Read(dst []byte) ([]byte, error) {
 	}
 }
 
+// Buffered reports how many bytes have been read from the input but not yet
+// returned as frames: zero means the next Read will wait for input.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
 // readLine reads one line into dst. A partial last line is returned with a
 // nil error; the next call reports io.EOF.
 func (r *Reader) readLine(dst []byte) ([]byte, error) {

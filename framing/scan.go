@@ -1,6 +1,7 @@
 package framing
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -68,6 +69,10 @@ func (s *scanner) str() (span Span, escaped bool, err error) {
 	start = s.pos
 	i := s.pos + 1
 	for i < len(s.data) {
+		i = plainRun(s.data, i)
+		if i >= len(s.data) {
+			break
+		}
 		c := s.data[i]
 		switch {
 		case c == '"':
@@ -317,4 +322,35 @@ func (s *scanner) fields(f func(key Span, escaped bool) error) (bool, error) {
 func (s *scanner) skip() error {
 	_, err := s.value()
 	return err
+}
+
+// Word-at-a-time masks (see "Bit Twiddling Hacks", "Determine if a word has
+// a byte less than n"): a high bit is set in each byte lane that may hold the
+// byte looked for; lanes are then checked one by one.
+const (
+	lo8   = 0x0101010101010101
+	hi8   = 0x8080808080808080
+	quote = '"' * lo8
+	bslsh = '\\' * lo8
+	ctl   = 0x20 * lo8
+)
+
+// plainRun returns the index of the first byte at or after i that needs a
+// look in a string: a quote, a backslash or a control character. It tests
+// eight bytes at a time, which is what makes classifying a large tool
+// result cost little more than copying it.
+func plainRun(d []byte, i int) int {
+	for ; i+8 <= len(d); i += 8 {
+		v := binary.LittleEndian.Uint64(d[i:])
+		q, b := v^quote, v^bslsh
+		if ((q-lo8)&^q|(b-lo8)&^b|(v-ctl)&^v)&hi8 != 0 {
+			break
+		}
+	}
+	for ; i < len(d); i++ {
+		if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }

@@ -3,196 +3,250 @@ package proxy
 import (
 	"io"
 	"sync"
-	"sync/atomic"
-
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"syscall"
 )
 
-// buf is a pooled frame buffer. A frame's buffer is owned by exactly one
-// goroutine at a time: the reader fills it, the outbox writes and frees it.
+// maxQueued bounds the bytes queued toward one peer. When the peer stops
+// reading, the queue fills and the relay pushes back on the sender. A single
+// frame larger than this is still accepted when the queue is empty.
+const maxQueued = 4 << 20
+
+// outbox owns the writing side of one peer.
 //
-// st packs a generation (high bits, advanced each time the buffer is
-// recycled) with a state (low 2 bits): free, queued, writing or withdrawn.
-// A ticket names one generation, so a stale ticket can never touch a
-// recycled buffer.
-type buf struct {
-	b  []byte
-	st atomic.Uint64
-}
-
-const (
-	bufFree uint64 = iota
-	bufQueued
-	bufWriting
-	bufWithdrawn
-	stateMask = 3
-)
-
-// ticket identifies a frame handed to an outbox, to ask later whether it has
-// been written, or to withdraw it.
-type ticket struct {
-	b   *buf
-	gen uint64
-}
-
-// valid reports whether the ticket names a frame.
-func (t ticket) valid() bool { return t.b != nil }
-
-// withdraw takes the frame out of the queue if it has not begun to be
-// written, and reports whether it did.
-func (t ticket) withdraw() bool {
-	return t.b != nil && t.b.st.CompareAndSwap(t.gen<<2|bufQueued, t.gen<<2|bufWithdrawn)
-}
-
-// written reports whether the frame has been written, or is being written.
-func (t ticket) written() bool {
-	if t.b == nil {
-		return false
-	}
-	v := t.b.st.Load()
-	return v>>2 != t.gen || v&stateMask == bufWriting
-}
-
-// maxPooled keeps huge frames' buffers out of the pool.
-const maxPooled = 1 << 20
-
-var bufPool = sync.Pool{New: func() any { return &buf{b: make([]byte, 0, 4<<10)} }}
-
-func getBuf() *buf { return bufPool.Get().(*buf) }
-
-// putBuf recycles b under a new generation.
-func putBuf(b *buf) {
-	gen := b.st.Load() >> 2
-	b.st.Store((gen + 1) << 2)
-	if cap(b.b) <= maxPooled {
-		b.b = b.b[:0]
-		bufPool.Put(b)
-	}
-}
-
-// outboxDepth bounds the frames queued toward one peer. When the peer stops
-// reading, the queue fills and the relay pushes back on the sender.
-const outboxDepth = 256
-
-// outbox owns the writing side of one peer: a goroutine that drains a queue
-// of frames into a framing.Writer, flushing whenever the queue runs empty.
-// Urgent frames (cancels whose request has already been written) go ahead
-// of everything queued, so that a cancel never waits behind other frames.
+// Frames are queued under a mutex. The relay that produced them writes them
+// itself when its input runs dry (flush): one writev for the whole burst,
+// attempted without blocking, as a plain byte copy would. What does not fit,
+// and frames queued by anyone else, are written by the outbox's goroutine,
+// which is the only one that ever waits for the peer: a relay never blocks
+// on a peer that does not read, so it keeps reading, and acting on, cancels.
+// Urgent frames (cancels whose request has already been written) go ahead of
+// everything queued, so that a cancel never waits behind other frames.
+//
+// Writers that are not non-blocking files (an io.Pipe in tests, a terminal)
+// get the same queue, written by the goroutine alone.
 type outbox struct {
-	q       chan *buf
-	urgent  chan *buf
-	closing chan struct{} // closed by close: drain what is queued, then stop
-	dead    chan struct{} // closed when run returns
-	w       *framing.Writer
-	c       io.Closer
-	once    sync.Once
-	err     error // the write error that stopped run, if any; read after dead
+	w   io.Writer
+	c   io.Closer
+	raw syscall.RawConn // set when the peer is a non-blocking file
+	iov []syscall.Iovec // writev's vector; used only by whoever holds busy
+
+	mu sync.Mutex // guards the fields below
+	// front holds frames taken for a write that did not finish, the first
+	// of them possibly in part; they go before everything else. urgent and
+	// queue hold frames not yet taken, in order.
+	front, urgent, queue []*buf
+	queued               int       // bytes in front, urgent and queue
+	busy                 bool      // someone is writing to the peer
+	closing              bool      // close was called: drain, then stop
+	stopped              bool      // the writer has returned; sends are refused
+	space                sync.Cond // signalled when frames are taken, or on stop
+
+	kick chan struct{} // 1-buffered: wakes the writer goroutine
+	dead chan struct{} // closed when run returns
+	err  error         // the write error that stopped run, if any; read after dead
 }
 
 func newOutbox(w io.WriteCloser) *outbox {
-	return &outbox{
-		q:       make(chan *buf, outboxDepth),
-		urgent:  make(chan *buf, outboxDepth),
-		closing: make(chan struct{}),
-		dead:    make(chan struct{}),
-		w:       framing.NewWriter(w),
-		c:       w,
-	}
+	o := &outbox{w: w, c: w, raw: nonBlocking(w), kick: make(chan struct{}, 1), dead: make(chan struct{})}
+	o.space.L = &o.mu
+	return o
 }
 
-// send queues a frame and returns its ticket; the outbox takes ownership of
-// b. When the outbox has stopped, b is freed and the ticket is invalid.
-func (o *outbox) send(b *buf) ticket { return o.enqueue(o.q, b) }
+// send queues a frame and wakes the writer; the outbox takes ownership of b.
+// It blocks while the queue is full. When the outbox has stopped, b is freed
+// and the ticket is invalid.
+func (o *outbox) send(b *buf) ticket {
+	t := o.enqueue(b, false)
+	o.wake()
+	return t
+}
+
+// sendDeferred queues a frame without waking the writer: the caller
+// promises to call flush before it next waits for input.
+func (o *outbox) sendDeferred(b *buf) ticket { return o.enqueue(b, false) }
 
 // sendUrgent queues a frame ahead of every frame not yet being written.
-func (o *outbox) sendUrgent(b *buf) ticket { return o.enqueue(o.urgent, b) }
+// It never waits for space: urgent frames are small and rare.
+func (o *outbox) sendUrgent(b *buf) ticket {
+	t := o.enqueue(b, true)
+	o.wake()
+	return t
+}
 
-func (o *outbox) enqueue(q chan *buf, b *buf) ticket {
+func (o *outbox) enqueue(b *buf, urgent bool) ticket {
+	b.b = append(b.b, '\n')
 	gen := b.st.Load() >> 2
 	b.st.Store(gen<<2 | bufQueued)
-	select {
-	case q <- b:
-		return ticket{b, gen}
-	case <-o.dead:
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for !urgent && !o.stopped && o.queued > 0 && o.queued+len(b.b) > maxQueued {
+		o.wakeLocked()
+		o.space.Wait()
+	}
+	if o.stopped {
 		putBuf(b)
 		return ticket{}
 	}
+	if urgent {
+		o.urgent = append(o.urgent, b)
+	} else {
+		o.queue = append(o.queue, b)
+	}
+	o.queued += len(b.b)
+	return ticket{b, gen}
 }
 
-// sendBytes copies p into a pooled buffer and queues it.
-func (o *outbox) sendBytes(p []byte) ticket {
-	b := getBuf()
-	b.b = append(b.b, p...)
-	return o.send(b)
+func (o *outbox) wake() {
+	select {
+	case o.kick <- struct{}{}:
+	default: // already awake, or about to be
+	}
+}
+
+// wakeLocked wakes the writer from under the lock (the send never blocks).
+func (o *outbox) wakeLocked() { o.wake() }
+
+// flush writes what is queued, in the caller's goroutine, with a single
+// non-blocking attempt, and leaves what did not fit to the writer goroutine.
+func (o *outbox) flush() {
+	if o.raw == nil {
+		o.wake()
+		return
+	}
+	batch, ok := o.take(nil)
+	if !ok {
+		return // the writer goroutine is at it, and will loop for more
+	}
+	if len(batch) > 0 {
+		rest, err := o.writev(batch, false)
+		o.putBack(rest)
+		if err != nil {
+			o.wake() // the writer goroutine meets the error again and stops
+		}
+	}
+	o.mu.Lock()
+	o.busy = false
+	pending := o.queued > 0 || o.closing
+	o.mu.Unlock()
+	if pending {
+		o.wake()
+	}
 }
 
 // close asks the outbox to write what is queued, close its writer and stop.
 // It does not wait; receive from dead for that.
-func (o *outbox) close() { o.once.Do(func() { close(o.closing) }) }
+func (o *outbox) close() {
+	o.mu.Lock()
+	o.closing = true
+	o.mu.Unlock()
+	o.wake()
+}
 
-// run is the outbox's goroutine. It exits after close (once the queues are
-// drained) or on the first write error, and closes the underlying writer.
+// run is the outbox's goroutine. It exits after close (once everything
+// queued is written) or on the first write error, and closes the writer.
 func (o *outbox) run() {
 	defer close(o.dead)
 	defer o.c.Close()
-	for {
-		var b *buf
-		select { // urgent frames first
-		case b = <-o.urgent:
-		default:
-			select {
-			case b = <-o.urgent:
-			case b = <-o.q:
-			case <-o.closing:
-				o.drain()
+	defer o.stop()
+	var batch []*buf
+	for range o.kick {
+		for {
+			var ok bool
+			batch, ok = o.take(batch[:0])
+			if !ok { // a flush is under way; it wakes us when done
+				break
+			}
+			if len(batch) == 0 {
+				o.mu.Lock()
+				o.busy = false
+				closing := o.closing && o.queued == 0
+				o.mu.Unlock()
+				if closing {
+					return
+				}
+				break
+			}
+			if o.err = o.writeAll(batch); o.err != nil {
 				return
 			}
-		}
-		if !o.write(b) {
-			return
+			o.mu.Lock()
+			o.busy = false
+			o.mu.Unlock()
 		}
 	}
 }
 
-// drain writes what is left in both queues, urgent first, and flushes.
-func (o *outbox) drain() {
-	for {
-		select {
-		case b := <-o.urgent:
-			if !o.write(b) {
-				return
-			}
-			continue
-		default:
-		}
-		select {
-		case b := <-o.q:
-			if !o.write(b) {
-				return
-			}
-		default:
-			o.err = o.w.Flush()
-			return
-		}
+// take marks the outbox busy and moves every frame into batch: front,
+// then urgent, then the queue. It reports false if someone else is writing.
+func (o *outbox) take(batch []*buf) ([]*buf, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.busy {
+		return batch, false
+	}
+	o.busy = true
+	batch = append(append(append(batch, o.front...), o.urgent...), o.queue...)
+	clear(o.front)
+	clear(o.urgent)
+	clear(o.queue)
+	o.front, o.urgent, o.queue, o.queued = o.front[:0], o.urgent[:0], o.queue[:0], 0
+	o.space.Broadcast()
+	return batch, true
+}
+
+// putBack returns frames a flush could not finish to the front.
+func (o *outbox) putBack(rest []*buf) {
+	if len(rest) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.front = append(o.front, rest...)
+	for _, b := range rest {
+		o.queued += len(b.b) - b.sent
 	}
 }
 
-// write writes one frame, unless it was withdrawn, and flushes once both
-// queues are empty.
-func (o *outbox) write(b *buf) bool {
-	gen := b.st.Load() >> 2
-	if !b.st.CompareAndSwap(gen<<2|bufQueued, gen<<2|bufWriting) {
-		putBuf(b) // withdrawn
-		return true
+// stop refuses further sends and frees anything left queued.
+func (o *outbox) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stopped = true
+	for _, q := range [][]*buf{o.front, o.urgent, o.queue} {
+		for _, b := range q {
+			putBuf(b)
+		}
 	}
-	err := o.w.Write(b.b)
-	putBuf(b)
-	if err == nil && len(o.q) == 0 && len(o.urgent) == 0 {
-		err = o.w.Flush()
+	o.front, o.urgent, o.queue = nil, nil, nil
+	o.space.Broadcast()
+}
+
+// writeAll writes a batch, waiting for the peer as long as it takes.
+func (o *outbox) writeAll(batch []*buf) error {
+	if o.raw != nil {
+		_, err := o.writev(batch, true)
+		return err
 	}
-	if err != nil {
-		o.err = err
-		return false
+	for _, b := range batch {
+		if claim(b) {
+			if _, err := o.w.Write(b.b[b.sent:]); err != nil {
+				putBuf(b)
+				return err
+			}
+		}
+		putBuf(b)
 	}
-	return true
+	return nil
+}
+
+// claim marks a queued frame as being written and reports true, or reports
+// whether a frame already being written has bytes left; a withdrawn frame
+// reports false.
+func claim(b *buf) bool {
+	v := b.st.Load()
+	if v&stateMask == bufWriting {
+		return b.sent < len(b.b)
+	}
+	gen := v >> 2
+	return b.st.CompareAndSwap(gen<<2|bufQueued, gen<<2|bufWriting)
 }

@@ -49,9 +49,9 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	case o.req != nil:
 		// Only the issuer's relay goroutine, this one, reads the ticket:
 		// cancels come from the same peer as their request.
-		o.req.ticket = from.out.send(b)
+		o.req.ticket = from.out.sendDeferred(b)
 	default:
-		from.out.send(b)
+		from.out.sendDeferred(b)
 	}
 }
 
@@ -72,7 +72,7 @@ func (s *Session) sendCancel(from *side, c *call, b *buf) {
 	case c.ticket.written():
 		from.out.sendUrgent(b)
 	default:
-		from.out.send(b)
+		from.out.sendDeferred(b)
 	}
 }
 
@@ -111,10 +111,10 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 	switch {
 	case same:
 		putBuf(out)
-		from.out.send(b)
+		from.out.sendDeferred(b)
 	case kept > 0:
 		putBuf(b)
-		from.out.send(out)
+		from.out.sendDeferred(out)
 	default:
 		putBuf(b)
 		putBuf(out)

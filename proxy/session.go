@@ -67,8 +67,9 @@ type Session struct {
 	client   *side
 	server   *side
 	stats    stats
-	// clientClosed is set once the client's input has ended.
-	clientClosed atomic.Bool
+	// clientClosed is set once the client's input has ended; serverGone
+	// once the server's output has, just before Run closes the client's input.
+	clientClosed, serverGone atomic.Bool
 }
 
 // side is one peer as the relay sees it.
@@ -133,7 +134,7 @@ func (s *Session) Run(client, server Conn) error {
 		s.relay(s.client, client.In)
 		s.clientClosed.Store(true)
 		toServer.close()
-		if s.opts.OnClientClosed != nil {
+		if s.opts.OnClientClosed != nil && !s.serverGone.Load() {
 			s.opts.OnClientClosed()
 		}
 	}()
@@ -148,6 +149,7 @@ func (s *Session) Run(client, server Conn) error {
 	toClient.close()
 	<-toClient.dead
 	<-toServer.dead
+	s.serverGone.Store(true)
 	client.In.Close()
 	return err
 }
@@ -164,16 +166,20 @@ func (s *Session) relay(from *side, in io.Reader) {
 		switch {
 		case err == nil:
 			s.handleFrame(from, &f, b)
-			continue
 		case errors.As(err, &tl):
 			putBuf(b)
 			s.tooLarge(from, tl)
-			continue
-		case err != io.EOF:
-			from.log.Warn("reading failed", zap.Error(err))
+		default:
+			putBuf(b)
+			from.out.flush()
+			if err != io.EOF && !s.serverGone.Load() {
+				from.log.Warn("reading failed", zap.Error(err))
+			}
+			from.log.Debug("input ended")
+			return
 		}
-		putBuf(b)
-		from.log.Debug("input ended")
-		return
+		if rd.Buffered() == 0 { // the next read waits: write out this burst first
+			from.out.flush()
+		}
 	}
 }

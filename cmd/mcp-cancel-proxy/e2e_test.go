@@ -231,3 +231,24 @@ func alive(pid int) bool {
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	return len(fields) > 0 && fields[0] != "Z"
 }
+
+// TestE2ESIGTERMStopsInOrder: SIGTERM to the proxy stops the server with the
+// stop ladder; the request in flight is answered with an error rather than
+// left waiting, and the proxy exits 0.
+func TestE2ESIGTERMStopsInOrder(t *testing.T) {
+	w := exampleServer(t, "--term-after", "200ms")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"t"},"_meta":{"progressToken":"t"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "t") })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	got := w.recvUntil(isResponse(1))
+	if e, ok := got[len(got)-1]["error"].(map[string]any); !ok || e["code"] != float64(-32000) {
+		t.Errorf("request in flight answered %v, want a -32000 error", got[len(got)-1])
+	}
+	if code := w.wait(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	w.logs.waitFor(t, `"stopping the server"`, `"why":"terminated"`)
+}

@@ -24,13 +24,15 @@ import (
 func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
+	ignoreSIGPIPE()
+	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	p, err := child.Start(argv, child.Options{
 		TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr, Logger: log})
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		return 1
 	}
-	var stopping atomic.Bool
+	var stopping, signalled atomic.Bool
 	stop := func(why string) {
 		if stopping.CompareAndSwap(false, true) {
 			log.Info("stopping the server", zap.String("why", why))
@@ -43,9 +45,11 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	go func() {
 		select {
 		case sig := <-sigs:
+			signalled.Store(true)
 			stop(sig.String())
 		case <-p.Exited():
 		case <-ctx.Done():
+			signalled.Store(true)
 			stop(ctx.Err().Error())
 		}
 	}()
@@ -60,7 +64,9 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		},
 	})
 	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, proxy.Conn{In: p.Stdout, Out: p.Stdin})
-	asked := stopping.Load() // a client EOF or a signal came before the server left
+	// Run reports ErrServerGone only when the server left while the client
+	// was still there; that is a failure unless a signal asked for it.
+	asked := signalled.Load()
 	stop("server closed its output")
 	p.Stop()
 	st := sess.Stats()

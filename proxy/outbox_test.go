@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func frame(s string) *buf {
+	b := getBuf()
+	b.b = append(b.b, s...)
+	return b
+}
+
+// TestOutboxFlushPartialWriteKeepsFraming: a frame larger than the pipe is
+// flushed by its sender as far as it fits, without blocking; an urgent frame
+// sent meanwhile must still come after the whole of it.
+func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	o := newOutbox(w)
+	if o.raw == nil {
+		t.Fatal("os.Pipe's write end is not seen as non-blocking")
+	}
+	go o.run()
+	big := strings.Repeat("x", 1<<20) // far more than a pipe holds
+	sent := make(chan struct{})
+	go func() {
+		o.sendDeferred(frame(big))
+		o.flush() // must return without anyone reading
+		o.sendUrgent(frame("urgent"))
+		o.send(frame("last"))
+		o.close()
+		close(sent)
+	}()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("send blocked on a peer that does not read")
+	}
+	got, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-o.dead
+	want := big + "\nurgent\nlast\n"
+	if !bytes.Equal(got, []byte(want)) {
+		t.Errorf("peer read %d bytes, want %d in order big, urgent, last", len(got), len(want))
+	}
+}
+
+// TestOutboxQueuedPathOrder covers a plain writer (no inline writes).
+func TestOutboxQueuedPathOrder(t *testing.T) {
+	r, w := io.Pipe()
+	o := newOutbox(w)
+	if o.raw != nil {
+		t.Fatal("io.Pipe seen as a file")
+	}
+	go o.run()
+	go func() {
+		for _, f := range []string{"a", "b", "c"} {
+			o.send(frame(f))
+		}
+		o.close()
+	}()
+	got, _ := io.ReadAll(r)
+	if string(got) != "a\nb\nc\n" {
+		t.Errorf("got %q", got)
+	}
+}
