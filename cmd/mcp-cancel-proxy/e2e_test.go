@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,4 +252,22 @@ func TestE2ESIGTERMStopsInOrder(t *testing.T) {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
 	w.logs.waitFor(t, `"stopping the server"`, `"why":"terminated"`)
+}
+
+// TestE2EMcpGoServerLateError: mcp-go cancels the handler's context on a
+// cancel, but still writes the handler's result; the proxy keeps it from
+// the client.
+func TestE2EMcpGoServerLateError(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "mcpgoserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/mcpgoserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the mcp-go server: %v\n%s", err, out)
+	}
+	w := startWrapped(t, "--log-level", "debug", "--", bin)
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"wait_for_cancel","arguments":{},"_meta":{"progressToken":"mg"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"m1"}}`)
+	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"m1\""`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	assertNothingAfter(t, w.recvUntil(isResponse(2)), "m1", "mg")
 }

@@ -1,0 +1,35 @@
+// Command mcpgoserver is a small stdio MCP server on mark3labs/mcp-go, the
+// other popular Go SDK, used by mcp-cancel-proxy's end-to-end tests: when a
+// call is cancelled, mcp-go cancels the handler's context but still writes
+// a response, which the proxy must keep from the client.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+func main() {
+	s := server.NewMCPServer("mcpgo-example", "1.0.0")
+	s.AddTool(mcp.NewTool("wait_for_cancel",
+		mcp.WithDescription("Reports progress once, then waits until the call is cancelled, and answers anyway.")),
+		waitForCancel)
+	if err := server.ServeStdio(s); err != nil {
+		fmt.Fprintln(os.Stderr, "mcpgoserver:", err)
+		os.Exit(1)
+	}
+}
+
+func waitForCancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+		srv := server.ServerFromContext(ctx)
+		srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+			"progressToken": req.Params.Meta.ProgressToken, "progress": 1, "total": 2})
+	}
+	<-ctx.Done()
+	return mcp.NewToolResultError("stopped: " + ctx.Err().Error()), nil
+}
