@@ -78,7 +78,7 @@ func (r *Reader) readLine(dst []byte) ([]byte, error) {
 			}
 			return dst[:0], r.discard(int64(len(dst)+len(chunk)), err, head)
 		}
-		dst = append(dst, chunk...)
+		dst = appendDoubling(dst, chunk)
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
@@ -88,6 +88,19 @@ func (r *Reader) readLine(dst []byte) ([]byte, error) {
 			return dst, err
 		}
 	}
+}
+
+// appendDoubling is append with a growth factor of two. append grows large
+// slices by about 1.25x, so reading a 64 MiB line would leave some four
+// times its size in discarded arrays; doubling bounds that garbage by the
+// line's own size. Pages past the line's end are never touched.
+func appendDoubling(dst, p []byte) []byte {
+	if need := len(dst) + len(p); need > cap(dst) {
+		grown := make([]byte, len(dst), max(need, 2*cap(dst)))
+		copy(grown, dst)
+		dst = grown
+	}
+	return append(dst, p...)
 }
 
 // checkSize refuses a complete line whose content, without its line ending,

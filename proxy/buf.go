@@ -53,21 +53,59 @@ func (t ticket) written() bool {
 	return v>>2 != t.gen || v&stateMask == bufWriting
 }
 
-// maxPooled keeps the largest frames' buffers out of the pool; the pool
-// itself is emptied by the garbage collector when buffers go unused.
-const maxPooled = 8 << 20
+// Frame buffers are recycled in two ways. Small ones go to a bounded free
+// list that the garbage collector leaves alone, so that steady traffic
+// allocates nothing; large ones go to a sync.Pool, which the collector
+// empties when they go unused, so that one burst of big frames does not
+// pin memory for good.
+const (
+	smallCap  = 64 << 10 // the largest buffer kept on the free list
+	newCap    = 8 << 10  // a new buffer's capacity: most frames fit
+	maxPooled = 8 << 20  // the largest buffer kept at all
+)
 
-var bufPool = sync.Pool{New: func() any { return &buf{b: make([]byte, 0, 4<<10)} }}
+var (
+	smallFree = make(chan *buf, 1024)
+	largePool sync.Pool
+)
 
-func getBuf() *buf { return bufPool.Get().(*buf) }
+// getBuf returns an empty buffer with room for a typical frame.
+func getBuf() *buf {
+	select {
+	case b := <-smallFree:
+		return b
+	default:
+		return &buf{b: make([]byte, 0, newCap)}
+	}
+}
+
+// getBufFor returns an empty buffer with room for n bytes.
+func getBufFor(n int) *buf {
+	if n <= smallCap {
+		return getBuf()
+	}
+	if b, _ := largePool.Get().(*buf); b != nil {
+		if cap(b.b) >= n {
+			return b
+		}
+		putBuf(b)
+	}
+	return &buf{b: make([]byte, 0, n)}
+}
 
 // putBuf recycles b under a new generation.
 func putBuf(b *buf) {
 	gen := b.st.Load() >> 2
 	b.st.Store((gen + 1) << 2)
 	b.sent = 0
-	if cap(b.b) <= maxPooled {
-		b.b = b.b[:0]
-		bufPool.Put(b)
+	b.b = b.b[:0]
+	switch c := cap(b.b); {
+	case c <= smallCap:
+		select {
+		case smallFree <- b:
+		default: // the list is full: let it go
+		}
+	case c <= maxPooled:
+		largePool.Put(b)
 	}
 }

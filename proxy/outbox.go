@@ -6,9 +6,10 @@ import (
 	"syscall"
 )
 
-// maxQueued bounds the bytes queued toward one peer. When the peer stops
-// reading, the queue fills and the relay pushes back on the sender. A single
-// frame larger than this is still accepted when the queue is empty.
+// maxQueued bounds the memory queued toward one peer, counted as the
+// capacity of the frames' buffers. When the peer stops reading, the queue
+// fills and the relay pushes back on the sender. A single frame larger than
+// this is still accepted when the queue is empty.
 const maxQueued = 4 << 20
 
 // outbox owns the writing side of one peer.
@@ -35,7 +36,7 @@ type outbox struct {
 	// of them possibly in part; they go before everything else. urgent and
 	// queue hold frames not yet taken, in order.
 	front, urgent, queue []*buf
-	queued               int       // bytes in front, urgent and queue
+	queued               int       // buffer capacity held by front, urgent and queue
 	busy                 bool      // someone is writing to the peer
 	closing              bool      // close was called: drain, then stop
 	stopped              bool      // the writer has returned; sends are refused
@@ -79,7 +80,7 @@ func (o *outbox) enqueue(b *buf, urgent bool) ticket {
 	b.st.Store(gen<<2 | bufQueued)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for !urgent && !o.stopped && o.queued > 0 && o.queued+len(b.b) > maxQueued {
+	for !urgent && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
 		o.wakeLocked()
 		o.space.Wait()
 	}
@@ -92,7 +93,7 @@ func (o *outbox) enqueue(b *buf, urgent bool) ticket {
 	} else {
 		o.queue = append(o.queue, b)
 	}
-	o.queued += len(b.b)
+	o.queued += cap(b.b)
 	return ticket{b, gen}
 }
 
@@ -203,7 +204,7 @@ func (o *outbox) putBack(rest []*buf) {
 	defer o.mu.Unlock()
 	o.front = append(o.front, rest...)
 	for _, b := range rest {
-		o.queued += len(b.b) - b.sent
+		o.queued += cap(b.b)
 	}
 }
 

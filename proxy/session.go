@@ -158,10 +158,11 @@ func (s *Session) Run(client, server Conn) error {
 func (s *Session) relay(from *side, in io.Reader) {
 	rd := framing.NewReader(in, s.opts.MaxFrameSize)
 	var f framing.Frame
+	last := 0 // the last frame's size: big frames tend to follow big frames
 	for {
-		b := getBuf()
+		b := getBufFor(last + 1)
 		frame, err := rd.Read(b.b)
-		b.b = frame
+		b.b, last = frame, len(frame)
 		var tl *framing.FrameTooLargeError
 		switch {
 		case err == nil:

@@ -271,3 +271,14 @@ func TestClientEOFClosesServerInput(t *testing.T) {
 		t.Errorf("Run() = %v, want nil after a client-initiated shutdown", err)
 	}
 }
+
+// TestLargeFrameForwardedWhole sends a tool result far larger than every
+// internal buffer; it must arrive byte for byte.
+func TestLargeFrameForwardedWhole(t *testing.T) {
+	h := newHarness(t, proxy.Options{})
+	h.client(callTool)
+	h.serverGets(callTool)
+	big := `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + strings.Repeat("é", 6<<20) + `"}]}}`
+	go h.server(big)
+	h.clientGetsExactly(big)
+}

@@ -1,0 +1,20 @@
+# mcp-cancel-proxy: a static binary in an image with nothing else, run as a
+# non-root user. The wrapper mode needs the MCP server in the same container:
+# copy the binary into the server's image instead,
+#   COPY --from=mcp-cancel-proxy /usr/local/bin/mcp-cancel-proxy /usr/local/bin/
+# and make `mcp-cancel-proxy -- <server command>` its entrypoint.
+
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/mcp-cancel-proxy ./cmd/mcp-cancel-proxy \
+ && echo 'mcp:x:65532:65532:mcp-cancel-proxy:/:/sbin/nologin' > /out/passwd
+
+FROM scratch
+COPY --from=build /out/passwd /etc/passwd
+COPY --from=build /out/mcp-cancel-proxy /usr/local/bin/mcp-cancel-proxy
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/mcp-cancel-proxy"]
+CMD ["--help"]
