@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -279,6 +280,6 @@ func TestLargeFrameForwardedWhole(t *testing.T) {
 	h.client(callTool)
 	h.serverGets(callTool)
 	big := `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + strings.Repeat("é", 6<<20) + `"}]}}`
-	go h.server(big)
+	go io.WriteString(h.toProxyS, big+"\n") // the pipe blocks until the client reads
 	h.clientGetsExactly(big)
 }
