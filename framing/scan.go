@@ -130,42 +130,37 @@ func (s *scanner) number() error {
 	if i < len(d) && d[i] == '-' {
 		i++
 	}
-	switch {
-	case i < len(d) && d[i] == '0':
+	ok := true
+	if i < len(d) && d[i] == '0' {
 		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
-	default:
-		s.pos = i
-		return s.fail("invalid number")
+	} else {
+		i, ok = digits(d, i)
 	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || !isDigit(d[i]) {
-			s.pos = i
-			return s.fail("invalid number")
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
+	if ok && i < len(d) && d[i] == '.' {
+		i, ok = digits(d, i+1)
 	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+	if ok && i < len(d) && (d[i] == 'e' || d[i] == 'E') {
 		i++
 		if i < len(d) && (d[i] == '+' || d[i] == '-') {
 			i++
 		}
-		if i >= len(d) || !isDigit(d[i]) {
-			s.pos = i
-			return s.fail("invalid number")
-		}
-		for i < len(d) && isDigit(d[i]) {
-			i++
-		}
+		i, ok = digits(d, i)
 	}
 	s.pos = i
+	if !ok {
+		return s.fail("invalid number")
+	}
 	return nil
+}
+
+// digits skips a run of one or more digits at d[i:], reporting false if
+// there is none.
+func digits(d []byte, i int) (int, bool) {
+	start := i
+	for i < len(d) && isDigit(d[i]) {
+		i++
+	}
+	return i, i > start
 }
 
 func (s *scanner) literal(word string) error {

@@ -149,10 +149,7 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 		case c.state == stateInFlight:
 			c.state = stateAnswered
 			delete(l.inFlight, c.id)
-			delete(l.byUp, upID)
-			if l.tokens[c.token] == c {
-				delete(l.tokens, c.token)
-			}
+			l.dropLocked(c)
 		default: // cancelled: absorb the late response; progress stays suppressed until expiry
 			v = Suppress
 			delete(l.byUp, upID)
@@ -188,14 +185,17 @@ func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 // forget removes a cancelled call whose request was never sent: no late
 // response can come for it.
 func (l *ledger) forget(c *call) {
-	l.update(func() {
-		if l.byUp[c.upID] == c {
-			delete(l.byUp, c.upID)
-		}
-		if l.tokens[c.token] == c {
-			delete(l.tokens, c.token)
-		}
-	})
+	l.update(func() { l.dropLocked(c) })
+}
+
+// dropLocked removes c from the maps that still point at it.
+func (l *ledger) dropLocked(c *call) {
+	if l.byUp[c.upID] == c {
+		delete(l.byUp, c.upID)
+	}
+	if l.tokens[c.token] == c {
+		delete(l.tokens, c.token)
+	}
 }
 
 // progress reports Suppress for progress whose token belongs to a cancelled
@@ -233,13 +233,7 @@ func (l *ledger) expireLocked() {
 	now := l.now()
 	n := 0
 	for n < len(l.retired) && (len(l.retired)-n > l.retireMax || !now.Before(l.retired[n].retireAt)) {
-		c := l.retired[n]
-		if l.byUp[c.upID] == c {
-			delete(l.byUp, c.upID)
-		}
-		if l.tokens[c.token] == c {
-			delete(l.tokens, c.token)
-		}
+		l.dropLocked(l.retired[n])
 		l.retired[n] = nil
 		n++
 	}

@@ -32,51 +32,69 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		log.Error("cannot start the server", zap.Error(err))
 		return 1
 	}
-	var stopping, signalled atomic.Bool
-	stop := func(why string) {
-		if stopping.CompareAndSwap(false, true) {
-			log.Info("stopping the server", zap.String("why", why))
-			go p.Stop()
-		}
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		select {
-		case sig := <-sigs:
-			signalled.Store(true)
-			stop(sig.String())
-		case <-p.Exited():
-		case <-ctx.Done():
-			signalled.Store(true)
-			stop(ctx.Err().Error())
-		}
-	}()
+	st := &stopper{p: p, log: log}
+	defer st.watch(ctx)()
 
 	sess := proxy.NewSession(proxy.Options{
-		Logger:       log,
-		MaxFrameSize: int(cfg.Limits.MaxFrameSize),
-		RetireAfter:  cfg.Ledger.RetireAfter,
-		RetireMax:    cfg.Ledger.RetireMax,
-		OnClientClosed: func() {
-			stop("client closed its input")
-		},
+		Logger:         log,
+		MaxFrameSize:   int(cfg.Limits.MaxFrameSize),
+		RetireAfter:    cfg.Ledger.RetireAfter,
+		RetireMax:      cfg.Ledger.RetireMax,
+		OnClientClosed: func() { st.stop("client closed its input") },
 	})
 	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, proxy.Conn{In: p.Stdout, Out: p.Stdin})
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
-	asked := signalled.Load()
-	stop("server closed its output")
+	asked := st.signalled.Load()
+	st.stop("server closed its output")
 	p.Stop()
-	st := sess.Stats()
-	log.Info("session ended", zap.Int64("forwarded", st.Forwarded), zap.Int64("cancels_forwarded", st.CancelsForwarded),
-		zap.Int64("responses_suppressed", st.ResponsesSuppressed), zap.Int64("progress_suppressed", st.ProgressSuppressed))
+	logStats(log, sess.Stats())
 	if errors.Is(runErr, proxy.ErrServerGone) && !asked {
 		log.Error("the server exited on its own", zap.String("status", describe(p.Err())))
 		return exitStatus(p.Err())
 	}
 	return 0
+}
+
+// stopper starts the server's stop ladder once, for whichever reason comes
+// first: client EOF, a signal, the end of ctx, or the server leaving.
+type stopper struct {
+	p                   *child.Process
+	log                 *zap.Logger
+	stopping, signalled atomic.Bool
+}
+
+func (s *stopper) stop(why string) {
+	if s.stopping.CompareAndSwap(false, true) {
+		s.log.Info("stopping the server", zap.String("why", why))
+		go s.p.Stop()
+	}
+}
+
+// watch stops the server on SIGINT, SIGTERM or the end of ctx, until the
+// server exits. The returned function stops listening for signals.
+func (s *stopper) watch(ctx context.Context) (unwatch func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-sigs:
+			s.signalled.Store(true)
+			s.stop(sig.String())
+		case <-ctx.Done():
+			s.signalled.Store(true)
+			s.stop(ctx.Err().Error())
+		case <-s.p.Exited():
+		}
+	}()
+	return func() { signal.Stop(sigs) }
+}
+
+func logStats(log *zap.Logger, st proxy.Stats) {
+	log.Info("session ended", zap.Int64("forwarded", st.Forwarded), zap.Int64("cancels_forwarded", st.CancelsForwarded),
+		zap.Int64("cancels_dropped", st.CancelsDropped), zap.Int64("withdrawn", st.Withdrawn),
+		zap.Int64("responses_suppressed", st.ResponsesSuppressed), zap.Int64("progress_suppressed", st.ProgressSuppressed),
+		zap.Int64("dropped", st.Dropped), zap.Int64("proxy_errors", st.ProxyErrors))
 }
 
 func describe(err error) string {

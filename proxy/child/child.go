@@ -56,57 +56,69 @@ func Start(argv []string, opts Options) (*Process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no server command given")
 	}
-	if opts.TermAfter <= 0 {
-		opts.TermAfter = DefaultTermAfter
-	}
-	if opts.KillAfter <= 0 {
-		opts.KillAfter = DefaultKillAfter
-	}
-	if opts.Stderr == nil {
-		opts.Stderr = os.Stderr
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
+	opts = opts.withDefaults()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	// Setpgid: the child leads its own group, so that signals reach its
 	// helpers too. Pdeathsig: if the proxy itself dies, the child does not
 	// linger without a client.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Our own pipes rather than cmd.StdinPipe/StdoutPipe: Wait closes those
-	// as soon as the leader exits, which would lose output still in the pipe
-	// (a crashing server's last responses). With these, stdout ends when the
-	// last process holding it does.
-	inR, inW, err := os.Pipe()
+	stdin, stdout, err := startWithPipes(cmd, opts.Stderr)
 	if err != nil {
-		return nil, err
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	cmd.Stdin, cmd.Stdout = inR, outW
-	copyStderr, err := stderrTo(cmd, opts.Stderr)
-	if err != nil {
-		return nil, err
-	}
-	err = cmd.Start()
-	inR.Close()
-	outW.Close()
-	copyStderr(err == nil)
-	if err != nil {
-		inW.Close()
-		outR.Close()
 		return nil, fmt.Errorf("starting server %q: %w", argv[0], err)
 	}
-	stdin, stdout := inW, outR
 	p := &Process{Stdin: stdin, Stdout: stdout, cmd: cmd, opts: opts, exited: make(chan struct{}),
 		log: opts.Logger.With(zap.Int("pid", cmd.Process.Pid))}
 	p.log.Info("server started", zap.Strings("argv", argv))
 	go p.wait()
 	return p, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.TermAfter <= 0 {
+		o.TermAfter = DefaultTermAfter
+	}
+	if o.KillAfter <= 0 {
+		o.KillAfter = DefaultKillAfter
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// startWithPipes starts cmd with pipes of our own for stdin and stdout
+// rather than cmd.StdinPipe/StdoutPipe: Wait closes those as soon as the
+// leader exits, which would lose output still in the pipe (a crashing
+// server's last responses). With these, stdout ends when the last process
+// holding it does. Our ends are non-blocking, served by the runtime poller.
+func startWithPipes(cmd *exec.Cmd, stderr io.Writer) (stdin *os.File, stdout *os.File, err error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, nil, err
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	copyStderr, err := stderrTo(cmd, stderr)
+	if err == nil {
+		err = cmd.Start()
+		copyStderr(err == nil)
+	}
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, nil, err
+	}
+	return inW, outR, nil
 }
 
 // Pid returns the child's process id, which is also its process group id.
