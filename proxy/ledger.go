@@ -41,7 +41,8 @@ type call struct {
 	id       framing.ID // the issuer's id
 	upID     framing.ID // the id the receiver sees; differs from id only when aliased
 	method   string
-	token    framing.ID // progress token, if any
+	token    framing.ID // the issuer's progress token, if any
+	upToken  framing.ID // the token the receiver sees; differs only when aliased
 	hasTask  bool
 	started  time.Time
 	state    callState
@@ -52,6 +53,8 @@ type call struct {
 }
 
 func (c *call) aliased() bool { return c.upID != c.id }
+
+func (c *call) tokenAliased() bool { return c.upToken != c.token }
 
 // Verdict is what the ledger decided about a frame.
 type Verdict uint8
@@ -85,7 +88,8 @@ type ledger struct {
 	// byUp holds calls in flight and retired (cancelled, late response not yet
 	// seen) by the receiver-side id. Invariant: every call in inFlight is here.
 	byUp map[framing.ID]*call
-	// tokens maps progress tokens to their call, in flight or retired.
+	// tokens maps receiver-side progress tokens to their call, in flight or
+	// retired.
 	tokens map[framing.ID]*call
 	// retired lists cancelled calls oldest first, to forget them in time.
 	retired []*call
@@ -123,18 +127,29 @@ func (l *ledger) begin(m *framing.Message) (c *call, v Verdict) {
 			return
 		}
 		l.expireLocked()
-		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, hasTask: m.HasTask, started: l.now()}
+		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, upToken: m.Token,
+			hasTask: m.HasTask, started: l.now()}
 		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
-			l.aliases++
-			c.upID = framing.StringID(fmt.Sprintf("mcp-cancel-proxy-%d", l.aliases))
+			c.upID = l.aliasLocked("")
 		}
 		l.inFlight[c.id] = c
 		l.byUp[c.upID] = c
 		if c.token.IsValid() {
-			l.tokens[c.token] = c
+			// A token still held by another call (a cancelled one whose late
+			// progress may come) is renamed too, so progress is never misrouted.
+			for _, taken := l.tokens[c.upToken]; taken; _, taken = l.tokens[c.upToken] {
+				c.upToken = l.aliasLocked("t")
+			}
+			l.tokens[c.upToken] = c
 		}
 	})
 	return c, v
+}
+
+// aliasLocked mints a receiver-side id or token that no peer chose.
+func (l *ledger) aliasLocked(kind string) framing.ID {
+	l.aliases++
+	return framing.StringID(fmt.Sprintf("mcp-cancel-proxy-%s%d", kind, l.aliases))
 }
 
 // complete settles the call that a response with receiver-side id upID
@@ -193,14 +208,15 @@ func (l *ledger) dropLocked(c *call) {
 	if l.byUp[c.upID] == c {
 		delete(l.byUp, c.upID)
 	}
-	if l.tokens[c.token] == c {
-		delete(l.tokens, c.token)
+	if l.tokens[c.upToken] == c {
+		delete(l.tokens, c.upToken)
 	}
 }
 
-// progress reports Suppress for progress whose token belongs to a cancelled
-// request, and Forward otherwise (unknown tokens included: a task's token
-// outlives the request that created it).
+// progress looks up the receiver-side token of a progress notification. It
+// reports Suppress for a cancelled request's progress, and Forward otherwise
+// (unknown tokens included: a task's token outlives the request that
+// created it).
 func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -149,12 +149,41 @@ func (s *Session) request(from *side, m *framing.Message) outcome {
 	}
 	s.forwarded(from, m.Kind, m.Method, m.ID)
 	o := outcome{req: c}
-	if c.aliased() {
-		from.log.Debug("request id reused while its cancelled predecessor may still answer; renamed upstream",
-			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID))
-		o.rewritten = splice(m, m.IDSpan, c.upID)
+	if c.aliased() || c.tokenAliased() {
+		from.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",
+			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),
+			zap.Stringer("token", c.token), zap.Stringer("upstream_token", c.upToken))
+		o.rewritten = spliceRequest(m, c)
 	}
 	return o
+}
+
+// spliceRequest returns a request's bytes with its id and progress token
+// replaced by their receiver-side aliases, whichever are aliased.
+func spliceRequest(m *framing.Message, c *call) *buf {
+	type edit struct {
+		span framing.Span
+		id   framing.ID
+	}
+	edits := make([]edit, 0, 2)
+	if c.aliased() {
+		edits = append(edits, edit{m.IDSpan, c.upID})
+	}
+	if c.tokenAliased() {
+		edits = append(edits, edit{m.TokenSpan, c.upToken})
+	}
+	if len(edits) == 2 && edits[1].span.Start < edits[0].span.Start {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	b := getBuf()
+	at := 0
+	for _, e := range edits {
+		b.b = append(b.b, m.Raw[at:e.span.Start]...)
+		b.b = e.id.AppendJSON(b.b)
+		at = e.span.End
+	}
+	b.b = append(b.b, m.Raw[at:]...)
+	return b
 }
 
 func (s *Session) response(from *side, m *framing.Message) outcome {
@@ -212,6 +241,9 @@ func (s *Session) progress(from *side, m *framing.Message) outcome {
 		return outcome{v: Suppress}
 	}
 	s.forwarded(from, m.Kind, m.Method, m.Token)
+	if c != nil && c.tokenAliased() {
+		return outcome{rewritten: splice(m, m.TokenSpan, c.token)}
+	}
 	return outcome{}
 }
 

@@ -283,3 +283,28 @@ func TestLargeFrameForwardedWhole(t *testing.T) {
 	go io.WriteString(h.toProxyS, big+"\n") // the pipe blocks until the client reads
 	h.clientGetsExactly(big)
 }
+
+// TestReusedProgressTokenIsRenamed: a new request reuses the progress token
+// of a cancelled request that is still sending progress. The new request's
+// token is renamed upstream, so the old progress stays suppressed and the
+// new progress reaches the client under the token it chose.
+func TestReusedProgressTokenIsRenamed(t *testing.T) {
+	h := newHarness(t, proxy.Options{})
+	h.client(callTool)
+	h.serverGets(callTool)
+	h.client(cancel1)
+	h.serverGets(cancel1)
+	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p1"}}}`)
+	h.serverGets(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"mcp-cancel-proxy-t1"}}}`)
+	h.server(progress2) // the cancelled call's late progress, under the old token
+	h.server(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"mcp-cancel-proxy-t1","progress":1}}`)
+	h.clientGets(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p1","progress":1}}`)
+	if got := h.sess.Stats().ProgressSuppressed; got != 1 {
+		t.Errorf("ProgressSuppressed = %d, want 1", got)
+	}
+	// Both the id and the token renamed in one request.
+	h.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	h.serverGets(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":"p1"}}}`)
+	h.serverGets(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-2","method":"tools/call","params":{"_meta":{"progressToken":"mcp-cancel-proxy-t3"}}}`)
+}
