@@ -1,0 +1,130 @@
+package framing_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+type sseWant struct {
+	raw, data, id, typ string
+	hasData, hasID     bool
+	retry              int
+}
+
+func readEvents(t testing.TB, in string, max int) ([]sseWant, int) {
+	r := framing.NewSSEReader(strings.NewReader(in), max)
+	var got []sseWant
+	tooLarge := 0
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return got, tooLarge
+		}
+		if errors.Is(err, framing.ErrEventTooLarge) {
+			tooLarge++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		w := sseWant{raw: string(ev.Raw), data: string(ev.Data), id: string(ev.ID), typ: string(ev.Type),
+			hasData: ev.HasData, hasID: ev.HasID, retry: -1}
+		if ev.HasRetry {
+			w.retry = ev.Retry
+		}
+		got = append(got, w)
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []sseWant
+	}{
+		{"one message", "event: message\nid: 7\ndata: {\"a\":1}\n\n",
+			[]sseWant{{raw: "event: message\nid: 7\ndata: {\"a\":1}\n\n", data: `{"a":1}`, id: "7", typ: "message", hasData: true, hasID: true, retry: -1}}},
+		{"crlf and multi-line data", "data:a\r\ndata: b\r\n\r\n",
+			[]sseWant{{raw: "data:a\r\ndata: b\r\n\r\n", data: "a\nb", hasData: true, retry: -1}}},
+		{"priming event: id, empty data, retry", "id: s1-0\ndata:\nretry: 500\n\n",
+			[]sseWant{{raw: "id: s1-0\ndata:\nretry: 500\n\n", id: "s1-0", hasID: true, hasData: true, retry: 500}}},
+		{"comment keep-alive", ": ping\n\n", []sseWant{{raw: ": ping\n\n", retry: -1}}},
+		{"two events", "data: 1\n\ndata: 2\n\n", []sseWant{
+			{raw: "data: 1\n\n", data: "1", hasData: true, retry: -1},
+			{raw: "data: 2\n\n", data: "2", hasData: true, retry: -1}}},
+		{"last event without blank line", "data: x\n", []sseWant{{raw: "data: x\n", data: "x", hasData: true, retry: -1}}},
+		{"bom and bad retry", "\xef\xbb\xbfretry: 1x\ndata: y\n\n", []sseWant{{raw: "retry: 1x\ndata: y\n\n", data: "y", hasData: true, retry: -1}}},
+		{"field without colon", "data\n\n", []sseWant{{raw: "data\n\n", hasData: true, retry: -1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := readEvents(t, tt.in, 0)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d events %+v, want %d", len(got), got, len(tt.want))
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("event %d = %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestSSEReaderTooLarge(t *testing.T) {
+	in := "data: " + strings.Repeat("x", 200<<10) + "\n\ndata: ok\n\n"
+	got, tooLarge := readEvents(t, in, 100<<10)
+	if tooLarge != 1 || len(got) != 1 || got[0].data != "ok" {
+		t.Errorf("got %d too large and %+v; want 1 and the event after it", tooLarge, got)
+	}
+}
+
+func TestAppendSSEMessage(t *testing.T) {
+	ev := framing.AppendSSEMessage(nil, "3", []byte(`{"jsonrpc":"2.0","method":"x"}`))
+	got, _ := readEvents(t, string(ev), 0)
+	if len(got) != 1 || got[0].data != `{"jsonrpc":"2.0","method":"x"}` || got[0].id != "3" {
+		t.Errorf("round trip = %+v", got)
+	}
+}
+
+// FuzzSSEReader: whatever the bytes, the events' Raw fields put back
+// together are the stream (less a leading BOM), and each event's data is
+// what a plain line-by-line reading of its Raw gives.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("event: message\nid: 1\ndata: {}\n\n: ping\n\ndata: a\r\ndata: b\r\n\r\n"))
+	f.Add([]byte("data\n\n\n\nid\x00x: 1\nretry: 10\ndata:"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := framing.NewSSEReader(bytes.NewReader(in), 0)
+		var all []byte
+		for {
+			ev, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, ev.Raw...)
+			var data []string
+			for _, line := range strings.Split(string(ev.Raw), "\n") {
+				line = strings.TrimSuffix(line, "\r")
+				if line == "data" || strings.HasPrefix(line, "data:") {
+					data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data"), ":"))
+					v := &data[len(data)-1]
+					*v = strings.TrimPrefix(*v, " ")
+				}
+			}
+			if want := strings.Join(data, "\n"); string(ev.Data) != want || ev.HasData != (len(data) > 0) {
+				t.Fatalf("event %q: data %q, want %q", ev.Raw, ev.Data, want)
+			}
+		}
+		if want := bytes.TrimPrefix(in, []byte("\xef\xbb\xbf")); !bytes.Equal(all, want) {
+			t.Fatalf("events put back together = %q, want %q", all, want)
+		}
+	})
+}
