@@ -24,7 +24,8 @@ func BenchmarkRelay(b *testing.B) {
 // server can echo it without parsing.
 const (
 	reqHead = `{"jsonrpc":"2.0","id":`
-	reqTail = `,"method":"tools/call","params":{"name":"bench","_meta":{"progressToken":7}}}`
+	reqMid  = `,"method":"tools/call","params":{"name":"bench","_meta":{"progressToken":`
+	reqTail = `}}}`
 	idWidth = 10
 )
 
@@ -52,13 +53,15 @@ func benchRelay(b *testing.B, size int) {
 		for i := range n {
 			req = append(req[:0], reqHead...)
 			req = strconv.AppendInt(req, int64(1_000_000_000+i), 10) // idWidth digits
+			req = append(req, reqMid...)
+			req = strconv.AppendInt(req, int64(i), 10) // tokens are unique, as the spec requires
 			req = append(append(req, reqTail...), '\n')
 			if _, err := h.toProxyC.Write(req); err != nil {
 				return
 			}
 		}
 	}()
-	b.SetBytes(int64(len(reqHead) + idWidth + len(reqTail) + len(reqHead) + idWidth + len(respTail)))
+	b.SetBytes(int64(len(reqHead) + idWidth + len(reqMid) + len(reqTail) + len(reqHead) + idWidth + len(respTail)))
 	b.ReportAllocs()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -58,61 +58,29 @@ type Conn struct {
 // client was still connected.
 var ErrServerGone = errors.New("server closed its output while the client was connected")
 
-// Session relays one client and one server. Create it with NewSession and
-// call Run once.
+// Session relays one client and one server over byte streams (stdio).
+// Create it with NewSession and call Run once.
 type Session struct {
-	opts     Options
-	log      *zap.Logger
-	c2s, s2c *ledger
-	client   *side
-	server   *side
-	stats    stats
+	opts  Options
+	t     *Tracker
+	sides [2]*side
 	// clientClosed is set once the client's input has ended; serverGone
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
 }
 
-// side is one peer as the relay sees it.
-type side struct {
-	name    string  // "client" or "server"
-	issued  *ledger // requests this peer sends
-	answers *ledger // requests this peer answers
-	out     *outbox // toward the other peer
-	back    *outbox // toward this peer, for the proxy's own answers
-	log     *zap.Logger
-}
-
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.RetireAfter <= 0 {
-		opts.RetireAfter = DefaultRetireAfter
-	}
-	if opts.RetireMax <= 0 {
-		opts.RetireMax = DefaultRetireMax
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Session{
-		opts: opts,
-		log:  opts.Logger,
-		c2s:  newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax),
-		s2c:  newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax),
-	}
+	return &Session{opts: opts, t: NewTracker(TrackerOptions{
+		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
+		Now: opts.Now, OnEvent: opts.OnEvent})}
 }
 
 // Stats returns the session's counters so far.
-func (s *Session) Stats() Stats { return s.stats.snapshot() }
+func (s *Session) Stats() Stats { return s.t.Stats() }
 
 // InFlight returns how many requests are in flight in each direction.
-func (s *Session) InFlight() (clientToServer, serverToClient int) {
-	a, _ := s.c2s.counts()
-	b, _ := s.s2c.counts()
-	return a, b
-}
+func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
 
 // Run relays between client and server until the server's output ends.
 // When the client's input ends first, Run closes the server's input, calls
@@ -124,14 +92,12 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) {
 // waiting for it.
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
-	s.client = &side{name: "client", issued: s.c2s, answers: s.s2c, out: toServer, back: toClient,
-		log: s.log.With(zap.String("from", "client"))}
-	s.server = &side{name: "server", issued: s.s2c, answers: s.c2s, out: toClient, back: toServer,
-		log: s.log.With(zap.String("from", "server"))}
+	s.sides[Client] = &side{peer: Client, out: toServer, back: toClient}
+	s.sides[Server] = &side{peer: Server, out: toClient, back: toServer}
 	go toClient.run()
 	go toServer.run()
 	go func() {
-		s.relay(s.client, client.In)
+		s.relay(s.sides[Client], client.In)
 		s.clientClosed.Store(true)
 		toServer.close()
 		if s.opts.OnClientClosed != nil && !s.serverGone.Load() {
@@ -139,11 +105,13 @@ func (s *Session) Run(client, server Conn) error {
 		}
 	}()
 
-	s.relay(s.server, server.In)
+	s.relay(s.sides[Server], server.In)
 	err := error(nil)
 	if !s.clientClosed.Load() {
 		err = ErrServerGone
-		s.failInFlight("the MCP server exited before answering")
+		for _, r := range s.t.FailInFlight("the MCP server exited before answering") {
+			s.reply(s.sides[Client], r)
+		}
 	}
 	toServer.close()
 	toClient.close()
@@ -173,10 +141,11 @@ func (s *Session) relay(from *side, in io.Reader) {
 		default:
 			putBuf(b)
 			from.out.flush()
+			log := s.t.peers[from.peer].log
 			if err != io.EOF && !s.serverGone.Load() {
-				from.log.Warn("reading failed", zap.Error(err))
+				log.Warn("reading failed", zap.Error(err))
 			}
-			from.log.Debug("input ended")
+			log.Debug("input ended")
 			return
 		}
 		if rd.Buffered() == 0 { // the next read waits: write out this burst first

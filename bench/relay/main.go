@@ -32,7 +32,8 @@ var window = 64
 
 const (
 	reqHead = `{"jsonrpc":"2.0","id":`
-	reqTail = `,"method":"tools/call","params":{"name":"bench","arguments":{},"_meta":{"progressToken":1}}}`
+	reqMid  = `,"method":"tools/call","params":{"name":"bench","arguments":{},"_meta":{"progressToken":`
+	reqTail = `}}}`
 	idWidth = 10 // ids are 1_000_000_000 + i
 )
 
@@ -208,6 +209,8 @@ func run(argv []string, size, pairs int) (result, error) {
 			<-credit
 			req = append(req[:0], reqHead...)
 			req = strconv.AppendInt(req, int64(1_000_000_000+i), 10)
+			req = append(req, reqMid...)
+			req = strconv.AppendInt(req, int64(i), 10) // unique tokens, as the spec requires
 			req = append(append(req, reqTail...), '\n')
 			w.Write(req)
 			if len(credit) == 0 {

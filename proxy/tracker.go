@@ -1,0 +1,362 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// proxyName goes in the data of every error the proxy writes itself, so that
+// no one mistakes it for the server's.
+const proxyName = "mcp-cancel-proxy"
+
+// Peer names one end of a session.
+type Peer uint8
+
+// The two peers.
+const (
+	Client Peer = iota
+	Server
+)
+
+func (p Peer) String() string {
+	if p == Client {
+		return "client"
+	}
+	return "server"
+}
+
+// Other returns the peer at the other end.
+func (p Peer) Other() Peer { return 1 - p }
+
+// TrackerOptions configures a Tracker. The zero value is usable.
+type TrackerOptions struct {
+	// Logger receives the decisions' logs. If nil, nothing is logged.
+	Logger *zap.Logger
+	// RetireAfter is how long a cancelled request is remembered, so that its
+	// late response and progress are recognised as such. A response that
+	// comes later still never reaches the issuer: it is dropped as unknown.
+	// If zero, DefaultRetireAfter.
+	RetireAfter time.Duration
+	// RetireMax bounds how many cancelled requests are remembered per
+	// direction. If zero, DefaultRetireMax.
+	RetireMax int
+	// Now is the clock. If nil, time.Now.
+	Now func() time.Time
+	// OnEvent, if set, is called for every decision, on the goroutine that
+	// asked for it. It must not block.
+	OnEvent func(Event)
+}
+
+// Tracker decides, for every message of one MCP session, whether it passes,
+// is renamed, or is held back. It keeps the ledger of requests in flight in
+// each direction and does no I/O: a transport feeds it messages and carries
+// out what it decides. It is safe for concurrent use by the two directions.
+type Tracker struct {
+	opts  TrackerOptions
+	peers [2]peerState
+	stats stats
+}
+
+// peerState is one peer as the tracker sees it.
+type peerState struct {
+	issued  *ledger // requests this peer sends
+	answers *ledger // requests this peer answers
+	log     *zap.Logger
+}
+
+// Call is a request the tracker has seen forwarded.
+type Call = call
+
+// Outcome is what the tracker decided about one message.
+type Outcome struct {
+	Verdict Verdict
+	// Rewritten, when set, replaces the message's bytes: an id or progress
+	// token renamed so that it cannot be confused with an older one.
+	Rewritten []byte
+	// Reply, when set, is an error response for the sender, in place of
+	// forwarding the message.
+	Reply []byte
+	// Request is the call a forwarded request opened.
+	Request *Call
+	// Cancelled is the call an accepted cancel names.
+	Cancelled *Call
+}
+
+// NewTracker returns a Tracker configured by opts.
+func NewTracker(opts TrackerOptions) *Tracker {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.RetireAfter <= 0 {
+		opts.RetireAfter = DefaultRetireAfter
+	}
+	if opts.RetireMax <= 0 {
+		opts.RetireMax = DefaultRetireMax
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c2s := newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
+	s2c := newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
+	t := &Tracker{opts: opts}
+	t.peers[Client] = peerState{issued: c2s, answers: s2c, log: opts.Logger.With(zap.String("from", "client"))}
+	t.peers[Server] = peerState{issued: s2c, answers: c2s, log: opts.Logger.With(zap.String("from", "server"))}
+	return t
+}
+
+// Stats returns the counters so far.
+func (t *Tracker) Stats() Stats { return t.stats.snapshot() }
+
+// InFlight returns how many requests are in flight in each direction.
+func (t *Tracker) InFlight() (clientToServer, serverToClient int) {
+	a, _ := t.peers[Client].issued.counts()
+	b, _ := t.peers[Server].issued.counts()
+	return a, b
+}
+
+// Decide decides one valid message from a peer.
+func (t *Tracker) Decide(from Peer, m *framing.Message) Outcome {
+	switch m.Kind {
+	case framing.KindRequest:
+		return t.request(from, m)
+	case framing.KindResponse:
+		return t.response(from, m)
+	}
+	switch m.Method {
+	case framing.MethodCancelled:
+		return t.cancel(from, m)
+	case framing.MethodProgress:
+		return t.progress(from, m)
+	}
+	t.forwarded(from, m.Kind, m.Method, m.ID)
+	return Outcome{}
+}
+
+func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
+	p := &t.peers[from]
+	c, v := p.issued.begin(m)
+	if v == Drop {
+		t.dropped(from, p.issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
+		return Outcome{Verdict: Drop, Reply: t.errorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)}
+	}
+	t.forwarded(from, m.Kind, m.Method, m.ID)
+	o := Outcome{Request: c}
+	if c.aliased() || c.tokenAliased() {
+		p.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",
+			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),
+			zap.Stringer("token", c.token), zap.Stringer("upstream_token", c.upToken))
+		o.Rewritten = spliceRequest(m, c)
+	}
+	return o
+}
+
+// spliceRequest returns a request's bytes with its id and progress token
+// replaced by their receiver-side aliases, whichever are aliased.
+func spliceRequest(m *framing.Message, c *call) []byte {
+	type edit struct {
+		span framing.Span
+		id   framing.ID
+	}
+	edits := make([]edit, 0, 2)
+	if c.aliased() {
+		edits = append(edits, edit{m.IDSpan, c.upID})
+	}
+	if c.tokenAliased() {
+		edits = append(edits, edit{m.TokenSpan, c.upToken})
+	}
+	if len(edits) == 2 && edits[1].span.Start < edits[0].span.Start {
+		edits[0], edits[1] = edits[1], edits[0]
+	}
+	var b []byte
+	at := 0
+	for _, e := range edits {
+		b = append(b, m.Raw[at:e.span.Start]...)
+		b = e.id.AppendJSON(b)
+		at = e.span.End
+	}
+	return append(b, m.Raw[at:]...)
+}
+
+func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
+	if !m.ID.IsValid() { // an error about a message the peer could not read
+		t.forwarded(from, m.Kind, m.Method, m.ID)
+		return Outcome{}
+	}
+	p := &t.peers[from]
+	c, v := p.answers.complete(m.ID)
+	switch v {
+	case Drop:
+		t.dropped(from, p.answers.dir, m, m.ID, reasonUnknownReply, zapcore.WarnLevel)
+		return Outcome{Verdict: Drop}
+	case Suppress:
+		t.stats.responsesSuppressed.Add(1)
+		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
+		return Outcome{Verdict: Suppress}
+	}
+	t.forwarded(from, m.Kind, c.method, c.id)
+	if c.aliased() {
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id)}
+	}
+	return Outcome{}
+}
+
+func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
+	p := &t.peers[from]
+	reason := reasonNoRequestID
+	var c *call
+	if m.RequestID.IsValid() {
+		c, reason = p.issued.cancel(m.RequestID)
+	}
+	if reason != "" {
+		t.stats.cancelsDropped.Add(1)
+		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
+		return Outcome{Verdict: Drop}
+	}
+	t.stats.cancelsForwarded.Add(1)
+	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
+	o := Outcome{Cancelled: c}
+	if c.aliased() {
+		o.Rewritten = framing.Splice(nil, m.Raw, m.RequestIDSpan, c.upID)
+	}
+	return o
+}
+
+func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
+	if !m.Token.IsValid() {
+		t.forwarded(from, m.Kind, m.Method, m.Token)
+		return Outcome{}
+	}
+	p := &t.peers[from]
+	c, v := p.answers.progress(m.Token)
+	if v == Suppress {
+		t.stats.progressSuppressed.Add(1)
+		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
+		return Outcome{Verdict: Suppress}
+	}
+	t.forwarded(from, m.Kind, m.Method, m.Token)
+	if c != nil && c.tokenAliased() {
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token)}
+	}
+	return Outcome{}
+}
+
+// Withdraw records that a cancelled request was never sent (it was still
+// queued in the proxy when its cancel came): no late response can come.
+func (t *Tracker) Withdraw(from Peer, c *Call) {
+	p := &t.peers[from]
+	p.issued.forget(c)
+	t.stats.withdrawn.Add(1)
+	t.stats.forwarded.Add(-1) // counted when it was queued; it never left
+	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
+		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
+}
+
+// Invalid accounts for a frame that failed to parse, or an invalid element
+// of a batch, and returns the error response owed to a client (-32700, or
+// -32600 for valid JSON that is no JSON-RPC message); a server gets a log
+// line only, and a nil reply.
+func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
+	t.stats.dropped.Add(1)
+	t.peers[from].log.Warn("malformed message dropped", zap.Error(err), zap.ByteString("head", head(raw)))
+	t.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
+	if from != Client {
+		return nil
+	}
+	code, msg := framing.CodeParseError, "Parse error"
+	var ie *framing.InvalidError
+	if errors.As(err, &ie) {
+		code, msg = framing.CodeInvalidRequest, "Invalid Request"
+	}
+	return t.errorReply(framing.ID{}, code, msg+": "+err.Error())
+}
+
+// TooLarge accounts for a frame over the size limit, which was skipped, and
+// returns what is owed so that nobody waits for it forever: an error for the
+// sender of a request it held (or any client), and an error for the issuer
+// of the request a response it held answered.
+func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender, toOther []byte) {
+	t.stats.dropped.Add(1)
+	id, isResponse, ok := framing.PeekID(tl.Head)
+	t.peers[from].log.Error("frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
+		zap.Stringer("id", id), zap.ByteString("head", head(tl.Head)))
+	t.emit(from, ActDropped, framing.KindInvalid, "", id, tl.Error())
+	switch {
+	case ok && isResponse:
+		if c, v := t.peers[from].answers.complete(id); v == Forward {
+			return nil, t.errorReply(c.id, framing.CodeInternalError,
+				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from, tl))
+		}
+	case ok || from == Client:
+		return t.errorReply(id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error()), nil
+	}
+	return nil, nil
+}
+
+// FailInFlight ends every client request still in flight and returns an
+// error response for each, with CodeServerGone and the message why.
+func (t *Tracker) FailInFlight(why string) [][]byte {
+	var replies [][]byte
+	for _, c := range t.peers[Client].issued.failAll() {
+		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
+		replies = append(replies, t.errorReply(c.id, CodeServerGone, why))
+	}
+	return replies
+}
+
+// errorReply builds the proxy's own error response.
+func (t *Tracker) errorReply(id framing.ID, code int, msg string) []byte {
+	t.stats.proxyErrors.Add(1)
+	t.emit(Peer(2), ActReplied, framing.KindResponse, "", id, msg)
+	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: code, Message: msg,
+		Data: map[string]string{"proxy": proxyName}})
+}
+
+// forwarded counts a message passed on; method and id are the message's, or
+// for a response those of the request it answers.
+func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing.ID) {
+	t.stats.forwarded.Add(1)
+	if t.opts.OnEvent != nil {
+		t.emit(from, ActForwarded, k, method, id, "")
+	}
+}
+
+func (t *Tracker) dropped(from Peer, dir Direction, m *framing.Message, id framing.ID, why string, lvl zapcore.Level) {
+	t.stats.dropped.Add(1)
+	t.note(from, dir, ActDropped, m.Kind, m.Method, id, why, lvl)
+}
+
+// note logs a decision at lvl and reports it as an Event. dir is the
+// direction of the request the message concerns.
+func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, method string, id framing.ID, why string, lvl zapcore.Level) {
+	if ce := t.peers[from].log.Check(lvl, string(a)); ce != nil {
+		ce.Write(zap.String("direction", dir.String()), zap.String("kind", k.String()),
+			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
+	}
+	t.emit(from, a, k, method, id, why)
+}
+
+// emit reports an Event; a from beyond Server means the proxy itself.
+func (t *Tracker) emit(from Peer, a Action, k framing.Kind, method string, id framing.ID, note string) {
+	if t.opts.OnEvent == nil {
+		return
+	}
+	who := "proxy"
+	if from <= Server {
+		who = from.String()
+	}
+	t.opts.OnEvent(Event{Time: t.opts.Now(), From: who, Action: a, Kind: k, Method: method, ID: id, Note: note})
+}
+
+// head returns the start of a frame for a log line.
+func head(raw []byte) []byte {
+	if len(raw) > 200 {
+		return raw[:200]
+	}
+	return raw
+}
