@@ -184,10 +184,7 @@ func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 		case c.method == framing.MethodInitialize:
 			reason = reasonInitialize
 		default:
-			c.state = stateCancelled
-			c.retireAt = l.now().Add(l.retireTTL)
-			delete(l.inFlight, id)
-			l.retired = append(l.retired, c)
+			l.retireLocked(c)
 			l.expireLocked()
 		}
 	})
@@ -225,6 +222,31 @@ func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 		return c, Suppress
 	}
 	return c, Forward
+}
+
+// retireLocked marks an in-flight call cancelled: its issuer's id is free
+// at once; the call stays known by its receiver-side id for its late answer.
+func (l *ledger) retireLocked(c *call) {
+	c.state = stateCancelled
+	c.retireAt = l.now().Add(l.retireTTL)
+	delete(l.inFlight, c.id)
+	l.retired = append(l.retired, c)
+}
+
+// cancelAll cancels every call in flight, but initialize, and returns them.
+func (l *ledger) cancelAll() []*call {
+	var calls []*call
+	l.update(func() {
+		for _, c := range l.inFlight {
+			if c.method == framing.MethodInitialize {
+				continue
+			}
+			calls = append(calls, c)
+			l.retireLocked(c)
+		}
+		l.expireLocked()
+	})
+	return calls
 }
 
 // failAll removes every call in flight and returns them, for answering the

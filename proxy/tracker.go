@@ -360,3 +360,43 @@ func head(raw []byte) []byte {
 	}
 	return raw
 }
+
+// Fail ends a client's request that the proxy cannot deliver or whose answer
+// it cannot get (the upstream is unreachable, or failed), and returns the
+// error response for the client; nil if the request was no longer in flight.
+func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
+	if _, v := t.peers[Server].answers.complete(c.upID); v != Forward {
+		return nil
+	}
+	return t.errorReply(c.id, code, msg)
+}
+
+// CancelInFlight cancels every request of the client still in flight, as if
+// the client had cancelled each, and returns the cancel notifications to
+// send the server (the session is ending: MCP-NOTES §6b DELETE).
+func (t *Tracker) CancelInFlight(reason string) [][]byte {
+	var cancels [][]byte
+	for _, c := range t.peers[Client].issued.cancelAll() {
+		t.stats.cancelsForwarded.Add(1)
+		t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+		cancels = append(cancels, appendCancelled(nil, c.upID, reason))
+	}
+	return cancels
+}
+
+// ID returns the request's id as its issuer sent it.
+func (c *Call) ID() framing.ID { return c.id }
+
+// Method returns the request's method.
+func (c *Call) Method() string { return c.method }
+
+// appendCancelled appends a notifications/cancelled for id.
+func appendCancelled(dst []byte, id framing.ID, reason string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	dst = id.AppendJSON(dst)
+	if reason != "" {
+		dst = append(dst, `,"reason":`...)
+		dst = framing.StringID(reason).AppendJSON(dst)
+	}
+	return append(dst, "}}"...)
+}

@@ -58,6 +58,9 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		fmt.Fprintln(stderr, "mcp-cancel-proxy:", err)
 		return exitUsage
 	}
+	if cfg.HTTP.Listen != "" {
+		return sidecar(ctx, cfg, stderr)
+	}
 	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
 }
 
@@ -75,11 +78,13 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 }
 
 const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
+       mcp-cancel-proxy --listen ADDR --upstream URL [flags]
        mcp-cancel-proxy demo | example-server | validate FILE
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
-the client on stdin/stdout, making cancellation work. Flags override the
-configuration file.
+the client on stdin/stdout, making cancellation work; or, with --listen,
+serves Streamable HTTP in front of the MCP server at URL. Flags override
+the configuration file.
 
 flags:
 `
@@ -96,13 +101,19 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.Var(&over.Limits.MaxFrameSize, "max-frame-size", "longest message line accepted, e.g. 64MiB (default 64MiB)")
 	fs.DurationVar(&over.Child.TermAfter, "term-after", 0, "wait after closing the server's stdin before SIGTERM (default 5s)")
 	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
+	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
+	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
+	fs.Func("allow-origin", "an Origin to accept besides none (repeatable; * for any)", func(v string) error {
+		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return config.Config{}, nil, err
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
+	if len(argv) == 0 && over.HTTP.Listen == "" && *cfgPath == "" {
 		fs.Usage()
-		return config.Config{}, nil, errors.New("no server command: put it after --")
+		return config.Config{}, nil, errors.New("no server command: put it after --, or give --listen and --upstream")
 	}
 	cfg := config.Defaults()
 	if *cfgPath != "" {
@@ -112,7 +123,16 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		}
 	}
 	overlay(&cfg, over)
-	return cfg, argv, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, nil, err
+	}
+	switch {
+	case cfg.HTTP.Listen != "" && len(argv) > 0:
+		return cfg, nil, errors.New("serving a stdio server over HTTP (--listen with a command) is not built yet")
+	case cfg.HTTP.Listen == "" && len(argv) == 0:
+		return cfg, nil, errors.New("no server command: put it after --, or give --listen and --upstream")
+	}
+	return cfg, argv, nil
 }
 
 // overlay copies the settings given on the command line over cfg.
@@ -131,5 +151,14 @@ func overlay(cfg *config.Config, over config.Config) {
 	}
 	if over.Child.KillAfter != 0 {
 		cfg.Child.KillAfter = over.Child.KillAfter
+	}
+	if over.HTTP.Listen != "" {
+		cfg.HTTP.Listen = over.HTTP.Listen
+	}
+	if over.HTTP.Upstream != "" {
+		cfg.HTTP.Upstream = over.HTTP.Upstream
+	}
+	if len(over.HTTP.AllowedOrigins) > 0 {
+		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
 	}
 }

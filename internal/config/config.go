@@ -27,6 +27,28 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	Ledger Ledger `yaml:"ledger"`
 	Child  Child  `yaml:"child"`
+	HTTP   HTTP   `yaml:"http"`
+}
+
+// HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
+type HTTP struct {
+	// Listen is the address to serve on, such as 127.0.0.1:8080. Default
+	// empty: the stdio wrapper runs instead.
+	Listen string `yaml:"listen"`
+	// Upstream is the upstream MCP endpoint's URL. Required with Listen.
+	Upstream string `yaml:"upstream"`
+	// Path is the MCP endpoint served. Default /mcp.
+	Path string `yaml:"path"`
+	// AllowedOrigins lists the Origin values accepted besides none; "*"
+	// accepts any. Default none.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// CancelGrace is how long a cancelled request's response stream stays
+	// open for the server's nested cancels before the sidecar ends it.
+	// Default 500ms.
+	CancelGrace time.Duration `yaml:"cancel_grace"`
+	// ShutdownGrace is how long, on SIGTERM, open requests may finish after
+	// the listener closes. Default 5s.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 }
 
 // Log configures the proxy's own logs, which go to stderr.
@@ -68,6 +90,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
+		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
 	}
 }
 
@@ -133,6 +156,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Child.TermAfter <= 0 || c.Child.KillAfter <= 0 {
 		bad("child.term_after and child.kill_after: must be positive, got %v and %v", c.Child.TermAfter, c.Child.KillAfter)
+	}
+	if c.HTTP.Listen != "" && c.HTTP.Upstream == "" {
+		bad("http.upstream: required with http.listen (serving a stdio server over HTTP is not built yet)")
+	}
+	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
+		bad("http.path: %q must start with /", c.HTTP.Path)
+	}
+	if c.HTTP.CancelGrace <= 0 || c.HTTP.ShutdownGrace <= 0 {
+		bad("http.cancel_grace and http.shutdown_grace: must be positive, got %v and %v", c.HTTP.CancelGrace, c.HTTP.ShutdownGrace)
 	}
 	return errors.Join(errs...)
 }

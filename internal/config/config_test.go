@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestExampleIsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := config.Defaults(); got != want {
+	if want := config.Defaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("config.example.yaml = %+v, want the defaults %+v", got, want)
 	}
 }

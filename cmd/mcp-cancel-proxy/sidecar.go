@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
+// the end of ctx), then stops accepting, gives open requests the shutdown
+// grace, and returns 0.
+func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
+	log := newLogger(cfg.Log, stderr)
+	defer log.Sync()
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		log.Error("cannot listen", zap.String("listen", cfg.HTTP.Listen), zap.Error(err))
+		return 1
+	}
+	sc := &httpx.Sidecar{
+		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+		CheckHost: isLoopback(ln.Addr()), MaxBodySize: int(cfg.Limits.MaxFrameSize),
+		CancelGrace: cfg.HTTP.CancelGrace, Logger: log,
+		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+	}
+	handler, err := sc.Handler()
+	if err != nil {
+		log.Error("bad sidecar configuration", zap.Error(err))
+		return 1
+	}
+	srv := &fasthttp.Server{
+		Handler:               handler,
+		Name:                  "mcp-cancel-proxy",
+		MaxRequestBodySize:    int(cfg.Limits.MaxFrameSize),
+		ReadTimeout:           readTimeout,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		CloseOnShutdown:       true,
+	}
+	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
+		zap.String("path", cfg.HTTP.Path))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case err := <-served:
+		log.Error("serving failed", zap.Error(err))
+		return 1
+	case sig := <-sigs:
+		log.Info("shutting down", zap.String("why", sig.String()), zap.Duration("grace", cfg.HTTP.ShutdownGrace))
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownGrace)
+	defer cancel()
+	if err := srv.ShutdownWithContext(sctx); err != nil {
+		log.Warn("open requests cut at the end of the shutdown grace", zap.Error(err))
+	}
+	return 0
+}
+
+// readTimeout bounds reading a request, headers and body.
+const readTimeout = 30 * time.Second
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}

@@ -1,0 +1,254 @@
+package httpx
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+const sessionHeader = "Mcp-Session-Id"
+
+// sessionFor returns the session a request belongs to, and whether the
+// sidecar knew it. A request without a session id, or with one the sidecar
+// never saw (which the upstream will refuse), gets a fresh session of its own.
+func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx) (*session, bool) {
+	id := string(ctx.Request.Header.Peek(sessionHeader))
+	if id != "" {
+		if sess := s.sessions.lookup(id); sess != nil {
+			return sess, true
+		}
+	}
+	return newSession(id, s), false
+}
+
+// post relays a POST: one JSON-RPC message or a batch from the client.
+func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
+	sess, known := s.sessionFor(ctx)
+	var f framing.Frame
+	if err := f.Parse(ctx.PostBody()); err != nil {
+		writeJSON(ctx, fasthttp.StatusBadRequest, sess.t.Invalid(proxy.Client, err, ctx.PostBody()))
+		return
+	}
+	d := s.decideFrame(sess, proxy.Client, &f)
+	switch {
+	case d.data == nil: // nothing left to forward
+		if len(d.replies) > 0 {
+			writeJSON(ctx, fasthttp.StatusOK, joinFrame(d.replies, len(d.replies) > 1))
+		} else {
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+		}
+		return
+	case len(d.requests) == 0 && d.cancels > 0:
+		// A cancel is answered at once; it goes upstream on its own.
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		s.forwardDetached(ctx, d.data)
+		return
+	}
+	st := &stream{}
+	for _, c := range d.requests {
+		sess.attach(c, st)
+	}
+	resp, err := s.forward(ctx, fasthttp.MethodPost, d.data)
+	if err != nil {
+		sess.detach(st)
+		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
+		return
+	}
+	if id := resp.Header.Peek(sessionHeader); len(id) > 0 && !known {
+		sess = s.sessions.adopt(string(id), sess)
+	}
+	s.respond(ctx, sess, st, resp, d)
+}
+
+// respond relays the upstream's answer to a POST.
+func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) {
+	status := resp.StatusCode()
+	if status >= 500 && len(d.requests) > 0 {
+		head := readHead(resp)
+		sess.detach(st)
+		s.log.Error("upstream failed", zap.Int("status", status), zap.ByteString("body", head))
+		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
+		return
+	}
+	copyResponseHeaders(&ctx.Response, resp)
+	ctx.SetStatusCode(status)
+	if isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
+		ctx.Response.Header.Set("X-Accel-Buffering", "no")
+		conn := ctx.Conn()
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			for _, r := range d.replies {
+				w.Write(framing.AppendSSEMessage(nil, "", r))
+			}
+			s.relaySSE(sess, st, resp, conn, w)
+		})
+		return
+	}
+	defer sess.detach(st)
+	s.relayJSON(ctx, sess, resp, d.replies)
+}
+
+// relayJSON relays a JSON response, held back where the tracker says so.
+func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, resp *fasthttp.Response, replies [][]byte) {
+	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.MaxBodySize)+1))
+	resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(resp)
+	if err != nil || len(body) > s.MaxBodySize {
+		s.log.Error("upstream response unreadable or over the size limit", zap.Error(err), zap.Int("limit", s.MaxBodySize))
+		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
+		return
+	}
+	var f framing.Frame
+	if len(body) == 0 || f.Parse(body) != nil {
+		ctx.SetBody(body) // not JSON-RPC (an HTTP error page, a 202): as it is
+		return
+	}
+	d := s.decideFrame(sess, proxy.Server, &f)
+	out := append(replies, d.data)
+	if d.data == nil {
+		out = replies
+	}
+	if len(out) == 0 {
+		// Everything was held back: the request was cancelled.
+		ctx.Response.Header.Del("Content-Type")
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
+}
+
+// failRequests answers the client's requests with errors, as JSON.
+func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, why string) {
+	var replies [][]byte
+	for _, c := range calls {
+		if r := sess.t.Fail(c, proxy.CodeServerGone, why); r != nil {
+			replies = append(replies, r)
+		}
+	}
+	if len(replies) == 0 {
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, joinFrame(replies, len(replies) > 1))
+}
+
+// get relays the standalone event stream that carries the server's own
+// requests and notifications.
+func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
+	sess, _ := s.sessionFor(ctx)
+	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
+	if err != nil {
+		s.log.Error("upstream unreachable", zap.Error(err))
+		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
+		return
+	}
+	copyResponseHeaders(&ctx.Response, resp)
+	ctx.SetStatusCode(resp.StatusCode())
+	st := &stream{}
+	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
+		conn := ctx.Conn()
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) { s.relaySSE(sess, st, resp, conn, w) })
+		return
+	}
+	ctx.SetBody(readHead(resp))
+}
+
+// delete ends a session: its requests in flight are cancelled upstream
+// first, then the DELETE is relayed.
+func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
+	id := string(ctx.Request.Header.Peek(sessionHeader))
+	if sess := s.sessions.remove(id); sess != nil {
+		for _, cancel := range sess.t.CancelInFlight("session deleted") {
+			if resp, err := s.forward(ctx, fasthttp.MethodPost, cancel); err == nil {
+				readHead(resp)
+			}
+		}
+		sess.endAll()
+	}
+	resp, err := s.forward(ctx, fasthttp.MethodDelete, nil)
+	if err != nil {
+		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
+		return
+	}
+	copyResponseHeaders(&ctx.Response, resp)
+	ctx.SetStatusCode(resp.StatusCode())
+	ctx.SetBody(readHead(resp))
+}
+
+// forward sends the client's request upstream with the given method and
+// body, and returns the response with its body still streaming.
+func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	s.upstreamRequest(req, ctx, method, body)
+	resp := fasthttp.AcquireResponse()
+	if err := s.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, err
+	}
+	return resp, nil
+}
+
+// forwardDetached sends a POST upstream without waiting for its answer.
+func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
+	req := fasthttp.AcquireRequest()
+	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
+	go func() {
+		defer fasthttp.ReleaseRequest(req)
+		resp := fasthttp.AcquireResponse()
+		if err := s.client.Do(req, resp); err != nil {
+			s.log.Warn("forwarding a cancel upstream failed", zap.Error(err))
+		} else {
+			readHead(resp)
+		}
+	}()
+}
+
+func (s *Sidecar) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestCtx, method string, body []byte) {
+	req.SetRequestURI(s.upstream.String())
+	if q := ctx.URI().QueryString(); len(q) > 0 {
+		req.URI().SetQueryStringBytes(q)
+	}
+	copyRequestHeaders(req, &ctx.Request)
+	req.Header.SetMethod(method)
+	if body != nil {
+		req.SetBody(body)
+	}
+}
+
+// bodyOf returns a streaming response's body.
+func bodyOf(resp *fasthttp.Response) fasthttp.ReadCloserWithError {
+	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+		return rc
+	}
+	return nopCloser{resp.BodyStream()}
+}
+
+type nopCloser struct{ io.Reader }
+
+func (nopCloser) CloseWithError(error) error { return nil }
+
+// readHead reads up to 64 KiB of a response's body, then closes and
+// releases the response.
+func readHead(resp *fasthttp.Response) []byte {
+	var body []byte
+	if bs := resp.BodyStream(); bs != nil {
+		body, _ = io.ReadAll(io.LimitReader(bs, 64<<10))
+		resp.CloseBodyStream()
+	} else {
+		body = append(body, resp.Body()...)
+	}
+	fasthttp.ReleaseResponse(resp)
+	return body
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}

@@ -1,0 +1,122 @@
+package httpx
+
+import (
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// registry holds the trackers of the sessions the upstream has opened.
+type registry struct {
+	mu sync.Mutex // guards m
+	m  map[string]*session
+}
+
+func (r *registry) init() { r.m = make(map[string]*session) }
+
+// session is one Mcp-Session-Id's state, or one request's when there is no
+// session.
+type session struct {
+	idMu sync.Mutex // guards id, which adopt sets once
+	id   string
+	t    *proxy.Tracker
+
+	mu sync.Mutex // guards streams
+	// streams maps each client request still in flight to the response
+	// stream that will carry its answer.
+	streams map[*proxy.Call]*stream
+}
+
+func newSession(id string, s *Sidecar) *session {
+	sess := &session{id: id, streams: make(map[*proxy.Call]*stream)}
+	opts := s.Tracker
+	opts.Logger = s.log.With(zap.Stringer("session", sess))
+	sess.t = proxy.NewTracker(opts)
+	return sess
+}
+
+// String returns the session id, for logs; it may be set after the
+// session's first request.
+func (sess *session) String() string {
+	sess.idMu.Lock()
+	defer sess.idMu.Unlock()
+	return sess.id
+}
+
+// lookup returns the session with the given id, if the sidecar knows it.
+func (r *registry) lookup(id string) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id]
+}
+
+// adopt registers sess under id, the session id the upstream assigned in
+// its answer to initialize, and returns the registered session.
+func (r *registry) adopt(id string, sess *session) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.m[id]; ok {
+		return old
+	}
+	sess.idMu.Lock()
+	sess.id = id
+	sess.idMu.Unlock()
+	r.m[id] = sess
+	return sess
+}
+
+// remove forgets a session.
+func (r *registry) remove(id string) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sess := r.m[id]
+	delete(r.m, id)
+	return sess
+}
+
+// attach notes that the answer to c will come on st.
+func (sess *session) attach(c *proxy.Call, st *stream) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.streams[c] = st
+}
+
+// detach forgets the streams of calls that are answered or gone.
+func (sess *session) detach(st *stream) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	for c, s := range sess.streams {
+		if s == st {
+			delete(sess.streams, c)
+		}
+	}
+}
+
+// cancelled ends, after grace, the stream that would have carried c's
+// answer, if that stream carries nothing else the client still waits for.
+func (sess *session) cancelled(c *proxy.Call, grace time.Duration) {
+	sess.mu.Lock()
+	st := sess.streams[c]
+	delete(sess.streams, c)
+	waiting := false
+	for _, s := range sess.streams {
+		waiting = waiting || s == st
+	}
+	sess.mu.Unlock()
+	if st != nil && !waiting {
+		st.endAfter(grace)
+	}
+}
+
+// endAll ends every stream of the session after the grace.
+func (sess *session) endAll() {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	for c, st := range sess.streams {
+		st.end(errStreamCancelled)
+		delete(sess.streams, c)
+	}
+}

@@ -1,0 +1,151 @@
+package httpx
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// Defaults for Sidecar.
+const (
+	DefaultPath        = "/mcp"
+	DefaultCancelGrace = 500 * time.Millisecond
+)
+
+// Sidecar relays MCP's Streamable HTTP transport to an upstream MCP server
+// and makes cancellation work on the way. Its fields are its configuration;
+// set them before the first request and do not change them after.
+type Sidecar struct {
+	// Upstream is the upstream MCP endpoint's URL. Required.
+	Upstream string
+	// Path is the MCP endpoint the sidecar serves. If empty, DefaultPath.
+	Path string
+	// AllowedOrigins lists the Origin header values accepted besides none
+	// at all; any other gets 403 (the spec requires validating Origin). An
+	// entry "*" accepts every origin. With CheckHost, origins on a loopback
+	// name (http://localhost:3000, http://127.0.0.1:8080) are accepted too.
+	AllowedOrigins []string
+	// CheckHost, when set, refuses with 403 a Host header that does not name
+	// the loopback interface: DNS rebinding protection for a sidecar bound
+	// to 127.0.0.1.
+	CheckHost bool
+	// MaxBodySize bounds a POST's body and an upstream JSON response. If
+	// zero, framing.DefaultMaxFrameSize.
+	MaxBodySize int
+	// CancelGrace is how long the response stream of a request cancelled by
+	// the client stays open, so that the server's cancels of its own nested
+	// requests reach the client, before the sidecar ends it. If zero,
+	// DefaultCancelGrace.
+	CancelGrace time.Duration
+	// Logger receives the sidecar's logs. If nil, nothing is logged.
+	Logger *zap.Logger
+	// Tracker configures each session's tracker; its Logger is ignored.
+	Tracker proxy.TrackerOptions
+
+	once     sync.Once
+	initErr  error
+	client   *fasthttp.Client
+	upstream *url.URL
+	sessions registry
+	log      *zap.Logger
+}
+
+func (s *Sidecar) init() error {
+	s.once.Do(func() {
+		u, err := url.Parse(s.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			s.initErr = fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream)
+			return
+		}
+		s.upstream = u
+		if s.Path == "" {
+			s.Path = DefaultPath
+		}
+		if s.MaxBodySize <= 0 {
+			s.MaxBodySize = framing.DefaultMaxFrameSize
+		}
+		if s.CancelGrace <= 0 {
+			s.CancelGrace = DefaultCancelGrace
+		}
+		s.log = s.Logger
+		if s.log == nil {
+			s.log = zap.NewNop()
+		}
+		s.client = &fasthttp.Client{
+			StreamResponseBody:            true,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+			MaxConnsPerHost:               1 << 16,
+			MaxResponseBodySize:           s.MaxBodySize,
+		}
+		s.sessions.init()
+	})
+	return s.initErr
+}
+
+// ErrNoUpstream is returned by Handler when the Upstream URL is invalid.
+var ErrNoUpstream = errors.New("httpx: no valid upstream")
+
+// Handler returns the fasthttp handler, or an error for a bad configuration.
+func (s *Sidecar) Handler() (fasthttp.RequestHandler, error) {
+	if err := s.init(); err != nil {
+		return nil, errors.Join(ErrNoUpstream, err)
+	}
+	return s.serve, nil
+}
+
+func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) != s.Path {
+		ctx.Error("not found", fasthttp.StatusNotFound)
+		return
+	}
+	if !s.allowed(ctx) {
+		return
+	}
+	switch string(ctx.Method()) {
+	case fasthttp.MethodPost:
+		s.post(ctx)
+	case fasthttp.MethodGet:
+		s.get(ctx)
+	case fasthttp.MethodDelete:
+		s.delete(ctx)
+	default:
+		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
+		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
+	}
+}
+
+// allowed validates Origin and, if configured, Host; it answers 403 and
+// reports false for a request that fails.
+func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
+	origin := string(ctx.Request.Header.Peek("Origin"))
+	if origin != "" && !s.originAllowed(origin) {
+		s.log.Warn("request refused: origin not allowed", zap.String("origin", origin))
+		ctx.Error("origin not allowed", fasthttp.StatusForbidden)
+		return false
+	}
+	if s.CheckHost && !loopbackHost(string(ctx.Host())) {
+		s.log.Warn("request refused: host is not a loopback name", zap.ByteString("host", ctx.Host()))
+		ctx.Error("host not allowed", fasthttp.StatusForbidden)
+		return false
+	}
+	return true
+}
+
+func (s *Sidecar) originAllowed(origin string) bool {
+	if slices.Contains(s.AllowedOrigins, "*") || slices.Contains(s.AllowedOrigins, origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return s.CheckHost && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
+}

@@ -1,0 +1,214 @@
+package httpx_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+func watchdog(t testing.TB, d time.Duration) {
+	tm := time.AfterFunc(d, func() {
+		debug.SetTraceback("all")
+		panic("test " + t.Name() + " hung")
+	})
+	t.Cleanup(func() { tm.Stop() })
+}
+
+// upstream is a real go-sdk Streamable HTTP server with one tool,
+// wait_cancel: it reports progress, waits until it is cancelled, reports
+// that on sawCancel, then sends progress again and answers anyway, as a
+// careless server would.
+type upstream struct {
+	url       string
+	sawCancel chan string
+}
+
+func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
+	u := &upstream{sawCancel: make(chan string, 8)}
+	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Key string `json:"key"`
+	}) (*mcp.CallToolResult, any, error) {
+		tok := req.Params.GetProgressToken()
+		notify := func(n float64) {
+			req.Session.NotifyProgress(context.WithoutCancel(ctx), &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: n})
+		}
+		notify(1)
+		<-ctx.Done()
+		u.sawCancel <- in.Key
+		notify(2)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts))
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	return u
+}
+
+// startSidecar serves a Sidecar in front of up on a loopback port.
+func startSidecar(t *testing.T, up string, tr proxy.TrackerOptions) string {
+	sc := &httpx.Sidecar{Upstream: up, CheckHost: true, CancelGrace: 50 * time.Millisecond,
+		Logger: zaptest.NewLogger(t), Tracker: tr}
+	h, err := sc.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// rawClient speaks Streamable HTTP by hand, like the TypeScript SDK: it
+// POSTs the cancel and leaves the request's stream open.
+type rawClient struct {
+	t       *testing.T
+	url     string
+	session string
+}
+
+func (c *rawClient) post(body string) *http.Response {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("POST %s: %v", body, err)
+	}
+	return resp
+}
+
+func (c *rawClient) initialize() {
+	resp := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	c.session = resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if c.session == "" {
+		c.t.Fatal("no session id from initialize")
+	}
+	resp = c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	resp.Body.Close()
+}
+
+// events returns a channel of the JSON-RPC messages on an SSE response,
+// closed when the stream ends.
+func events(body io.ReadCloser) <-chan map[string]any {
+	ch := make(chan map[string]any, 16)
+	go func() {
+		defer close(ch)
+		defer body.Close()
+		rd := framing.NewSSEReader(bufio.NewReader(body), 0)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				return
+			}
+			var m map[string]any
+			if ev.HasData && json.Unmarshal(ev.Data, &m) == nil {
+				ch <- m
+			}
+		}
+	}()
+	return ch
+}
+
+// TestPostedCancelEndsTheStream: the client POSTs a cancel and keeps the
+// call's stream open. The sidecar answers 202, the upstream gets the cancel,
+// and the stream ends without the late progress or response.
+func TestPostedCancelEndsTheStream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"tok"}}}`)
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("tools/call answered with %q, want an event stream", ct)
+	}
+	stream := events(resp.Body)
+	if m := <-stream; m["method"] != "notifications/progress" {
+		t.Fatalf("first message %v, want progress", m)
+	}
+	cancel := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`)
+	cancel.Body.Close()
+	if cancel.StatusCode != http.StatusAccepted {
+		t.Errorf("cancel answered %d, want 202", cancel.StatusCode)
+	}
+	if key := <-up.sawCancel; key != "a" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	for m := range stream { // ends: the sidecar closes it after the grace
+		t.Errorf("client got %v after cancelling", m)
+	}
+}
+
+// TestGoSDKClientCancel drives the sidecar with the go-sdk client, which
+// POSTs the cancel and closes the call's stream, against stateful and
+// stateless go-sdk servers.
+func TestGoSDKClientCancel(t *testing.T) {
+	for _, stateless := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stateless=%v", stateless), func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: stateless, PropagateRequestCancellation: stateless})
+			url := startSidecar(t, up.url, proxy.TrackerOptions{})
+			progressed := make(chan struct{}, 4)
+			client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
+				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+			})
+			cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				p := &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "g"}}
+				p.SetProgressToken("g-tok")
+				_, err := cs.CallTool(ctx, p)
+				errc <- err
+			}()
+			<-progressed
+			cancel()
+			if err := <-errc; err == nil || !strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("CallTool = %v, want context canceled", err)
+			}
+			if key := <-up.sawCancel; key != "g" {
+				t.Errorf("upstream cancelled %q", key)
+			}
+			if _, err := cs.ListTools(context.Background(), nil); err != nil {
+				t.Errorf("tools/list after the cancel: %v", err) // ping is gone in 2026-07-28
+			}
+			select {
+			case <-progressed:
+				t.Error("client got progress after cancelling")
+			default:
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package httpx
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+var (
+	errStreamCancelled = errors.New("the request this stream answers was cancelled")
+	errClientGone      = errors.New("the client closed the stream")
+)
+
+// stream is one upstream response being relayed to the client. The
+// sidecar ends it early (closing the upstream body) when the request it was
+// to answer is cancelled.
+type stream struct {
+	mu    sync.Mutex // guards the fields below
+	body  fasthttp.ReadCloserWithError
+	ended bool
+	timer *time.Timer
+}
+
+// setBody hands the stream its upstream body; it reports false, closing
+// the body, if the stream was already ended.
+func (st *stream) setBody(rc fasthttp.ReadCloserWithError) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended {
+		rc.CloseWithError(errStreamCancelled)
+		return false
+	}
+	st.body = rc
+	return true
+}
+
+// endAfter ends the stream after d, once.
+func (st *stream) endAfter(d time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.timer == nil && !st.ended {
+		st.timer = time.AfterFunc(d, func() { st.end(errStreamCancelled) })
+	}
+}
+
+// end closes the upstream body, which ends the relay.
+func (st *stream) end(why error) {
+	st.mu.Lock()
+	if st.ended {
+		st.mu.Unlock()
+		return
+	}
+	st.ended = true
+	body := st.body
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	st.mu.Unlock()
+	if body != nil {
+		body.CloseWithError(why)
+	}
+}
+
+// relaySSE streams the upstream's events to the client, putting each
+// JSON-RPC message to the session's tracker: messages it holds back are left
+// out of their event, and an event left empty is not sent. It runs as the
+// response's body writer, after the handler has returned.
+func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, w *bufio.Writer) {
+	defer fasthttp.ReleaseResponse(resp)
+	defer sess.detach(st)
+	defer st.end(io.EOF)
+	// A client that closes the stream has the upstream's closed too: in
+	// 2026-07-28 that is the cancel itself, before it is not one.
+	defer watchClose(conn, func() { st.end(errClientGone) })()
+	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
+	var f framing.Frame
+	for {
+		ev, err := rd.Next()
+		if errors.Is(err, framing.ErrEventTooLarge) {
+			s.log.Error("upstream event over the size limit dropped", zap.Stringer("session", sess), zap.Int("limit", s.MaxBodySize))
+			continue
+		}
+		if err != nil {
+			return // the upstream ended the stream, or the sidecar did
+		}
+		out := s.filterEvent(sess, ev, &f)
+		if out == nil {
+			continue
+		}
+		if _, err := w.Write(out); err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			st.end(errClientGone) // the client closed the stream
+			return
+		}
+	}
+}
+
+// filterEvent returns the bytes to relay for one event: the event itself
+// when all of its messages pass unchanged, a rebuilt event when some were
+// renamed or held back, nil when nothing is left. Events without data
+// (priming events, keep-alive comments) pass as they are.
+func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame) []byte {
+	if !ev.HasData || len(ev.Data) == 0 {
+		return ev.Raw
+	}
+	if err := f.Parse(ev.Data); err != nil {
+		sess.t.Invalid(proxy.Server, err, ev.Data)
+		return nil
+	}
+	d := s.decideFrame(sess, proxy.Server, f)
+	data := d.data
+	switch {
+	case d.same:
+		return ev.Raw
+	case data == nil:
+		return nil
+	}
+	out := make([]byte, 0, len(data)+64)
+	if len(ev.Type) > 0 {
+		out = append(append(append(out, "event: "...), ev.Type...), '\n')
+	}
+	if ev.HasID {
+		out = append(append(append(out, "id: "...), ev.ID...), '\n')
+	}
+	out = append(append(out, "data: "...), data...)
+	return append(out, "\n\n"...)
+}
+
+// decided is what the tracker made of a frame.
+type decided struct {
+	data     []byte        // what is left to forward; nil when nothing is
+	same     bool          // the frame passes unchanged (data is the frame)
+	requests []*proxy.Call // requests being forwarded
+	replies  [][]byte      // the proxy's own answers for the sender
+	cancels  int           // accepted cancels being forwarded
+}
+
+// decideFrame puts each message of a frame to the tracker. Cancels the
+// client sends end the cancelled request's stream after the grace.
+func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) decided {
+	var d decided
+	var kept [][]byte
+	d.same = true
+	for i := range f.Msgs {
+		m := &f.Msgs[i]
+		var o proxy.Outcome
+		if f.Batch && f.Errs[i] != nil {
+			o = proxy.Outcome{Verdict: proxy.Drop, Reply: sess.t.Invalid(from, f.Errs[i], m.Raw)}
+		} else {
+			o = sess.t.Decide(from, m)
+		}
+		if o.Reply != nil {
+			d.replies = append(d.replies, o.Reply)
+		}
+		if o.Cancelled != nil && from == proxy.Client {
+			d.cancels++
+			sess.cancelled(o.Cancelled, s.CancelGrace)
+		}
+		if o.Request != nil {
+			d.requests = append(d.requests, o.Request)
+		}
+		if o.Verdict != proxy.Forward {
+			d.same = false
+			continue
+		}
+		if o.Rewritten != nil {
+			d.same = false
+			kept = append(kept, o.Rewritten)
+		} else {
+			kept = append(kept, m.Raw)
+		}
+	}
+	if d.same {
+		d.data = f.Raw
+	} else {
+		d.data = joinFrame(kept, f.Batch)
+	}
+	return d
+}
+
+// joinFrame rebuilds a single message or a batch from what is left of it.
+func joinFrame(msgs [][]byte, batch bool) []byte {
+	switch {
+	case len(msgs) == 0:
+		return nil
+	case !batch:
+		return msgs[0]
+	}
+	out := []byte{'['}
+	for i, m := range msgs {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, m...)
+	}
+	return append(out, ']')
+}
