@@ -17,8 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// exampleServer wraps the bundled go-sdk example server.
-func exampleServer(t testing.TB, extra ...string) *wrapped {
+// wrapExample wraps the bundled go-sdk example server.
+func wrapExample(t testing.TB, extra ...string) *wrapped {
 	args := append([]string{"--log-level", "debug"}, extra...)
 	return startWrapped(t, append(args, "--", proxyBin, "example-server")...)
 }
@@ -37,7 +37,7 @@ func assertNothingAfter(t *testing.T, got []map[string]any, id any, token string
 // cancellation, reports progress again and answers once released. The proxy
 // forwards the cancel and the client sees neither the progress nor the answer.
 func TestE2EServerIgnoresCancel(t *testing.T) {
-	w := exampleServer(t)
+	w := wrapExample(t)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"k"},"_meta":{"progressToken":"tok"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
@@ -59,7 +59,7 @@ func TestE2EServerIgnoresCancel(t *testing.T) {
 // TestE2EServerHonoursCancel: the tool stops when cancelled, but the go-sdk
 // server still answers the cancelled request; the proxy suppresses that.
 func TestE2EServerHonoursCancel(t *testing.T) {
-	w := exampleServer(t)
+	w := wrapExample(t)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":60,"steps":600},"_meta":{"progressToken":7}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "7") })
@@ -73,7 +73,7 @@ func TestE2EServerHonoursCancel(t *testing.T) {
 // when the tool call that made it is cancelled; the cancel reaches the client
 // and the client's late answer never reaches the server.
 func TestE2EServerCancelsSampling(t *testing.T) {
-	w := exampleServer(t)
+	w := wrapExample(t)
 	w.initialize(`{"sampling":{}}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask_sampling","arguments":{}}}`)
 	got := w.recvUntil(func(m map[string]any) bool { return m["method"] == "sampling/createMessage" })
@@ -171,7 +171,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // TestE2EServerCrashesMidCall: every request in flight gets an error that
 // says the server is gone, and the proxy exits with the server's status.
 func TestE2EServerCrashesMidCall(t *testing.T) {
-	w := exampleServer(t)
+	w := wrapExample(t)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"c"},"_meta":{"progressToken":"c"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "c") })
@@ -237,7 +237,7 @@ func alive(pid int) bool {
 // stop ladder; the request in flight is answered with an error rather than
 // left waiting, and the proxy exits 0.
 func TestE2ESIGTERMStopsInOrder(t *testing.T) {
-	w := exampleServer(t, "--term-after", "200ms")
+	w := wrapExample(t, "--term-after", "200ms")
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"t"},"_meta":{"progressToken":"t"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "t") })

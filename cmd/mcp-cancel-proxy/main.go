@@ -41,11 +41,7 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		case "demo":
 			return demo(ctx, args[1:], stdout, stderr)
 		case "example-server":
-			if err := exampleserver.Run(ctx); err != nil {
-				fmt.Fprintln(stderr, "example-server:", err)
-				return 1
-			}
-			return 0
+			return exampleServer(ctx, args[1:], stderr)
 		case "validate":
 			return validate(args[1:], stdout, stderr)
 		}
@@ -62,6 +58,28 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		return sidecar(ctx, cfg, stderr)
 	}
 	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
+}
+
+// exampleServer serves the bundled example server on stdio, or with
+// --http ADDR over Streamable HTTP.
+func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	err := error(nil)
+	if *addr != "" {
+		err = exampleserver.ServeHTTP(ctx, *addr)
+	} else {
+		err = exampleserver.Run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "example-server:", err)
+		return 1
+	}
+	return 0
 }
 
 func validate(args []string, stdout io.Writer, stderr io.Writer) int {
@@ -103,6 +121,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
+	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("allow-origin", "an Origin to accept besides none (repeatable; * for any)", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil
@@ -157,6 +176,9 @@ func overlay(cfg *config.Config, over config.Config) {
 	}
 	if over.HTTP.Upstream != "" {
 		cfg.HTTP.Upstream = over.HTTP.Upstream
+	}
+	if over.HTTP.CancelGrace != 0 {
+		cfg.HTTP.CancelGrace = over.HTTP.CancelGrace
 	}
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,5 +68,61 @@ func TestE2ETypeScriptClientAgainstServerEverything(t *testing.T) {
 	if !r.CancelAccepted || r.SuppressedProgress != 4-r.Before || !r.ServerExited {
 		t.Errorf("proxy: cancel accepted %v, %d progress suppressed (want %d), server exited %v",
 			r.CancelAccepted, r.SuppressedProgress, 4-r.Before, r.ServerExited)
+	}
+}
+
+// TestE2ETypeScriptClientOverHTTP: the TypeScript SDK client aborts a call
+// through the sidecar; it POSTs the cancel and keeps the call's stream open.
+// The example server (go-sdk, over HTTP) ignores the cancel and, once
+// released, sends progress and answers on that stream: the sidecar keeps
+// both from the client, and the client's session goes on. A long cancel
+// grace keeps the stream open for the late messages to be seen.
+func TestE2ETypeScriptClientOverHTTP(t *testing.T) {
+	node, dir := nodePeers(t)
+	watchdog(t, 90*time.Second)
+	up, front := freePort(t), freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	sidecar := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug", "--cancel-grace", "60s")
+	waitListening(t, up)
+	sidecar.logs.waitFor(t, "sidecar listening")
+	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) }) // runs before startWrapped's own
+
+	cmd := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-abort-http.mjs"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SIDECAR_URL=http://"+front+"/mcp")
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // stop the script by its PID if the test ends early
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ABORTED" {
+		t.Fatalf("script said %q, want ABORTED", out.Text())
+	}
+	sidecar.logs.waitFor(t, `"cancel accepted"`, `"reason":"user pressed stop"`)
+	io.WriteString(stdin, "GO\n")
+	if !out.Scan() {
+		t.Fatal("no summary from the script")
+	}
+	sidecar.logs.waitFor(t, `"progress for a cancelled request"`)
+	sidecar.logs.waitFor(t, `"late response to a cancelled request"`)
+	var r struct {
+		Outcome       string
+		Before, After int
+		Errors        []string
+		Tools         int
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("bad summary %q: %v", out.Text(), err)
+	}
+	t.Logf("summary: %s", out.Text())
+	if !strings.HasPrefix(r.Outcome, "aborted") || r.After != 0 || len(r.Errors) != 0 || r.Tools == 0 {
+		t.Errorf("client: outcome %q, %d progress after abort, errors %q, %d tools; want aborted, 0, none, some",
+			r.Outcome, r.After, r.Errors, r.Tools)
 	}
 }

@@ -6,7 +6,9 @@ package exampleserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -133,4 +135,21 @@ func crash(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.Call
 // Run serves the example server on stdin and stdout until stdin ends.
 func Run(ctx context.Context) error {
 	return New().Run(ctx, &mcp.StdioTransport{})
+}
+
+// ServeHTTP serves the example server over Streamable HTTP (stateful, with
+// sessions) at addr, on /mcp, until ctx ends.
+func ServeHTTP(ctx context.Context, addr string) error {
+	s := New()
+	srv := &http.Server{Addr: addr, Handler: mcp.NewStreamableHTTPHandler(
+		func(*http.Request) *mcp.Server { return s }, nil)}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	fmt.Fprintf(os.Stderr, "example server: serving Streamable HTTP on http://%s/mcp\n", addr)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

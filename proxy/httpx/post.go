@@ -62,6 +62,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	if id := resp.Header.Peek(sessionHeader); len(id) > 0 && !known {
 		sess = s.sessions.adopt(string(id), sess)
+		s.log.Info("session opened", zap.String("scope", sess.scope))
 	}
 	s.respond(ctx, sess, st, resp, d)
 }
@@ -163,6 +164,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(ctx.Request.Header.Peek(sessionHeader))
 	if sess := s.sessions.remove(id); sess != nil {
+		s.log.Info("session deleted", zap.String("scope", sess.scope))
 		for _, cancel := range sess.t.CancelInFlight("session deleted") {
 			if resp, err := s.forward(ctx, fasthttp.MethodPost, cancel); err == nil {
 				readHead(resp)

@@ -1,7 +1,9 @@
 package httpx
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,9 +22,12 @@ func (r *registry) init() { r.m = make(map[string]*session) }
 // session is one Mcp-Session-Id's state, or one request's when there is no
 // session.
 type session struct {
-	idMu sync.Mutex // guards id, which adopt sets once
-	id   string
-	t    *proxy.Tracker
+	// scope names the session in logs, which never show session ids (a
+	// session id can be as good as a credential).
+	scope string
+	idMu  sync.Mutex // guards id, which adopt sets once
+	id    string
+	t     *proxy.Tracker
 
 	mu sync.Mutex // guards streams
 	// streams maps each client request still in flight to the response
@@ -31,20 +36,15 @@ type session struct {
 }
 
 func newSession(id string, s *Sidecar) *session {
-	sess := &session{id: id, streams: make(map[*proxy.Call]*stream)}
+	sess := &session{id: id, scope: fmt.Sprintf("s%d", scopes.Add(1)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
-	opts.Logger = s.log.With(zap.Stringer("session", sess))
+	opts.Logger = s.log.With(zap.String("scope", sess.scope))
 	sess.t = proxy.NewTracker(opts)
 	return sess
 }
 
-// String returns the session id, for logs; it may be set after the
-// session's first request.
-func (sess *session) String() string {
-	sess.idMu.Lock()
-	defer sess.idMu.Unlock()
-	return sess.id
-}
+// scopes numbers the sessions for logs.
+var scopes atomic.Int64
 
 // lookup returns the session with the given id, if the sidecar knows it.
 func (r *registry) lookup(id string) *session {

@@ -86,7 +86,7 @@ func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, c
 	for {
 		ev, err := rd.Next()
 		if errors.Is(err, framing.ErrEventTooLarge) {
-			s.log.Error("upstream event over the size limit dropped", zap.Stringer("session", sess), zap.Int("limit", s.MaxBodySize))
+			s.log.Error("upstream event over the size limit dropped", zap.String("scope", sess.scope), zap.Int("limit", s.MaxBodySize))
 			continue
 		}
 		if err != nil {

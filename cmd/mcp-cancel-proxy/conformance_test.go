@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// freePort returns a loopback address that was free a moment ago.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startBackground starts a process for the test and stops it, by its PID,
+// when the test ends.
+func startBackground(t *testing.T, name string, args ...string) {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(t *testing.T, addr string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never listened: %v", addr, err)
+		}
+		// The only sign of readiness another program gives is its port:
+		// poll it, bounded by the deadline above.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var totalLine = regexp.MustCompile(`Total: (\d+) passed, (\d+) failed`)
+
+// conformance runs the official suite's server mode against url and
+// returns its passed and failed counts.
+func conformance(t *testing.T, node, dir, url string) (passed, failed int) {
+	cmd := exec.Command(node, filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"),
+		"server", "--url", url)
+	cmd.Dir = t.TempDir()
+	out, _ := cmd.CombinedOutput() // exits non-zero when a check fails; the counts say which
+	m := totalLine.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("conformance against %s printed no total:\n%s", url, out)
+	}
+	passed, _ = strconv.Atoi(string(m[1]))
+	failed, _ = strconv.Atoi(string(m[2]))
+	if failed > 0 {
+		t.Logf("conformance against %s:\n%s", url, out)
+	}
+	return passed, failed
+}
+
+// TestConformanceThroughSidecar runs the official conformance suite
+// (@modelcontextprotocol/conformance 0.1.16, server mode) against the
+// go-sdk's conformance everything-server directly and through the sidecar:
+// the sidecar must pass exactly as many checks, dns-rebinding-protection
+// included, and fail none.
+func TestConformanceThroughSidecar(t *testing.T) {
+	node, dir := nodePeers(t)
+	watchdog(t, 5*time.Minute)
+	server := filepath.Join(t.TempDir(), "everything-server")
+	build := exec.Command("go", "build", "-o", server, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the everything-server: %v\n%s", err, out)
+	}
+	up, front := freePort(t), freePort(t)
+	startBackground(t, server, "-http="+up, "-stateless=false")
+	startBackground(t, proxyBin, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "warn")
+	waitListening(t, up)
+	waitListening(t, front)
+
+	directPassed, directFailed := conformance(t, node, dir, fmt.Sprintf("http://%s/mcp", up))
+	passed, failed := conformance(t, node, dir, fmt.Sprintf("http://%s/mcp", front))
+	t.Logf("direct: %d passed, %d failed; through the sidecar: %d passed, %d failed", directPassed, directFailed, passed, failed)
+	if passed != directPassed || failed != 0 || directPassed == 0 {
+		t.Errorf("through the sidecar %d passed and %d failed; directly %d passed", passed, failed, directPassed)
+	}
+}
