@@ -12,7 +12,10 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
-const sessionHeader = "Mcp-Session-Id"
+const (
+	sessionHeader = "Mcp-Session-Id"
+	versionHeader = "MCP-Protocol-Version"
+)
 
 // sessionFor returns the session a request belongs to, and whether the
 // sidecar knew it. A request without a session id, or with one the sidecar
@@ -30,6 +33,7 @@ func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx) (*session, bool) {
 // post relays a POST: one JSON-RPC message or a batch from the client.
 func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	sess, known := s.sessionFor(ctx)
+	sess.setVersion(ctx.Request.Header.Peek(versionHeader))
 	var f framing.Frame
 	if err := f.Parse(ctx.PostBody()); err != nil {
 		writeJSON(ctx, fasthttp.StatusBadRequest, sess.t.Invalid(proxy.Client, err, ctx.PostBody()))
@@ -166,9 +170,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	if sess := s.sessions.remove(id); sess != nil {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
 		for _, cancel := range sess.t.CancelInFlight("session deleted") {
-			if resp, err := s.forward(ctx, fasthttp.MethodPost, cancel); err == nil {
-				readHead(resp)
-			}
+			s.notify(sess, cancel)
 		}
 		sess.endAll()
 	}
@@ -194,6 +196,34 @@ func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) 
 		return nil, err
 	}
 	return resp, nil
+}
+
+// notify POSTs a notification of the proxy's own to the upstream, in a
+// session, and waits for the answer (202).
+func (s *Sidecar) notify(sess *session, msg []byte) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(s.upstream.String())
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(sessionHeader, sess.id)
+	if v := sess.protocolVersion(); v != "" {
+		req.Header.Set(versionHeader, v)
+	}
+	req.SetBody(msg)
+	resp := fasthttp.AcquireResponse()
+	if err := s.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		s.log.Warn("notifying the upstream failed", zap.String("scope", sess.scope), zap.Error(err))
+		return
+	}
+	if status := resp.StatusCode(); status >= 300 {
+		s.log.Warn("the upstream refused a notification", zap.String("scope", sess.scope), zap.Int("status", status),
+			zap.ByteString("body", readHead(resp)))
+		return
+	}
+	readHead(resp)
 }
 
 // forwardDetached sends a POST upstream without waiting for its answer.

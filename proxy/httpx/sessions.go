@@ -29,10 +29,12 @@ type session struct {
 	id    string
 	t     *proxy.Tracker
 
-	mu sync.Mutex // guards streams
+	mu sync.Mutex // guards streams and version
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
 	streams map[*proxy.Call]*stream
+	// version is the MCP-Protocol-Version the client last sent.
+	version string
 }
 
 func newSession(id string, s *Sidecar) *session {
@@ -111,12 +113,32 @@ func (sess *session) cancelled(c *proxy.Call, grace time.Duration) {
 	}
 }
 
-// endAll ends every stream of the session after the grace.
+// endAll ends every stream of the session.
 func (sess *session) endAll() {
 	sess.mu.Lock()
-	defer sess.mu.Unlock()
+	var streams []*stream
 	for c, st := range sess.streams {
-		st.end(errStreamCancelled)
+		streams = append(streams, st)
 		delete(sess.streams, c)
 	}
+	sess.mu.Unlock()
+	for _, st := range streams { // outside the lock: ending waits for a read in progress
+		st.end(errStreamCancelled)
+	}
+}
+
+// setVersion notes the protocol version the client speaks in this session.
+func (sess *session) setVersion(v []byte) {
+	if len(v) == 0 {
+		return
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.version = string(v)
+}
+
+func (sess *session) protocolVersion() string {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.version
 }

@@ -92,6 +92,11 @@ func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, c
 		if err != nil {
 			return // the upstream ended the stream, or the sidecar did
 		}
+		if string(ev.Type) == "endpoint" {
+			s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
+				"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
+			return
+		}
 		out := s.filterEvent(sess, ev, &f)
 		if out == nil {
 			continue

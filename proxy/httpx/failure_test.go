@@ -1,0 +1,187 @@
+package httpx_test
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+func errorOf(t *testing.T, resp *http.Response) (id any, code int, data map[string]any) {
+	t.Helper()
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var r struct {
+		ID    any
+		Error *struct {
+			Code int
+			Data map[string]any
+		}
+	}
+	if err := json.Unmarshal(body, &r); err != nil || r.Error == nil {
+		t.Fatalf("want a JSON-RPC error, got %d %s", resp.StatusCode, body)
+	}
+	return r.ID, r.Error.Code, r.Error.Data
+}
+
+// TestUnreachableUpstream: a request gets a JSON-RPC error that names the
+// proxy, not a hung or bare HTTP failure.
+func TestUnreachableUpstream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close() // nothing listens there now
+	c := &rawClient{t: t, url: startSidecar(t, dead, proxy.TrackerOptions{})}
+	id, code, data := errorOf(t, c.post(`{"jsonrpc":"2.0","id":"x","method":"tools/list"}`))
+	if id != "x" || code != proxy.CodeServerGone || data["proxy"] != "mcp-cancel-proxy" {
+		t.Errorf("got id %v code %d data %v", id, code, data)
+	}
+}
+
+// TestUpstream5xx: a server error becomes a JSON-RPC error on the request.
+func TestUpstream5xx(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database on fire", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	c := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	id, code, _ := errorOf(t, c.post(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`))
+	if id != float64(7) || code != proxy.CodeServerGone {
+		t.Errorf("got id %v code %d", id, code)
+	}
+}
+
+// TestMalformedPOST: a body that is not JSON gets 400 with -32700.
+func TestMalformedPOST(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+	resp := c.post(`{"jsonrpc":`)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+	if _, code, _ := errorOf(t, resp); code != -32700 {
+		t.Errorf("code %d, want -32700", code)
+	}
+}
+
+// TestOriginAndHost: a foreign Origin or Host is refused with 403.
+func TestOriginAndHost(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := startSidecar(t, up.url, proxy.TrackerOptions{})
+	for _, h := range []struct{ name, value string }{{"Origin", "http://evil.example.com"}, {"Host", "evil.example.com"}} {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if h.name == "Host" {
+			req.Host = h.value
+		} else {
+			req.Header.Set(h.name, h.value)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s %s: status %d, want 403", h.name, h.value, resp.StatusCode)
+		}
+	}
+}
+
+// TestCancelFromAnotherSession: a cancel naming the same id in another
+// session touches nothing.
+func TestCancelFromAnotherSession(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := startSidecar(t, up.url, proxy.TrackerOptions{})
+	a, b := &rawClient{t: t, url: url}, &rawClient{t: t, url: url}
+	a.initialize()
+	b.initialize()
+	resp := a.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"a"}}}`)
+	stream := events(resp.Body)
+	<-stream // progress 1
+	r := b.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	r.Body.Close()
+	// b's cancel must not reach a's request; a's own cancel does.
+	select {
+	case key := <-up.sawCancel:
+		t.Fatalf("upstream cancelled %q on another session's cancel", key)
+	case <-time.After(200 * time.Millisecond): // a bounded look for something that must not happen
+	}
+	r = a.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	r.Body.Close()
+	if key := <-up.sawCancel; key != "a" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	for m := range stream {
+		t.Errorf("client got %v after cancelling", m)
+	}
+}
+
+// TestJSONResponseUpstream: an upstream that answers with JSON rather than a
+// stream; a cancelled request's late answer is held back and the POST gets
+// 202 with no body.
+func TestJSONResponseUpstream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+	c.initialize()
+	done := make(chan *http.Response, 1)
+	go func() {
+		done <- c.post(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"j"}}}`)
+	}()
+	// With JSON responses there is no progress to wait for: cancel until
+	// the upstream has seen it (the first cancels may come before the call).
+	for seen := false; !seen; {
+		r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+		r.Body.Close()
+		select {
+		case <-up.sawCancel:
+			seen = true
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	resp := <-done
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
+		t.Errorf("cancelled call answered %d %q, want 202 and no body", resp.StatusCode, body)
+	}
+}
+
+// TestDeleteCancelsInFlight: DELETE of a session cancels its requests in
+// flight upstream before the session ends.
+func TestDeleteCancelsInFlight(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"d"},"_meta":{"progressToken":"d"}}}`)
+	stream := events(resp.Body)
+	<-stream
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	del, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del.Body.Close()
+	if del.StatusCode >= 300 {
+		t.Errorf("DELETE answered %d", del.StatusCode)
+	}
+	if key := <-up.sawCancel; key != "d" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	for m := range stream {
+		t.Errorf("client got %v after its session ended", m)
+	}
+}
