@@ -44,6 +44,7 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 		Name:                  "mcp-cancel-proxy",
 		MaxRequestBodySize:    int(cfg.Limits.MaxFrameSize),
 		ReadTimeout:           readTimeout,
+		IdleTimeout:           idleTimeout,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		CloseOnShutdown:       true,
@@ -72,8 +73,13 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 	return 0
 }
 
-// readTimeout bounds reading a request, headers and body.
-const readTimeout = 30 * time.Second
+const (
+	// readTimeout bounds reading a request, headers and body.
+	readTimeout = 30 * time.Second
+	// idleTimeout closes keep-alive connections left idle, so that they
+	// neither pile up nor hold up a shutdown.
+	idleTimeout = 60 * time.Second
+)
 
 func isLoopback(a net.Addr) bool {
 	tcp, ok := a.(*net.TCPAddr)

@@ -64,9 +64,14 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
 		return
 	}
-	if id := resp.Header.Peek(sessionHeader); len(id) > 0 && !known {
+	switch id := resp.Header.Peek(sessionHeader); {
+	case len(id) > 0 && !known:
 		sess = s.sessions.adopt(string(id), sess)
 		s.log.Info("session opened", zap.String("scope", sess.scope))
+	case known && resp.StatusCode() == fasthttp.StatusNotFound:
+		// The upstream has forgotten the session; the client will start anew.
+		s.sessions.remove(sess.id)
+		s.log.Info("session expired upstream", zap.String("scope", sess.scope))
 	}
 	s.respond(ctx, sess, st, resp, d)
 }

@@ -35,6 +35,8 @@ type session struct {
 	streams map[*proxy.Call]*stream
 	// version is the MCP-Protocol-Version the client last sent.
 	version string
+	// lastUsed is when the session last saw a request, in UnixNano.
+	lastUsed atomic.Int64
 }
 
 func newSession(id string, s *Sidecar) *session {
@@ -48,11 +50,29 @@ func newSession(id string, s *Sidecar) *session {
 // scopes numbers the sessions for logs.
 var scopes atomic.Int64
 
+// sessionIdle is how long a session may go without a request before the
+// sidecar forgets it (a client that never sends DELETE).
+const sessionIdle = time.Hour
+
 // lookup returns the session with the given id, if the sidecar knows it.
 func (r *registry) lookup(id string) *session {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.m[id]
+	sess := r.m[id]
+	if sess != nil {
+		sess.lastUsed.Store(time.Now().UnixNano())
+	}
+	return sess
+}
+
+// sweepLocked forgets sessions idle for longer than sessionIdle.
+func (r *registry) sweepLocked() {
+	cutoff := time.Now().Add(-sessionIdle).UnixNano()
+	for id, sess := range r.m {
+		if sess.lastUsed.Load() < cutoff {
+			delete(r.m, id)
+		}
+	}
 }
 
 // adopt registers sess under id, the session id the upstream assigned in
@@ -66,6 +86,8 @@ func (r *registry) adopt(id string, sess *session) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
+	sess.lastUsed.Store(time.Now().UnixNano())
+	r.sweepLocked()
 	r.m[id] = sess
 	return sess
 }

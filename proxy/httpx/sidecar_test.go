@@ -74,7 +74,9 @@ func startSidecar(t *testing.T, up string, tr proxy.TrackerOptions) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true}
+	// A short idle timeout: Shutdown waits for idle keep-alive connections,
+	// which clients keep open.
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	return "http://" + ln.Addr().String() + "/mcp"
