@@ -56,11 +56,11 @@ func waitListening(t *testing.T, addr string) {
 
 var totalLine = regexp.MustCompile(`Total: (\d+) passed, (\d+) failed`)
 
-// conformance runs the official suite's server mode against url and
-// returns its passed and failed counts.
-func conformance(t *testing.T, node, dir, url string) (passed, failed int) {
-	cmd := exec.Command(node, filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js"),
-		"server", "--url", url)
+// conformance runs the official suite's server mode, from the npm package
+// pkg, against url and returns its passed and failed counts.
+func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (passed, failed int) {
+	args := append([]string{filepath.Join(dir, "node_modules", pkg, "dist", "index.js"), "server", "--url", url}, extra...)
+	cmd := exec.Command(node, args...)
 	cmd.Dir = t.TempDir()
 	out, _ := cmd.CombinedOutput() // exits non-zero when a check fails; the counts say which
 	m := totalLine.FindSubmatch(out)
@@ -75,11 +75,12 @@ func conformance(t *testing.T, node, dir, url string) (passed, failed int) {
 	return passed, failed
 }
 
-// TestConformanceThroughSidecar runs the official conformance suite
-// (@modelcontextprotocol/conformance 0.1.16, server mode) against the
-// go-sdk's conformance everything-server directly and through the sidecar:
-// the sidecar must pass exactly as many checks, dns-rebinding-protection
-// included, and fail none.
+// TestConformanceThroughSidecar runs the official conformance suite in
+// server mode against the go-sdk's conformance everything-server directly
+// and through the sidecar: the sidecar must pass exactly as many checks,
+// dns-rebinding-protection included, and fail none. Two lines of the suite:
+// 0.1.16 against the stateful server (protocol revisions up to 2025-11-25),
+// and 0.2.0-alpha.12 with --spec-version 2026-07-28 against the stateless one.
 func TestConformanceThroughSidecar(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
@@ -88,16 +89,26 @@ func TestConformanceThroughSidecar(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the everything-server: %v\n%s", err, out)
 	}
-	up, front := freePort(t), freePort(t)
-	startBackground(t, server, "-http="+up, "-stateless=false")
-	startBackground(t, proxyBin, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "warn")
-	waitListening(t, up)
-	waitListening(t, front)
-
-	directPassed, directFailed := conformance(t, node, dir, fmt.Sprintf("http://%s/mcp", up))
-	passed, failed := conformance(t, node, dir, fmt.Sprintf("http://%s/mcp", front))
-	t.Logf("direct: %d passed, %d failed; through the sidecar: %d passed, %d failed", directPassed, directFailed, passed, failed)
-	if passed != directPassed || failed != 0 || directPassed == 0 {
-		t.Errorf("through the sidecar %d passed and %d failed; directly %d passed", passed, failed, directPassed)
+	for _, tc := range []struct {
+		name, pkg string
+		stateless bool
+		extra     []string
+	}{
+		{"0.1.16 stateful", "@modelcontextprotocol/conformance", false, nil},
+		{"0.2.0-alpha 2026-07-28 stateless", "conformance-next", true, []string{"--spec-version", "2026-07-28"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up, front := freePort(t), freePort(t)
+			startBackground(t, server, "-http="+up, fmt.Sprintf("-stateless=%v", tc.stateless))
+			startBackground(t, proxyBin, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "warn")
+			waitListening(t, up)
+			waitListening(t, front)
+			directPassed, directFailed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", up), tc.extra...)
+			passed, failed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", front), tc.extra...)
+			t.Logf("direct: %d passed, %d failed; through the sidecar: %d passed, %d failed", directPassed, directFailed, passed, failed)
+			if passed != directPassed || failed != 0 || directPassed == 0 {
+				t.Errorf("through the sidecar %d passed and %d failed; directly %d passed", passed, failed, directPassed)
+			}
+		})
 	}
 }
