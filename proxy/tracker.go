@@ -51,6 +51,14 @@ type TrackerOptions struct {
 	// OnEvent, if set, is called for every decision, on the goroutine that
 	// asked for it. It must not block.
 	OnEvent func(Event)
+	// Observer, if set, counts every decision, for metrics.
+	Observer Observer
+}
+
+// Observer is told of each decision as it is made. Observe is called
+// concurrently, on the hot path: it must be cheap and must not block.
+type Observer interface {
+	Observe(a Action, from Peer)
 }
 
 // Tracker decides, for every message of one MCP session, whether it passes,
@@ -321,6 +329,9 @@ func (t *Tracker) errorReply(id framing.ID, code int, msg string) []byte {
 // for a response those of the request it answers.
 func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing.ID) {
 	t.stats.forwarded.Add(1)
+	if t.opts.Observer != nil {
+		t.opts.Observer.Observe(ActForwarded, from)
+	}
 	if t.opts.OnEvent != nil {
 		t.emit(from, ActForwarded, k, method, id, "")
 	}
@@ -334,6 +345,9 @@ func (t *Tracker) dropped(from Peer, dir Direction, m *framing.Message, id frami
 // note logs a decision at lvl and reports it as an Event. dir is the
 // direction of the request the message concerns.
 func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, method string, id framing.ID, why string, lvl zapcore.Level) {
+	if t.opts.Observer != nil {
+		t.opts.Observer.Observe(a, from)
+	}
 	if ce := t.peers[from].log.Check(lvl, string(a)); ce != nil {
 		ce.Write(zap.String("direction", dir.String()), zap.String("kind", k.String()),
 			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -270,4 +272,56 @@ func TestE2EMcpGoServerLateError(t *testing.T) {
 	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"m1\""`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	assertNothingAfter(t, w.recvUntil(isResponse(2)), "m1", "mg")
+}
+
+// TestE2ESidecarAdmin: the admin listener's probes and metrics, before and
+// after the upstream goes away.
+func TestE2ESidecarAdmin(t *testing.T) {
+	up, front, adm := freePort(t), freePort(t), freePort(t)
+	upstream := exec.Command(proxyBin, "example-server", "--http", up)
+	if err := upstream.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { upstream.Process.Kill(); upstream.Wait() }()
+	sc := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--admin", adm)
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	waitListening(t, up)
+	sc.logs.waitFor(t, "admin listening")
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + adm + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %s with the upstream up", code, body)
+	}
+	// One request through the sidecar, so that the counters move.
+	req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_, metrics := get("/metrics")
+	for _, want := range []string{`mcp_cancel_proxy_messages_total{action="forwarded",from="client"} 1`, "mcp_cancel_proxy_sessions 1", "go_goroutines"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	upstream.Process.Kill()
+	upstream.Wait()
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d with the upstream gone, want 503", code)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
@@ -34,10 +35,23 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 		CancelGrace: cfg.HTTP.CancelGrace, Logger: log,
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
 	}
+	m := metrics.New(metrics.Gauges{
+		InFlight: func() float64 { return float64(sc.InFlight()) },
+		Sessions: func() float64 { return float64(sc.Sessions()) },
+	})
+	sc.Tracker.Observer, sc.OnUpstreamError = m, m.UpstreamErrors.Inc
 	handler, err := sc.Handler()
 	if err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))
 		return 1
+	}
+	if cfg.HTTP.Admin != "" {
+		stopAdmin, err := admin(cfg.HTTP.Admin, m, sc.Ready, log)
+		if err != nil {
+			log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
+			return 1
+		}
+		defer stopAdmin()
 	}
 	srv := &fasthttp.Server{
 		Handler:               handler,

@@ -49,6 +49,9 @@ type HTTP struct {
 	// ShutdownGrace is how long, on SIGTERM, open requests may finish after
 	// the listener closes. Default 5s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// Admin is the address of the operations listener (/healthz, /readyz,
+	// /metrics). Default empty: off.
+	Admin string `yaml:"admin"`
 }
 
 // Log configures the proxy's own logs, which go to stderr.

@@ -134,6 +134,9 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, resp *fasth
 
 // failRequests answers the client's requests with errors, as JSON.
 func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, why string) {
+	if s.OnUpstreamError != nil {
+		s.OnUpstreamError()
+	}
 	var replies [][]byte
 	for _, c := range calls {
 		if r := sess.t.Fail(c, proxy.CodeServerGone, why); r != nil {

@@ -3,6 +3,7 @@ package httpx
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"sync"
@@ -50,6 +51,9 @@ type Sidecar struct {
 	Logger *zap.Logger
 	// Tracker configures each session's tracker; its Logger is ignored.
 	Tracker proxy.TrackerOptions
+	// OnUpstreamError, if set, is called for each request the upstream
+	// could not be reached for or failed, for metrics.
+	OnUpstreamError func()
 
 	once     sync.Once
 	initErr  error
@@ -148,4 +152,39 @@ func (s *Sidecar) originAllowed(origin string) bool {
 	}
 	u, err := url.Parse(origin)
 	return s.CheckHost && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
+}
+
+// Sessions returns how many sessions the sidecar tracks.
+func (s *Sidecar) Sessions() int {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	return len(s.sessions.m)
+}
+
+// InFlight returns how many client requests of tracked sessions are in flight.
+func (s *Sidecar) InFlight() int {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	n := 0
+	for _, sess := range s.sessions.m {
+		c2s, _ := sess.t.InFlight()
+		n += c2s
+	}
+	return n
+}
+
+// Ready reports whether the upstream accepts connections.
+func (s *Sidecar) Ready() error {
+	if err := s.init(); err != nil {
+		return err
+	}
+	host := s.upstream.Host
+	if s.upstream.Port() == "" {
+		host = net.JoinHostPort(s.upstream.Hostname(), map[string]string{"http": "80", "https": "443"}[s.upstream.Scheme])
+	}
+	c, err := net.DialTimeout("tcp", host, time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
