@@ -398,6 +398,19 @@ func (t *Tracker) CancelInFlight(reason string) [][]byte {
 	return cancels
 }
 
+// CancelCall cancels one request of the client on the client's behalf (it
+// went away and, by the configuration, that counts as a cancel), if the
+// request is still in flight, and returns the cancel notification to send
+// the server; nil if the request is no longer in flight.
+func (t *Tracker) CancelCall(c *Call, reason string) []byte {
+	if _, r := t.peers[Client].issued.cancel(c.id); r != "" {
+		return nil
+	}
+	t.stats.cancelsForwarded.Add(1)
+	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+	return appendCancelled(nil, c.upID, reason)
+}
+
 // ID returns the request's id as its issuer sent it.
 func (c *Call) ID() framing.ID { return c.id }
 

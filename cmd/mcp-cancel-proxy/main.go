@@ -121,6 +121,8 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
+	fs.DurationVar(&over.HTTP.DisconnectCancelAfter, "disconnect-cancel-after", 0,
+		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "with --listen: serve /healthz, /readyz and /metrics on this `address`")
 	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("allow-origin", "an Origin to accept besides none (repeatable; * for any)", func(v string) error {
@@ -177,6 +179,9 @@ func overlay(cfg *config.Config, over config.Config) {
 	}
 	if over.HTTP.Upstream != "" {
 		cfg.HTTP.Upstream = over.HTTP.Upstream
+	}
+	if over.HTTP.DisconnectCancelAfter != 0 {
+		cfg.HTTP.DisconnectCancelAfter = over.HTTP.DisconnectCancelAfter
 	}
 	if over.HTTP.Admin != "" {
 		cfg.HTTP.Admin = over.HTTP.Admin

@@ -32,7 +32,7 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 	sc := &httpx.Sidecar{
 		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		CheckHost: isLoopback(ln.Addr()), MaxBodySize: int(cfg.Limits.MaxFrameSize),
-		CancelGrace: cfg.HTTP.CancelGrace, Logger: log,
+		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
 	}
 	m := metrics.New(metrics.Gauges{

@@ -49,6 +49,11 @@ type HTTP struct {
 	// ShutdownGrace is how long, on SIGTERM, open requests may finish after
 	// the listener closes. Default 5s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// DisconnectCancelAfter, when positive, makes a dropped response stream a
+	// cancel in the 2025 protocol revisions if the client has not resumed
+	// within it: for clients that close streams and never POST a cancel.
+	// Default 0: off, as the spec says a disconnect is not a cancel.
+	DisconnectCancelAfter time.Duration `yaml:"disconnect_cancel_after"`
 	// Admin is the address of the operations listener (/healthz, /readyz,
 	// /metrics). Default empty: off.
 	Admin string `yaml:"admin"`
@@ -165,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
 		bad("http.path: %q must start with /", c.HTTP.Path)
+	}
+	if c.HTTP.DisconnectCancelAfter < 0 {
+		bad("http.disconnect_cancel_after: must not be negative, got %v", c.HTTP.DisconnectCancelAfter)
 	}
 	if c.HTTP.CancelGrace <= 0 || c.HTTP.ShutdownGrace <= 0 {
 		bad("http.cancel_grace and http.shutdown_grace: must be positive, got %v and %v", c.HTTP.CancelGrace, c.HTTP.ShutdownGrace)

@@ -70,7 +70,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.log.Info("session opened", zap.String("scope", sess.scope))
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
-		s.sessions.remove(sess.id)
+		s.sessions.remove(sess.sessionID())
 		s.log.Info("session expired upstream", zap.String("scope", sess.scope))
 	}
 	s.respond(ctx, sess, st, resp, d)
@@ -154,6 +154,9 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 // requests and notifications.
 func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	sess, _ := s.sessionFor(ctx)
+	if len(ctx.Request.Header.Peek("Last-Event-ID")) > 0 {
+		sess.resumed()
+	}
 	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
 	if err != nil {
 		s.log.Error("upstream unreachable", zap.Error(err))
@@ -215,7 +218,7 @@ func (s *Sidecar) notify(sess *session, msg []byte) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(sessionHeader, sess.id)
+	req.Header.Set(sessionHeader, sess.sessionID())
 	if v := sess.protocolVersion(); v != "" {
 		req.Header.Set(versionHeader, v)
 	}

@@ -37,6 +37,8 @@ type session struct {
 	version string
 	// lastUsed is when the session last saw a request, in UnixNano.
 	lastUsed atomic.Int64
+	// lastResume is when the client last resumed a stream, in UnixNano.
+	lastResume atomic.Int64
 }
 
 func newSession(id string, s *Sidecar) *session {
@@ -134,6 +136,30 @@ func (sess *session) cancelled(c *proxy.Call, grace time.Duration) {
 		st.endAfter(grace)
 	}
 }
+
+// sessionID returns the session's id; empty for a request without one.
+func (sess *session) sessionID() string {
+	sess.idMu.Lock()
+	defer sess.idMu.Unlock()
+	return sess.id
+}
+
+// callsOn returns the client requests whose answers st was to carry.
+func (sess *session) callsOn(st *stream) []*proxy.Call {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	var calls []*proxy.Call
+	for c, s := range sess.streams {
+		if s == st {
+			calls = append(calls, c)
+		}
+	}
+	return calls
+}
+
+// resumed notes that the client resumed a stream (a GET with
+// Last-Event-ID): dropped connections before now were not abandonment.
+func (sess *session) resumed() { sess.lastResume.Store(time.Now().UnixNano()) }
 
 // endAll ends every stream of the session.
 func (sess *session) endAll() {

@@ -47,6 +47,14 @@ type Sidecar struct {
 	// requests reach the client, before the sidecar ends it. If zero,
 	// DefaultCancelGrace.
 	CancelGrace time.Duration
+	// DisconnectCancelAfter, when positive, makes a dropped response stream
+	// a cancel in protocol revisions 2025-03-26 to 2025-11-25, for clients
+	// that only ever close streams and never POST a cancel: if the client
+	// has not resumed the session's streams within this time, the requests
+	// the stream was to answer are cancelled upstream on its behalf. The
+	// spec says a disconnect is not a cancel, so this is off by default. In
+	// 2026-07-28 closing the stream is the cancel anyway.
+	DisconnectCancelAfter time.Duration
 	// Logger receives the sidecar's logs. If nil, nothing is logged.
 	Logger *zap.Logger
 	// Tracker configures each session's tracker; its Logger is ignored.

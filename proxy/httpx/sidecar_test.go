@@ -37,11 +37,12 @@ func watchdog(t testing.TB, d time.Duration) {
 // careless server would.
 type upstream struct {
 	url       string
+	started   chan struct{} // a wait_cancel call is running
 	sawCancel chan string
 }
 
 func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
-	u := &upstream{sawCancel: make(chan string, 8)}
+	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8)}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Key string `json:"key"`
@@ -51,6 +52,7 @@ func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
 			req.Session.NotifyProgress(context.WithoutCancel(ctx), &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: n})
 		}
 		notify(1)
+		u.started <- struct{}{}
 		<-ctx.Done()
 		u.sawCancel <- in.Key
 		notify(2)
@@ -64,8 +66,12 @@ func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
 
 // startSidecar serves a Sidecar in front of up on a loopback port.
 func startSidecar(t *testing.T, up string, tr proxy.TrackerOptions) string {
-	sc := &httpx.Sidecar{Upstream: up, CheckHost: true, CancelGrace: 50 * time.Millisecond,
-		Logger: zaptest.NewLogger(t), Tracker: tr}
+	return serveSidecar(t, &httpx.Sidecar{Upstream: up, Tracker: tr})
+}
+
+// serveSidecar serves sc, given its upstream and options, on a loopback port.
+func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
+	sc.CheckHost, sc.CancelGrace, sc.Logger = true, 50*time.Millisecond, zaptest.NewLogger(t)
 	h, err := sc.Handler()
 	if err != nil {
 		t.Fatal(err)

@@ -80,7 +80,7 @@ func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, c
 	defer st.end(io.EOF)
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	defer watchClose(conn, func() { st.end(errClientGone) })()
+	defer watchClose(conn, func() { s.clientGone(sess, st) })()
 	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
 	var f framing.Frame
 	for {
@@ -105,10 +105,32 @@ func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, c
 			err = w.Flush()
 		}
 		if err != nil {
-			st.end(errClientGone) // the client closed the stream
+			s.clientGone(sess, st)
 			return
 		}
 	}
+}
+
+// clientGone handles a client that closed a response stream: the upstream
+// stream is closed too, and, where configured, the requests it was to
+// answer are cancelled if the client does not resume in time.
+func (s *Sidecar) clientGone(sess *session, st *stream) {
+	calls := sess.callsOn(st)
+	st.end(errClientGone)
+	if s.DisconnectCancelAfter <= 0 || len(calls) == 0 || sess.sessionID() == "" {
+		return
+	}
+	gone := time.Now().UnixNano()
+	time.AfterFunc(s.DisconnectCancelAfter, func() {
+		if sess.lastResume.Load() > gone {
+			return // the client came back for its answers
+		}
+		for _, c := range calls {
+			if cancel := sess.t.CancelCall(c, "client disconnected"); cancel != nil {
+				s.notify(sess, cancel)
+			}
+		}
+	})
 }
 
 // filterEvent returns the bytes to relay for one event: the event itself

@@ -1,0 +1,75 @@
+package httpx_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	mcpgoclient "github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// mcpgoCallAndAbandon connects mark3labs/mcp-go's client to url, calls
+// wait_cancel, and abandons the call once it is running: mcp-go only closes
+// the request's stream and never POSTs a cancel.
+func mcpgoCallAndAbandon(t *testing.T, url string, running <-chan struct{}) {
+	c, err := mcpgoclient.NewStreamableHttpClient(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcpgo.InitializeRequest{}
+	init.Params.ProtocolVersion = "2025-06-18"
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcp-go", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		req := mcpgo.CallToolRequest{}
+		req.Params.Name = "wait_cancel"
+		req.Params.Arguments = map[string]any{"key": "mcpgo"}
+		_, err := c.CallTool(callCtx, req)
+		done <- err
+	}()
+	<-running
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("CallTool returned no error after its context was cancelled")
+	}
+}
+
+// TestMcpGoClientNeedsDisconnectGrace: mcp-go's client cancels by closing
+// the stream only. With the opt-in grace, the sidecar cancels upstream on
+// its behalf once the client has not come back in time.
+func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, DisconnectCancelAfter: 100 * time.Millisecond})
+	mcpgoCallAndAbandon(t, url, up.started)
+	if key := <-up.sawCancel; key != "mcpgo" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+}
+
+// TestDisconnectIsNotACancelByDefault: in the 2025 revisions a dropped
+// stream is not a cancel, and without the opt-in the sidecar sends none.
+func TestDisconnectIsNotACancelByDefault(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url})
+	mcpgoCallAndAbandon(t, url, up.started)
+	select {
+	case key := <-up.sawCancel:
+		t.Errorf("upstream cancelled %q on a mere disconnect", key)
+	case <-time.After(300 * time.Millisecond): // a bounded look for something that must not happen
+	}
+}
