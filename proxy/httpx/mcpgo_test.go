@@ -14,13 +14,15 @@ import (
 
 // mcpgoCallAndAbandon connects mark3labs/mcp-go's client to url, calls
 // wait_cancel, and abandons the call once it is running: mcp-go only closes
-// the request's stream and never POSTs a cancel.
+// the request's stream and never POSTs a cancel. The client stays open
+// (closing it would DELETE the session, which cancels everything) until the
+// test ends.
 func mcpgoCallAndAbandon(t *testing.T, url string, running <-chan struct{}) {
 	c, err := mcpgoclient.NewStreamableHttpClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
