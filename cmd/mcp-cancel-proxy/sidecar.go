@@ -29,17 +29,7 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 		log.Error("cannot listen", zap.String("listen", cfg.HTTP.Listen), zap.Error(err))
 		return 1
 	}
-	sc := &httpx.Sidecar{
-		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
-		CheckHost: isLoopback(ln.Addr()), MaxBodySize: int(cfg.Limits.MaxFrameSize),
-		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
-	}
-	m := metrics.New(metrics.Gauges{
-		InFlight: func() float64 { return float64(sc.InFlight()) },
-		Sessions: func() float64 { return float64(sc.Sessions()) },
-	})
-	sc.Tracker.Observer, sc.OnUpstreamError = m, m.UpstreamErrors.Inc
+	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
 	handler, err := sc.Handler()
 	if err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))
@@ -65,9 +55,30 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 	}
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
+	return serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
+}
+
+// newSidecar builds the sidecar and its metrics from the configuration.
+func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
+	sc := &httpx.Sidecar{
+		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
+		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
+		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+	}
+	m := metrics.New(metrics.Gauges{
+		InFlight: func() float64 { return float64(sc.InFlight()) },
+		Sessions: func() float64 { return float64(sc.Sessions()) },
+	})
+	sc.Tracker.Observer, sc.OnUpstreamError = m, m.UpstreamErrors.Inc
+	return sc, m
+}
+
+// serveUntilStopped serves until the server fails (1), or a signal or the
+// end of ctx asks it to stop (0, after the shutdown grace at most).
+func serveUntilStopped(ctx context.Context, srv *fasthttp.Server, ln net.Listener, grace time.Duration, log *zap.Logger) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -76,10 +87,10 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 		log.Error("serving failed", zap.Error(err))
 		return 1
 	case sig := <-sigs:
-		log.Info("shutting down", zap.String("why", sig.String()), zap.Duration("grace", cfg.HTTP.ShutdownGrace))
+		log.Info("shutting down", zap.String("why", sig.String()), zap.Duration("grace", grace))
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.ShutdownWithContext(sctx); err != nil {
 		log.Warn("open requests cut at the end of the shutdown grace", zap.Error(err))
