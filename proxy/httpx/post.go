@@ -86,9 +86,16 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return
 	}
+	if isEventStream(resp.Header.ContentType()) && !st.setBody(bodyOf(resp)) {
+		// Every request it was to answer was cancelled before it began.
+		fasthttp.ReleaseResponse(resp)
+		sess.detach(st)
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(status)
-	if isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
+	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
 		conn := ctx.Conn()
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {

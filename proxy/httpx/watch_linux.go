@@ -25,6 +25,9 @@ func watchClose(conn net.Conn, onClose func()) (stop func()) {
 	if err != nil {
 		return func() {}
 	}
+	// The server's read deadline for the request may still be set; the
+	// watch lasts as long as the response.
+	conn.SetReadDeadline(time.Time{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
