@@ -325,3 +325,50 @@ func TestE2ESidecarAdmin(t *testing.T) {
 		t.Errorf("/readyz = %d with the upstream gone, want 503", code)
 	}
 }
+
+// TestE2ESidecarShutdownCancelsUpstream: on SIGTERM the sidecar stops
+// accepting, gives open requests the shutdown grace, then cancels upstream
+// what is still running rather than abandoning it, and exits 0.
+func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
+	up, front := freePort(t), freePort(t)
+	upstream := exec.Command(proxyBin, "example-server", "--http", up)
+	if err := upstream.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { upstream.Process.Kill(); upstream.Wait() }()
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(cfg, []byte("http:\n  shutdown_grace: 200ms\n"), 0o600)
+	sc := startWrapped(t, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
+	waitListening(t, up)
+	sc.logs.waitFor(t, "sidecar listening")
+	post := func(session, body string) *http.Response {
+		req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	call := post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"s"}}}`)
+	defer call.Body.Close()
+	if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"the proxy is shutting down"`)
+	if code := sc.wait(); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	if strings.Contains(sc.logs.all(), "notifying the upstream failed") {
+		t.Errorf("the shutdown cancel did not reach the upstream:\n%s", sc.logs.all())
+	}
+}

@@ -55,7 +55,10 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 	}
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
-	return serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
+	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
+	// What the grace did not see finish is cancelled upstream, not abandoned.
+	sc.CancelAll("the proxy is shutting down")
+	return code
 }
 
 // newSidecar builds the sidecar and its metrics from the configuration.

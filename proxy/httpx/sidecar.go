@@ -196,3 +196,24 @@ func (s *Sidecar) Ready() error {
 	}
 	return c.Close()
 }
+
+// CancelAll cancels upstream every client request still in flight in every
+// session, as a client cancel would, and ends their streams: what a
+// shutdown does once its grace is over.
+func (s *Sidecar) CancelAll(reason string) {
+	if s.init() != nil {
+		return
+	}
+	s.sessions.mu.Lock()
+	all := make([]*session, 0, len(s.sessions.m))
+	for _, sess := range s.sessions.m {
+		all = append(all, sess)
+	}
+	s.sessions.mu.Unlock()
+	for _, sess := range all {
+		for _, cancel := range sess.t.CancelInFlight(reason) {
+			s.notify(sess, cancel)
+		}
+		sess.endAll()
+	}
+}
