@@ -1,0 +1,172 @@
+// Command httpload is the HTTP sidecar's load driver. In one process it
+// serves a go-sdk Streamable HTTP server (stateless, with an echo tool) and,
+// in front of it, the sidecar and a plain reverse proxy (net/http/httputil)
+// as a baseline; then, side by side, it drives tools/call round trips
+// straight to the server, through the sidecar and through the reverse proxy,
+// with JSON and with event-stream responses, at several concurrencies, and
+// prints requests per second and p50/p99 latency.
+//
+//	go run ./bench/httpload -n 3000
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+func main() {
+	n := flag.Int("n", 3000, "round trips per case")
+	flag.Parse()
+	if err := run(*n); err != nil {
+		fmt.Fprintln(os.Stderr, "httpload:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int) error {
+	fmt.Printf("%-6s %-12s %5s %10s %10s %10s %12s\n", "body", "target", "conc", "req/s", "p50 µs", "p99 µs", "vs direct")
+	for _, jsonMode := range []bool{true, false} {
+		targets, stop, err := serveAll(jsonMode)
+		if err != nil {
+			return err
+		}
+		for _, conc := range []int{1, 16, 64} {
+			var direct float64
+			for _, t := range targets {
+				r := drive(t.url, conc, n)
+				if t.name == "direct" {
+					direct = r.rps
+				}
+				mode := map[bool]string{true: "json", false: "sse"}[jsonMode]
+				fmt.Printf("%-6s %-12s %5d %10.0f %10.0f %10.0f %11.2fx\n", mode, t.name, conc, r.rps,
+					float64(r.p50.Microseconds()), float64(r.p99.Microseconds()), r.rps/direct)
+			}
+		}
+		stop()
+	}
+	return nil
+}
+
+type target struct{ name, url string }
+
+// serveAll starts the upstream, the sidecar and the reverse proxy on
+// loopback ports and returns their MCP URLs, direct first.
+func serveAll(jsonMode bool) ([]target, func(), error) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "load", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode})
+	up, upURL, err := listen(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, _ := url.Parse(upURL)
+	rp, rpURL, err := listen(httputil.NewSingleHostReverseProxy(&url.URL{Scheme: u.Scheme, Host: u.Host}))
+	if err != nil {
+		return nil, nil, err
+	}
+	sc := &httpx.Sidecar{Upstream: upURL}
+	handler, err := sc.Handler()
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	fs := &fasthttp.Server{Handler: handler, CloseOnShutdown: true, IdleTimeout: time.Second}
+	go fs.Serve(ln)
+	stop := func() { up.Close(); rp.Close(); fs.Shutdown() }
+	return []target{{"direct", upURL}, {"sidecar", "http://" + ln.Addr().String() + "/mcp"}, {"reverseproxy", rpURL}}, stop, nil
+}
+
+func listen(h http.Handler) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	return srv, "http://" + ln.Addr().String() + "/mcp", nil
+}
+
+type result struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+// drive runs n tools/call round trips against url from conc workers.
+func drive(url string, conc, n int) result {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"}}}`)
+	lat := make([]time.Duration, n)
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				k := i
+				i++
+				next.Unlock()
+				if k >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := roundTrip(client, url, body); err != nil {
+					fmt.Fprintln(os.Stderr, "round trip:", err)
+					return
+				}
+				lat[k] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	return result{rps: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
+}
+
+func roundTrip(c *http.Client, url string, body []byte) error {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte("hello, load")) {
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode, b)
+	}
+	return nil
+}
