@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 
@@ -97,13 +96,7 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	ctx.SetStatusCode(status)
 	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		conn := ctx.Conn()
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			for _, r := range d.replies {
-				w.Write(framing.AppendSSEMessage(nil, "", r))
-			}
-			s.relaySSE(sess, st, resp, conn, w)
-		})
+		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies), -1)
 		return
 	}
 	defer sess.detach(st)
@@ -174,8 +167,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(resp.StatusCode())
 	st := &stream{}
 	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
-		conn := ctx.Conn()
-		ctx.SetBodyStreamWriter(func(w *bufio.Writer) { s.relaySSE(sess, st, resp, conn, w) })
+		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
 		return
 	}
 	ctx.SetBody(readHead(resp))

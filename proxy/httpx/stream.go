@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -70,45 +69,72 @@ func (st *stream) end(why error) {
 	}
 }
 
-// relaySSE streams the upstream's events to the client, putting each
-// JSON-RPC message to the session's tracker: messages it holds back are left
-// out of their event, and an event left empty is not sent. It runs as the
-// response's body writer, after the handler has returned.
-func (s *Sidecar) relaySSE(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, w *bufio.Writer) {
-	defer fasthttp.ReleaseResponse(resp)
-	defer sess.detach(st)
-	defer st.end(io.EOF)
+// sseRelay is the body of a relayed event stream. fasthttp's server reads
+// it on the connection's own goroutine and writes and flushes what each Read
+// returns as one chunk: one event, so every event reaches the client at once,
+// with no goroutine or pipe between upstream and client. Each JSON-RPC
+// message is put to the session's tracker on the way: messages it holds back
+// are left out of their event, and an event left empty is not sent.
+type sseRelay struct {
+	s         *Sidecar
+	sess      *session
+	st        *stream
+	resp      *fasthttp.Response
+	rd        *framing.SSEReader
+	f         framing.Frame
+	pending   []byte // what the last event left to hand out; aliases rd's buffer
+	eof       bool   // the upstream stream ended, or the sidecar ended it
+	stopWatch func()
+}
+
+// newSSERelay starts relaying resp's events for a client on conn.
+func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
+	r := &sseRelay{s: s, sess: sess, st: st, resp: resp, rd: framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)}
+	for _, m := range prefix {
+		r.pending = framing.AppendSSEMessage(r.pending, "", m)
+	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	defer watchClose(conn, func() { s.clientGone(sess, st) })()
-	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
-	var f framing.Frame
-	for {
-		ev, err := rd.Next()
-		if errors.Is(err, framing.ErrEventTooLarge) {
-			s.log.Error("upstream event over the size limit dropped", zap.String("scope", sess.scope), zap.Int("limit", s.MaxBodySize))
-			continue
+	r.stopWatch = watchClose(conn, func() { s.clientGone(sess, st) })
+	return r
+}
+
+// Read hands out the next event to relay, or io.EOF when the stream ends.
+func (r *sseRelay) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		if r.eof {
+			return 0, io.EOF
 		}
-		if err != nil {
-			return // the upstream ended the stream, or the sidecar did
-		}
-		if string(ev.Type) == "endpoint" {
-			s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
+		ev, err := r.rd.Next()
+		switch {
+		case errors.Is(err, framing.ErrEventTooLarge):
+			r.s.log.Error("upstream event over the size limit dropped", zap.String("scope", r.sess.scope), zap.Int("limit", r.s.MaxBodySize))
+		case err != nil:
+			r.eof = true // the upstream ended the stream, or the sidecar did
+		case string(ev.Type) == "endpoint":
+			r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
 				"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
-			return
-		}
-		out := s.filterEvent(sess, ev, &f)
-		if out == nil {
-			continue
-		}
-		if _, err := w.Write(out); err == nil {
-			err = w.Flush()
-		}
-		if err != nil {
-			s.clientGone(sess, st)
-			return
+			r.eof = true
+		default:
+			r.pending = r.s.filterEvent(r.sess, ev, &r.f)
 		}
 	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}
+
+// Close is called by fasthttp once the response is done. Done before the
+// upstream's end means that writing to the client failed: it has gone.
+func (r *sseRelay) Close() error {
+	r.stopWatch()
+	if !r.eof {
+		r.s.clientGone(r.sess, r.st)
+	}
+	r.st.end(io.EOF)
+	r.sess.detach(r.st)
+	fasthttp.ReleaseResponse(r.resp)
+	return nil
 }
 
 // clientGone handles a client that closed a response stream: the upstream
