@@ -152,23 +152,3 @@ func trimLeft(b []byte) []byte {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-
-// Writer writes newline-delimited frames through a buffer. It is not safe
-// for concurrent use: one goroutine owns it.
-type Writer struct {
-	bw *bufio.Writer
-}
-
-// NewWriter returns a Writer over w.
-func NewWriter(w io.Writer) *Writer { return &Writer{bw: bufio.NewWriterSize(w, 64<<10)} }
-
-// Write buffers frame and a newline. The frame must not contain a newline.
-func (w *Writer) Write(frame []byte) error {
-	if _, err := w.bw.Write(frame); err != nil {
-		return err
-	}
-	return w.bw.WriteByte('\n')
-}
-
-// Flush writes out everything buffered.
-func (w *Writer) Flush() error { return w.bw.Flush() }

@@ -1,7 +1,6 @@
 package framing_test
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"strings"
@@ -66,21 +65,5 @@ func TestReaderLargeFrames(t *testing.T) {
 	got := readAll(t, framing.NewReader(strings.NewReader(in), 512<<10))
 	if len(got) != 4 || got[0] != "first" || got[1] != big || got[2] != "ERR:"+strings.Repeat("x", len(huge)) || got[3] != "last" {
 		t.Errorf("got %d frames; want first, big, error, last", len(got))
-	}
-}
-
-func TestWriter(t *testing.T) {
-	var b bytes.Buffer
-	w := framing.NewWriter(&b)
-	for _, f := range []string{`{"a":1}`, `{"b":2}`} {
-		if err := w.Write([]byte(f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := b.String(), "{\"a\":1}\n{\"b\":2}\n"; got != want {
-		t.Errorf("wrote %q, want %q", got, want)
 	}
 }
