@@ -385,6 +385,14 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 	return t.errorReply(c.id, code, msg)
 }
 
+// Abandon forgets a client's request whose answer can no longer come (the
+// upstream answered its POST with an HTTP error, or with JSON that did not
+// answer it), so that it does not stay in flight for ever. The client got
+// the upstream's answer, whatever it was; nothing is sent.
+func (t *Tracker) Abandon(c *Call) {
+	t.peers[Server].answers.complete(c.upID)
+}
+
 // CancelInFlight cancels every request of the client still in flight, as if
 // the client had cancelled each, and returns the cancel notifications to
 // send the server (the session is ending: MCP-NOTES §6b DELETE).

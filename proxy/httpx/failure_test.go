@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 func errorOf(t *testing.T, resp *http.Response) (id any, code int, data map[string]any) {
@@ -183,5 +184,33 @@ func TestDeleteCancelsInFlight(t *testing.T) {
 	}
 	for m := range stream {
 		t.Errorf("client got %v after its session ended", m)
+	}
+}
+
+// TestHTTPErrorAbandonsRequests: a request the upstream refuses with an
+// HTTP error (its body no JSON-RPC answer) is not left in flight for ever.
+func TestHTTPErrorAbandonsRequests(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"initialize"`) {
+			w.Header().Set("Mcp-Session-Id", "s-1")
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}`)
+			return
+		}
+		http.Error(w, "no such tool, and no JSON-RPC either", http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	sc := &httpx.Sidecar{Upstream: srv.URL}
+	c := &rawClient{t: t, url: serveSidecar(t, sc)}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x"}}`)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want the upstream's 400", resp.StatusCode)
+	}
+	if n := sc.InFlight(); n != 0 {
+		t.Errorf("%d requests still in flight after the upstream refused them", n)
 	}
 }

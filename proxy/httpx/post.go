@@ -101,6 +101,10 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	}
 	defer sess.detach(st)
 	s.relayJSON(ctx, sess, resp, d.replies)
+	// A JSON answer is whole: requests it did not answer never will be.
+	for _, c := range d.requests {
+		sess.t.Abandon(c)
+	}
 }
 
 // relayJSON relays a JSON response, held back where the tracker says so.
