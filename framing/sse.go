@@ -52,7 +52,7 @@ func NewSSEReader(r io.Reader, max int) *SSEReader {
 	if max <= 0 {
 		max = DefaultMaxFrameSize
 	}
-	return &SSEReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+	return &SSEReader{br: bufio.NewReaderSize(r, 4<<10), max: max} // small: a sidecar holds one per open stream; longer lines are appended
 }
 
 var bom = []byte("\xef\xbb\xbf")

@@ -7,6 +7,7 @@
 // prints requests per second and p50/p99 latency.
 //
 //	go run ./bench/httpload -n 3000
+//	go run ./bench/httpload -idle 4000 -proxy /tmp/mcp-cancel-proxy   # memory per idle stream
 package main
 
 import (
@@ -32,8 +33,16 @@ import (
 
 func main() {
 	n := flag.Int("n", 3000, "round trips per case")
+	idle := flag.Int("idle", 0, "instead: open this many idle event streams through the sidecar binary and report its memory per stream")
+	proxyBin := flag.String("proxy", "", "with -idle: the mcp-cancel-proxy binary")
 	flag.Parse()
-	if err := run(*n); err != nil {
+	var err error
+	if *idle > 0 {
+		err = idleStreams(*proxyBin, *idle)
+	} else {
+		err = run(*n)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "httpload:", err)
 		os.Exit(1)
 	}
