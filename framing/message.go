@@ -18,6 +18,7 @@ const (
 
 var kindNames = [...]string{"invalid", "request", "notification", "response"}
 
+// String names the kind.
 func (k Kind) String() string { return kindNames[k] }
 
 // Span is the half-open byte range [Start, End) of a value within a frame.
@@ -69,7 +70,9 @@ var (
 // JSON-RPC message: the answer is -32600 Invalid Request, not a parse error.
 type InvalidError struct{ Err error }
 
+// Error implements error.
 func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Err.Error() }
+// Unwrap returns the reason.
 func (e *InvalidError) Unwrap() error { return e.Err }
 
 // Frame is one parsed line: a single message, or a batch (protocol

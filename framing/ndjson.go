@@ -24,6 +24,7 @@ type FrameTooLargeError struct {
 	Head []byte
 }
 
+// Error implements error.
 func (e *FrameTooLargeError) Error() string {
 	return fmt.Sprintf("frame of %d bytes exceeds the limit of %d bytes", e.Size, e.Limit)
 }

@@ -16,6 +16,7 @@ type SyntaxError struct {
 	msg    string
 }
 
+// Error implements error.
 func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("invalid JSON at offset %d: %s", e.Offset, e.msg)
 }

@@ -18,6 +18,7 @@ const (
 	ServerToClient
 )
 
+// String names the direction, as logs show it.
 func (d Direction) String() string {
 	if d == ClientToServer {
 		return "client_to_server"

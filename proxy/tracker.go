@@ -24,6 +24,7 @@ const (
 	Server
 )
 
+// String names the peer.
 func (p Peer) String() string {
 	if p == Client {
 		return "client"

@@ -277,6 +277,7 @@ func bodyOf(resp *fasthttp.Response) fasthttp.ReadCloserWithError {
 
 type nopCloser struct{ io.Reader }
 
+// CloseWithError does nothing: the body has nothing to close.
 func (nopCloser) CloseWithError(error) error { return nil }
 
 // readHead reads up to 64 KiB of a response's body, then closes and
