@@ -72,6 +72,7 @@ type InvalidError struct{ Err error }
 
 // Error implements error.
 func (e *InvalidError) Error() string { return "invalid JSON-RPC message: " + e.Err.Error() }
+
 // Unwrap returns the reason.
 func (e *InvalidError) Unwrap() error { return e.Err }
 
