@@ -73,7 +73,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		InFlight: func() float64 { return float64(sc.InFlight()) },
 		Sessions: func() float64 { return float64(sc.Sessions()) },
 	})
-	sc.Tracker.Observer, sc.OnUpstreamError = m, m.UpstreamErrors.Inc
+	sc.Tracker.Observer, sc.OnUpstreamError, sc.OnCancel = m, m.UpstreamErrors.Inc, m.Cancelled
 	return sc, m
 }
 

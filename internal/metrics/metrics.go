@@ -19,6 +19,8 @@ type Metrics struct {
 	byAction map[proxy.Action][2]prometheus.Counter
 	// UpstreamErrors counts requests the upstream could not take or failed.
 	UpstreamErrors prometheus.Counter
+	// Cancels counts requests cancelled upstream, by source.
+	Cancels *prometheus.CounterVec
 }
 
 // Gauges are read when scraped.
@@ -40,6 +42,10 @@ func New(g Gauges) *Metrics {
 			Namespace: "mcp_cancel_proxy", Name: "upstream_errors_total",
 			Help: "Requests the upstream could not be reached for, or answered with a server error.",
 		}),
+		Cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "mcp_cancel_proxy", Name: "cancels_total",
+			Help: "Requests cancelled upstream, by source: client, disconnect, session_end, shutdown.",
+		}, []string{"source"}),
 	}
 	m.byAction = make(map[proxy.Action][2]prometheus.Counter)
 	for _, a := range []proxy.Action{proxy.ActForwarded, proxy.ActCancelAccepted, proxy.ActCancelDropped,
@@ -49,7 +55,7 @@ func New(g Gauges) *Metrics {
 			m.decisions.WithLabelValues(string(a), proxy.Server.String()),
 		}
 	}
-	m.Registry.MustRegister(m.decisions, m.UpstreamErrors,
+	m.Registry.MustRegister(m.decisions, m.UpstreamErrors, m.Cancels,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if g.InFlight != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -72,3 +78,6 @@ func (m *Metrics) Observe(a proxy.Action, from proxy.Peer) {
 }
 
 var _ proxy.Observer = (*Metrics)(nil)
+
+// Cancelled counts one request cancelled upstream.
+func (m *Metrics) Cancelled(source string) { m.Cancels.WithLabelValues(source).Inc() }

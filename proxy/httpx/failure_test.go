@@ -2,6 +2,7 @@ package httpx_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -212,5 +213,38 @@ func TestHTTPErrorAbandonsRequests(t *testing.T) {
 	}
 	if n := sc.InFlight(); n != 0 {
 		t.Errorf("%d requests still in flight after the upstream refused them", n)
+	}
+}
+
+// TestCancelSources: every cancel the sidecar sends upstream is reported
+// with where it came from, for the metrics.
+func TestCancelSources(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	sources := make(chan string, 8)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.url, OnCancel: func(s string) { sources <- s }})}
+	c.initialize()
+	call := func(id int) <-chan map[string]any {
+		resp := c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"k%d"},"_meta":{"progressToken":%d}}}`, id, id, id))
+		ch := events(resp.Body)
+		<-ch
+		return ch
+	}
+	call(1)
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`).Body.Close()
+	if got := <-sources; got != "client" {
+		t.Errorf("posted cancel reported as %q, want client", got)
+	}
+	<-up.sawCancel
+	call(2)
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := <-sources; got != "session_end" {
+		t.Errorf("DELETE's cancel reported as %q, want session_end", got)
 	}
 }

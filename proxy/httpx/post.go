@@ -184,6 +184,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	if sess := s.sessions.remove(id); sess != nil {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
 		for _, cancel := range sess.t.CancelInFlight("session deleted") {
+			s.cancelled("session_end")
 			s.notify(sess, cancel)
 		}
 		sess.endAll()

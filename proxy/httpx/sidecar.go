@@ -62,6 +62,11 @@ type Sidecar struct {
 	// OnUpstreamError, if set, is called for each request the upstream
 	// could not be reached for or failed, for metrics.
 	OnUpstreamError func()
+	// OnCancel, if set, is called for each request cancelled upstream, with
+	// where the cancel came from: "client" (it sent one), "disconnect" (it
+	// dropped the stream: 2026-07-28, or the opt-in grace), "session_end"
+	// (DELETE) or "shutdown". For metrics; it must not block.
+	OnCancel func(source string)
 
 	once     sync.Once
 	initErr  error
@@ -212,8 +217,16 @@ func (s *Sidecar) CancelAll(reason string) {
 	s.sessions.mu.Unlock()
 	for _, sess := range all {
 		for _, cancel := range sess.t.CancelInFlight(reason) {
+			s.cancelled("shutdown")
 			s.notify(sess, cancel)
 		}
 		sess.endAll()
+	}
+}
+
+// cancelled reports one cancel to OnCancel.
+func (s *Sidecar) cancelled(source string) {
+	if s.OnCancel != nil {
+		s.OnCancel(source)
 	}
 }

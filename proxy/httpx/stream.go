@@ -143,6 +143,15 @@ func (r *sseRelay) Close() error {
 func (s *Sidecar) clientGone(sess *session, st *stream) {
 	calls := sess.callsOn(st)
 	st.end(errClientGone)
+	if sess.protocolVersion() >= "2026-07-28" {
+		// Closing the upstream stream was the cancel itself: record it.
+		for _, c := range calls {
+			if sess.t.CancelCall(c, "client closed the stream") != nil {
+				s.cancelled("disconnect")
+			}
+		}
+		return
+	}
 	if s.DisconnectCancelAfter <= 0 || len(calls) == 0 || sess.sessionID() == "" {
 		return
 	}
@@ -153,6 +162,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 		}
 		for _, c := range calls {
 			if cancel := sess.t.CancelCall(c, "client disconnected"); cancel != nil {
+				s.cancelled("disconnect")
 				s.notify(sess, cancel)
 			}
 		}
@@ -218,6 +228,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		}
 		if o.Cancelled != nil && from == proxy.Client {
 			d.cancels++
+			s.cancelled("client")
 			sess.cancelled(o.Cancelled, s.CancelGrace)
 		}
 		if o.Request != nil {
