@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,13 @@ func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
 		notify(2)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
 	})
+	// ask asks the client for a sampling completion; cancelling the call
+	// makes the server cancel that nested request.
+	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		_, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 5,
+			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
+		return nil, nil, err
+	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts))
 	t.Cleanup(srv.Close)
 	u.url = srv.URL
@@ -71,7 +79,10 @@ func startSidecar(t *testing.T, up string, tr proxy.TrackerOptions) string {
 
 // serveSidecar serves sc, given its upstream and options, on a loopback port.
 func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
-	sc.CheckHost, sc.CancelGrace, sc.Logger = true, 50*time.Millisecond, zaptest.NewLogger(t)
+	sc.CheckHost, sc.Logger = true, zaptest.NewLogger(t)
+	if sc.CancelGrace == 0 {
+		sc.CancelGrace = 50 * time.Millisecond
+	}
 	h, err := sc.Handler()
 	if err != nil {
 		t.Fatal(err)
@@ -112,8 +123,10 @@ func (c *rawClient) post(body string) *http.Response {
 	return resp
 }
 
-func (c *rawClient) initialize() {
-	resp := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+func (c *rawClient) initialize() { c.initializeWith(`{}`) }
+
+func (c *rawClient) initializeWith(capabilities string) {
+	resp := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":` + capabilities + `,"clientInfo":{"name":"raw","version":"1"}}}`)
 	c.session = resp.Header.Get("Mcp-Session-Id")
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
@@ -218,5 +231,79 @@ func TestGoSDKClientCancel(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// nestedUpstream is a scripted server: a tools/call gets a stream that
+// carries a sampling request of the server's; once the call's cancel comes,
+// the server cancels its sampling request on that stream, then answers the
+// call late. It records whether a sampling answer ever reached it.
+func nestedUpstream(t *testing.T) (url string, sawAnswer *atomic.Bool) {
+	cancelled := make(chan struct{}, 1)
+	sawAnswer = new(atomic.Bool)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     any
+			Method string
+		}
+		json.Unmarshal(body, &m)
+		switch {
+		case m.Method == "initialize":
+			w.Header().Set("Mcp-Session-Id", "nested")
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"n","version":"1"}}}`)
+		case m.Method == "tools/call":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"sampling/createMessage\",\"params\":{}}\n\n")
+			w.(http.Flusher).Flush()
+			<-cancelled
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"s1\"}}\n\n")
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[]}}\n\n")
+		case m.Method == "notifications/cancelled":
+			cancelled <- struct{}{}
+			w.WriteHeader(http.StatusAccepted)
+		case m.Method == "" && m.ID == "s1":
+			sawAnswer.Store(true)
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, sawAnswer
+}
+
+// TestNestedCancelReachesClientBeforeStreamEnds: the client cancels a tool
+// call whose server is waiting on a sampling request of its own. The server
+// cancels that nested request on the call's stream; the sidecar keeps the
+// stream open for the grace, so the client gets that cancel, and never the
+// call's late answer; the client's late answer to the sampling request does
+// not reach the server.
+func TestNestedCancelReachesClientBeforeStreamEnds(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up, sawAnswer := nestedUpstream(t)
+	// A grace long enough for a loaded machine: the stream ends sooner, when
+	// the server closes it.
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up, CancelGrace: 10 * time.Second})}
+	c.initializeWith(`{"sampling":{}}`)
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{}}}`)
+	stream := events(resp.Body)
+	if m := <-stream; m["method"] != "sampling/createMessage" {
+		t.Fatalf("first message %v, want the sampling request", m)
+	}
+	r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.Body.Close()
+	var got []map[string]any
+	for m := range stream {
+		got = append(got, m)
+	}
+	if len(got) != 1 || got[0]["method"] != "notifications/cancelled" {
+		t.Fatalf("after the cancel the stream carried %v; want only the server's cancel of its sampling request", got)
+	}
+	late := c.post(`{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
+	late.Body.Close()
+	if late.StatusCode != http.StatusAccepted || sawAnswer.Load() {
+		t.Errorf("late sampling answer: status %d, reached the server %v; want 202 and no", late.StatusCode, sawAnswer.Load())
 	}
 }
