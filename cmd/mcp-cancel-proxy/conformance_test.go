@@ -80,7 +80,9 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 // and through the sidecar: the sidecar must pass exactly as many checks,
 // dns-rebinding-protection included, and fail none. Two lines of the suite:
 // 0.1.16 against the stateful server (protocol revisions up to 2025-11-25),
-// and 0.2.0-alpha.12 with --spec-version 2026-07-28 against the stateless one.
+// in front of it over HTTP and with it on stdio behind the sidecar (a child
+// per session), and 0.2.0-alpha.12 with --spec-version 2026-07-28 against
+// the stateless one.
 func TestConformanceThroughSidecar(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
@@ -92,15 +94,21 @@ func TestConformanceThroughSidecar(t *testing.T) {
 	for _, tc := range []struct {
 		name, pkg string
 		stateless bool
+		stdio     bool // the server on stdio behind the sidecar, a child per session
 		extra     []string
 	}{
-		{"0.1.16 stateful", "@modelcontextprotocol/conformance", false, nil},
-		{"0.2.0-alpha 2026-07-28 stateless", "conformance-next", true, []string{"--spec-version", "2026-07-28"}},
+		{"0.1.16 stateful", "@modelcontextprotocol/conformance", false, false, nil},
+		{"0.1.16 stdio child", "@modelcontextprotocol/conformance", false, true, nil},
+		{"0.2.0-alpha 2026-07-28 stateless", "conformance-next", true, false, []string{"--spec-version", "2026-07-28"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up, front := freePort(t), freePort(t)
 			startBackground(t, server, "-http="+up, fmt.Sprintf("-stateless=%v", tc.stateless))
-			startBackground(t, proxyBin, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "warn")
+			if tc.stdio {
+				startBackground(t, proxyBin, "--listen", front, "--log-level", "warn", "--", server)
+			} else {
+				startBackground(t, proxyBin, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "warn")
+			}
 			waitListening(t, up)
 			waitListening(t, front)
 			directPassed, directFailed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", up), tc.extra...)

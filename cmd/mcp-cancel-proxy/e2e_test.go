@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -371,4 +372,71 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	if strings.Contains(sc.logs.all(), "notifying the upstream failed") {
 		t.Errorf("the shutdown cancel did not reach the upstream:\n%s", sc.logs.all())
 	}
+}
+
+// TestE2EStdioServerOverHTTP: a stdio server behind --listen, a child per
+// session. A POSTed cancel is forwarded to the child, the call's stream
+// ends without an answer, and the server's late progress and answer are
+// held back; DELETE stops the child.
+func TestE2EStdioServerOverHTTP(t *testing.T) {
+	front := freePort(t)
+	sc := startWrapped(t, "--listen", front, "--cancel-grace", "200ms", "--log-level", "debug", "--", proxyBin, "example-server")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "sidecar listening")
+	session := ""
+	post := func(body string) *http.Response {
+		req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	lines := func(resp *http.Response) <-chan string {
+		ch := make(chan string, 16)
+		go func() {
+			defer close(ch)
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					ch <- d
+				}
+			}
+		}()
+		return ch
+	}
+	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	session = resp.Header.Get("Mcp-Session-Id")
+	if init := <-lines(resp); !strings.Contains(init, `"serverInfo"`) || session == "" {
+		t.Fatalf("initialize: session %q, answer %s", session, init)
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	call := lines(post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"h"},"_meta":{"progressToken":"h"}}}`))
+	if first := <-call; !strings.Contains(first, "notifications/progress") {
+		t.Fatalf("first event %s, want progress", first)
+	}
+	cancel := post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`)
+	cancel.Body.Close()
+	if cancel.StatusCode != http.StatusAccepted {
+		t.Errorf("cancel answered %d, want 202", cancel.StatusCode)
+	}
+	for d := range call { // ends after the grace
+		t.Errorf("after the cancel the call's stream carried %s", d)
+	}
+	if rel := <-lines(post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"h"}}}`)); !strings.Contains(rel, `"id":3`) {
+		t.Errorf("release answered %s", rel)
+	}
+	sc.logs.waitFor(t, `"late response to a cancelled request"`)
+	req, _ := http.NewRequest("DELETE", "http://"+front+"/mcp", nil)
+	req.Header.Set("Mcp-Session-Id", session)
+	if del, err := http.DefaultClient.Do(req); err != nil || del.StatusCode != http.StatusOK {
+		t.Errorf("DELETE: %v %v", del, err)
+	}
+	sc.logs.waitFor(t, `"server exited"`)
 }

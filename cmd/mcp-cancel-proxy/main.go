@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		return exitUsage
 	}
 	if cfg.HTTP.Listen != "" {
-		return sidecar(ctx, cfg, stderr)
+		return sidecar(ctx, cfg, argv, stderr)
 	}
 	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
 }
@@ -149,8 +149,10 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		return cfg, nil, err
 	}
 	switch {
-	case cfg.HTTP.Listen != "" && len(argv) > 0:
-		return cfg, nil, errors.New("serving a stdio server over HTTP (--listen with a command) is not built yet")
+	case cfg.HTTP.Listen != "" && len(argv) > 0 && cfg.HTTP.Upstream != "":
+		return cfg, nil, errors.New("give either --upstream or a server command after --, not both")
+	case cfg.HTTP.Listen != "" && len(argv) == 0 && cfg.HTTP.Upstream == "":
+		return cfg, nil, errors.New("--listen needs --upstream, or a stdio server command after --")
 	case cfg.HTTP.Listen == "" && len(argv) == 0:
 		return cfg, nil, errors.New("no server command: put it after --, or give --listen and --upstream")
 	}

@@ -15,13 +15,14 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 // sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
 // the end of ctx), then stops accepting, gives open requests the shutdown
 // grace, and returns 0.
-func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
+func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -30,6 +31,12 @@ func sidecar(ctx context.Context, cfg config.Config, stderr io.Writer) int {
 		return 1
 	}
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
+	if len(argv) > 0 { // a stdio server behind the listener: a child per session
+		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions,
+			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
+			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+		}
+	}
 	handler, err := sc.Handler()
 	if err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))

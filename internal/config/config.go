@@ -54,6 +54,9 @@ type HTTP struct {
 	// within it: for clients that close streams and never POST a cancel.
 	// Default 0: off, as the spec says a disconnect is not a cancel.
 	DisconnectCancelAfter time.Duration `yaml:"disconnect_cancel_after"`
+	// MaxSessions caps the sessions, each with its own child, when a stdio
+	// server is served over HTTP; initialize beyond it gets 503. Default 64.
+	MaxSessions int `yaml:"max_sessions"`
 	// Admin is the address of the operations listener (/healthz, /readyz,
 	// /metrics). Default empty: off.
 	Admin string `yaml:"admin"`
@@ -98,7 +101,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, MaxSessions: 64, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
 	}
 }
 
@@ -165,11 +168,11 @@ func (c *Config) Validate() error {
 	if c.Child.TermAfter <= 0 || c.Child.KillAfter <= 0 {
 		bad("child.term_after and child.kill_after: must be positive, got %v and %v", c.Child.TermAfter, c.Child.KillAfter)
 	}
-	if c.HTTP.Listen != "" && c.HTTP.Upstream == "" {
-		bad("http.upstream: required with http.listen (serving a stdio server over HTTP is not built yet)")
-	}
 	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
 		bad("http.path: %q must start with /", c.HTTP.Path)
+	}
+	if c.HTTP.MaxSessions <= 0 {
+		bad("http.max_sessions: must be positive, got %d", c.HTTP.MaxSessions)
 	}
 	if c.HTTP.DisconnectCancelAfter < 0 {
 		bad("http.disconnect_cancel_after: must not be negative, got %v", c.HTTP.DisconnectCancelAfter)

@@ -26,8 +26,12 @@ const (
 // and makes cancellation work on the way. Its fields are its configuration;
 // set them before the first request and do not change them after.
 type Sidecar struct {
-	// Upstream is the upstream MCP endpoint's URL. Required.
+	// Upstream is the upstream MCP endpoint's URL. Required, unless
+	// Children serves a stdio server instead.
 	Upstream string
+	// Children, when set, serves a stdio MCP server, a child per session,
+	// in place of an upstream URL.
+	Children *Children
 	// Path is the MCP endpoint the sidecar serves. If empty, DefaultPath.
 	Path string
 	// AllowedOrigins lists the Origin header values accepted besides none
@@ -79,7 +83,11 @@ type Sidecar struct {
 func (s *Sidecar) init() error {
 	s.once.Do(func() {
 		u, err := url.Parse(s.Upstream)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		switch {
+		case s.Children != nil && len(s.Children.Argv) == 0:
+			s.initErr = errors.New("no server command for the children")
+			return
+		case s.Children == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
 			s.initErr = fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream)
 			return
 		}
@@ -129,13 +137,26 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if !s.allowed(ctx) {
 		return
 	}
+	child := s.Children != nil
 	switch string(ctx.Method()) {
 	case fasthttp.MethodPost:
-		s.post(ctx)
+		if child {
+			s.childPost(ctx)
+		} else {
+			s.post(ctx)
+		}
 	case fasthttp.MethodGet:
-		s.get(ctx)
+		if child {
+			s.childGet(ctx)
+		} else {
+			s.get(ctx)
+		}
 	case fasthttp.MethodDelete:
-		s.delete(ctx)
+		if child {
+			s.childDelete(ctx)
+		} else {
+			s.delete(ctx)
+		}
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
 		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
@@ -190,6 +211,9 @@ func (s *Sidecar) InFlight() int {
 func (s *Sidecar) Ready() error {
 	if err := s.init(); err != nil {
 		return err
+	}
+	if s.Children != nil {
+		return nil // children start on demand
 	}
 	host := s.upstream.Host
 	if s.upstream.Port() == "" {

@@ -1,0 +1,215 @@
+package httpx
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+)
+
+// Children serves a stdio MCP server over Streamable HTTP (protocol
+// 2025-03-26 to 2025-11-25, with sessions): each session that initialize
+// opens gets its own child process, and a proxy.Session between the child
+// and the HTTP side, so cancellation works exactly as in the stdio wrapper.
+// This side only routes: each POST's messages go to the session as lines,
+// and what the session sends back goes to the response stream of the
+// request it answers (by id, or by progress token), or to the GET stream.
+type Children struct {
+	// Argv is the server command. Required.
+	Argv []string
+	// Child configures each child's stop ladder and stderr.
+	Child child.Options
+	// Session configures each session; its OnClientClosed is the sidecar's.
+	Session proxy.Options
+	// MaxSessions caps the sessions (children) at once; beyond, initialize
+	// gets 503. If zero, 64.
+	MaxSessions int
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*childSession
+}
+
+// childSession is one session's child and its routes.
+type childSession struct {
+	id   string
+	proc *child.Process
+	sess *proxy.Session
+	in   *io.PipeWriter // lines toward the session's client side
+	log  *zap.Logger
+
+	mu sync.Mutex // guards the fields below
+	// byID and byToken route answers and progress to their request's stream.
+	byID    map[framing.ID]*outStream
+	byToken map[framing.ID]*outStream
+	get     *outStream // the standalone GET stream, if one is open
+	last    *outStream // the newest POST stream still open
+	closed  bool       // the session ended: streams get EOF
+}
+
+// start opens a session: the child, the proxy.Session and its router.
+func (cs *Children) start(log *zap.Logger) (*childSession, error) {
+	copts := cs.Child
+	copts.Logger = log
+	proc, err := child.Start(cs.Argv, copts)
+	if err != nil {
+		return nil, err
+	}
+	sopts := cs.Session
+	sopts.Logger = log
+	sopts.OnClientClosed = func() { go proc.Stop() }
+	cin, inW := io.Pipe()
+	outR, cout := io.Pipe()
+	c := &childSession{id: newSessionID(), proc: proc, sess: proxy.NewSession(sopts), in: inW, log: log,
+		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
+	go func() {
+		c.sess.Run(proxy.Conn{In: cin, Out: cout}, proxy.Conn{In: proc.Stdout, Out: proc.Stdin})
+		proc.Stop()
+	}()
+	go c.route(outR)
+	return c, nil
+}
+
+func newSessionID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// route delivers what the session sends the client to the HTTP streams.
+func (c *childSession) route(r io.Reader) {
+	rd := framing.NewReader(r, 0)
+	var f framing.Frame
+	for {
+		line, err := rd.Read(nil)
+		if err != nil {
+			c.end()
+			return
+		}
+		if f.Parse(line) != nil || f.Batch {
+			c.deliver(nil, line)
+			continue
+		}
+		c.deliver(&f.Msgs[0], line)
+	}
+}
+
+// deliver sends one message to the stream it belongs on.
+func (c *childSession) deliver(m *framing.Message, line []byte) {
+	c.mu.Lock()
+	var st *outStream
+	switch {
+	case m != nil && m.Kind == framing.KindResponse && c.byID[m.ID] != nil:
+		st = c.byID[m.ID]
+		delete(c.byID, m.ID)
+		st.pending--
+	case m != nil && m.Method == framing.MethodProgress && c.byToken[m.Token] != nil:
+		st = c.byToken[m.Token]
+	case c.last != nil && !c.last.done():
+		st = c.last // related traffic of the newest call: sampling, logs, nested cancels
+	default:
+		st = c.get
+	}
+	c.mu.Unlock()
+	if st == nil {
+		c.log.Debug("message for the client dropped: no stream is open", zap.ByteString("head", line[:min(len(line), 200)]))
+		return
+	}
+	st.send(framing.AppendSSEMessage(nil, "", line))
+	if m != nil && m.Kind == framing.KindResponse {
+		st.answered()
+	}
+}
+
+// end closes every stream once the session is over.
+func (c *childSession) end() {
+	c.mu.Lock()
+	c.closed = true
+	streams := []*outStream{c.get, c.last}
+	for _, st := range c.byID {
+		streams = append(streams, st)
+	}
+	c.mu.Unlock()
+	for _, st := range streams {
+		if st != nil {
+			st.close()
+		}
+	}
+}
+
+// outStream is one response stream to the client, fed by the router. It is
+// the response body: fasthttp's server reads it, and writes and flushes each
+// event as a chunk.
+type outStream struct {
+	ch      chan []byte
+	mu      sync.Mutex // guards the fields below
+	pending int        // requests of this POST not yet answered
+	closed  bool
+	buf     []byte
+}
+
+func newOutStream(pending int) *outStream {
+	return &outStream{ch: make(chan []byte, 256), pending: pending}
+}
+
+func (st *outStream) send(ev []byte) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return
+	}
+	select {
+	case st.ch <- ev:
+	default: // a client that does not read: it loses events rather than stall the session
+	}
+}
+
+// answered closes the stream once every request it carries is answered.
+func (st *outStream) answered() {
+	st.mu.Lock()
+	last := st.pending <= 0
+	st.mu.Unlock()
+	if last {
+		st.close()
+	}
+}
+
+func (st *outStream) done() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.closed
+}
+
+func (st *outStream) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.closed {
+		st.closed = true
+		close(st.ch)
+	}
+}
+
+// Read hands out the next event, or io.EOF once the stream is closed.
+func (st *outStream) Read(p []byte) (int, error) {
+	if len(st.buf) == 0 {
+		ev, ok := <-st.ch
+		if !ok {
+			return 0, io.EOF
+		}
+		st.buf = ev
+	}
+	n := copy(p, st.buf)
+	st.buf = st.buf[n:]
+	return n, nil
+}
+
+// Close is called by fasthttp when the response is done or the client left.
+func (st *outStream) Close() error {
+	st.close()
+	return nil
+}
