@@ -439,4 +439,15 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 		t.Errorf("DELETE: %v %v", del, err)
 	}
 	sc.logs.waitFor(t, `"server exited"`)
+
+	// A session still open at shutdown has its child stopped too.
+	session = ""
+	post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`).Body.Close()
+	sc.cmd.Process.Signal(syscall.SIGTERM)
+	if code := sc.wait(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	if n := strings.Count(sc.logs.all(), `"server exited"`); n != 2 {
+		t.Errorf("%d children reported exiting, want 2", n)
+	}
 }

@@ -65,6 +65,9 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
 	// What the grace did not see finish is cancelled upstream, not abandoned.
 	sc.CancelAll("the proxy is shutting down")
+	if sc.Children != nil {
+		sc.Children.StopAll()
+	}
 	return code
 }
 

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,9 +20,9 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.NewTracker(proxy.TrackerOptions{}).Invalid(proxy.Client, err, body))
 		return
 	}
-	c, status := s.childSessionFor(ctx, &f)
+	c, status, why := s.childSessionFor(ctx, &f)
 	if c == nil {
-		ctx.Error(fasthttp.StatusMessage(status), status)
+		ctx.Error(why, status)
 		return
 	}
 	var ids, tokens []framing.ID
@@ -58,8 +59,9 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 }
 
 // childSessionFor finds the request's session, or opens one for an
-// initialize; otherwise it returns nil and the HTTP status to answer.
-func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int) {
+// initialize; otherwise it returns nil, and the HTTP status and message to
+// answer.
+func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
 	cs := s.Children
 	id := string(ctx.Request.Header.Peek(sessionHeader))
 	cs.mu.Lock()
@@ -69,12 +71,13 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	}
 	if id != "" {
 		if c := cs.sessions[id]; c != nil {
-			return c, 0
+			return c, 0, ""
 		}
-		return nil, fasthttp.StatusNotFound
+		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
 	}
 	if f.Batch || f.Msgs[0].Method != framing.MethodInitialize {
-		return nil, fasthttp.StatusBadRequest // no session, and not opening one
+		return nil, fasthttp.StatusBadRequest, "no Mcp-Session-Id: initialize first " +
+			"(requests without a session, as in protocol 2026-07-28, are not served to a stdio server yet)"
 	}
 	max := cs.MaxSessions
 	if max <= 0 {
@@ -82,12 +85,12 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	}
 	if len(cs.sessions) >= max {
 		s.log.Warn("session refused: too many sessions", zap.Int("sessions", len(cs.sessions)))
-		return nil, fasthttp.StatusServiceUnavailable
+		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	c, err := cs.start(s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1)))))
 	if err != nil {
 		s.log.Error("cannot start the server", zap.Error(err))
-		return nil, fasthttp.StatusInternalServerError
+		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
 	cs.sessions[c.id] = c
 	go func() { // forget the session once its child is gone
@@ -96,7 +99,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		delete(cs.sessions, c.id)
 		cs.mu.Unlock()
 	}()
-	return c, 0
+	return c, 0, ""
 }
 
 // childGet opens the session's standalone stream.
@@ -173,4 +176,25 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	if last {
 		time.AfterFunc(grace, st.close)
 	}
+}
+
+// StopAll ends every session: each child's stdin closes and the stop ladder
+// follows; it returns once every child has exited.
+func (cs *Children) StopAll() {
+	cs.mu.Lock()
+	all := make([]*childSession, 0, len(cs.sessions))
+	for _, c := range cs.sessions {
+		all = append(all, c)
+	}
+	cs.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.in.Close()
+			c.proc.Stop()
+		}()
+	}
+	wg.Wait()
 }
