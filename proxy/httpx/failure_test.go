@@ -141,17 +141,12 @@ func TestJSONResponseUpstream(t *testing.T) {
 	go func() {
 		done <- c.post(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"j"}}}`)
 	}()
-	// With JSON responses there is no progress to wait for: cancel until
-	// the upstream has seen it (the first cancels may come before the call).
-	for seen := false; !seen; {
-		r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
-		r.Body.Close()
-		select {
-		case <-up.sawCancel:
-			seen = true
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	// With JSON responses there is no progress to wait for: wait until the
+	// tool runs upstream, so that the cancel cannot overtake its request.
+	<-up.started
+	r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	r.Body.Close()
+	<-up.sawCancel
 	resp := <-done
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
