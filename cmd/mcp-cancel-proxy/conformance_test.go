@@ -82,7 +82,8 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 // 0.1.16 against the stateful server (protocol revisions up to 2025-11-25),
 // in front of it over HTTP and with it on stdio behind the sidecar (a child
 // per session), and 0.2.0-alpha.12 with --spec-version 2026-07-28 against
-// the stateless one.
+// the stateless one, over HTTP and on stdio behind the sidecar (one shared
+// child).
 func TestConformanceThroughSidecar(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
@@ -100,6 +101,7 @@ func TestConformanceThroughSidecar(t *testing.T) {
 		{"0.1.16 stateful", "@modelcontextprotocol/conformance", false, false, nil},
 		{"0.1.16 stdio child", "@modelcontextprotocol/conformance", false, true, nil},
 		{"0.2.0-alpha 2026-07-28 stateless", "conformance-next", true, false, []string{"--spec-version", "2026-07-28"}},
+		{"0.2.0-alpha 2026-07-28 stdio child", "conformance-next", true, true, []string{"--spec-version", "2026-07-28"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up, front := freePort(t), freePort(t)

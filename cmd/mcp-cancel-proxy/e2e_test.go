@@ -451,3 +451,41 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 		t.Errorf("%d children reported exiting, want 2", n)
 	}
 }
+
+// TestE2EStdioServerOverHTTP2026: the go-sdk client, which speaks
+// 2026-07-28 when it can, calls a stdio server behind the sidecar and
+// abandons the call. Closing the stream is the cancel in that revision; on
+// stdio it becomes notifications/cancelled for the child, under the id the
+// sidecar gave the request on the shared child.
+func TestE2EStdioServerOverHTTP2026(t *testing.T) {
+	front := freePort(t)
+	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "sidecar listening")
+	progressed := make(chan struct{}, 8)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-2026", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+	})
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "slow_honour", Arguments: map[string]any{"seconds": 600, "steps": 6000}}
+		p.SetProgressToken("t26")
+		_, err := cs.CallTool(ctx, p)
+		errc <- err
+	}()
+	<-progressed
+	cancel()
+	if err := <-errc; err == nil {
+		t.Error("CallTool returned no error after its context was cancelled")
+	}
+	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"the client closed the stream"`)
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Errorf("tools/list after the cancel: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package httpx
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"sync"
 
@@ -31,8 +32,9 @@ type Children struct {
 	// gets 503. If zero, 64.
 	MaxSessions int
 
-	mu       sync.Mutex // guards sessions
+	mu       sync.Mutex // guards sessions and shared
 	sessions map[string]*childSession
+	shared   *childSession // serves every sessionless request
 }
 
 // childSession is one session's child and its routes.
@@ -50,6 +52,13 @@ type childSession struct {
 	get     *outStream // the standalone GET stream, if one is open
 	last    *outStream // the newest POST stream still open
 	closed  bool       // the session ended: streams get EOF
+	// shared marks the child that serves every sessionless (2026-07-28)
+	// request: there, ids and progress tokens are renamed on the way in, so
+	// that clients can never collide, and named back here on the way out.
+	shared  bool
+	origID  map[framing.ID]framing.ID // renamed id -> the client's
+	origTok map[framing.ID]framing.ID // renamed token -> the client's
+	renames uint64
 }
 
 // start opens a session: the child, the proxy.Session and its router.
@@ -107,9 +116,19 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 	case m != nil && m.Kind == framing.KindResponse && c.byID[m.ID] != nil:
 		st = c.byID[m.ID]
 		delete(c.byID, m.ID)
+		if orig, ok := c.origID[m.ID]; ok {
+			delete(c.origID, m.ID)
+			line = framing.Splice(nil, line, m.IDSpan, orig)
+		}
 		st.pending--
 	case m != nil && m.Method == framing.MethodProgress && c.byToken[m.Token] != nil:
 		st = c.byToken[m.Token]
+		if orig, ok := c.origTok[m.Token]; ok {
+			line = framing.Splice(nil, line, m.TokenSpan, orig)
+		}
+	case c.shared:
+		// 2026-07-28 has no stream for unrelated server traffic, and nothing
+		// may go to another client's stream.
 	case c.last != nil && !c.last.done():
 		st = c.last // related traffic of the newest call: sampling, logs, nested cancels
 	default:
@@ -151,6 +170,10 @@ type outStream struct {
 	pending int        // requests of this POST not yet answered
 	closed  bool
 	buf     []byte
+	// onAbort, if set, is called once when the client leaves before every
+	// request of the stream is answered: in 2026-07-28 that is the cancel.
+	onAbort   func()
+	stopWatch func() // stops watching the client's connection, if watched
 }
 
 func newOutStream(pending int) *outStream {
@@ -210,6 +233,69 @@ func (st *outStream) Read(p []byte) (int, error) {
 
 // Close is called by fasthttp when the response is done or the client left.
 func (st *outStream) Close() error {
-	st.close()
+	if st.stopWatch != nil {
+		st.stopWatch()
+	}
+	st.abort()
 	return nil
+}
+
+// abort ends the stream; if requests of it were still unanswered, the
+// client has left, and onAbort says so, once.
+func (st *outStream) abort() {
+	st.mu.Lock()
+	fire := st.onAbort != nil && st.pending > 0
+	if fire {
+		st.pending = 0
+	}
+	st.mu.Unlock()
+	st.close()
+	if fire {
+		st.onAbort()
+	}
+}
+
+// rename gives a request of the shared child an id (and progress token) of
+// the proxy's own, remembered for the way back, and returns the line to
+// send and the new id.
+func (c *childSession) rename(m *framing.Message) ([]byte, framing.ID, framing.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.renames++
+	id := framing.StringID(fmt.Sprintf("h%d", c.renames))
+	c.origID[id] = m.ID
+	type edit struct {
+		span framing.Span
+		to   framing.ID
+	}
+	edits := []edit{{m.IDSpan, id}}
+	var tok framing.ID
+	if m.Token.IsValid() {
+		tok = framing.StringID(fmt.Sprintf("ht%d", c.renames))
+		c.origTok[tok] = m.Token
+		edits = append(edits, edit{m.TokenSpan, tok})
+		if edits[1].span.Start < edits[0].span.Start {
+			edits[0], edits[1] = edits[1], edits[0]
+		}
+	}
+	var line []byte
+	at := 0
+	for _, e := range edits {
+		line = append(line, m.Raw[at:e.span.Start]...)
+		line = e.to.AppendJSON(line)
+		at = e.span.End
+	}
+	return append(line, m.Raw[at:]...), id, tok
+}
+
+// forgetRename drops the renames of a request whose stream is gone.
+func (c *childSession) forgetRename(id, tok framing.ID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.origID, id)
+	delete(c.byID, id)
+	if tok.IsValid() {
+		delete(c.origTok, tok)
+		delete(c.byToken, tok)
+	}
 }

@@ -20,6 +20,10 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.NewTracker(proxy.TrackerOptions{}).Invalid(proxy.Client, err, body))
 		return
 	}
+	if len(ctx.Request.Header.Peek(sessionHeader)) == 0 && !f.Batch && f.Msgs[0].Method != framing.MethodInitialize {
+		s.sharedPost(ctx, &f.Msgs[0])
+		return
+	}
 	c, status, why := s.childSessionFor(ctx, &f)
 	if c == nil {
 		ctx.Error(why, status)
@@ -74,10 +78,6 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 			return c, 0, ""
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
-	}
-	if f.Batch || f.Msgs[0].Method != framing.MethodInitialize {
-		return nil, fasthttp.StatusBadRequest, "no Mcp-Session-Id: initialize first " +
-			"(requests without a session, as in protocol 2026-07-28, are not served to a stdio server yet)"
 	}
 	max := cs.MaxSessions
 	if max <= 0 {
@@ -182,9 +182,12 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 // follows; it returns once every child has exited.
 func (cs *Children) StopAll() {
 	cs.mu.Lock()
-	all := make([]*childSession, 0, len(cs.sessions))
+	all := make([]*childSession, 0, len(cs.sessions)+1)
 	for _, c := range cs.sessions {
 		all = append(all, c)
+	}
+	if cs.shared != nil {
+		all = append(all, cs.shared)
 	}
 	cs.mu.Unlock()
 	var wg sync.WaitGroup
@@ -197,4 +200,76 @@ func (cs *Children) StopAll() {
 		}()
 	}
 	wg.Wait()
+}
+
+// sharedPost serves a request without a session (protocol 2026-07-28) on the
+// child shared by all such requests: its id and progress token are renamed
+// so that clients never collide, and a client that closes the stream before
+// the answer has the child sent notifications/cancelled for it, which on
+// stdio is how 2026-07-28 cancels. Notifications get 202 and go nowhere: a
+// client-chosen id must never cancel another client's request.
+func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
+	if m.Kind != framing.KindRequest {
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	c, err := s.Children.sharedChild(s.log)
+	if err != nil {
+		s.log.Error("cannot start the server", zap.Error(err))
+		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
+		return
+	}
+	line, id, tok := c.rename(m)
+	st := c.open([]framing.ID{id}, tokens(tok))
+	st.onAbort = func() {
+		c.forgetRename(id, tok)
+		c.in.Write(append(appendCancel(nil, id), '\n'))
+	}
+	if _, err := c.in.Write(append(line, '\n')); err != nil {
+		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
+		return
+	}
+	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	ctx.SetBodyStream(st, -1)
+}
+
+func tokens(tok framing.ID) []framing.ID {
+	if tok.IsValid() {
+		return []framing.ID{tok}
+	}
+	return nil
+}
+
+// appendCancel appends a notifications/cancelled for id.
+func appendCancel(dst []byte, id framing.ID) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	dst = id.AppendJSON(dst)
+	return append(dst, `,"reason":"the client closed the stream"}}`...)
+}
+
+// sharedChild returns the child that serves sessionless requests, starting
+// it if there is none (or the last one exited).
+func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.shared != nil {
+		select {
+		case <-cs.shared.proc.Exited():
+		default:
+			return cs.shared, nil
+		}
+	}
+	c, err := cs.start(log.With(zap.String("scope", "shared")))
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.shared = true
+	c.origID, c.origTok = map[framing.ID]framing.ID{}, map[framing.ID]framing.ID{}
+	c.mu.Unlock()
+	cs.shared = c
+	return c, nil
 }
