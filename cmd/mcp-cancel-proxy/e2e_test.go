@@ -433,11 +433,15 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 		t.Errorf("release answered %s", rel)
 	}
 	sc.logs.waitFor(t, `"late response to a cancelled request"`)
+	// DELETE with a call in flight: the call is cancelled on the child first.
+	pending := lines(post(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"d"}}}`))
+	<-pending
 	req, _ := http.NewRequest("DELETE", "http://"+front+"/mcp", nil)
 	req.Header.Set("Mcp-Session-Id", session)
 	if del, err := http.DefaultClient.Do(req); err != nil || del.StatusCode != http.StatusOK {
 		t.Errorf("DELETE: %v %v", del, err)
 	}
+	sc.logs.waitFor(t, `"cancel accepted"`, `"id":"4"`, `"reason":"session deleted"`)
 	sc.logs.waitFor(t, `"server exited"`)
 
 	// A session still open at shutdown has its child stopped too.
@@ -488,4 +492,26 @@ func TestE2EStdioServerOverHTTP2026(t *testing.T) {
 	if _, err := cs.ListTools(context.Background(), nil); err != nil {
 		t.Errorf("tools/list after the cancel: %v", err)
 	}
+}
+
+// TestE2EStdioSessionIdle: a stdio session left idle has its child stopped.
+func TestE2EStdioSessionIdle(t *testing.T) {
+	front := freePort(t)
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(cfg, []byte("http:\n  session_idle: 300ms\n"), 0o600)
+	sc := startWrapped(t, "--config", cfg, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "sidecar listening")
+	req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"i","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) // the stream ends with the answer
+	resp.Body.Close()
+	sc.logs.waitFor(t, "session idle: stopping its server")
+	sc.logs.waitFor(t, `"server exited"`)
 }

@@ -32,7 +32,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	}
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
 	if len(argv) > 0 { // a stdio server behind the listener: a child per session
-		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions,
+		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
 			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
 			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
 		}
@@ -82,6 +82,12 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 	m := metrics.New(metrics.Gauges{
 		InFlight: func() float64 { return float64(sc.InFlight()) },
 		Sessions: func() float64 { return float64(sc.Sessions()) },
+		Children: func() float64 {
+			if sc.Children == nil {
+				return 0
+			}
+			return float64(sc.Children.Count())
+		},
 	})
 	sc.Tracker.Observer, sc.OnUpstreamError, sc.OnCancel = m, m.UpstreamErrors.Inc, m.Cancelled
 	return sc, m

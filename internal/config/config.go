@@ -57,6 +57,9 @@ type HTTP struct {
 	// MaxSessions caps the sessions, each with its own child, when a stdio
 	// server is served over HTTP; initialize beyond it gets 503. Default 64.
 	MaxSessions int `yaml:"max_sessions"`
+	// SessionIdle stops a stdio session's child after this long without a
+	// request and with no stream open. Default 30m.
+	SessionIdle time.Duration `yaml:"session_idle"`
 	// Admin is the address of the operations listener (/healthz, /readyz,
 	// /metrics). Default empty: off.
 	Admin string `yaml:"admin"`
@@ -101,7 +104,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, MaxSessions: 64, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
 	}
 }
 
@@ -170,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
 		bad("http.path: %q must start with /", c.HTTP.Path)
+	}
+	if c.HTTP.SessionIdle <= 0 {
+		bad("http.session_idle: must be positive, got %v", c.HTTP.SessionIdle)
 	}
 	if c.HTTP.MaxSessions <= 0 {
 		bad("http.max_sessions: must be positive, got %d", c.HTTP.MaxSessions)

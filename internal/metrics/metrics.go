@@ -27,6 +27,7 @@ type Metrics struct {
 type Gauges struct {
 	InFlight func() float64 // client requests in flight
 	Sessions func() float64 // sessions the sidecar tracks
+	Children func() float64 // stdio server processes running behind the sidecar
 }
 
 // New registers the collectors.
@@ -60,6 +61,10 @@ func New(g Gauges) *Metrics {
 	if g.InFlight != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "mcp_cancel_proxy", Name: "requests_in_flight", Help: "Client requests in flight."}, g.InFlight))
+	}
+	if g.Children != nil {
+		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "mcp_cancel_proxy", Name: "children", Help: "Stdio server processes running behind the sidecar."}, g.Children))
 	}
 	if g.Sessions != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -31,10 +33,14 @@ type Children struct {
 	// MaxSessions caps the sessions (children) at once; beyond, initialize
 	// gets 503. If zero, 64.
 	MaxSessions int
+	// IdleTimeout stops a session's child after this long without a
+	// request and with no stream open. If zero, 30 minutes.
+	IdleTimeout time.Duration
 
 	mu       sync.Mutex // guards sessions and shared
 	sessions map[string]*childSession
 	shared   *childSession // serves every sessionless request
+	janitor  sync.Once     // starts the idle sweep
 }
 
 // childSession is one session's child and its routes.
@@ -55,10 +61,11 @@ type childSession struct {
 	// shared marks the child that serves every sessionless (2026-07-28)
 	// request: there, ids and progress tokens are renamed on the way in, so
 	// that clients can never collide, and named back here on the way out.
-	shared  bool
-	origID  map[framing.ID]framing.ID // renamed id -> the client's
-	origTok map[framing.ID]framing.ID // renamed token -> the client's
-	renames uint64
+	shared   bool
+	lastUsed atomic.Int64              // when the session last saw a request, in UnixNano
+	origID   map[framing.ID]framing.ID // renamed id -> the client's
+	origTok  map[framing.ID]framing.ID // renamed token -> the client's
+	renames  uint64
 }
 
 // start opens a session: the child, the proxy.Session and its router.

@@ -73,8 +73,16 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	if cs.sessions == nil {
 		cs.sessions = make(map[string]*childSession)
 	}
+	cs.janitor.Do(func() {
+		go func() {
+			for range time.Tick(cs.idleTimeout() / 4) {
+				cs.sweep()
+			}
+		}()
+	})
 	if id != "" {
 		if c := cs.sessions[id]; c != nil {
+			c.lastUsed.Store(time.Now().UnixNano())
 			return c, 0, ""
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
@@ -92,6 +100,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
+	c.lastUsed.Store(time.Now().UnixNano())
 	cs.sessions[c.id] = c
 	go func() { // forget the session once its child is gone
 		<-c.proc.Exited()
@@ -130,8 +139,66 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	c.in.Close()
+	c.stop("session deleted")
 	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// stop ends a session: its requests in flight are cancelled first, then the
+// child's stdin closes, and the stop ladder follows.
+func (c *childSession) stop(reason string) {
+	c.mu.Lock()
+	var ids []framing.ID
+	for id := range c.byID {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		c.in.Write(append(appendCancel(nil, id, reason), '\n'))
+	}
+	c.in.Close()
+}
+
+// Count returns how many children run: one per session, and the shared one.
+func (cs *Children) Count() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := len(cs.sessions)
+	if cs.shared != nil {
+		n++
+	}
+	return n
+}
+
+// sweep stops sessions that have had no request for longer than the idle
+// timeout and have no stream open.
+func (cs *Children) sweep() {
+	cs.mu.Lock()
+	var idle []*childSession
+	cutoff := time.Now().Add(-cs.idleTimeout()).UnixNano()
+	for _, c := range cs.sessions {
+		if c.lastUsed.Load() < cutoff && !c.streaming() {
+			idle = append(idle, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range idle {
+		c.log.Info("session idle: stopping its server", zap.Duration("idle", cs.idleTimeout()))
+		c.stop("session idle")
+	}
+}
+
+func (cs *Children) idleTimeout() time.Duration {
+	if cs.IdleTimeout > 0 {
+		return cs.IdleTimeout
+	}
+	return 30 * time.Minute
+}
+
+// streaming reports whether a stream of the session is open.
+func (c *childSession) streaming() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byID) > 0 || (c.get != nil && !c.get.done())
 }
 
 func (cs *Children) lookup(id string) *childSession {
@@ -223,7 +290,7 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 	st := c.open([]framing.ID{id}, tokens(tok))
 	st.onAbort = func() {
 		c.forgetRename(id, tok)
-		c.in.Write(append(appendCancel(nil, id), '\n'))
+		c.in.Write(append(appendCancel(nil, id, "the client closed the stream"), '\n'))
 	}
 	if _, err := c.in.Write(append(line, '\n')); err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
@@ -244,10 +311,12 @@ func tokens(tok framing.ID) []framing.ID {
 }
 
 // appendCancel appends a notifications/cancelled for id.
-func appendCancel(dst []byte, id framing.ID) []byte {
+func appendCancel(dst []byte, id framing.ID, reason string) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
 	dst = id.AppendJSON(dst)
-	return append(dst, `,"reason":"the client closed the stream"}}`...)
+	dst = append(dst, `,"reason":`...)
+	dst = framing.StringID(reason).AppendJSON(dst)
+	return append(dst, "}}"...)
 }
 
 // sharedChild returns the child that serves sessionless requests, starting
