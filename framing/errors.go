@@ -1,6 +1,9 @@
 package framing
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"slices"
+)
 
 // JSON-RPC 2.0 error codes (https://www.jsonrpc.org/specification#error_object).
 const (
@@ -35,7 +38,28 @@ func AppendErrorResponse(dst []byte, id ID, e ErrorObject) []byte {
 
 // Splice appends raw to dst with the value at span replaced by id's JSON.
 func Splice(dst, raw []byte, span Span, id ID) []byte {
-	dst = append(dst, raw[:span.Start]...)
-	dst = id.AppendJSON(dst)
-	return append(dst, raw[span.End:]...)
+	return Rewrite(dst, raw, Edit{span, id})
+}
+
+// Edit replaces the value at Span with To's JSON.
+type Edit struct {
+	Span Span
+	To   ID
+}
+
+// Rewrite appends raw to dst with every edit applied. The edits' spans must
+// not overlap; they may come in any order.
+func Rewrite(dst, raw []byte, edits ...Edit) []byte {
+	if len(edits) == 2 && edits[1].Span.Start < edits[0].Span.Start {
+		edits[0], edits[1] = edits[1], edits[0]
+	} else if len(edits) > 2 {
+		slices.SortFunc(edits, func(a, b Edit) int { return a.Span.Start - b.Span.Start })
+	}
+	at := 0
+	for _, e := range edits {
+		dst = append(dst, raw[at:e.Span.Start]...)
+		dst = e.To.AppendJSON(dst)
+		at = e.Span.End
+	}
+	return append(dst, raw[at:]...)
 }

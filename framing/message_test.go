@@ -211,3 +211,18 @@ func TestSpliceAndErrors(t *testing.T) {
 		t.Errorf("StringID.String() = %s", got)
 	}
 }
+
+func TestRewriteTwoEdits(t *testing.T) {
+	raw := []byte(`{"params":{"_meta":{"progressToken":"t"}},"id":1,"method":"x"}`)
+	var f framing.Frame
+	if err := f.Parse(raw); err != nil {
+		t.Fatal(err)
+	}
+	m := f.Msgs[0]
+	// The id comes after the token here: the edits are applied in span order whatever their order.
+	got := string(framing.Rewrite(nil, raw, framing.Edit{Span: m.IDSpan, To: framing.StringID("a")},
+		framing.Edit{Span: m.TokenSpan, To: framing.IntID(9)}))
+	if want := `{"params":{"_meta":{"progressToken":9}},"id":"a","method":"x"}`; got != want {
+		t.Errorf("Rewrite = %s, want %s", got, want)
+	}
+}

@@ -168,28 +168,14 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 // spliceRequest returns a request's bytes with its id and progress token
 // replaced by their receiver-side aliases, whichever are aliased.
 func spliceRequest(m *framing.Message, c *call) []byte {
-	type edit struct {
-		span framing.Span
-		id   framing.ID
-	}
-	edits := make([]edit, 0, 2)
+	edits := make([]framing.Edit, 0, 2)
 	if c.aliased() {
-		edits = append(edits, edit{m.IDSpan, c.upID})
+		edits = append(edits, framing.Edit{Span: m.IDSpan, To: c.upID})
 	}
 	if c.tokenAliased() {
-		edits = append(edits, edit{m.TokenSpan, c.upToken})
+		edits = append(edits, framing.Edit{Span: m.TokenSpan, To: c.upToken})
 	}
-	if len(edits) == 2 && edits[1].span.Start < edits[0].span.Start {
-		edits[0], edits[1] = edits[1], edits[0]
-	}
-	var b []byte
-	at := 0
-	for _, e := range edits {
-		b = append(b, m.Raw[at:e.span.Start]...)
-		b = e.id.AppendJSON(b)
-		at = e.span.End
-	}
-	return append(b, m.Raw[at:]...)
+	return framing.Rewrite(nil, m.Raw, edits...)
 }
 
 func (t *Tracker) response(from Peer, m *framing.Message) Outcome {

@@ -271,28 +271,14 @@ func (c *childSession) rename(m *framing.Message) ([]byte, framing.ID, framing.I
 	c.renames++
 	id := framing.StringID(fmt.Sprintf("h%d", c.renames))
 	c.origID[id] = m.ID
-	type edit struct {
-		span framing.Span
-		to   framing.ID
-	}
-	edits := []edit{{m.IDSpan, id}}
+	edits := []framing.Edit{{Span: m.IDSpan, To: id}}
 	var tok framing.ID
 	if m.Token.IsValid() {
 		tok = framing.StringID(fmt.Sprintf("ht%d", c.renames))
 		c.origTok[tok] = m.Token
-		edits = append(edits, edit{m.TokenSpan, tok})
-		if edits[1].span.Start < edits[0].span.Start {
-			edits[0], edits[1] = edits[1], edits[0]
-		}
+		edits = append(edits, framing.Edit{Span: m.TokenSpan, To: tok})
 	}
-	var line []byte
-	at := 0
-	for _, e := range edits {
-		line = append(line, m.Raw[at:e.span.Start]...)
-		line = e.to.AppendJSON(line)
-		at = e.span.End
-	}
-	return append(line, m.Raw[at:]...), id, tok
+	return framing.Rewrite(nil, m.Raw, edits...), id, tok
 }
 
 // forgetRename drops the renames of a request whose stream is gone.
