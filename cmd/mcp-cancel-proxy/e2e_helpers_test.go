@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,4 +264,21 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// mcpPost POSTs one JSON-RPC message to a Streamable HTTP endpoint, as an
+// MCP client would, in a session if one is given.
+func mcpPost(t testing.TB, url, session, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", body, err)
+	}
+	return resp
 }

@@ -304,14 +304,7 @@ func TestE2ESidecarAdmin(t *testing.T) {
 		t.Errorf("/readyz = %d %s with the upstream up", code, body)
 	}
 	// One request through the sidecar, so that the counters move.
-	req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	_, metrics := get("/metrics")
@@ -342,19 +335,7 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	sc := startWrapped(t, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
 	waitListening(t, up)
 	sc.logs.waitFor(t, "sidecar listening")
-	post := func(session, body string) *http.Response {
-		req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	post := func(session, body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
 	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
 	io.Copy(io.Discard, resp.Body)
@@ -384,19 +365,7 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	sc.logs.waitFor(t, "sidecar listening")
 	session := ""
-	post := func(body string) *http.Response {
-		req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	post := func(body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
 	lines := func(resp *http.Response) <-chan string {
 		ch := make(chan string, 16)
 		go func() {
@@ -502,14 +471,7 @@ func TestE2EStdioSessionIdle(t *testing.T) {
 	sc := startWrapped(t, "--config", cfg, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	sc.logs.waitFor(t, "sidecar listening")
-	req, _ := http.NewRequest("POST", "http://"+front+"/mcp", strings.NewReader(
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"i","version":"1"}}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"i","version":"1"}}}`)
 	io.Copy(io.Discard, resp.Body) // the stream ends with the answer
 	resp.Body.Close()
 	sc.logs.waitFor(t, "session idle: stopping its server")
