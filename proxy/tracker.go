@@ -304,10 +304,16 @@ func (t *Tracker) FailInFlight(why string) [][]byte {
 	return replies
 }
 
-// errorReply builds the proxy's own error response.
+// errorReply builds the proxy's own error response, and counts it.
 func (t *Tracker) errorReply(id framing.ID, code int, msg string) []byte {
 	t.stats.proxyErrors.Add(1)
 	t.emit(Peer(2), ActReplied, framing.KindResponse, "", id, msg)
+	return ErrorReply(id, code, msg)
+}
+
+// ErrorReply builds an error response of the proxy's own: its data names
+// the proxy, so that no one mistakes it for the server's.
+func ErrorReply(id framing.ID, code int, msg string) []byte {
 	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: code, Message: msg,
 		Data: map[string]string{"proxy": proxyName}})
 }

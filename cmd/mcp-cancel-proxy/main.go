@@ -16,6 +16,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -159,38 +160,19 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	return cfg, argv, nil
 }
 
-// overlay copies the settings given on the command line over cfg.
+// overlay copies the settings given on the command line (the non-zero
+// fields of over) over cfg.
 func overlay(cfg *config.Config, over config.Config) {
-	if over.Log.Level != "" {
-		cfg.Log.Level = over.Log.Level
-	}
-	if over.Log.Format != "" {
-		cfg.Log.Format = over.Log.Format
-	}
-	if over.Limits.MaxFrameSize != 0 {
-		cfg.Limits.MaxFrameSize = over.Limits.MaxFrameSize
-	}
-	if over.Child.TermAfter != 0 {
-		cfg.Child.TermAfter = over.Child.TermAfter
-	}
-	if over.Child.KillAfter != 0 {
-		cfg.Child.KillAfter = over.Child.KillAfter
-	}
-	if over.HTTP.Listen != "" {
-		cfg.HTTP.Listen = over.HTTP.Listen
-	}
-	if over.HTTP.Upstream != "" {
-		cfg.HTTP.Upstream = over.HTTP.Upstream
-	}
-	if over.HTTP.DisconnectCancelAfter != 0 {
-		cfg.HTTP.DisconnectCancelAfter = over.HTTP.DisconnectCancelAfter
-	}
-	if over.HTTP.Admin != "" {
-		cfg.HTTP.Admin = over.HTTP.Admin
-	}
-	if over.HTTP.CancelGrace != 0 {
-		cfg.HTTP.CancelGrace = over.HTTP.CancelGrace
-	}
+	cfg.Log.Level = cmp.Or(over.Log.Level, cfg.Log.Level)
+	cfg.Log.Format = cmp.Or(over.Log.Format, cfg.Log.Format)
+	cfg.Limits.MaxFrameSize = cmp.Or(over.Limits.MaxFrameSize, cfg.Limits.MaxFrameSize)
+	cfg.Child.TermAfter = cmp.Or(over.Child.TermAfter, cfg.Child.TermAfter)
+	cfg.Child.KillAfter = cmp.Or(over.Child.KillAfter, cfg.Child.KillAfter)
+	cfg.HTTP.Listen = cmp.Or(over.HTTP.Listen, cfg.HTTP.Listen)
+	cfg.HTTP.Upstream = cmp.Or(over.HTTP.Upstream, cfg.HTTP.Upstream)
+	cfg.HTTP.DisconnectCancelAfter = cmp.Or(over.HTTP.DisconnectCancelAfter, cfg.HTTP.DisconnectCancelAfter)
+	cfg.HTTP.Admin = cmp.Or(over.HTTP.Admin, cfg.HTTP.Admin)
+	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
 	}

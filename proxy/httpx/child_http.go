@@ -17,7 +17,11 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	var f framing.Frame
 	body := ctx.PostBody()
 	if err := f.Parse(body); err != nil {
-		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.NewTracker(proxy.TrackerOptions{}).Invalid(proxy.Client, err, body))
+		code, msg := framing.CodeParseError, "Parse error: "
+		if _, invalid := err.(*framing.InvalidError); invalid {
+			code, msg = framing.CodeInvalidRequest, "Invalid Request: "
+		}
+		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ID{}, code, msg+err.Error()))
 		return
 	}
 	if len(ctx.Request.Header.Peek(sessionHeader)) == 0 && !f.Batch && f.Msgs[0].Method != framing.MethodInitialize {
