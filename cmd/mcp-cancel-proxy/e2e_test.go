@@ -101,9 +101,10 @@ func TestE2EServerCancelsSampling(t *testing.T) {
 // sends the cancel when the call's context ends.
 func TestE2EGoSDKClient(t *testing.T) {
 	watchdog(t, 60*time.Second)
-	var stderr strings.Builder
 	cmd := exec.Command(proxyBin, "--log-level", "debug", "--", proxyBin, "example-server")
-	cmd.Stderr = &lockedWriter{w: &stderr}
+	logR, logW := io.Pipe()
+	cmd.Stderr = logW
+	logs := newLogTail(logR)
 	firstProgress := make(chan struct{})
 	var mu sync.Mutex
 	var progressAfterCancel int
@@ -140,35 +141,25 @@ func TestE2EGoSDKClient(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
 	}
-	// Release the blocked tool: it reports progress and answers, late.
+	// The go-sdk sends its cancel asynchronously: release the blocked tool
+	// only once the proxy has it, or the release could overtake it.
+	logs.waitFor(t, `"cancel accepted"`)
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
 		t.Fatal(err)
 	}
+	logs.waitFor(t, `"late response to a cancelled request"`)
+	logs.waitFor(t, `"progress for a cancelled request"`)
 	if err := cs.Ping(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	cs.Close()
 	cmd.Wait()
-	logs := stderr.String()
-	for _, want := range []string{`"cancel accepted"`, `"late response to a cancelled request"`, `"progress for a cancelled request"`} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("proxy logs lack %s:\n%s", want, logs)
-		}
-	}
+	logW.Close()
+	mu.Lock()
+	defer mu.Unlock()
 	if progressAfterCancel != 0 {
 		t.Errorf("client got %d progress notifications after cancelling", progressAfterCancel)
 	}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // TestE2EServerCrashesMidCall: every request in flight gets an error that
