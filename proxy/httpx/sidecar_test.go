@@ -307,3 +307,39 @@ func TestNestedCancelReachesClientBeforeStreamEnds(t *testing.T) {
 		t.Errorf("late sampling answer: status %d, reached the server %v; want 202 and no", late.StatusCode, sawAnswer.Load())
 	}
 }
+
+// TestEventStreamsReuseUpstreamConnections: an event stream relayed to its
+// end gives its upstream connection back for the next request, with JSON
+// and with event-stream answers. (Closing a finished stream with an error
+// once had fasthttp drop the connection: every call paid for a new dial.)
+func TestEventStreamsReuseUpstreamConnections(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	for _, jsonMode := range []bool{false, true} {
+		s := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "1"}, nil)
+		mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echo"}}}, nil, nil
+		})
+		var dials atomic.Int32
+		srv := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode}))
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				dials.Add(1)
+			}
+		}
+		srv.Start()
+		c := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+		for i := range 5 {
+			resp := c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo"}}`, i))
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(b), `"echo"`) {
+				t.Fatalf("json=%v call %d: %s", jsonMode, i, b)
+			}
+		}
+		srv.Close()
+		if n := dials.Load(); n != 1 {
+			t.Errorf("json=%v: 5 calls one after another opened %d upstream connections, want 1", jsonMode, n)
+		}
+	}
+}

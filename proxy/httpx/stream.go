@@ -84,6 +84,7 @@ type sseRelay struct {
 	f         framing.Frame
 	pending   []byte // what the last event left to hand out; aliases rd's buffer
 	eof       bool   // the upstream stream ended, or the sidecar ended it
+	broken    error  // why the stream ended, if not at the upstream's clean end
 	stopWatch func()
 }
 
@@ -111,10 +112,17 @@ func (r *sseRelay) Read(p []byte) (int, error) {
 			r.s.log.Error("upstream event over the size limit dropped", zap.String("scope", r.sess.scope), zap.Int("limit", r.s.MaxBodySize))
 		case err != nil:
 			r.eof = true // the upstream ended the stream, or the sidecar did
+			if !errors.Is(err, io.EOF) {
+				r.broken = err
+			}
+			// Read to its clean end, the upstream connection goes back to
+			// the pool now, before the client sees the end; any other end
+			// has fasthttp close it.
+			r.st.end(r.broken)
 		case string(ev.Type) == "endpoint":
 			r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
 				"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
-			r.eof = true
+			r.eof, r.broken = true, errStreamCancelled
 		default:
 			r.pending = r.s.filterEvent(r.sess, ev, &r.f)
 		}
@@ -131,7 +139,7 @@ func (r *sseRelay) Close() error {
 	if !r.eof {
 		r.s.clientGone(r.sess, r.st)
 	}
-	r.st.end(io.EOF)
+	r.st.end(r.broken)
 	r.sess.detach(r.st)
 	fasthttp.ReleaseResponse(r.resp)
 	return nil
