@@ -52,7 +52,7 @@ func NewSSEReader(r io.Reader, max int) *SSEReader {
 	if max <= 0 {
 		max = DefaultMaxFrameSize
 	}
-	return &SSEReader{br: bufio.NewReaderSize(r, 4<<10), max: max} // small: a sidecar holds one per open stream; longer lines are appended
+	return &SSEReader{br: bufio.NewReaderSize(r, 1<<10), max: max} // small: a sidecar holds one per open stream; longer lines are appended
 }
 
 var bom = []byte("\xef\xbb\xbf")

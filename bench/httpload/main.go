@@ -6,7 +6,7 @@
 // with JSON and with event-stream responses, at several concurrencies, and
 // prints requests per second and p50/p99 latency.
 //
-//	go run ./bench/httpload -n 3000
+//	go run ./bench/httpload                 # 5 rounds of 2000 round trips per case
 //	go run ./bench/httpload -idle 4000 -proxy /tmp/mcp-cancel-proxy   # memory per idle stream
 package main
 
@@ -32,7 +32,8 @@ import (
 )
 
 func main() {
-	n := flag.Int("n", 3000, "round trips per case")
+	n := flag.Int("n", 2000, "round trips per case and round")
+	rounds := flag.Int("rounds", 5, "rounds per case; figures are medians over them")
 	idle := flag.Int("idle", 0, "instead: open this many idle event streams through the sidecar binary and report its memory per stream")
 	proxyBin := flag.String("proxy", "", "with -idle: the mcp-cancel-proxy binary")
 	flag.Parse()
@@ -40,7 +41,7 @@ func main() {
 	if *idle > 0 {
 		err = idleStreams(*proxyBin, *idle)
 	} else {
-		err = run(*n)
+		err = run(*n, *rounds)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "httpload:", err)
@@ -48,28 +49,55 @@ func main() {
 	}
 }
 
-func run(n int) error {
-	fmt.Printf("%-6s %-12s %5s %10s %10s %10s %12s\n", "body", "target", "conc", "req/s", "p50 µs", "p99 µs", "vs direct")
+func run(n, rounds int) error {
+	fmt.Printf("%-6s %-12s %5s %10s %10s %10s %12s %7s\n", "body", "target", "conc", "req/s", "p50 µs", "p99 µs", "vs direct", "errors")
 	for _, jsonMode := range []bool{true, false} {
 		targets, stop, err := serveAll(jsonMode)
 		if err != nil {
 			return err
 		}
+		mode := map[bool]string{true: "json", false: "sse"}[jsonMode]
 		for _, conc := range []int{1, 16, 64} {
-			var direct float64
-			for _, t := range targets {
-				r := drive(t.url, conc, n)
-				if t.name == "direct" {
-					direct = r.rps
+			// The targets take turns, round after round, so that a slow
+			// spell of the machine falls on all of them; each figure is
+			// the median over the rounds.
+			runs := make([][]result, len(targets))
+			for range rounds {
+				for i, t := range targets {
+					runs[i] = append(runs[i], drive(t.url, conc, n))
 				}
-				mode := map[bool]string{true: "json", false: "sse"}[jsonMode]
-				fmt.Printf("%-6s %-12s %5d %10.0f %10.0f %10.0f %11.2fx\n", mode, t.name, conc, r.rps,
-					float64(r.p50.Microseconds()), float64(r.p99.Microseconds()), r.rps/direct)
+			}
+			for i, t := range targets {
+				r := median(runs[i], runs[0])
+				fmt.Printf("%-6s %-12s %5d %10.0f %10.0f %10.0f %11.2fx %7d\n", mode, t.name, conc, r.rps,
+					float64(r.p50.Microseconds()), float64(r.p99.Microseconds()), r.ratio, r.errors)
 			}
 		}
 		stop()
 	}
 	return nil
+}
+
+// median returns the median of each figure of runs, the median ratio of
+// its throughput to the direct runs of the same rounds, and all errors.
+func median(runs, direct []result) result {
+	pick := func(f func(r result, i int) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = f(r, i)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	var m result
+	m.rps = pick(func(r result, _ int) float64 { return r.rps })
+	m.ratio = pick(func(r result, i int) float64 { return r.rps / direct[i].rps })
+	m.p50 = time.Duration(pick(func(r result, _ int) float64 { return float64(r.p50) }))
+	m.p99 = time.Duration(pick(func(r result, _ int) float64 { return float64(r.p99) }))
+	for _, r := range runs {
+		m.errors += r.errors
+	}
+	return m
 }
 
 type target struct{ name, url string }
@@ -122,15 +150,17 @@ func listen(h http.Handler) (*http.Server, string, error) {
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
+	errors   int
+	ratio    float64 // to direct, in a median
 }
 
 // drive runs n tools/call round trips against url from conc workers.
 func drive(url string, conc, n int) result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"}}}`)
-	lat := make([]time.Duration, n)
-	var next sync.Mutex
-	i := 0
+	lat := make([]time.Duration, 0, n)
+	var next sync.Mutex // guards i, lat and failed
+	i, failed := 0, 0
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range conc {
@@ -146,18 +176,29 @@ func drive(url string, conc, n int) result {
 					return
 				}
 				t0 := time.Now()
-				if err := roundTrip(client, url, body); err != nil {
-					fmt.Fprintln(os.Stderr, "round trip:", err)
-					return
+				err := roundTrip(client, url, body)
+				d := time.Since(t0)
+				next.Lock()
+				if err != nil {
+					failed++
+					if failed == 1 {
+						fmt.Fprintln(os.Stderr, "round trip:", err)
+					}
+				} else {
+					lat = append(lat, d)
 				}
-				lat[k] = time.Since(t0)
+				next.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	slices.Sort(lat)
-	return result{rps: float64(n) / elapsed.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
+	ok := len(lat)
+	if ok == 0 {
+		return result{errors: failed}
+	}
+	return result{rps: float64(ok) / elapsed.Seconds(), p50: lat[ok/2], p99: lat[ok*99/100], errors: failed}
 }
 
 func roundTrip(c *http.Client, url string, body []byte) error {

@@ -468,3 +468,28 @@ func TestE2EStdioSessionIdle(t *testing.T) {
 	sc.logs.waitFor(t, "session idle: stopping its server")
 	sc.logs.waitFor(t, `"server exited"`)
 }
+
+// TestE2EStdioSessionDisconnectGrace: with the opt-in grace, a client of a
+// stdio server's session that drops a call's stream and never POSTs a
+// cancel has the call cancelled on the child for it.
+func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
+	front := freePort(t)
+	sc := startWrapped(t, "--listen", front, "--disconnect-cancel-after", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "sidecar listening")
+	url := "http://" + front + "/mcp"
+	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"d","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	call := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"p"}}}`)
+	rd := bufio.NewScanner(call.Body)
+	for rd.Scan() && !strings.HasPrefix(rd.Text(), "data: ") {
+	}
+	if !strings.Contains(rd.Text(), "notifications/progress") {
+		t.Fatalf("first message of the call's stream: %q, %v", rd.Text(), rd.Err())
+	}
+	call.Body.Close() // the client leaves without a word
+	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client disconnected"`)
+}

@@ -146,8 +146,12 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 		c.log.Debug("message for the client dropped: no stream is open", zap.ByteString("head", line[:min(len(line), 200)]))
 		return
 	}
-	st.send(framing.AppendSSEMessage(nil, "", line))
-	if m != nil && m.Kind == framing.KindResponse {
+	answer := m != nil && m.Kind == framing.KindResponse
+	if !st.send(framing.AppendSSEMessage(nil, "", line), answer) {
+		c.log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
+			zap.Int("backlog_bytes", streamBacklog))
+	}
+	if answer {
 		st.answered()
 	}
 }
@@ -168,34 +172,59 @@ func (c *childSession) end() {
 	}
 }
 
+// streamBacklog bounds the bytes of notifications and server requests
+// queued for a client that does not read its stream; answers to its
+// requests are always queued (there are only as many as its requests).
+const streamBacklog = 8 << 20
+
 // outStream is one response stream to the client, fed by the router. It is
 // the response body: fasthttp's server reads it, and writes and flushes each
-// event as a chunk.
+// event as a chunk. The router never waits for the client: events queue,
+// and only those beyond streamBacklog that are not answers are dropped.
 type outStream struct {
-	ch      chan []byte
-	mu      sync.Mutex // guards the fields below
-	pending int        // requests of this POST not yet answered
+	ready   chan struct{} // signalled when an event is queued or the stream closes
+	mu      sync.Mutex    // guards the fields below
+	ids     []framing.ID  // the requests whose answers this stream carries
+	pending int           // requests of this POST not yet answered
 	closed  bool
+	queue   [][]byte
+	queued  int  // bytes in queue
+	dropped bool // an event was dropped (logged once)
 	buf     []byte
 	// onAbort, if set, is called once when the client leaves before every
-	// request of the stream is answered: in 2026-07-28 that is the cancel.
+	// request of the stream is answered.
 	onAbort   func()
 	stopWatch func() // stops watching the client's connection, if watched
 }
 
 func newOutStream(pending int) *outStream {
-	return &outStream{ch: make(chan []byte, 256), pending: pending}
+	return &outStream{ready: make(chan struct{}, 1), pending: pending}
 }
 
-func (st *outStream) send(ev []byte) {
+// send queues an event; it reports false (only for the first event that
+// is dropped) when the backlog was full and the event is not an answer.
+func (st *outStream) send(ev []byte, answer bool) (ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
-		return
+		return true
 	}
+	if !answer && st.queued+len(ev) > streamBacklog {
+		first := !st.dropped
+		st.dropped = true
+		return !first
+	}
+	st.queue = append(st.queue, ev)
+	st.queued += len(ev)
+	st.signal()
+	return true
+}
+
+// signal wakes the reader; st.mu is held.
+func (st *outStream) signal() {
 	select {
-	case st.ch <- ev:
-	default: // a client that does not read: it loses events rather than stall the session
+	case st.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -215,23 +244,42 @@ func (st *outStream) done() bool {
 	return st.closed
 }
 
+// close ends the stream once what is queued has been read.
 func (st *outStream) close() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !st.closed {
-		st.closed = true
-		close(st.ch)
+	st.closed = true
+	st.signal()
+}
+
+// next returns the next queued event, waiting for one; nil once the stream
+// is closed and drained.
+func (st *outStream) next() []byte {
+	for {
+		st.mu.Lock()
+		if len(st.queue) > 0 {
+			ev := st.queue[0]
+			st.queue[0] = nil
+			st.queue = st.queue[1:]
+			st.queued -= len(ev)
+			st.mu.Unlock()
+			return ev
+		}
+		closed := st.closed
+		st.mu.Unlock()
+		if closed {
+			return nil
+		}
+		<-st.ready
 	}
 }
 
 // Read hands out the next event, or io.EOF once the stream is closed.
 func (st *outStream) Read(p []byte) (int, error) {
 	if len(st.buf) == 0 {
-		ev, ok := <-st.ch
-		if !ok {
+		if st.buf = st.next(); st.buf == nil {
 			return 0, io.EOF
 		}
-		st.buf = ev
 	}
 	n := copy(p, st.buf)
 	st.buf = st.buf[n:]

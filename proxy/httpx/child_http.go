@@ -59,11 +59,36 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
+	if s.DisconnectCancelAfter > 0 {
+		// Opted in: a client that leaves the stream and never POSTs a cancel
+		// has its requests cancelled after the grace. (This mode keeps no
+		// event ids, so the client cannot resume the stream meanwhile.)
+		st.onAbort = func() { time.AfterFunc(s.DisconnectCancelAfter, func() { s.cancelAbandoned(c, st) }) }
+		st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	}
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	ctx.SetBodyStream(st, -1)
+}
+
+// cancelAbandoned cancels, on the client's behalf, the requests of a
+// stream the client left that are still unanswered: the cancel goes into
+// the session as the client's own would.
+func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
+	for _, id := range st.ids {
+		c.mu.Lock()
+		mine := c.byID[id] == st
+		if mine {
+			delete(c.byID, id)
+		}
+		c.mu.Unlock()
+		if mine {
+			c.in.Write(append(appendCancel(nil, id, "client disconnected"), '\n'))
+			s.cancelled("disconnect")
+		}
+	}
 }
 
 // childSessionFor finds the request's session, or opens one for an
@@ -214,6 +239,7 @@ func (cs *Children) lookup(id string) *childSession {
 // open registers a POST's requests and returns the stream for their answers.
 func (c *childSession) open(ids, tokens []framing.ID) *outStream {
 	st := newOutStream(len(ids))
+	st.ids = ids
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -102,9 +102,39 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 
 // Read hands out the next event to relay, or io.EOF when the stream ends.
 func (r *sseRelay) Read(p []byte) (int, error) {
+	if !r.next() {
+		return 0, io.EOF
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}
+
+// WriteTo writes each event to w as it comes, one Write per event (one
+// chunk, which fasthttp flushes at once), until the stream ends. fasthttp's
+// server prefers it to Read, which spares a copy buffer per open stream.
+func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for r.next() {
+		n, err := w.Write(r.pending)
+		total += int64(n)
+		r.pending = nil
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo writes what Read would.
+func (r *sseRelay) SupportsBodyWriteTo() bool { return true }
+
+// next sets pending to the next event to relay; it reports false once the
+// stream has ended.
+func (r *sseRelay) next() bool {
 	for len(r.pending) == 0 {
 		if r.eof {
-			return 0, io.EOF
+			return false
 		}
 		ev, err := r.rd.Next()
 		switch {
@@ -127,9 +157,7 @@ func (r *sseRelay) Read(p []byte) (int, error) {
 			r.pending = r.s.filterEvent(r.sess, ev, &r.f)
 		}
 	}
-	n := copy(p, r.pending)
-	r.pending = r.pending[n:]
-	return n, nil
+	return true
 }
 
 // Close is called by fasthttp once the response is done. Done before the

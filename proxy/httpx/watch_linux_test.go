@@ -1,0 +1,68 @@
+package httpx
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// pipeTCP returns the two ends of a loopback TCP connection.
+func pipeTCP(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// TestWatchCloseSeesTheHangUp: of many watched connections, exactly the
+// ones whose peers close are reported, data from a live peer is not taken
+// for a close and is left unread, and a stopped watch never fires.
+func TestWatchCloseSeesTheHangUp(t *testing.T) {
+	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchCloseSeesTheHangUp hung") })
+	defer tm.Stop()
+	const n = 50
+	fired := make(chan int, n)
+	servers, clients, stops := make([]net.Conn, n), make([]net.Conn, n), make([]func(), n)
+	for i := range n {
+		servers[i], clients[i] = pipeTCP(t)
+		stops[i] = watchClose(servers[i], func() { fired <- i })
+	}
+	for i := 0; i < n; i += 2 {
+		clients[i].Close() // the even ones hang up
+	}
+	clients[1].Write([]byte("x")) // an odd one talks
+	stops[3]()
+	clients[3].Close() // and one hangs up after its watch was stopped
+	seen := map[int]bool{}
+	for range n / 2 {
+		i := <-fired
+		if i%2 != 0 || seen[i] {
+			t.Fatalf("watch %d fired (seen before: %v)", i, seen[i])
+		}
+		seen[i] = true
+	}
+	for i := range n {
+		stops[i]()
+	}
+	select {
+	case i := <-fired:
+		t.Errorf("watch %d fired after every peer that hung up was reported", i)
+	default:
+	}
+	var b [1]byte
+	if k, err := servers[1].Read(b[:]); k != 1 || b[0] != 'x' {
+		t.Errorf("the live peer's byte: %q, %v", b[:k], err)
+	}
+}
