@@ -62,7 +62,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		// little and saves 3 KiB per stream.
 		WriteBufferSize: 1 << 10,
 		NoDefaultDate:   true,
-		CloseOnShutdown:       true,
+		CloseOnShutdown: true,
 	}
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
