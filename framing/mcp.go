@@ -50,6 +50,12 @@ func parseParams(sc *scanner, m *Message) error {
 		case "task":
 			m.HasTask = sc.peek() == '{'
 			return sc.skip()
+		case "name":
+			span, err := sc.value()
+			if err == nil && sc.data[span.Start] == '"' {
+				m.NameSpan = span
+			}
+			return err
 		case "_meta":
 			return parseMeta(sc, m)
 		}

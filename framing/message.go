@@ -56,6 +56,18 @@ type Message struct {
 	HasTask bool
 	// TaskID is result.task.taskId of a CreateTaskResult.
 	TaskID string
+	// NameSpan is where params.name is in Raw, when it is a string: the tool
+	// of tools/call, the prompt of prompts/get.
+	NameSpan Span
+}
+
+// Name returns params.name (see NameSpan), or "".
+func (m *Message) Name() string {
+	if m.NameSpan.End <= m.NameSpan.Start {
+		return ""
+	}
+	s, _ := unquote(m.Raw[m.NameSpan.Start:m.NameSpan.End])
+	return s
 }
 
 // Errors for JSON-RPC messages that are valid JSON but not valid messages.
@@ -194,6 +206,7 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 	idSpan.End -= start
 	shiftSpan(&m.RequestIDSpan, start)
 	shiftSpan(&m.TokenSpan, start)
+	shiftSpan(&m.NameSpan, start)
 	if invalid != nil {
 		return invalid, nil
 	}

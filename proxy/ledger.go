@@ -49,8 +49,10 @@ type call struct {
 	state    callState
 	retireAt time.Time // when a cancelled call is forgotten
 	// ticket is the request's frame in the receiver's outbox. It is set and
-	// read only on the issuer's relay goroutine.
+	// read only on the issuer's relay goroutine, or under Session.clientMu.
 	ticket ticket
+	// onAnswer, set on the proxy's own requests, takes their response.
+	onAnswer func(*framing.Message)
 }
 
 func (c *call) aliased() bool { return c.upID != c.id }
@@ -147,6 +149,17 @@ func (l *ledger) begin(m *framing.Message) (c *call, v Verdict) {
 	return c, v
 }
 
+// own records a request of the proxy's own, under an id no peer chose.
+// It is never in flight by an issuer's id, so no peer can cancel it.
+func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
+	l.update(func() {
+		id := l.aliasLocked("r")
+		c = &call{id: id, upID: id, method: method, started: l.now(), onAnswer: onAnswer}
+		l.byUp[id] = c
+	})
+	return c
+}
+
 // aliasLocked mints a receiver-side id or token that no peer chose.
 func (l *ledger) aliasLocked(kind string) framing.ID {
 	l.aliases++
@@ -162,6 +175,9 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 		switch {
 		case c == nil:
 			v = Drop
+		case c.onAnswer != nil: // the proxy's own request
+			c.state = stateAnswered
+			l.dropLocked(c)
 		case c.state == stateInFlight:
 			c.state = stateAnswered
 			delete(l.inFlight, c.id)
@@ -193,6 +209,19 @@ func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 		c = nil
 	}
 	return c, reason
+}
+
+// cancelExact cancels c if c itself is still in flight (not a later
+// request that reuses its id), and reports whether it did.
+func (l *ledger) cancelExact(c *call) (ok bool) {
+	l.update(func() {
+		if l.inFlight[c.id] == c && c.method != framing.MethodInitialize {
+			l.retireLocked(c)
+			l.expireLocked()
+			ok = true
+		}
+	})
+	return ok
 }
 
 // forget removes a cancelled call whose request was never sent: no late

@@ -14,6 +14,10 @@ type side struct {
 // handleFrame parses one frame from a peer and forwards, rewrites or drops
 // each message in it. It takes ownership of b.
 func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
+	if from.peer == Client && s.gov != nil {
+		s.clientMu.Lock()
+		defer s.clientMu.Unlock()
+	}
 	if err := f.Parse(b.b); err != nil {
 		s.reply(from, s.t.Invalid(from.peer, err, b.b))
 		putBuf(b)
@@ -35,6 +39,8 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	switch {
 	case o.Cancelled != nil:
 		s.sendCancel(from, o.Cancelled, b)
+	case o.Hold:
+		s.held[o.Request] = b
 	case o.Request != nil:
 		// Only the issuer's relay goroutine, this one, reads the ticket:
 		// cancels come from the same peer as their request.
@@ -50,7 +56,13 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
 func (s *Session) sendCancel(from *side, c *call, b *buf) {
+	held := s.held[c]
 	switch {
+	case held != nil: // held by the governor: never sent
+		delete(s.held, c)
+		putBuf(held)
+		putBuf(b)
+		s.t.Withdraw(from.peer, c)
 	case c.ticket.withdraw():
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
@@ -123,4 +135,49 @@ func (s *Session) reply(to *side, msg []byte) {
 	b := getBuf()
 	b.b = append(b.b, msg...)
 	to.back.send(b)
+}
+
+// Expire implements Actions: the call is cancelled on the server as a
+// client cancel would be, and the client gets reply.
+func (s *Session) Expire(c *Call, reason string, reply []byte) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	cancel := s.t.CancelCall(c, "deadline", reason)
+	if cancel == nil {
+		return // answered or cancelled meanwhile
+	}
+	b := getBuf()
+	b.b = append(b.b, cancel...)
+	s.sendCancel(s.sides[Client], c, b)
+	s.sides[Client].out.flush()
+	s.reply(s.sides[Client], reply)
+}
+
+// Dispatch implements Actions: a held request is sent now.
+func (s *Session) Dispatch(c *Call) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if b := s.held[c]; b != nil {
+		delete(s.held, c)
+		c.ticket = s.sides[Client].out.send(b)
+	}
+}
+
+// SendOwn implements Actions.
+func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
+	b := getBuf()
+	b.b = append(b.b, s.t.OwnRequest(method, params, onAnswer)...)
+	s.sides[Client].out.send(b)
+}
+
+// Restart implements Actions.
+func (s *Session) Restart(reason string) bool {
+	return s.opts.OnRestart != nil && s.opts.OnRestart(reason)
+}
+
+// After implements Actions: f runs between two client frames.
+func (s *Session) After(f func()) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	f()
 }

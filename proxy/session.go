@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,13 @@ type Options struct {
 	// goroutine, when the client's input has ended and the server's input
 	// has been asked to close: the caller starts stopping the server there.
 	OnClientClosed func()
+	// Governor, if set, makes the session's Governor, given the session's
+	// Actions: per-request policy.
+	Governor func(Actions) Governor
+	// OnRestart, if set, is what Actions.Restart does: it stops the server
+	// and starts another (the stdio wrapper's escalation). Without it,
+	// Restart reports false.
+	OnRestart func(reason string) bool
 }
 
 // Conn is one peer's pair of byte streams.
@@ -63,7 +71,13 @@ var ErrServerGone = errors.New("server closed its output while the client was co
 type Session struct {
 	opts  Options
 	t     *Tracker
+	gov   Governor
 	sides [2]*side
+	// clientMu is held while a client frame is handled, and by the
+	// governor's actions, so that they see a request's ticket and the
+	// held requests as the client's relay left them.
+	clientMu sync.Mutex
+	held     map[*Call]*buf // requests the governor holds, by call
 	// clientClosed is set once the client's input has ended; serverGone
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
@@ -71,9 +85,14 @@ type Session struct {
 
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	return &Session{opts: opts, t: NewTracker(TrackerOptions{
+	s := &Session{opts: opts, held: map[*Call]*buf{}}
+	if opts.Governor != nil {
+		s.gov = opts.Governor(s)
+	}
+	s.t = NewTracker(TrackerOptions{
 		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
-		Now: opts.Now, OnEvent: opts.OnEvent})}
+		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov})
+	return s
 }
 
 // Stats returns the session's counters so far.
@@ -119,6 +138,9 @@ func (s *Session) Run(client, server Conn) error {
 	<-toServer.dead
 	s.serverGone.Store(true)
 	client.In.Close()
+	if s.gov != nil {
+		s.gov.Close()
+	}
 	return err
 }
 

@@ -54,6 +54,8 @@ type TrackerOptions struct {
 	OnEvent func(Event)
 	// Observer, if set, counts every decision, for metrics.
 	Observer Observer
+	// Governor, if set, applies per-request policy to the client's requests.
+	Governor Governor
 }
 
 // Observer is told of each decision as it is made. Observe is called
@@ -95,6 +97,9 @@ type Outcome struct {
 	Request *Call
 	// Cancelled is the call an accepted cancel names.
 	Cancelled *Call
+	// Hold asks the transport to keep the request until the Governor
+	// dispatches it.
+	Hold bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -156,6 +161,9 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
+	if g := t.opts.Governor; g != nil && from == Client {
+		o.Hold = g.Request(c, m)
+	}
 	if c.aliased() || c.tokenAliased() {
 		p.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",
 			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),
@@ -192,9 +200,22 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	case Suppress:
 		t.stats.responsesSuppressed.Add(1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
+		if g := t.opts.Governor; g != nil && from == Server {
+			g.Late(c, m)
+		}
 		return Outcome{Verdict: Suppress}
 	}
+	if c.onAnswer != nil {
+		c.onAnswer(m)
+		return Outcome{Verdict: Drop}
+	}
 	t.forwarded(from, m.Kind, c.method, c.id)
+	if g := t.opts.Governor; g != nil && from == Server {
+		if c.method == framing.MethodInitialize {
+			g.ServerInitialized(m)
+		}
+		g.Answered(c, m)
+	}
 	if c.aliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id)}
 	}
@@ -208,13 +229,23 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	if m.RequestID.IsValid() {
 		c, reason = p.issued.cancel(m.RequestID)
 	}
+	g := t.opts.Governor
+	if from != Client {
+		g = nil
+	}
 	if reason != "" {
 		t.stats.cancelsDropped.Add(1)
 		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
+		if g != nil && m.RequestID.IsValid() {
+			g.CancelMissed(m.RequestID)
+		}
 		return Outcome{Verdict: Drop}
 	}
 	t.stats.cancelsForwarded.Add(1)
 	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
+	if g != nil {
+		g.Cancelled(c, "client", m.Reason)
+	}
 	o := Outcome{Cancelled: c}
 	if c.aliased() {
 		o.Rewritten = framing.Splice(nil, m.Raw, m.RequestIDSpan, c.upID)
@@ -235,6 +266,9 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		return Outcome{Verdict: Suppress}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.Token)
+	if g := t.opts.Governor; g != nil && c != nil && from == Server {
+		g.Progress(c, m)
+	}
 	if c != nil && c.tokenAliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token)}
 	}
@@ -250,6 +284,9 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 	t.stats.forwarded.Add(-1) // counted when it was queued; it never left
 	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
 		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
+	if g := t.opts.Governor; g != nil && from == Client {
+		g.Withdrawn(c)
+	}
 }
 
 // Invalid accounts for a frame that failed to parse, or an invalid element
@@ -300,6 +337,7 @@ func (t *Tracker) FailInFlight(why string) [][]byte {
 	for _, c := range t.peers[Client].issued.failAll() {
 		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
 		replies = append(replies, t.errorReply(c.id, CodeServerGone, why))
+		t.ended(c)
 	}
 	return replies
 }
@@ -375,7 +413,15 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 	if _, v := t.peers[Server].answers.complete(c.upID); v != Forward {
 		return nil
 	}
+	t.ended(c)
 	return t.errorReply(c.id, code, msg)
+}
+
+// ended tells the governor of a call that ended without the server's answer.
+func (t *Tracker) ended(c *Call) {
+	if g := t.opts.Governor; g != nil {
+		g.Answered(c, nil)
+	}
 }
 
 // Abandon forgets a client's request whose answer can no longer come (the
@@ -383,33 +429,42 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 // answer it), so that it does not stay in flight for ever. The client got
 // the upstream's answer, whatever it was; nothing is sent.
 func (t *Tracker) Abandon(c *Call) {
-	t.peers[Server].answers.complete(c.upID)
+	if _, v := t.peers[Server].answers.complete(c.upID); v == Forward {
+		t.ended(c)
+	}
 }
 
 // CancelInFlight cancels every request of the client still in flight, as if
 // the client had cancelled each, and returns the cancel notifications to
 // send the server (the session is ending: MCP-NOTES §6b DELETE).
-func (t *Tracker) CancelInFlight(reason string) [][]byte {
+func (t *Tracker) CancelInFlight(source, reason string) [][]byte {
 	var cancels [][]byte
 	for _, c := range t.peers[Client].issued.cancelAll() {
-		t.stats.cancelsForwarded.Add(1)
-		t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
-		cancels = append(cancels, appendCancelled(nil, c.upID, reason))
+		cancels = append(cancels, t.cancelled(c, source, reason))
 	}
 	return cancels
+}
+
+// cancelled accounts for a call the proxy cancelled on the client's behalf
+// and returns the cancel notification for the server.
+func (t *Tracker) cancelled(c *Call, source, reason string) []byte {
+	t.stats.cancelsForwarded.Add(1)
+	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+	if g := t.opts.Governor; g != nil {
+		g.Cancelled(c, source, reason)
+	}
+	return appendCancelled(nil, c.upID, reason)
 }
 
 // CancelCall cancels one request of the client on the client's behalf (it
 // went away and, by the configuration, that counts as a cancel), if the
 // request is still in flight, and returns the cancel notification to send
 // the server; nil if the request is no longer in flight.
-func (t *Tracker) CancelCall(c *Call, reason string) []byte {
-	if _, r := t.peers[Client].issued.cancel(c.id); r != "" {
+func (t *Tracker) CancelCall(c *Call, source, reason string) []byte {
+	if !t.peers[Client].issued.cancelExact(c) {
 		return nil
 	}
-	t.stats.cancelsForwarded.Add(1)
-	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
-	return appendCancelled(nil, c.upID, reason)
+	return t.cancelled(c, source, reason)
 }
 
 // ID returns the request's id as its issuer sent it.

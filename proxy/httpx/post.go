@@ -183,7 +183,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(ctx.Request.Header.Peek(sessionHeader))
 	if sess := s.sessions.remove(id); sess != nil {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
-		for _, cancel := range sess.t.CancelInFlight("session deleted") {
+		for _, cancel := range sess.t.CancelInFlight("session_end", "session deleted") {
 			s.cancelled("session_end")
 			s.notify(sess, cancel)
 		}

@@ -240,7 +240,7 @@ func (s *Sidecar) CancelAll(reason string) {
 	}
 	s.sessions.mu.Unlock()
 	for _, sess := range all {
-		for _, cancel := range sess.t.CancelInFlight(reason) {
+		for _, cancel := range sess.t.CancelInFlight("shutdown", reason) {
 			s.cancelled("shutdown")
 			s.notify(sess, cancel)
 		}

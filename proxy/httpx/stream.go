@@ -182,7 +182,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	if sess.protocolVersion() >= "2026-07-28" {
 		// Closing the upstream stream was the cancel itself: record it.
 		for _, c := range calls {
-			if sess.t.CancelCall(c, "client closed the stream") != nil {
+			if sess.t.CancelCall(c, "disconnect", "client closed the stream") != nil {
 				s.cancelled("disconnect")
 			}
 		}
@@ -197,7 +197,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 			return // the client came back for its answers
 		}
 		for _, c := range calls {
-			if cancel := sess.t.CancelCall(c, "client disconnected"); cancel != nil {
+			if cancel := sess.t.CancelCall(c, "disconnect", "client disconnected"); cancel != nil {
 				s.cancelled("disconnect")
 				s.notify(sess, cancel)
 			}

@@ -1,0 +1,189 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Audit configures the audit trail.
+type Audit struct {
+	// Path is the file the trail is appended to, "stderr", or "off".
+	// Default stderr.
+	Path string `yaml:"path"`
+	// IncludeArguments writes each request's arguments into its line.
+	// Default false: arguments may hold secrets.
+	IncludeArguments bool `yaml:"include_arguments"`
+	// IncludeResults writes late results into the line. Default false.
+	IncludeResults bool `yaml:"include_results"`
+}
+
+// Statuses of an audit line, in plain words.
+const (
+	StatusNotDispatched   = "cancelled before dispatch"
+	StatusNotConfirmed    = "upstream notified; stop not confirmed"
+	StatusCompletedBefore = "completed before the cancel arrived"
+	StatusAnsweredLate    = "upstream notified; answered after the cancel (suppressed)"
+	StatusCompensated     = "late result compensated"
+	StatusHookRan         = "upstream notified; compensating hook ran"
+	StatusOrphan          = "compensation failed: orphan"
+	StatusTaskCancelled   = "task cancelled"
+	StatusTaskNotCancel   = "task cancel not confirmed"
+)
+
+// Record is one line of the audit trail: the whole story of one request
+// that was cancelled, timed out or compensated.
+type Record struct {
+	Time       time.Time                  `json:"time"`
+	Session    string                     `json:"session,omitempty"`
+	Direction  string                     `json:"direction"`
+	ID         json.RawMessage            `json:"id"`
+	Method     string                     `json:"method"`
+	Tool       string                     `json:"tool,omitempty"`
+	Rule       string                     `json:"rule,omitempty"`
+	Source     string                     `json:"source,omitempty"` // client, deadline, disconnect, session_end, shutdown
+	Reason     string                     `json:"reason,omitempty"`
+	Started    time.Time                  `json:"started"`
+	Cancelled  *time.Time                 `json:"cancelled,omitempty"`
+	Dispatched bool                       `json:"dispatched"`
+	Notified   bool                       `json:"upstream_notified"`
+	Late       *Late                      `json:"late_response,omitempty"`
+	TaskID     string                     `json:"task_id,omitempty"`
+	TaskCancel string                     `json:"task_cancel,omitempty"`
+	Captured   map[string]json.RawMessage `json:"captured,omitempty"`
+	Hooks      []HookResult               `json:"hooks,omitempty"`
+	Arguments  json.RawMessage            `json:"arguments,omitempty"`
+	Restarted  bool                       `json:"server_restarted,omitempty"`
+	Status     string                     `json:"status"`
+}
+
+// Late is a response that came after the cancel and was kept from the client.
+type Late struct {
+	At         time.Time       `json:"at"`
+	Error      bool            `json:"error"`
+	Suppressed bool            `json:"suppressed"`
+	Result     json.RawMessage `json:"result,omitempty"` // with include_results
+}
+
+// auditWriter appends records as JSON lines.
+type auditWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	c  io.Closer
+}
+
+// openAudit opens the trail the configuration names; nil when off.
+func openAudit(a Audit) (*auditWriter, error) {
+	switch a.Path {
+	case "off":
+		return nil, nil
+	case "", "stderr":
+		return &auditWriter{w: os.Stderr}, nil
+	}
+	f, err := os.OpenFile(a.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("audit trail: %w", err)
+	}
+	return &auditWriter{w: f, c: f}, nil
+}
+
+func (a *auditWriter) write(r *Record) error {
+	if a == nil {
+		return nil
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, err = a.w.Write(append(line, '\n'))
+	return err
+}
+
+func (a *auditWriter) close() error {
+	if a == nil || a.c == nil {
+		return nil
+	}
+	return a.c.Close()
+}
+
+// HookEvent is the JSON document a hook receives, on stdin or as the POST
+// body.
+type HookEvent struct {
+	Event          string                     `json:"event"` // cancel, timeout, late_result, late_error
+	Time           time.Time                  `json:"time"`
+	IdempotencyKey string                     `json:"idempotency_key"` // the same for every attempt
+	Attempt        int                        `json:"attempt"`
+	Session        string                     `json:"session,omitempty"`
+	Direction      string                     `json:"direction"`
+	RequestID      json.RawMessage            `json:"request_id"`
+	Method         string                     `json:"method"`
+	Tool           string                     `json:"tool,omitempty"`
+	Arguments      json.RawMessage            `json:"arguments,omitempty"`
+	Captured       map[string]json.RawMessage `json:"captured,omitempty"`
+	Source         string                     `json:"source,omitempty"`
+	Reason         string                     `json:"reason,omitempty"`
+	Dispatched     bool                       `json:"dispatched"`
+	Result         json.RawMessage            `json:"result,omitempty"`
+	Error          json.RawMessage            `json:"error,omitempty"`
+}
+
+func (ev *HookEvent) marshal() ([]byte, error) { return json.Marshal(ev) }
+
+// env returns the MCP_CANCEL_* variables an exec hook gets: the event's
+// main fields, and each captured value as MCP_CANCEL_CAPTURE_<NAME>.
+func (ev *HookEvent) env() []string {
+	vars := []string{
+		"MCP_CANCEL_EVENT=" + ev.Event,
+		"MCP_CANCEL_IDEMPOTENCY_KEY=" + ev.IdempotencyKey,
+		"MCP_CANCEL_ATTEMPT=" + strconv.Itoa(ev.Attempt),
+		"MCP_CANCEL_SESSION=" + ev.Session,
+		"MCP_CANCEL_REQUEST_ID=" + plain(ev.RequestID),
+		"MCP_CANCEL_METHOD=" + ev.Method,
+		"MCP_CANCEL_TOOL=" + ev.Tool,
+		"MCP_CANCEL_SOURCE=" + ev.Source,
+	}
+	for name, v := range ev.Captured {
+		vars = append(vars, "MCP_CANCEL_CAPTURE_"+envName(name)+"="+plain(v))
+	}
+	return vars
+}
+
+// plain renders a JSON value for an environment variable: a string without
+// its quotes, anything else as JSON.
+func plain(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	return string(v)
+}
+
+// envName turns a capture name into an environment variable's: upper case,
+// anything but letters and digits as _.
+func envName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// idempotencyKey names one event of one request, the same on every retry.
+func idempotencyKey(session string, id []byte, started time.Time, event string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", session, id, started.UnixNano(), event)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}

@@ -1,0 +1,350 @@
+// Package policy acts on the work behind a request, per tool, from the
+// YAML policy: deadlines, compensating hooks for cancelled and late work,
+// queues for tools that take only so many calls at once, tasks/cancel for
+// task-augmented calls, and an audit trail that says plainly what was
+// stopped and what was not.
+//
+// A Policy is the configuration; an Engine runs it for the whole process
+// (hooks, audit, queues); a Governor, one per session, is what the proxy's
+// tracker consults on every client request (it implements proxy.Governor).
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"time"
+)
+
+// Policy is the policy section of the configuration file.
+type Policy struct {
+	// Defaults apply to every request that no rule overrides.
+	Defaults Rule `yaml:"defaults"`
+	// Rules are tried in order; the first whose tool or method matches wins.
+	Rules []Rule `yaml:"rules"`
+	// Hooks bounds the hooks' running.
+	Hooks HookLimits `yaml:"hooks"`
+	// LateWindow is how long after a cancel a late answer is waited for
+	// before the request's audit line is written: a cancel with no answer
+	// within it counts as honoured. Default 30s.
+	LateWindow time.Duration `yaml:"late_window"`
+	// RestartAfter is how long a cancelled request of an escalate: restart
+	// rule may stay unanswered before the server is restarted. Default 2s.
+	RestartAfter time.Duration `yaml:"restart_after"`
+	// MaxRestarts caps escalation restarts in any ten minutes; beyond, the
+	// server is left running and the refusal logged. Default 3.
+	MaxRestarts int `yaml:"max_restarts"`
+}
+
+// Rule is what to do with the requests it matches. Unset fields take the
+// defaults' values.
+type Rule struct {
+	// Tool matches tools/call requests by tool name (a glob: *, ?, [a-z]).
+	Tool string `yaml:"tool"`
+	// Method matches requests by method (a glob). A rule has Tool or Method.
+	Method string `yaml:"method"`
+	// Timeout is the request's deadline; 0 means none.
+	Timeout *time.Duration `yaml:"timeout"`
+	// ResetOnProgress pushes the deadline back by Timeout on each progress
+	// notification, never past MaxTimeout after the start.
+	ResetOnProgress *bool `yaml:"reset_on_progress"`
+	// MaxTimeout caps the deadline when progress resets it; 0 means none.
+	MaxTimeout *time.Duration `yaml:"max_timeout"`
+	// Interruptible says whether the server stops this tool on a cancel.
+	// false: the cancel is still forwarded, but stopping is left to the
+	// hooks, and the audit trail says so. Default true.
+	Interruptible *bool `yaml:"interruptible"`
+	// Capture names values to read, by JSON pointer, from the request's
+	// progress notifications (their params) and from its result.
+	Capture map[string]string `yaml:"capture"`
+	// OnCancel runs when the request is cancelled: by the client, a
+	// disconnect, the session's end or shutdown (and a deadline, unless
+	// OnTimeout is set).
+	OnCancel *Hook `yaml:"on_cancel"`
+	// OnTimeout runs when the request's deadline passes.
+	OnTimeout *Hook `yaml:"on_timeout"`
+	// OnLateResult runs when a result arrives after the cancel.
+	OnLateResult *Hook `yaml:"on_late_result"`
+	// OnLateError runs when an error response arrives after the cancel.
+	OnLateError *Hook `yaml:"on_late_error"`
+	// MaxConcurrent caps the matching requests in flight at once; more wait
+	// in the proxy, in arrival order. 0 means no cap.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// Escalate "restart" (stdio wrapper only) restarts the server after a
+	// cancel of a matching request that was not answered within the grace.
+	Escalate string `yaml:"escalate"`
+}
+
+// Hook is a compensating action: a command, or an HTTP POST, given the
+// event as a JSON document.
+type Hook struct {
+	// Exec is the command's argv (no shell); the event is on its stdin.
+	Exec []string `yaml:"exec"`
+	// HTTP POSTs the event to a URL.
+	HTTP *HTTPHook `yaml:"http"`
+	// Timeout bounds each attempt. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Retries is how many times a failed attempt is retried. Default 0.
+	Retries int `yaml:"retries"`
+	// Backoff is the wait before the first retry, doubled for each next
+	// one. Default 1s.
+	Backoff time.Duration `yaml:"backoff"`
+}
+
+// HTTPHook is a webhook target.
+type HTTPHook struct {
+	URL string `yaml:"url"`
+	// Headers are added to the POST (an Authorization header, say).
+	Headers map[string]string `yaml:"headers"`
+	// Timeout, if set, overrides the hook's.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// HookLimits bounds the hooks of the whole process.
+type HookLimits struct {
+	// MaxRunning caps hooks running at once; more wait their turn. Default 8.
+	MaxRunning int `yaml:"max_running"`
+	// ShutdownWait is how long shutdown waits for running and queued
+	// hooks; what is left is recorded as orphaned. Default 30s.
+	ShutdownWait time.Duration `yaml:"shutdown_wait"`
+}
+
+// Defaults returns the policy used when the file has none: no deadline,
+// no rules.
+func Defaults() Policy {
+	return Policy{Hooks: HookLimits{MaxRunning: 8, ShutdownWait: 30 * time.Second},
+		LateWindow: 30 * time.Second, RestartAfter: 2 * time.Second, MaxRestarts: 3}
+}
+
+// Problem is one invalid setting; Path names it as the file does
+// ("policy.rules[2].timeout"), for the loader to find its line.
+type Problem struct {
+	Path string
+	Msg  string
+}
+
+func (p *Problem) Error() string { return p.Path + ": " + p.Msg }
+
+// Validate reports every invalid setting at once, each as a *Problem.
+func (p *Policy) Validate(prefix string) error {
+	var errs []error
+	bad := func(at, format string, a ...any) {
+		errs = append(errs, &Problem{Path: prefix + at, Msg: fmt.Sprintf(format, a...)})
+	}
+	d := &p.Defaults
+	if d.Tool != "" || d.Method != "" {
+		bad(".defaults", "defaults match every request: tool and method have no place here")
+	}
+	if d.MaxConcurrent != 0 || d.Escalate != "" {
+		bad(".defaults", "max_concurrent and escalate belong to a rule, not the defaults")
+	}
+	d.validate(".defaults", bad)
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		at := fmt.Sprintf(".rules[%d]", i)
+		switch {
+		case r.Tool == "" && r.Method == "":
+			bad(at, "a rule needs tool or method")
+		case r.Tool != "" && r.Method != "":
+			bad(at, "a rule has tool or method, not both (tool implies method tools/call)")
+		}
+		for _, g := range []struct{ key, glob string }{{"tool", r.Tool}, {"method", r.Method}} {
+			if _, err := path.Match(g.glob, ""); err != nil {
+				bad(at+"."+g.key, "%q is not a valid glob", g.glob)
+			}
+		}
+		if r.MaxConcurrent < 0 {
+			bad(at+".max_concurrent", "must not be negative, got %d", r.MaxConcurrent)
+		}
+		if r.Escalate != "" && r.Escalate != "restart" {
+			bad(at+".escalate", "%q is not restart (or empty)", r.Escalate)
+		}
+		r.validate(at, bad)
+	}
+	if p.Hooks.MaxRunning <= 0 {
+		bad(".hooks.max_running", "must be positive, got %d", p.Hooks.MaxRunning)
+	}
+	if p.Hooks.ShutdownWait < 0 {
+		bad(".hooks.shutdown_wait", "must not be negative, got %v", p.Hooks.ShutdownWait)
+	}
+	if p.LateWindow <= 0 {
+		bad(".late_window", "must be positive, got %v", p.LateWindow)
+	}
+	if p.RestartAfter <= 0 {
+		bad(".restart_after", "must be positive, got %v", p.RestartAfter)
+	}
+	if p.MaxRestarts < 0 {
+		bad(".max_restarts", "must not be negative, got %d", p.MaxRestarts)
+	}
+	return errors.Join(errs...)
+}
+
+// validate checks the fields rules and defaults share.
+func (r *Rule) validate(at string, bad func(at, format string, a ...any)) {
+	if r.Timeout != nil && *r.Timeout < 0 {
+		bad(at+".timeout", "must not be negative, got %v", *r.Timeout)
+	}
+	if r.MaxTimeout != nil && *r.MaxTimeout < 0 {
+		bad(at+".max_timeout", "must not be negative, got %v", *r.MaxTimeout)
+	}
+	if r.Timeout != nil && r.MaxTimeout != nil && *r.MaxTimeout > 0 && *r.MaxTimeout < *r.Timeout {
+		bad(at+".max_timeout", "%v is shorter than timeout %v", *r.MaxTimeout, *r.Timeout)
+	}
+	for name, ptr := range r.Capture {
+		if _, err := parsePointer(ptr); err != nil {
+			bad(at+".capture."+name, "%v", err)
+		}
+	}
+	for _, h := range []struct {
+		key  string
+		hook *Hook
+	}{{"on_cancel", r.OnCancel}, {"on_timeout", r.OnTimeout}, {"on_late_result", r.OnLateResult}, {"on_late_error", r.OnLateError}} {
+		if h.hook != nil {
+			h.hook.validate(at+"."+h.key, bad)
+		}
+	}
+}
+
+func (h *Hook) validate(at string, bad func(at, format string, a ...any)) {
+	switch {
+	case len(h.Exec) == 0 && h.HTTP == nil:
+		bad(at, "a hook needs exec or http")
+	case len(h.Exec) > 0 && h.HTTP != nil:
+		bad(at, "a hook has exec or http, not both")
+	case len(h.Exec) > 0 && h.Exec[0] == "":
+		bad(at+".exec", "the command is empty")
+	case h.HTTP != nil:
+		u, err := url.Parse(h.HTTP.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad(at+".http.url", "%q is not an http(s) URL", h.HTTP.URL)
+		}
+		if h.HTTP.Timeout < 0 {
+			bad(at+".http.timeout", "must not be negative, got %v", h.HTTP.Timeout)
+		}
+	}
+	if h.Timeout < 0 {
+		bad(at+".timeout", "must not be negative, got %v", h.Timeout)
+	}
+	if h.Retries < 0 || h.Retries > 100 {
+		bad(at+".retries", "must be within 0..100, got %d", h.Retries)
+	}
+	if h.Backoff < 0 {
+		bad(at+".backoff", "must not be negative, got %v", h.Backoff)
+	}
+}
+
+// Effective is a rule with the defaults filled in: what applies to one
+// request, fixed when the request starts.
+type Effective struct {
+	Name            string // which rule: "rules[2]" or "defaults"
+	Timeout         time.Duration
+	ResetOnProgress bool
+	MaxTimeout      time.Duration
+	Interruptible   bool
+	Capture         map[string]pointer
+	OnCancel        *Hook
+	OnTimeout       *Hook
+	OnLateResult    *Hook
+	OnLateError     *Hook
+	MaxConcurrent   int
+	Escalate        string
+	slot            *slots // the rule's queue when MaxConcurrent > 0
+}
+
+// resolve fills r's unset fields from d.
+func resolve(name string, r, d *Rule) *Effective {
+	e := &Effective{Name: name, Interruptible: true, MaxConcurrent: r.MaxConcurrent, Escalate: r.Escalate}
+	pick := func(rv, dv *time.Duration) time.Duration {
+		if rv != nil {
+			return *rv
+		}
+		if dv != nil {
+			return *dv
+		}
+		return 0
+	}
+	e.Timeout = pick(r.Timeout, d.Timeout)
+	e.MaxTimeout = pick(r.MaxTimeout, d.MaxTimeout)
+	for _, b := range []struct {
+		dst    *bool
+		rv, dv *bool
+	}{{&e.ResetOnProgress, r.ResetOnProgress, d.ResetOnProgress}, {&e.Interruptible, r.Interruptible, d.Interruptible}} {
+		switch {
+		case b.rv != nil:
+			*b.dst = *b.rv
+		case b.dv != nil:
+			*b.dst = *b.dv
+		}
+	}
+	e.Capture = map[string]pointer{}
+	for _, src := range []map[string]string{d.Capture, r.Capture} {
+		for k, v := range src {
+			e.Capture[k], _ = parsePointer(v) // validated
+		}
+	}
+	e.OnCancel = firstHook(r.OnCancel, d.OnCancel)
+	e.OnTimeout = firstHook(r.OnTimeout, d.OnTimeout)
+	e.OnLateResult = firstHook(r.OnLateResult, d.OnLateResult)
+	e.OnLateError = firstHook(r.OnLateError, d.OnLateError)
+	return e
+}
+
+func firstHook(a, b *Hook) *Hook {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// matcher is a compiled policy: effective rules in order, and the defaults.
+type matcher struct {
+	rules    []Rule
+	eff      []*Effective
+	defaults *Effective
+}
+
+func compile(p *Policy) *matcher {
+	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults)}
+	for i := range p.Rules {
+		e := resolve(fmt.Sprintf("rules[%d]", i), &p.Rules[i], &p.Defaults)
+		if e.MaxConcurrent > 0 {
+			e.slot = newSlots(e.MaxConcurrent)
+		}
+		m.eff = append(m.eff, e)
+	}
+	return m
+}
+
+// match returns what applies to a request with method and, for tools/call,
+// tool name: the first matching rule, or the defaults.
+func (m *matcher) match(method, tool string) *Effective {
+	for i := range m.rules {
+		r := &m.rules[i]
+		switch {
+		case r.Tool != "":
+			if method == "tools/call" && globMatch(r.Tool, tool) {
+				return m.eff[i]
+			}
+		case globMatch(r.Method, method):
+			return m.eff[i]
+		}
+	}
+	return m.defaults
+}
+
+func globMatch(glob, s string) bool {
+	ok, _ := path.Match(glob, s)
+	return ok
+}
+
+// active reports whether the effective rule asks anything of a request.
+func (e *Effective) active() bool {
+	return e.Timeout > 0 || len(e.Capture) > 0 || e.OnCancel != nil || e.OnTimeout != nil ||
+		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible
+}
+
+// hasHooks reports whether any hook is set.
+func (e *Effective) hasHooks() bool {
+	return e.OnCancel != nil || e.OnTimeout != nil || e.OnLateResult != nil || e.OnLateError != nil
+}

@@ -1,0 +1,133 @@
+package policy
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// Metrics is told what the policy does, for the admin listener. Its
+// methods must be cheap and must not block.
+type Metrics interface {
+	DeadlineFired()
+	HookRan(phase string, ok bool)
+	Orphan()
+	Waiting(delta int)
+	// CancelSettled says whether the upstream honoured a cancel: no answer
+	// came within the late window.
+	CancelSettled(honoured bool)
+}
+
+// Options configures an Engine.
+type Options struct {
+	Policy  Policy
+	Audit   Audit
+	Logger  *zap.Logger
+	Metrics Metrics // nil: none
+	Clock   Clock   // nil: the real one
+	// OnAudit, if set, is given each audit record once it is written.
+	OnAudit func(*Record)
+}
+
+// Engine runs the policy for the whole process: the rules (reloadable),
+// the hooks, the queues and the audit trail. Sessions get a Governor each.
+type Engine struct {
+	opts    Options
+	log     *zap.Logger
+	m       atomic.Pointer[matcher]
+	run     *runner
+	audit   *auditWriter
+	metrics Metrics
+	clock   Clock
+	wg      sync.WaitGroup // records not yet written
+
+	mu        sync.Mutex // guards governors
+	governors map[*governor]bool
+}
+
+// New starts an Engine.
+func New(o Options) (*Engine, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	d := Defaults()
+	if o.Policy.LateWindow <= 0 {
+		o.Policy.LateWindow = d.LateWindow
+	}
+	if o.Policy.RestartAfter <= 0 {
+		o.Policy.RestartAfter = d.RestartAfter
+	}
+	if o.Policy.Hooks.MaxRunning <= 0 {
+		o.Policy.Hooks.MaxRunning = d.Hooks.MaxRunning
+	}
+	aw, err := openAudit(o.Audit)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: o, log: o.Logger, run: newRunner(o.Policy.Hooks.MaxRunning), audit: aw,
+		metrics: o.Metrics, clock: o.Clock}
+	if e.metrics == nil {
+		e.metrics = noMetrics{}
+	}
+	e.m.Store(compile(&o.Policy))
+	return e, nil
+}
+
+// Reload puts a new policy in force for requests that start from now on;
+// requests in flight keep the rule they started with. p must be valid.
+func (e *Engine) Reload(p Policy) {
+	e.m.Store(compile(&p))
+	e.log.Info("policy reloaded", zap.Int("rules", len(p.Rules)))
+}
+
+// Governor returns the factory of a session's Governor, for
+// proxy.Options.Governor; session names the session in the audit trail.
+func (e *Engine) Governor(session string) func(proxy.Actions) proxy.Governor {
+	return func(a proxy.Actions) proxy.Governor { return newGovernor(e, session, a) }
+}
+
+// Shutdown waits for hooks running or waiting, up to the policy's
+// shutdown wait; what is left ends as abandoned and is recorded as an
+// orphan. Then it closes the audit trail. Governors should be closed first.
+func (e *Engine) Shutdown() {
+	e.mu.Lock()
+	live := make([]*governor, 0, len(e.governors))
+	for g := range e.governors {
+		live = append(live, g)
+	}
+	e.mu.Unlock()
+	for _, g := range live {
+		g.Close()
+	}
+	e.run.shutdown(e.opts.Policy.Hooks.ShutdownWait)
+	e.wg.Wait()
+	e.audit.close()
+}
+
+// track adds or removes a live governor.
+func (e *Engine) track(g *governor, live bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.governors == nil {
+		e.governors = map[*governor]bool{}
+	}
+	if live {
+		e.governors[g] = true
+	} else {
+		delete(e.governors, g)
+	}
+}
+
+type noMetrics struct{}
+
+func (noMetrics) DeadlineFired()       {}
+func (noMetrics) HookRan(string, bool) {}
+func (noMetrics) Orphan()              {}
+func (noMetrics) Waiting(int)          {}
+func (noMetrics) CancelSettled(bool)   {}

@@ -1,0 +1,529 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// recentMax bounds the answered requests a session remembers, so that a
+// cancel coming after the answer is told apart (and a task it names can
+// still be cancelled).
+const recentMax = 256
+
+// governor is one session's proxy.Governor.
+type governor struct {
+	e       *Engine
+	session string
+	act     proxy.Actions
+	log     *zap.Logger
+	work    *workQueue
+
+	mu          sync.Mutex // guards the fields below and every record's
+	calls       map[*proxy.Call]*record
+	recent      map[framing.ID]*record // answered, newest last in order
+	order       []*record
+	tasksCancel bool // the server declared capabilities.tasks.cancel
+	closed      bool
+}
+
+// record is what the governor knows of one request.
+type record struct {
+	g        *governor
+	c        *proxy.Call
+	rule     *Effective
+	method   string
+	tool     string
+	id       json.RawMessage
+	args     json.RawMessage
+	started  time.Time
+	deadline time.Time
+	timer    Timer
+	gen      int // deadline generation: a timer of an older one is stale
+	captured map[string]json.RawMessage
+
+	held, hasSlot bool // waiting for a slot of its rule; holding one
+	dispatched    bool // sent to the server (false while held, or if withdrawn)
+	answered      time.Time
+	taskID        string
+
+	source, reason string
+	cancelled      time.Time
+	cancelHandled  bool // hooks for the cancel started (or none to start)
+	late           *Late
+	windowOver     bool
+	lateTimer      Timer
+	restartTimer   Timer
+	restarted      bool
+	taskPending    bool   // a tasks/cancel awaits its answer
+	taskCancel     string // how the tasks/cancel ended
+	hooksPending   int
+	hooks          []HookResult
+	written        bool
+}
+
+func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
+	g := &governor{e: e, session: session, act: a, log: e.log.With(zap.String("scope", session)),
+		work: newWorkQueue(), calls: map[*proxy.Call]*record{}, recent: map[framing.ID]*record{}}
+	e.track(g, true)
+	return g
+}
+
+// Request implements proxy.Governor.
+func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
+	if m.Method == framing.MethodInitialize {
+		return false
+	}
+	tool := ""
+	if m.Method == "tools/call" {
+		tool = m.Name()
+	}
+	rule := g.e.m.Load().match(m.Method, tool)
+	if !rule.active() && tool == "" && !m.HasTask {
+		return false // nothing to do unless it is cancelled: see Cancelled
+	}
+	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
+		started: g.e.clock.Now(), dispatched: true}
+	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
+		r.args = field(m.Raw, "params", "arguments")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls[c] = r
+	if rule.Timeout > 0 {
+		g.armLocked(r, r.started.Add(rule.Timeout))
+	}
+	if rule.slot != nil {
+		if !rule.slot.acquire(r) {
+			r.held, r.dispatched = true, false
+			g.e.metrics.Waiting(1)
+			return true
+		}
+		r.hasSlot = true
+	}
+	return false
+}
+
+// armLocked (re)sets r's deadline.
+func (g *governor) armLocked(r *record, at time.Time) {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.gen++
+	gen := r.gen
+	r.deadline = at
+	r.timer = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { g.expire(r, gen) }) })
+}
+
+// Progress implements proxy.Governor.
+func (g *governor) Progress(c *proxy.Call, m *framing.Message) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.calls[c]
+	if r == nil || !r.cancelled.IsZero() {
+		return
+	}
+	if len(r.rule.Capture) > 0 {
+		r.capture(field(m.Raw, "params"))
+	}
+	if r.rule.ResetOnProgress && r.timer != nil && r.answered.IsZero() {
+		at := g.e.clock.Now().Add(r.rule.Timeout)
+		if limit := r.started.Add(r.rule.MaxTimeout); r.rule.MaxTimeout > 0 && at.After(limit) {
+			at = limit
+		}
+		if at.After(r.deadline) {
+			g.armLocked(r, at)
+		}
+	}
+}
+
+// Answered implements proxy.Governor.
+func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
+	g.mu.Lock()
+	r := g.calls[c]
+	if r == nil {
+		g.mu.Unlock()
+		return
+	}
+	delete(g.calls, c)
+	r.answered = g.e.clock.Now()
+	if m != nil {
+		if len(r.rule.Capture) > 0 {
+			r.capture(field(m.Raw, "result"))
+		}
+		if c.HasTask() && m.TaskID != "" {
+			r.taskID = m.TaskID // the task runs on: its deadline still holds
+		}
+	}
+	if r.timer != nil && r.taskID == "" {
+		r.timer.Stop()
+	}
+	slot := r.releaseLocked()
+	g.rememberLocked(r)
+	g.mu.Unlock()
+	handOff(slot)
+}
+
+// releaseLocked gives up r's place in its rule's queue, or its slot; it
+// returns the slots to hand on, if a slot was freed.
+func (r *record) releaseLocked() *slots {
+	switch {
+	case r.held:
+		r.held = false
+		if r.rule.slot.remove(r) {
+			r.g.e.metrics.Waiting(-1)
+		}
+	case r.hasSlot:
+		r.hasSlot = false
+		return r.rule.slot
+	}
+	return nil
+}
+
+// handOff gives a freed slot to the next waiting request, of whichever
+// session.
+func handOff(s *slots) {
+	if s == nil {
+		return
+	}
+	if next := s.release(); next != nil {
+		next.g.granted(next)
+	}
+}
+
+// granted sends a waiting request that got a slot, unless it was
+// cancelled meanwhile, in which case the slot goes on.
+func (g *governor) granted(r *record) {
+	g.mu.Lock()
+	ok := r.held && r.cancelled.IsZero()
+	r.held = false
+	if ok {
+		r.hasSlot, r.dispatched = true, true
+	}
+	g.mu.Unlock()
+	if !ok {
+		handOff(r.rule.slot)
+		return
+	}
+	g.e.metrics.Waiting(-1)
+	g.work.post(func() { g.act.Dispatch(r.c) })
+}
+
+// rememberLocked keeps an answered request for a cancel that may follow.
+func (g *governor) rememberLocked(r *record) {
+	g.recent[r.c.ID()] = r
+	g.order = append(g.order, r)
+	for len(g.order) > recentMax {
+		old := g.order[0]
+		g.order = g.order[1:]
+		if g.recent[old.c.ID()] == old {
+			delete(g.recent, old.c.ID())
+		}
+	}
+}
+
+// Cancelled implements proxy.Governor.
+func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
+	g.mu.Lock()
+	r := g.calls[c]
+	if r == nil { // no rule asked anything of it: it gets its audit line all the same
+		r = &record{g: g, c: c, rule: g.e.m.Load().match(c.Method(), ""), method: c.Method(),
+			id: c.ID().AppendJSON(nil), started: time.Unix(0, c.Started()), dispatched: true}
+		g.calls[c] = r
+	}
+	r.source, r.reason, r.cancelled = source, reason, g.e.clock.Now()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	// The clocks of the wait for a late answer, and of an escalation, start
+	// with the cancel.
+	r.lateTimer = g.e.clock.AfterFunc(g.e.opts.Policy.LateWindow, func() { g.windowOver(r) })
+	if r.rule.Escalate == "restart" {
+		r.restartTimer = g.e.clock.AfterFunc(g.e.opts.Policy.RestartAfter, func() { g.work.post(func() { g.escalate(r) }) })
+	}
+	slot := r.releaseLocked()
+	g.e.wg.Add(1) // the record is to be written
+	g.mu.Unlock()
+	handOff(slot)
+	// Whether the request was withdrawn before it was sent is settled once
+	// the transport has handled the cancel: start the hooks after that.
+	g.work.post(func() { g.act.After(func() { g.afterCancel(r) }) })
+}
+
+// Withdrawn implements proxy.Governor.
+func (g *governor) Withdrawn(c *proxy.Call) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := g.calls[c]; r != nil {
+		r.dispatched = false
+	}
+}
+
+// afterCancel starts what a cancel calls for: the cancel's hook, the wait
+// for a late answer, an escalation.
+func (g *governor) afterCancel(r *record) {
+	g.mu.Lock()
+	phase, hook := "on_cancel", r.rule.OnCancel
+	if r.source == "deadline" && r.rule.OnTimeout != nil {
+		phase, hook = "on_timeout", r.rule.OnTimeout
+	}
+	if !r.dispatched {
+		hook = nil // the server never saw it: nothing to undo
+	}
+	if hook != nil {
+		r.hooksPending++
+	}
+	r.cancelHandled = true
+	g.mu.Unlock()
+	if hook != nil {
+		g.startHook(r, phase, hook, nil)
+	}
+	g.settle(r)
+}
+
+// Late implements proxy.Governor.
+func (g *governor) Late(c *proxy.Call, m *framing.Message) {
+	g.mu.Lock()
+	r := g.calls[c]
+	if r == nil {
+		g.mu.Unlock()
+		return
+	}
+	r.late = &Late{At: g.e.clock.Now(), Error: m.IsError, Suppressed: true}
+	answer := field(m.Raw, "result")
+	phase, hook := "on_late_result", r.rule.OnLateResult
+	if m.IsError {
+		answer = field(m.Raw, "error")
+		phase, hook = "on_late_error", r.rule.OnLateError
+	} else if len(r.rule.Capture) > 0 {
+		r.capture(answer)
+	}
+	if g.e.opts.Audit.IncludeResults {
+		r.late.Result = answer
+	}
+	if r.restartTimer != nil {
+		r.restartTimer.Stop()
+	}
+	if hook != nil {
+		r.hooksPending++
+	}
+	task := c.HasTask() && m.TaskID != "" && r.taskID == ""
+	if task {
+		r.taskID = m.TaskID // created after all: cancel it the way tasks are cancelled
+	}
+	g.mu.Unlock()
+	if task {
+		g.cancelTask(r)
+	}
+	if hook != nil {
+		g.startHook(r, phase, hook, answer)
+	}
+	g.settle(r)
+}
+
+// CancelMissed implements proxy.Governor: a cancel for a request already
+// answered. For a task-augmented request the task itself is cancelled.
+func (g *governor) CancelMissed(id framing.ID) {
+	g.mu.Lock()
+	r := g.recent[id]
+	if r == nil || !r.cancelled.IsZero() {
+		g.mu.Unlock()
+		return
+	}
+	delete(g.recent, id)
+	r.source, r.reason, r.cancelled, r.cancelHandled = "client", "", g.e.clock.Now(), true
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	task := r.taskID != ""
+	g.e.wg.Add(1)
+	g.mu.Unlock()
+	if task {
+		g.cancelTask(r)
+		return
+	}
+	g.settle(r)
+}
+
+// ServerInitialized implements proxy.Governor.
+func (g *governor) ServerInitialized(m *framing.Message) {
+	var res struct {
+		Capabilities struct {
+			Tasks struct {
+				Cancel *json.RawMessage `json:"cancel"`
+			} `json:"tasks"`
+		} `json:"capabilities"`
+	}
+	if json.Unmarshal(field(m.Raw, "result"), &res) == nil {
+		g.mu.Lock()
+		g.tasksCancel = res.Capabilities.Tasks.Cancel != nil
+		g.mu.Unlock()
+	}
+}
+
+// Close implements proxy.Governor: timers stop, and cancelled requests
+// still waiting for a late answer are written as they stand.
+func (g *governor) Close() {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	var pending []*record
+	for _, r := range g.calls {
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		if !r.cancelled.IsZero() {
+			r.windowOver, r.cancelHandled = true, true
+			pending = append(pending, r)
+		}
+	}
+	for _, r := range g.order {
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+	}
+	g.mu.Unlock()
+	for _, r := range pending {
+		g.settle(r)
+	}
+	g.work.close()
+	g.e.track(g, false)
+}
+
+// expire acts on a deadline: the request is cancelled as a client cancel
+// would cancel it, and the client answered with the proxy's error; a task
+// already created is cancelled with tasks/cancel.
+func (g *governor) expire(r *record, gen int) {
+	g.mu.Lock()
+	stale := gen != r.gen || !r.cancelled.IsZero() || g.closed
+	task := !r.answered.IsZero() && r.taskID != ""
+	if !stale && !r.answered.IsZero() && !task {
+		stale = true
+	}
+	timeout := r.rule.Timeout
+	g.mu.Unlock()
+	if stale {
+		return
+	}
+	g.e.metrics.DeadlineFired()
+	reason := fmt.Sprintf("deadline of %v passed (rule %s)", timeout, r.rule.Name)
+	g.log.Info("deadline passed: cancelling", zap.String("method", r.method), zap.String("tool", r.tool),
+		zap.ByteString("id", r.id), zap.Duration("timeout", timeout))
+	if task {
+		g.mu.Lock()
+		delete(g.recent, r.c.ID())
+		r.source, r.reason, r.cancelled, r.cancelHandled = "deadline", reason, g.e.clock.Now(), true
+		g.e.wg.Add(1)
+		g.mu.Unlock()
+		g.cancelTask(r)
+		return
+	}
+	g.act.Expire(r.c, reason, proxy.DeadlineReply(r.c.ID(), timeout.String()))
+}
+
+// cancelTask sends tasks/cancel for r's task, if the server declared it,
+// and writes r once answered.
+func (g *governor) cancelTask(r *record) {
+	g.mu.Lock()
+	declared := g.tasksCancel
+	if !declared {
+		r.taskCancel = "not sent: the server did not declare tasks.cancel"
+	} else {
+		r.taskPending = true
+	}
+	g.mu.Unlock()
+	if declared {
+		params, _ := json.Marshal(map[string]string{"taskId": r.taskID})
+		g.work.post(func() {
+			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m) })
+		})
+	}
+	g.settle(r)
+}
+
+// taskAnswered records the server's answer to the proxy's tasks/cancel.
+func (g *governor) taskAnswered(r *record, m *framing.Message) {
+	var res struct {
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	}
+	outcome := "cancelled"
+	if m.IsError {
+		json.Unmarshal(field(m.Raw, "error"), &res)
+		outcome = "refused: " + res.Message
+	} else if json.Unmarshal(field(m.Raw, "result"), &res) == nil && res.Status != "" {
+		outcome = res.Status
+	}
+	g.mu.Lock()
+	r.taskPending, r.taskCancel = false, outcome
+	g.mu.Unlock()
+	g.settle(r)
+}
+
+// windowOver ends the wait for a late answer.
+func (g *governor) windowOver(r *record) {
+	g.mu.Lock()
+	r.windowOver = true
+	g.mu.Unlock()
+	g.settle(r)
+}
+
+// escalate restarts the server when a cancelled request of an
+// escalate: restart rule is still unanswered.
+func (g *governor) escalate(r *record) {
+	g.mu.Lock()
+	due := r.dispatched && r.late == nil && !g.closed
+	g.mu.Unlock()
+	if !due {
+		return
+	}
+	reason := fmt.Sprintf("request %s (%s) did not stop within %v of its cancel", r.id, cmpOrStr(r.tool, r.method), g.e.opts.Policy.RestartAfter)
+	if g.act.Restart(reason) {
+		g.mu.Lock()
+		r.restarted = true
+		g.mu.Unlock()
+	}
+}
+
+// capture reads the rule's pointers from doc into r; the latest value wins.
+func (r *record) capture(doc json.RawMessage) {
+	if len(doc) == 0 {
+		return
+	}
+	var v any
+	if json.Unmarshal(doc, &v) != nil {
+		return
+	}
+	for name, p := range r.rule.Capture {
+		if val, ok := p.evalValue(v); ok {
+			if r.captured == nil {
+				r.captured = map[string]json.RawMessage{}
+			}
+			r.captured[name] = val
+		}
+	}
+}
+
+// field returns the raw JSON at a path of object keys in doc, or nil.
+func field(doc []byte, path ...string) json.RawMessage {
+	cur := json.RawMessage(doc)
+	for _, k := range path {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(cur, &obj) != nil {
+			return nil
+		}
+		if cur = obj[k]; cur == nil {
+			return nil
+		}
+	}
+	return cur
+}

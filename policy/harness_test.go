@@ -1,0 +1,235 @@
+package policy
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+func watchdog(t testing.TB, d time.Duration) {
+	tm := time.AfterFunc(d, func() {
+		debug.SetTraceback("all")
+		panic("test " + t.Name() + " hung")
+	})
+	t.Cleanup(func() { tm.Stop() })
+}
+
+// fakeClock is a Clock that moves only when the test says so; timers due
+// fire, in order, inside Advance.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       *fakeClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves the clock by d, firing every timer that falls due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	end := c.now.Add(d)
+	for {
+		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
+		var due *fakeTimer
+		for _, t := range c.timers {
+			if !t.stopped && !t.at.After(end) {
+				due = t
+				break
+			}
+		}
+		if due == nil {
+			break
+		}
+		due.stopped = true
+		c.now = due.at
+		c.mu.Unlock()
+		due.f()
+		c.mu.Lock()
+	}
+	c.now = end
+	c.mu.Unlock()
+}
+
+// action is one thing the governor asked of the fake transport.
+type action struct {
+	kind     string // expire, dispatch, own, restart
+	call     *proxy.Call
+	cancel   []byte // expire: the cancel for the server
+	reply    []byte // expire: the answer for the client
+	frame    []byte // own: the request for the server
+	reason   string
+	onAnswer func(*framing.Message)
+}
+
+// fakeTransport is a transport without I/O: a Tracker with the governor,
+// and a record of what the governor asked for.
+type fakeTransport struct {
+	t       *testing.T
+	tr      *proxy.Tracker
+	gov     proxy.Governor
+	mu      sync.Mutex // stands for the client relay
+	acts    chan action
+	restart bool // what Restart answers
+}
+
+func newTransport(t *testing.T, e *Engine) *fakeTransport {
+	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
+	ft.gov = e.Governor("s1")(ft)
+	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov})
+	return ft
+}
+
+func (ft *fakeTransport) Expire(c *proxy.Call, reason string, reply []byte) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	cancel := ft.tr.CancelCall(c, "deadline", reason)
+	ft.acts <- action{kind: "expire", call: c, cancel: cancel, reply: reply, reason: reason}
+}
+
+func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "dispatch", call: c} }
+
+func (ft *fakeTransport) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
+	ft.acts <- action{kind: "own", frame: ft.tr.OwnRequest(method, params, onAnswer), onAnswer: onAnswer}
+}
+
+func (ft *fakeTransport) Restart(reason string) bool {
+	ft.acts <- action{kind: "restart", reason: reason}
+	return ft.restart
+}
+
+func (ft *fakeTransport) After(f func()) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	f()
+}
+
+// from decides one message from a peer, as a relay would.
+func (ft *fakeTransport) from(p proxy.Peer, msg string) proxy.Outcome {
+	ft.t.Helper()
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	var f framing.Frame
+	if err := f.Parse([]byte(msg)); err != nil {
+		ft.t.Fatalf("parse %s: %v", msg, err)
+	}
+	return ft.tr.Decide(p, &f.Msgs[0])
+}
+
+func (ft *fakeTransport) client(msg string) proxy.Outcome { return ft.from(proxy.Client, msg) }
+func (ft *fakeTransport) server(msg string) proxy.Outcome { return ft.from(proxy.Server, msg) }
+
+// withdraw stands for a relay finding a cancelled request still held.
+func (ft *fakeTransport) withdraw(c *proxy.Call) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.tr.Withdraw(proxy.Client, c)
+}
+
+// next returns the next action, failing the test after a while without one.
+func (ft *fakeTransport) next() action {
+	ft.t.Helper()
+	select {
+	case a := <-ft.acts:
+		return a
+	case <-time.After(10 * time.Second):
+		ft.t.Fatal("no action from the governor")
+		return action{}
+	}
+}
+
+// none checks that the governor asked nothing; what it would ask comes on
+// the work goroutine, so the check is bounded, not proof.
+func (ft *fakeTransport) none() {
+	ft.t.Helper()
+	select {
+	case a := <-ft.acts:
+		ft.t.Fatalf("unexpected action %s", a.kind)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func call(id int, tool string, extra string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"n":%d}%s}}`, id, tool, id, extra)
+}
+
+func cancel(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"user stop"}}`, id)
+}
+
+func result(id int, body string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":%s}`, id, body)
+}
+
+func progress(tok string, n int, msg string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%q,"progress":%d,"message":%q}}`, tok, n, msg)
+}
+
+// engine starts an Engine for p with a fake clock; audit records come on
+// the returned channel.
+func engine(t *testing.T, p Policy) (*Engine, *fakeClock, <-chan *Record) {
+	t.Helper()
+	if err := p.Validate("policy"); err != nil {
+		t.Fatal(err)
+	}
+	clk := newFakeClock()
+	recs := make(chan *Record, 16)
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Clock: clk,
+		OnAudit: func(r *Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e, clk, recs
+}
+
+func waitRecord(t *testing.T, recs <-chan *Record) *Record {
+	t.Helper()
+	select {
+	case r := <-recs:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no audit record")
+		return nil
+	}
+}
+
+func dur(d time.Duration) *time.Duration { return &d }
+
+func yes() *bool { b := true; return &b }

@@ -1,0 +1,229 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Hook defaults.
+const (
+	DefaultHookTimeout = 10 * time.Second
+	DefaultHookBackoff = time.Second
+	hookOutputMax      = 4 << 10 // bytes of a hook's output kept for the log and the audit
+)
+
+// HookResult is how one hook ended, after its retries.
+type HookResult struct {
+	Phase    string        `json:"phase"` // on_cancel, on_timeout, on_late_result, on_late_error
+	Target   string        `json:"target"`
+	Attempts int           `json:"attempts"`
+	OK       bool          `json:"ok"`
+	Error    string        `json:"error,omitempty"`
+	Output   string        `json:"output,omitempty"` // the last attempt's output (exec) or body (http), cut at 4 KiB
+	Duration time.Duration `json:"-"`
+	Took     string        `json:"took"`
+}
+
+// runner runs hooks off the forwarding path: at most max at once, the rest
+// waiting in turn; each attempt bounded by its timeout, failures retried
+// with doubling backoff.
+type runner struct {
+	sem    chan struct{}
+	client *fasthttp.Client
+	ctx    context.Context // cancelled when shutdown gives up waiting
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newRunner(max int) *runner {
+	ctx, stop := context.WithCancel(context.Background())
+	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop,
+		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}}
+}
+
+// run starts h for an event document in the background; done gets the
+// result, on the hook's goroutine.
+func (r *runner) run(phase string, h *Hook, ev *HookEvent, done func(HookResult)) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		done(r.attempts(phase, h, ev))
+	}()
+}
+
+func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
+	res := HookResult{Phase: phase, Target: h.target()}
+	start := time.Now()
+	backoff := cmpOr(h.Backoff, DefaultHookBackoff)
+	for attempt := 0; attempt <= h.Retries; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(backoff):
+			case <-r.ctx.Done():
+			}
+			backoff *= 2
+		}
+		if r.ctx.Err() != nil {
+			res.Error = "abandoned at shutdown: " + cmpOrStr(res.Error, "never started")
+			break
+		}
+		select { // wait for a turn
+		case r.sem <- struct{}{}:
+		case <-r.ctx.Done():
+			res.Error = "abandoned at shutdown: " + cmpOrStr(res.Error, "never started")
+			res.Duration, res.Took = time.Since(start), time.Since(start).Round(time.Millisecond).String()
+			return res
+		}
+		res.Attempts++
+		ev.Attempt = res.Attempts
+		out, err := r.once(h, ev)
+		<-r.sem
+		res.Output = out
+		if err == nil {
+			res.OK, res.Error = true, ""
+			break
+		}
+		res.Error = err.Error()
+	}
+	res.Duration = time.Since(start)
+	res.Took = res.Duration.Round(time.Millisecond).String()
+	return res
+}
+
+// once runs one attempt and returns its output.
+func (r *runner) once(h *Hook, ev *HookEvent) (string, error) {
+	doc, err := ev.marshal()
+	if err != nil {
+		return "", err
+	}
+	if h.HTTP != nil {
+		return r.post(h, ev, doc)
+	}
+	return r.exec(h, ev, doc)
+}
+
+// exec runs the hook's command in a process group of its own, the event
+// on its stdin; at the timeout the whole group is killed.
+func (r *runner) exec(h *Hook, ev *HookEvent, doc []byte) (string, error) {
+	timeout := cmpOr(h.Timeout, DefaultHookTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, timeout)
+	defer cancel()
+	cmd := exec.Command(h.Exec[0], h.Exec[1:]...)
+	cmd.Stdin = bytes.NewReader(doc)
+	var out limitedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), ev.env()...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = time.Second // a grandchild holding the output open does not hold the hook
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			return out.String(), fmt.Errorf("%s: %w", h.Exec[0], err)
+		}
+		return out.String(), nil
+	case <-ctx.Done():
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-waited
+		if r.ctx.Err() != nil {
+			return out.String(), errors.New("killed at shutdown")
+		}
+		return out.String(), fmt.Errorf("%s: timed out after %v and was killed", h.Exec[0], timeout)
+	}
+}
+
+// post sends the event to the hook's URL; any 2xx is success.
+func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(h.HTTP.URL)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Idempotency-Key", ev.IdempotencyKey)
+	for k, v := range h.HTTP.Headers {
+		req.Header.Set(k, v)
+	}
+	req.SetBody(doc)
+	timeout := cmpOr(h.HTTP.Timeout, cmpOr(h.Timeout, DefaultHookTimeout))
+	if err := r.client.DoTimeout(req, resp, timeout); err != nil {
+		return "", fmt.Errorf("POST %s: %w", h.HTTP.URL, err)
+	}
+	body := string(resp.Body()[:min(len(resp.Body()), hookOutputMax)])
+	if code := resp.StatusCode(); code < 200 || code > 299 {
+		return body, fmt.Errorf("POST %s: HTTP %d", h.HTTP.URL, code)
+	}
+	return body, nil
+}
+
+// shutdown waits up to wait for hooks running or waiting; then it kills
+// what still runs and lets the rest end as abandoned. It returns once
+// every hook has reported.
+func (r *runner) shutdown(wait time.Duration) {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		r.stop()
+		<-done
+	}
+	r.stop()
+}
+
+// target names a hook for logs.
+func (h *Hook) target() string {
+	if h.HTTP != nil {
+		return "POST " + h.HTTP.URL
+	}
+	return strings.Join(h.Exec, " ")
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+func cmpOrStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// limitedBuffer keeps the first hookOutputMax bytes written to it.
+type limitedBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := hookOutputMax - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
+}

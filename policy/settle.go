@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"encoding/json"
+
+	"go.uber.org/zap"
+)
+
+// startHook runs a hook for r in the background; answer is the late
+// result or error, for the late hooks.
+func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
+	g.mu.Lock()
+	kind := map[string]string{"on_cancel": "cancel", "on_timeout": "timeout", "on_late_result": "late_result", "on_late_error": "late_error"}[phase]
+	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server",
+		IdempotencyKey: idempotencyKey(g.session, r.id, r.started, kind),
+		RequestID:      r.id, Method: r.method, Tool: r.tool, Arguments: r.args, Source: r.source, Reason: r.reason,
+		Dispatched: r.dispatched}
+	if len(r.captured) > 0 {
+		ev.Captured = make(map[string]json.RawMessage, len(r.captured))
+		for k, v := range r.captured {
+			ev.Captured[k] = v
+		}
+	}
+	if phase == "on_late_error" {
+		ev.Error = answer
+	} else {
+		ev.Result = answer
+	}
+	g.mu.Unlock()
+	g.e.run.run(phase, h, ev, func(res HookResult) {
+		g.e.metrics.HookRan(phase, res.OK)
+		if !res.OK {
+			g.log.Error("hook failed: the work it was to undo or stop is orphaned", zap.String("phase", phase),
+				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
+				zap.String("output", res.Output), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+		} else {
+			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
+				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+		}
+		g.mu.Lock()
+		r.hooks = append(r.hooks, res)
+		r.hooksPending--
+		g.mu.Unlock()
+		g.settle(r)
+	})
+}
+
+// settle writes r's audit line once its story is over: the cancel handled,
+// the hooks done, a tasks/cancel answered, and a late answer come (or the
+// wait for one over, or never due).
+func (g *governor) settle(r *record) {
+	g.mu.Lock()
+	ready := !r.written && !r.cancelled.IsZero() && r.cancelHandled && r.hooksPending == 0 && !r.taskPending &&
+		(r.late != nil || !r.dispatched || r.windowOver || !r.answered.IsZero())
+	if ready {
+		r.written = true
+		if g.calls[r.c] == r {
+			delete(g.calls, r.c)
+		}
+		for _, t := range []Timer{r.lateTimer, r.restartTimer} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}
+	var rec *Record
+	if ready {
+		rec = g.recordLocked(r)
+	}
+	g.mu.Unlock()
+	if !ready {
+		return
+	}
+	defer g.e.wg.Done()
+	if rec.Status == StatusOrphan {
+		g.e.metrics.Orphan()
+	}
+	if r.dispatched && r.answered.IsZero() && r.taskID == "" {
+		g.e.metrics.CancelSettled(r.late == nil)
+	}
+	if err := g.e.audit.write(rec); err != nil {
+		g.log.Error("audit trail: write failed", zap.Error(err))
+	}
+	if g.e.opts.OnAudit != nil {
+		g.e.opts.OnAudit(rec)
+	}
+}
+
+// recordLocked builds r's audit line.
+func (g *governor) recordLocked(r *record) *Record {
+	rec := &Record{Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server", ID: r.id,
+		Method: r.method, Tool: r.tool, Rule: r.rule.Name, Source: r.source, Reason: r.reason,
+		Started: r.started, Dispatched: r.dispatched, Notified: r.dispatched && r.answered.IsZero(),
+		Late: r.late, TaskID: r.taskID, TaskCancel: r.taskCancel, Captured: r.captured, Hooks: r.hooks,
+		Restarted: r.restarted}
+	if r.taskID != "" && r.taskCancel != "" && r.taskCancel[0] != 'n' {
+		rec.Notified = true // tasks/cancel was sent
+	}
+	cancelled := r.cancelled
+	rec.Cancelled = &cancelled
+	if g.e.opts.Audit.IncludeArguments {
+		rec.Arguments = r.args
+	}
+	rec.Status = r.status()
+	return rec
+}
+
+// status says in plain words what happened to r.
+func (r *record) status() string {
+	failed, lateHook := false, false
+	for _, h := range r.hooks {
+		failed = failed || !h.OK
+		lateHook = lateHook || h.Phase == "on_late_result" || h.Phase == "on_late_error"
+	}
+	switch {
+	case !r.dispatched:
+		return StatusNotDispatched
+	case failed:
+		return StatusOrphan
+	case r.taskID != "" && r.taskCancel == "cancelled":
+		return StatusTaskCancelled
+	case r.taskID != "" && r.taskCancel != "":
+		return StatusTaskNotCancel
+	case !r.answered.IsZero():
+		return StatusCompletedBefore
+	case r.late != nil && lateHook:
+		return StatusCompensated
+	case r.late != nil:
+		return StatusAnsweredLate
+	case len(r.hooks) > 0:
+		return StatusHookRan
+	}
+	return StatusNotConfirmed
+}
