@@ -368,7 +368,8 @@ func (g *governor) ServerInitialized(m *framing.Message) {
 }
 
 // Close implements proxy.Governor: timers stop, and cancelled requests
-// still waiting for a late answer are written as they stand.
+// still waiting for a late answer are written as they stand, once the
+// actions already asked for have run.
 func (g *governor) Close() {
 	g.mu.Lock()
 	if g.closed {
@@ -376,25 +377,32 @@ func (g *governor) Close() {
 		return
 	}
 	g.closed = true
-	var pending []*record
-	for _, r := range g.calls {
-		if r.timer != nil {
-			r.timer.Stop()
-		}
-		if !r.cancelled.IsZero() {
-			r.windowOver, r.cancelHandled = true, true
-			pending = append(pending, r)
-		}
-	}
-	for _, r := range g.order {
-		if r.timer != nil {
-			r.timer.Stop()
-		}
-	}
 	g.mu.Unlock()
-	for _, r := range pending {
-		g.settle(r)
-	}
+	done := make(chan struct{})
+	g.work.post(func() {
+		defer close(done)
+		g.mu.Lock()
+		var pending []*record
+		for _, r := range g.calls {
+			if r.timer != nil {
+				r.timer.Stop()
+			}
+			if !r.cancelled.IsZero() {
+				r.windowOver = true
+				pending = append(pending, r)
+			}
+		}
+		for _, r := range g.order {
+			if r.timer != nil {
+				r.timer.Stop()
+			}
+		}
+		g.mu.Unlock()
+		for _, r := range pending {
+			g.settle(r)
+		}
+	})
+	<-done
 	g.work.close()
 	g.e.track(g, false)
 }

@@ -1,0 +1,266 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// hookEngine is engine with a real clock: hooks run in real time.
+func hookEngine(t *testing.T, p Policy) (*Engine, <-chan *Record) {
+	t.Helper()
+	if err := p.Validate("policy"); err != nil {
+		t.Fatal(err)
+	}
+	recs := make(chan *Record, 16)
+	e, err := New(Options{Policy: p, Audit: Audit{Path: filepath.Join(t.TempDir(), "audit.jsonl")},
+		Logger: zaptest.NewLogger(t), OnAudit: func(r *Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e, recs
+}
+
+// TestExecHookGetsTheEvent: an exec hook gets the event on stdin and the
+// MCP_CANCEL_* variables, the captured job id among them.
+func TestExecHookGetsTheEvent(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "event.json")
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", Capture: map[string]string{"job_id": "/message"},
+		OnCancel: &Hook{Exec: []string{"sh", "-c", `cat > "$1"; env | grep ^MCP_CANCEL_ | sort > "$1.env"`, "hook", out}}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", `,"_meta":{"progressToken":"t"}`))
+	ft.server(progress("t", 1, "job-42"))
+	ft.client(cancel(1))
+	ft.server(result(1, `{}`)) // late: ends the wait for one
+	r := waitRecord(t, recs)
+	if len(r.Hooks) != 1 || !r.Hooks[0].OK || r.Status != StatusAnsweredLate {
+		t.Fatalf("audit: %+v", r)
+	}
+	var ev HookEvent
+	data, _ := os.ReadFile(out)
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.Fatalf("hook's stdin: %v: %s", err, data)
+	}
+	if ev.Event != "cancel" || ev.Tool != "job" || string(ev.Captured["job_id"]) != `"job-42"` || string(ev.Arguments) != `{"n":1}` ||
+		ev.Source != "client" || ev.Reason != "user stop" || !ev.Dispatched || ev.IdempotencyKey == "" || ev.Attempt != 1 {
+		t.Errorf("event: %+v", ev)
+	}
+	env, _ := os.ReadFile(out + ".env")
+	for _, want := range []string{"MCP_CANCEL_CAPTURE_JOB_ID=job-42", "MCP_CANCEL_EVENT=cancel", "MCP_CANCEL_TOOL=job",
+		"MCP_CANCEL_REQUEST_ID=1", "MCP_CANCEL_IDEMPOTENCY_KEY=" + ev.IdempotencyKey} {
+		if !strings.Contains(string(env), want+"\n") {
+			t.Errorf("environment lacks %s:\n%s", want, env)
+		}
+	}
+}
+
+// TestExecHookFailsThenOrphan: a hook that exits non-zero is retried, then
+// recorded as an orphan with its output.
+func TestExecHookFailsThenOrphan(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{Exec: []string{"sh", "-c", "echo cannot reach the job service; exit 3"},
+		Retries: 2, Backoff: time.Millisecond}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(cancel(1))
+	ft.server(result(1, `{}`))
+	r := waitRecord(t, recs)
+	if r.Status != StatusOrphan || len(r.Hooks) != 1 {
+		t.Fatalf("audit: %+v", r)
+	}
+	h := r.Hooks[0]
+	if h.OK || h.Attempts != 3 || !strings.Contains(h.Error, "exit status 3") || !strings.Contains(h.Output, "cannot reach") {
+		t.Errorf("hook result: %+v", h)
+	}
+}
+
+// TestExecHookThatHangsIsKilled: a hook past its timeout is killed with its
+// whole process group, and forwarding never waits for it.
+func TestExecHookThatHangsIsKilled(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{Exec: []string{"sh", "-c", `sleep 600 & echo $! > "$1"; wait`, "hook", pidFile},
+		Timeout: 300 * time.Millisecond}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(cancel(1))
+	// The session goes on while the hook hangs.
+	ft.client(call(2, "other", ""))
+	ft.server(result(2, `{}`))
+	ft.server(result(1, `{}`))
+	r := waitRecord(t, recs)
+	if r.Status != StatusOrphan || !strings.Contains(r.Hooks[0].Error, "timed out") {
+		t.Fatalf("audit: %+v", r)
+	}
+	data, _ := os.ReadFile(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("the hook's child pid: %q", data)
+	}
+	if !gone(pid, 5*time.Second) {
+		t.Errorf("the hook's child %d survived the hook's timeout", pid)
+	}
+}
+
+// gone reports whether process pid has died (or is a zombie) within d. It
+// polls: the process is nobody's child here, so there is nothing to wait on.
+func gone(pid int, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
+}
+
+// receiver is a real webhook receiver on loopback.
+type receiver struct {
+	mu     sync.Mutex
+	bodies [][]byte
+	keys   []string
+	fail   int // answer 500 to this many requests first
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.bodies = append(rc.bodies, body)
+	rc.keys = append(rc.keys, r.Header.Get("Idempotency-Key"))
+	if rc.fail > 0 {
+		rc.fail--
+		http.Error(w, "try later", http.StatusInternalServerError)
+		return
+	}
+	w.Write([]byte("compensated"))
+}
+
+// TestHTTPHookRetriesWithTheSameKey: the late result is POSTed to the
+// receiver; a 5xx is retried, with the same idempotency key.
+func TestHTTPHookRetriesWithTheSameKey(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rc := &receiver{fail: 1}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "write", OnLateResult: &Hook{HTTP: &HTTPHook{URL: srv.URL + "/compensate", Headers: map[string]string{"X-Team": "ops"}},
+		Retries: 1, Backoff: time.Millisecond}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "write", ""))
+	ft.client(cancel(1))
+	ft.server(result(1, `{"structuredContent":{"row":17}}`))
+	r := waitRecord(t, recs)
+	if r.Status != StatusCompensated || r.Hooks[0].Attempts != 2 || r.Hooks[0].Output != "compensated" {
+		t.Fatalf("audit: %+v", r)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.keys) != 2 || rc.keys[0] == "" || rc.keys[0] != rc.keys[1] {
+		t.Errorf("idempotency keys %q, want two equal ones", rc.keys)
+	}
+	var ev HookEvent
+	json.Unmarshal(rc.bodies[1], &ev)
+	if ev.Event != "late_result" || string(ev.Result) != `{"structuredContent":{"row":17}}` || ev.Attempt != 2 {
+		t.Errorf("event: %s", rc.bodies[1])
+	}
+}
+
+// TestHTTPHookUnreachable: a receiver that cannot be reached leaves an
+// orphan, and says why.
+func TestHTTPHookUnreachable(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	url := "http://" + ln.Addr().String() + "/gone"
+	ln.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: url}, Timeout: time.Second}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(cancel(1))
+	ft.server(result(1, `{}`))
+	r := waitRecord(t, recs)
+	if r.Status != StatusOrphan || !strings.Contains(r.Hooks[0].Error, "POST "+url) {
+		t.Fatalf("audit: %+v", r)
+	}
+}
+
+// TestHooksRunAtMostMaxRunning: beyond hooks.max_running, hooks wait.
+func TestHooksRunAtMostMaxRunning(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	arrived, release := make(chan struct{}, 8), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	p := Defaults()
+	p.Hooks.MaxRunning = 2
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}, Timeout: 20 * time.Second}}}
+	e, _ := hookEngine(t, p)
+	ft := newTransport(t, e)
+	for i := 1; i <= 3; i++ {
+		ft.client(call(i, "job", ""))
+		ft.client(cancel(i))
+	}
+	<-arrived
+	<-arrived
+	select {
+	case <-arrived:
+		t.Fatal("a third hook ran while two were running")
+	case <-time.After(200 * time.Millisecond): // a bounded look for something that must not happen
+	}
+}
+
+// TestShutdownWaitsForHooksUpToItsBound: at shutdown a hook still running
+// after hooks.shutdown_wait is killed and recorded as an orphan.
+func TestShutdownWaitsForHooksUpToItsBound(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Hooks.ShutdownWait = 200 * time.Millisecond
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{Exec: []string{"sleep", "600"}, Timeout: time.Minute}}}
+	if err := p.Validate("policy"); err != nil {
+		t.Fatal(err)
+	}
+	recs := make(chan *Record, 4)
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), OnAudit: func(r *Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(cancel(1))
+	ft.server(result(1, `{}`))
+	e.Shutdown()
+	r := waitRecord(t, recs)
+	if r.Status != StatusOrphan || !strings.Contains(r.Hooks[0].Error, "shutdown") {
+		t.Fatalf("audit: %+v", r)
+	}
+}
