@@ -113,7 +113,11 @@ type HookLimits struct {
 // Defaults returns the policy used when the file has none: no deadline,
 // no rules.
 func Defaults() Policy {
-	return Policy{Hooks: HookLimits{MaxRunning: 8, ShutdownWait: 30 * time.Second},
+	zero, no, yes := time.Duration(0), false, true
+	max := zero
+	return Policy{
+		Defaults:   Rule{Timeout: &zero, MaxTimeout: &max, ResetOnProgress: &no, Interruptible: &yes},
+		Hooks:      HookLimits{MaxRunning: 8, ShutdownWait: 30 * time.Second},
 		LateWindow: 30 * time.Second, RestartAfter: 2 * time.Second, MaxRestarts: 3}
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 )
@@ -28,6 +29,10 @@ type Config struct {
 	Ledger Ledger `yaml:"ledger"`
 	Child  Child  `yaml:"child"`
 	HTTP   HTTP   `yaml:"http"`
+	// Policy is the per-tool policy: deadlines, hooks, queues, escalation.
+	Policy policy.Policy `yaml:"policy"`
+	// Audit is where the audit trail goes.
+	Audit policy.Audit `yaml:"audit"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -105,6 +110,8 @@ func Defaults() Config {
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
 		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		Policy: policy.Defaults(),
+		Audit:  policy.Audit{Path: "stderr"},
 	}
 }
 
@@ -118,16 +125,20 @@ func Load(path string) (Config, error) {
 	return Parse(path, f)
 }
 
-// Parse reads YAML from r over the defaults and validates the result. name
-// prefixes every error.
+// Parse reads YAML from r over the defaults and validates the result. Every
+// problem is reported at once, each as "name:line:column: what".
 func Parse(name string, r io.Reader) (Config, error) {
 	cfg := Defaults()
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return cfg, fmt.Errorf("%s: %w", name, err)
 	}
+	var root yaml.Node
 	var decodeErr error
 	if len(bytes.TrimSpace(data)) > 0 {
+		if err := yaml.Unmarshal(data, &root); err != nil {
+			return cfg, fmt.Errorf("%s: %w", name, err) // not YAML at all
+		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		decodeErr = dec.Decode(&cfg)
@@ -136,57 +147,59 @@ func Parse(name string, r io.Reader) (Config, error) {
 		case decodeErr == io.EOF:
 			decodeErr = nil
 		case decodeErr != nil && !errors.As(decodeErr, &te):
-			return cfg, fmt.Errorf("%s: %w", name, decodeErr) // not YAML at all
+			return cfg, fmt.Errorf("%s: %w", name, decodeErr)
 		}
 	}
 	// A yaml.TypeError leaves the rest decoded: validate it too, so that
 	// every problem is reported at once.
-	if err := errors.Join(decodeErr, cfg.Validate()); err != nil {
-		return cfg, fmt.Errorf("%s: %w", name, err)
+	if errs := locate(name, &root, decodeErr, cfg.Validate()); len(errs) > 0 {
+		return cfg, errors.Join(errs...)
 	}
 	return cfg, nil
 }
 
-// Validate reports every invalid setting at once.
+// Validate reports every invalid setting at once, each a *policy.Problem
+// naming the setting.
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	bad := func(path, format string, a ...any) {
+		errs = append(errs, &policy.Problem{Path: path, Msg: fmt.Sprintf(format, a...)})
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		bad("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
 	}
 	if c.Log.Format != "json" && c.Log.Format != "console" {
-		bad("log.format: %q is not one of json, console", c.Log.Format)
+		bad("log.format", "%q is not one of json, console", c.Log.Format)
 	}
 	if c.Limits.MaxFrameSize < 1024 || c.Limits.MaxFrameSize > 1<<30 {
-		bad("limits.max_frame_size: %d is outside 1KiB..1GiB", c.Limits.MaxFrameSize)
+		bad("limits.max_frame_size", "%d is outside 1KiB..1GiB", c.Limits.MaxFrameSize)
 	}
-	if c.Ledger.RetireAfter <= 0 {
-		bad("ledger.retire_after: must be positive, got %v", c.Ledger.RetireAfter)
+	positive := map[string]time.Duration{"ledger.retire_after": c.Ledger.RetireAfter, "child.term_after": c.Child.TermAfter,
+		"child.kill_after": c.Child.KillAfter, "http.session_idle": c.HTTP.SessionIdle, "http.cancel_grace": c.HTTP.CancelGrace,
+		"http.shutdown_grace": c.HTTP.ShutdownGrace}
+	for _, key := range sortedKeys(positive) {
+		if positive[key] <= 0 {
+			bad(key, "must be positive, got %v", positive[key])
+		}
 	}
 	if c.Ledger.RetireMax <= 0 {
-		bad("ledger.retire_max: must be positive, got %d", c.Ledger.RetireMax)
-	}
-	if c.Child.TermAfter <= 0 || c.Child.KillAfter <= 0 {
-		bad("child.term_after and child.kill_after: must be positive, got %v and %v", c.Child.TermAfter, c.Child.KillAfter)
+		bad("ledger.retire_max", "must be positive, got %d", c.Ledger.RetireMax)
 	}
 	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
-		bad("http.path: %q must start with /", c.HTTP.Path)
-	}
-	if c.HTTP.SessionIdle <= 0 {
-		bad("http.session_idle: must be positive, got %v", c.HTTP.SessionIdle)
+		bad("http.path", "%q must start with /", c.HTTP.Path)
 	}
 	if c.HTTP.MaxSessions <= 0 {
-		bad("http.max_sessions: must be positive, got %d", c.HTTP.MaxSessions)
+		bad("http.max_sessions", "must be positive, got %d", c.HTTP.MaxSessions)
 	}
 	if c.HTTP.DisconnectCancelAfter < 0 {
-		bad("http.disconnect_cancel_after: must not be negative, got %v", c.HTTP.DisconnectCancelAfter)
+		bad("http.disconnect_cancel_after", "must not be negative, got %v", c.HTTP.DisconnectCancelAfter)
 	}
-	if c.HTTP.CancelGrace <= 0 || c.HTTP.ShutdownGrace <= 0 {
-		bad("http.cancel_grace and http.shutdown_grace: must be positive, got %v and %v", c.HTTP.CancelGrace, c.HTTP.ShutdownGrace)
+	if c.Audit.Path == "" {
+		bad("audit.path", "empty: name a file, stderr, or off")
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Policy.Validate("policy"))...)
 }
 
 // ByteSize is a size in bytes, written as a number or with a unit suffix:

@@ -39,9 +39,28 @@ func TestParseErrors(t *testing.T) {
 		name, yaml string
 		want       []string // every one must appear in the error
 	}{
-		{"unknown key", "log:\n  levle: debug\n", []string{"f.yaml", "line 2", "levle"}},
-		{"wrong type", "child:\n  term_after: soon\n", []string{"f.yaml", "line 2"}},
+		{"unknown key", "log:\n  levle: debug\n", []string{"f.yaml:2:3: ", "levle"}},
+		{"wrong type", "child:\n  term_after: soon\n", []string{"f.yaml:2:15: ", "soon"}},
 		{"bad size", "limits:\n  max_frame_size: 12 parsecs\n", []string{"line 2", "invalid size"}},
+		{"policy, every problem at once with its place", `policy:
+  defaults:
+    timeout: -1s
+  rules:
+    - tool: "a["
+      max_concurrent: -2
+    - method: "x"
+      tool: "y"
+      capture: {job: "no/slash"}
+      on_cancel: {}
+      on_late_result: {http: {url: "ftp://x"}, retries: 500}
+    - timeout: 1m
+      escalate: reboot
+  late_window: 0s
+`, []string{"f.yaml:3:5: policy.defaults.timeout: must not be negative", "f.yaml:5:7: policy.rules[0].tool", "f.yaml:6:7: policy.rules[0].max_concurrent",
+			"f.yaml:7:7: policy.rules[1]: a rule has tool or method", "f.yaml:9:17: policy.rules[1].capture.job", "f.yaml:10:7: policy.rules[1].on_cancel: a hook needs exec or http",
+			"f.yaml:11:31: policy.rules[1].on_late_result.http.url", "f.yaml:11:48: policy.rules[1].on_late_result.retries", "f.yaml:12:7: policy.rules[2]: a rule needs tool or method",
+			"f.yaml:13:7: policy.rules[2].escalate", "f.yaml:14:3: policy.late_window"}},
+		{"policy unknown key", "policy:\n  rules:\n    - tool: x\n      timout: 1m\n", []string{"f.yaml:4:7: ", "timout"}},
 		{"every problem at once", "log:\n  level: loud\n  format: xml\nledger:\n  retire_max: -1\n",
 			[]string{"log.level", "log.format", "ledger.retire_max"}},
 		{"tiny frames", "limits:\n  max_frame_size: 10\n", []string{"limits.max_frame_size"}},

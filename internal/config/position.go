@@ -1,0 +1,140 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+)
+
+// locate turns the decoder's and the validation's errors into one error
+// per problem, each naming the file, line and column.
+func locate(name string, root *yaml.Node, decodeErr, validateErr error) []error {
+	var out []error
+	var te *yaml.TypeError
+	if errors.As(decodeErr, &te) {
+		for _, msg := range te.Errors {
+			out = append(out, fmt.Errorf("%s:%s", name, typeErrorAt(root, msg)))
+		}
+	}
+	for _, err := range unjoin(validateErr) {
+		var p *policy.Problem
+		if errors.As(err, &p) {
+			if n := find(root, p.Path); n != nil {
+				out = append(out, fmt.Errorf("%s:%d:%d: %s", name, n.Line, n.Column, p))
+				continue
+			}
+		}
+		out = append(out, fmt.Errorf("%s: %w", name, err))
+	}
+	return out
+}
+
+// unjoin flattens errors.Join trees.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var all []error
+		for _, e := range j.Unwrap() {
+			all = append(all, unjoin(e)...)
+		}
+		return all
+	}
+	return []error{err}
+}
+
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+var fieldRE = regexp.MustCompile(`field (\S+) not found|unmarshal !!\w+ ` + "`" + `([^` + "`" + `]*)` + "`")
+
+// typeErrorAt renders a decoder message "line N: ..." as "N:C: ...", the
+// column taken from the key it names, or the line's first node.
+func typeErrorAt(root *yaml.Node, msg string) string {
+	m := lineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return " " + msg
+	}
+	line, _ := strconv.Atoi(m[1])
+	key := ""
+	if f := fieldRE.FindStringSubmatch(m[2]); f != nil {
+		key = f[1] + f[2] // the unknown key, or the value of the wrong type
+	}
+	col := 0
+	walk(root, func(n *yaml.Node) {
+		if n.Line == line && (col == 0 || (key != "" && n.Value == key)) {
+			col = n.Column
+		}
+	})
+	if col == 0 {
+		return fmt.Sprintf("%d: %s", line, m[2])
+	}
+	return fmt.Sprintf("%d:%d: %s", line, col, m[2])
+}
+
+func walk(n *yaml.Node, f func(*yaml.Node)) {
+	if n == nil {
+		return
+	}
+	f(n)
+	for _, c := range n.Content {
+		walk(c, f)
+	}
+}
+
+// find returns the node a setting's path names ("policy.rules[2].timeout"),
+// or its nearest ancestor in the file; nil when the file says nothing of it.
+func find(root *yaml.Node, path string) *yaml.Node {
+	if root == nil || len(root.Content) == 0 {
+		return nil
+	}
+	n := root.Content[0]
+	var found *yaml.Node
+	for _, part := range strings.Split(path, ".") {
+		key, idx := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
+			key = part[:i]
+			idx, _ = strconv.Atoi(part[i+1 : len(part)-1])
+		}
+		k, v := lookup(n, key)
+		if v == nil {
+			return found
+		}
+		found, n = k, v
+		if idx >= 0 {
+			if v.Kind != yaml.SequenceNode || idx >= len(v.Content) {
+				return found
+			}
+			found, n = v.Content[idx], v.Content[idx]
+		}
+	}
+	return found
+}
+
+// lookup returns a mapping's key and value nodes for key.
+func lookup(n *yaml.Node, key string) (k, v *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i], n.Content[i+1]
+		}
+	}
+	return nil, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

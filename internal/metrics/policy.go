@@ -1,0 +1,70 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Policy counts what the per-tool policy does. It implements
+// policy.Metrics for one upstream (the label of its honoured cancels).
+type Policy struct {
+	deadlines prometheus.Counter
+	hooks     *prometheus.CounterVec
+	orphans   prometheus.Counter
+	waiting   prometheus.Gauge
+	restarts  prometheus.Counter
+	settled   *prometheus.CounterVec
+	upstream  string
+}
+
+// NewPolicy registers the policy's collectors in m's registry; upstream
+// names the server in mcp_cancel_proxy_cancels_settled_total.
+func (m *Metrics) NewPolicy(upstream string) *Policy {
+	p := &Policy{upstream: upstream,
+		deadlines: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "deadlines_total",
+			Help: "Requests the proxy cancelled because their deadline passed."}),
+		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hooks_total",
+			Help: "Compensating hooks run, by phase (on_cancel, on_timeout, on_late_result, on_late_error) and outcome (ok, failed)."},
+			[]string{"phase", "outcome"}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "orphans_total",
+			Help: "Requests whose compensation failed: work left running or results left in place."}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "requests_waiting",
+			Help: "Requests waiting in the proxy for a slot of their rule's max_concurrent."}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "restarts_total",
+			Help: "Server restarts by escalate: restart."}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "cancels_settled_total",
+			Help: "Cancels forwarded upstream, by whether the upstream honoured them (no answer within policy.late_window)."},
+			[]string{"upstream", "honoured"}),
+	}
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.waiting, p.restarts, p.settled)
+	return p
+}
+
+// DeadlineFired counts a deadline.
+func (p *Policy) DeadlineFired() { p.deadlines.Inc() }
+
+// HookRan counts a hook's outcome.
+func (p *Policy) HookRan(phase string, ok bool) {
+	outcome := "ok"
+	if !ok {
+		outcome = "failed"
+	}
+	p.hooks.WithLabelValues(phase, outcome).Inc()
+}
+
+// Orphan counts a failed compensation.
+func (p *Policy) Orphan() { p.orphans.Inc() }
+
+// Waiting moves the waiting gauge.
+func (p *Policy) Waiting(delta int) { p.waiting.Add(float64(delta)) }
+
+// CancelSettled counts a cancel as honoured or not.
+func (p *Policy) CancelSettled(honoured bool) {
+	h := "false"
+	if honoured {
+		h = "true"
+	}
+	p.settled.WithLabelValues(p.upstream, h).Inc()
+}
+
+// Restarted counts a restart.
+func (p *Policy) Restarted() { p.restarts.Inc() }
