@@ -15,6 +15,8 @@ import (
 	"net/url"
 	"path"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Policy is the policy section of the configuration file.
@@ -55,9 +57,10 @@ type Rule struct {
 	// false: the cancel is still forwarded, but stopping is left to the
 	// hooks, and the audit trail says so. Default true.
 	Interruptible *bool `yaml:"interruptible"`
-	// Capture names values to read, by JSON pointer, from the request's
-	// progress notifications (their params) and from its result.
-	Capture map[string]string `yaml:"capture"`
+	// Capture names values to read, by JSON pointer (or a list of them,
+	// the first that points at something wins), from the request's progress
+	// notifications (their params) and from its result.
+	Capture map[string]Pointers `yaml:"capture"`
 	// OnCancel runs when the request is cancelled: by the client, a
 	// disconnect, the session's end or shutdown (and a deadline, unless
 	// OnTimeout is set).
@@ -195,9 +198,14 @@ func (r *Rule) validate(at string, bad func(at, format string, a ...any)) {
 	if r.Timeout != nil && r.MaxTimeout != nil && *r.MaxTimeout > 0 && *r.MaxTimeout < *r.Timeout {
 		bad(at+".max_timeout", "%v is shorter than timeout %v", *r.MaxTimeout, *r.Timeout)
 	}
-	for name, ptr := range r.Capture {
-		if _, err := parsePointer(ptr); err != nil {
-			bad(at+".capture."+name, "%v", err)
+	for name, ptrs := range r.Capture {
+		if len(ptrs) == 0 {
+			bad(at+".capture."+name, "no JSON pointer")
+		}
+		for _, ptr := range ptrs {
+			if _, err := parsePointer(ptr); err != nil {
+				bad(at+".capture."+name, "%v", err)
+			}
 		}
 	}
 	for _, h := range []struct {
@@ -246,7 +254,7 @@ type Effective struct {
 	ResetOnProgress bool
 	MaxTimeout      time.Duration
 	Interruptible   bool
-	Capture         map[string]pointer
+	Capture         map[string][]pointer
 	OnCancel        *Hook
 	OnTimeout       *Hook
 	OnLateResult    *Hook
@@ -281,10 +289,14 @@ func resolve(name string, r, d *Rule) *Effective {
 			*b.dst = *b.dv
 		}
 	}
-	e.Capture = map[string]pointer{}
-	for _, src := range []map[string]string{d.Capture, r.Capture} {
-		for k, v := range src {
-			e.Capture[k], _ = parsePointer(v) // validated
+	e.Capture = map[string][]pointer{}
+	for _, src := range []map[string]Pointers{d.Capture, r.Capture} {
+		for k, ptrs := range src {
+			e.Capture[k] = nil
+			for _, v := range ptrs {
+				p, _ := parsePointer(v) // validated
+				e.Capture[k] = append(e.Capture[k], p)
+			}
 		}
 	}
 	e.OnCancel = firstHook(r.OnCancel, d.OnCancel)
@@ -351,4 +363,21 @@ func (e *Effective) active() bool {
 // hasHooks reports whether any hook is set.
 func (e *Effective) hasHooks() bool {
 	return e.OnCancel != nil || e.OnTimeout != nil || e.OnLateResult != nil || e.OnLateError != nil
+}
+
+// Pointers is one JSON pointer, or a list of them, in the file.
+type Pointers []string
+
+// UnmarshalYAML implements yaml.Unmarshaler: a string, or a list of strings.
+func (p *Pointers) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*p = Pointers{n.Value}
+		return nil
+	}
+	var list []string
+	if err := n.Decode(&list); err != nil {
+		return fmt.Errorf("line %d: a JSON pointer or a list of them: %w", n.Line, err)
+	}
+	*p = list
+	return nil
 }

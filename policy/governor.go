@@ -511,12 +511,15 @@ func (r *record) capture(doc json.RawMessage) {
 	if json.Unmarshal(doc, &v) != nil {
 		return
 	}
-	for name, p := range r.rule.Capture {
-		if val, ok := p.evalValue(v); ok {
-			if r.captured == nil {
-				r.captured = map[string]json.RawMessage{}
+	for name, ptrs := range r.rule.Capture {
+		for _, p := range ptrs {
+			if val, ok := p.evalValue(v); ok {
+				if r.captured == nil {
+					r.captured = map[string]json.RawMessage{}
+				}
+				r.captured[name] = val
+				break
 			}
-			r.captured[name] = val
 		}
 	}
 }

@@ -194,7 +194,7 @@ func TestCompletedBeforeTheCancel(t *testing.T) {
 func TestClientCancelNotConfirmed(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	p := Defaults()
-	p.Rules = []Rule{{Tool: "job", Capture: map[string]string{"job_id": "/message"}}}
+	p.Rules = []Rule{{Tool: "job", Capture: map[string]Pointers{"job_id": {"/message"}}}}
 	e, clk, recs := engine(t, p)
 	ft := newTransport(t, e)
 	ft.client(call(1, "job", `,"_meta":{"progressToken":"t"}`))

@@ -41,7 +41,7 @@ func TestExecHookGetsTheEvent(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "event.json")
 	p := Defaults()
-	p.Rules = []Rule{{Tool: "job", Capture: map[string]string{"job_id": "/message"},
+	p.Rules = []Rule{{Tool: "job", Capture: map[string]Pointers{"job_id": {"/message"}},
 		OnCancel: &Hook{Exec: []string{"sh", "-c", `cat > "$1"; env | grep ^MCP_CANCEL_ | sort > "$1.env"`, "hook", out}}}}
 	e, recs := hookEngine(t, p)
 	ft := newTransport(t, e)

@@ -181,3 +181,21 @@ func (s *Session) After(f func()) {
 	defer s.clientMu.Unlock()
 	f()
 }
+
+// OwnRequest registers a request of the proxy's own to the server and
+// returns its frame, for the caller to write (Tracker.OwnRequest).
+func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framing.Message)) []byte {
+	return s.t.OwnRequest(method, params, onAnswer)
+}
+
+// Restarted tells the session that its server was replaced (an
+// escalation): the client's requests still in flight are answered with an
+// error saying why, and the old server's own requests are forgotten.
+func (s *Session) Restarted(why string) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	for _, r := range s.t.FailInFlight(why) {
+		s.reply(s.sides[Client], r)
+	}
+	s.t.peers[Server].issued.failAll()
+}

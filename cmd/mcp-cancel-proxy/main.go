@@ -23,6 +23,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/exampleserver"
@@ -67,8 +70,19 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
+	stubborn := fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
+		"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
+	}
+	if *stubborn {
+		signal.Ignore(syscall.SIGTERM)
+		helper := exec.Command("sleep", "600")
+		if err := helper.Start(); err != nil {
+			fmt.Fprintln(stderr, "example-server:", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "example server pids: %d %d\n", os.Getpid(), helper.Process.Pid)
 	}
 	err := error(nil)
 	if *addr != "" {

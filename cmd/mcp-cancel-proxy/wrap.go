@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 
@@ -14,6 +15,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 )
@@ -26,28 +29,50 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	defer log.Sync()
 	ignoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
-	p, err := child.Start(argv, child.Options{
-		TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr, Logger: log})
+	copts := child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr, Logger: log}
+	first, err := child.Start(argv, copts)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		return 1
 	}
-	st := &stopper{p: p, log: log}
+	link := newServerLink(first, argv, copts, cfg.Policy.MaxRestarts, log)
+	st := &stopper{current: link.current, log: log}
 	defer st.watch(ctx)()
 
+	pm, stopAdmin := wrapperAdmin(cfg, link, log)
+	defer stopAdmin()
+	popts := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log}
+	if pm != nil {
+		popts.Metrics = pm
+	}
+	engine, err := policy.New(popts)
+	if err != nil {
+		log.Error("cannot start the policy", zap.Error(err))
+		link.current().Stop()
+		return 1
+	}
+	defer reloadOnSIGHUP(cfg.Path, engine, log)()
+	if pm != nil {
+		link.onRestart = pm.Restarted
+	}
 	sess := proxy.NewSession(proxy.Options{
 		Logger:         log,
 		MaxFrameSize:   int(cfg.Limits.MaxFrameSize),
 		RetireAfter:    cfg.Ledger.RetireAfter,
 		RetireMax:      cfg.Ledger.RetireMax,
 		OnClientClosed: func() { st.stop("client closed its input") },
+		Governor:       engine.Governor("stdio"),
+		OnRestart:      link.restart,
 	})
-	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, proxy.Conn{In: p.Stdout, Out: p.Stdin})
+	link.sess = sess
+	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, link.conn())
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
 	asked := st.signalled.Load()
 	st.stop("server closed its output")
+	p := link.current()
 	p.Stop()
+	engine.Shutdown()
 	logStats(log, sess.Stats())
 	if errors.Is(runErr, proxy.ErrServerGone) && !asked {
 		log.Error("the server exited on its own", zap.String("status", describe(p.Err())))
@@ -59,7 +84,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 // stopper starts the server's stop ladder once, for whichever reason comes
 // first: client EOF, a signal, the end of ctx, or the server leaving.
 type stopper struct {
-	p                   *child.Process
+	current             func() *child.Process
 	log                 *zap.Logger
 	stopping, signalled atomic.Bool
 }
@@ -67,7 +92,7 @@ type stopper struct {
 func (s *stopper) stop(why string) {
 	if s.stopping.CompareAndSwap(false, true) {
 		s.log.Info("stopping the server", zap.String("why", why))
-		go s.p.Stop()
+		go s.current().Stop()
 	}
 }
 
@@ -84,7 +109,7 @@ func (s *stopper) watch(ctx context.Context) (unwatch func()) {
 		case <-ctx.Done():
 			s.signalled.Store(true)
 			s.stop(ctx.Err().Error())
-		case <-s.p.Exited():
+		case <-s.current().Exited():
 		}
 	}()
 	return func() { signal.Stop(sigs) }
@@ -130,4 +155,59 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)).Named("mcp-cancel-proxy")
+}
+
+// wrapperAdmin serves the admin listener for the stdio wrapper, when one is
+// configured: /healthz, /readyz (the server runs) and /metrics with the
+// policy's counters. It returns nil metrics when there is none.
+func wrapperAdmin(cfg config.Config, link *serverLink, log *zap.Logger) (*metrics.Policy, func()) {
+	if cfg.HTTP.Admin == "" {
+		return nil, func() {}
+	}
+	m := metrics.New(metrics.Gauges{})
+	pm := m.NewPolicy(filepath.Base(link.argv[0]))
+	ready := func() error {
+		select {
+		case <-link.current().Exited():
+			return errors.New("the server has exited")
+		default:
+			return nil
+		}
+	}
+	stop, err := admin(cfg.HTTP.Admin, m, ready, log)
+	if err != nil {
+		log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
+		return pm, func() {}
+	}
+	return pm, stop
+}
+
+// reloadOnSIGHUP reloads the policy from the configuration file on SIGHUP:
+// validated first; on error the policy in force stays, and the error is
+// logged. Requests in flight keep the rule they started with. It returns
+// a function that stops listening.
+func reloadOnSIGHUP(path string, e *policy.Engine, log *zap.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if path == "" {
+					log.Warn("SIGHUP: no configuration file to reload (no --config)")
+					continue
+				}
+				cfg, err := config.Load(path)
+				if err != nil {
+					log.Error("SIGHUP: the configuration is invalid; the policy in force stays", zap.Error(err))
+					continue
+				}
+				e.Reload(cfg.Policy)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
 }

@@ -33,6 +33,9 @@ type Config struct {
 	Policy policy.Policy `yaml:"policy"`
 	// Audit is where the audit trail goes.
 	Audit policy.Audit `yaml:"audit"`
+	// Path is the file the configuration was loaded from, if any (for a
+	// reload on SIGHUP).
+	Path string `yaml:"-"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -122,7 +125,9 @@ func Load(path string) (Config, error) {
 		return Config{}, err
 	}
 	defer f.Close()
-	return Parse(path, f)
+	cfg, err := Parse(path, f)
+	cfg.Path = path
+	return cfg, err
 }
 
 // Parse reads YAML from r over the defaults and validates the result. Every

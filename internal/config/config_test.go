@@ -16,7 +16,9 @@ func TestExampleIsTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := config.Defaults(); !reflect.DeepEqual(got, want) {
+	want := config.Defaults()
+	want.Path = "../../config.example.yaml"
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("config.example.yaml = %+v, want the defaults %+v", got, want)
 	}
 }

@@ -47,15 +47,18 @@ func New() *mcp.Server {
 	return s
 }
 
-func progress(ctx context.Context, req *mcp.CallToolRequest, done, total int, msg string) {
+func progress(ctx context.Context, req *mcp.CallToolRequest, done, total int, msg, jobID string) {
 	tok := req.Params.GetProgressToken()
 	if tok == nil {
 		return
 	}
+	p := &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(done), Total: float64(total), Message: msg}
+	if jobID != "" {
+		p.Meta = mcp.Meta{"jobId": jobID} // where a policy's capture can find it
+	}
 	// Sent on a context that outlives the call, as a server that ignores
 	// cancellation would: the proxy must be the one to drop it.
-	req.Session.NotifyProgress(context.WithoutCancel(ctx), &mcp.ProgressNotificationParams{
-		ProgressToken: tok, Progress: float64(done), Total: float64(total), Message: msg})
+	req.Session.NotifyProgress(context.WithoutCancel(ctx), p)
 }
 
 func steps(a SlowArgs) (int, time.Duration) {
@@ -74,7 +77,7 @@ func slowHonour(ctx context.Context, req *mcp.CallToolRequest, a SlowArgs) (*mcp
 			return nil, JobResult{}, ctx.Err()
 		case <-time.After(step):
 		}
-		progress(ctx, req, i, n, "working on "+a.JobID)
+		progress(ctx, req, i, n, "working on "+a.JobID, a.JobID)
 	}
 	return nil, JobResult{JobID: a.JobID, Status: "done"}, nil
 }
@@ -83,7 +86,7 @@ func slowIgnore(ctx context.Context, req *mcp.CallToolRequest, a SlowArgs) (*mcp
 	n, step := steps(a)
 	for i := 1; i <= n; i++ {
 		time.Sleep(step) // deliberately deaf to ctx: this is the badly behaved tool
-		progress(ctx, req, i, n, "working on "+a.JobID)
+		progress(ctx, req, i, n, "working on "+a.JobID, a.JobID)
 	}
 	return nil, JobResult{JobID: a.JobID, Status: "done"}, nil
 }
@@ -106,9 +109,9 @@ func (g *gates) gate(key string) chan struct{} {
 }
 
 func (g *gates) block(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
-	progress(ctx, req, 1, 2, "blocked on "+a.Key)
+	progress(ctx, req, 1, 2, "blocked on "+a.Key, a.Key)
 	<-g.gate(a.Key) // ignores ctx on purpose
-	progress(ctx, req, 2, 2, "released "+a.Key)
+	progress(ctx, req, 2, 2, "released "+a.Key, a.Key)
 	return nil, JobResult{JobID: a.Key, Status: "released"}, nil
 }
 

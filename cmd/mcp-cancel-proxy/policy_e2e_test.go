@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// writeConfig writes a configuration file into a fresh directory; $DIR in
+// text becomes that directory.
+func writeConfig(t *testing.T, text string) (path, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(text, "$DIR", dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, dir
+}
+
+// auditLine finds the audit line (on stderr) of request id with status.
+func auditLine(t *testing.T, logs *logTail, id, status string) map[string]any {
+	t.Helper()
+	line := logs.waitFor(t, `"id":`+id+`,`, `"status":"`+status+`"`)
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatalf("audit line %q: %v", line, err)
+	}
+	return rec
+}
+
+// readEvent reads a hook's event document that the hook saved.
+func readEvent(t *testing.T, path string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev map[string]any
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.Fatalf("hook event %s: %v", data, err)
+	}
+	return ev
+}
+
+const hookConfig = `
+policy:
+  rules:
+    - tool: block
+      interruptible: false
+      capture:
+        job_id: [/_meta/jobId, /structuredContent/jobId]
+      on_cancel:
+        exec: ["sh", "-c", "cat > $DIR/cancel.json"]
+      on_late_result:
+        exec: ["sh", "-c", "cat > $DIR/late.json"]
+`
+
+// TestE2EPolicyHooksStdio: a go-sdk server's tool ignores the cancel and
+// reports its job id in progress. The on_cancel hook gets the job id; the
+// late result, which the client never sees, goes to on_late_result; the
+// audit line tells the whole story.
+func TestE2EPolicyHooksStdio(t *testing.T) {
+	cfg, dir := writeConfig(t, hookConfig)
+	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-7"},"_meta":{"progressToken":"p"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "p") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user pressed stop"}}`)
+	w.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-7"}}}`)
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	for _, m := range w.recvUntil(isResponse(3)) {
+		if concerns(m, 1, "p") {
+			t.Errorf("the client got %v after its cancel", m)
+		}
+	}
+	rec := auditLine(t, w.logs, "1", "late result compensated")
+	if rec["source"] != "client" || rec["reason"] != "user pressed stop" || rec["tool"] != "block" ||
+		rec["dispatched"] != true || rec["upstream_notified"] != true || rec["late_response"] == nil {
+		t.Errorf("audit line: %v", rec)
+	}
+	if c, _ := rec["captured"].(map[string]any); c["job_id"] != "job-7" {
+		t.Errorf("captured: %v", rec["captured"])
+	}
+	cancelEv := readEvent(t, filepath.Join(dir, "cancel.json"))
+	if c, _ := cancelEv["captured"].(map[string]any); c["job_id"] != "job-7" || cancelEv["event"] != "cancel" {
+		t.Errorf("on_cancel event: %v", cancelEv)
+	}
+	late := readEvent(t, filepath.Join(dir, "late.json"))
+	res, _ := late["result"].(map[string]any)
+	if sc, _ := res["structuredContent"].(map[string]any); late["event"] != "late_result" || sc["jobId"] != "job-7" {
+		t.Errorf("on_late_result event: %v", late)
+	}
+}
+
+// TestE2EDeadlineStdio: a tool past its deadline is cancelled on the
+// server, the client gets the proxy's timeout error, and the late result
+// never reaches it.
+func TestE2EDeadlineStdio(t *testing.T) {
+	cfg, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      timeout: 300ms\n")
+	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"d"}}}`)
+	got := w.recvUntil(isResponse(1))
+	e, _ := got[len(got)-1]["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if e == nil || e["code"] != float64(-32001) || data["proxy"] != "mcp-cancel-proxy" || data["timeout"] != "300ms" {
+		t.Fatalf("answer at the deadline: %v", got[len(got)-1])
+	}
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"d"}}}`)
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	for _, m := range w.recvUntil(isResponse(3)) {
+		if isResponse(1)(m) {
+			t.Errorf("a second answer to 1 reached the client: %v", m)
+		}
+	}
+	rec := auditLine(t, w.logs, "1", "upstream notified; answered after the cancel (suppressed)")
+	if rec["source"] != "deadline" {
+		t.Errorf("audit line: %v", rec)
+	}
+}
+
+// TestE2EEscalateRestart: a server that ignores both the cancel and
+// SIGTERM is restarted; the client's session goes on (a later call
+// succeeds) and no process of the old server survives.
+func TestE2EEscalateRestart(t *testing.T) {
+	cfg, _ := writeConfig(t, "policy:\n  restart_after: 200ms\n  late_window: 1s\n  rules:\n    - tool: block\n      escalate: restart\nchild:\n  term_after: 100ms\n  kill_after: 100ms\n")
+	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server", "--ignore-term")
+	line := w.logs.waitFor(t, "example server pids: ")
+	var pids []int
+	for _, f := range strings.Fields(line[strings.Index(line, "pids: ")+6:]) {
+		n, err := strconv.Atoi(strings.Trim(f, `"`))
+		if err != nil {
+			t.Fatalf("bad pid line %q", line)
+		}
+		pids = append(pids, n)
+	}
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"r"},"_meta":{"progressToken":"r"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "r") })
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"other"}}}`)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	// The other call in flight gets a clear error when the server goes.
+	got := w.recvUntil(isResponse(2))
+	if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "restarted") {
+		t.Errorf("the other call's answer: %v", got[len(got)-1])
+	}
+	w.logs.waitFor(t, "server restarted")
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":1}}}`)
+	got = w.recvUntil(isResponse(3))
+	if got[len(got)-1]["result"] == nil {
+		t.Errorf("a call after the restart: %v", got[len(got)-1])
+	}
+	w.logs.waitFor(t, "sending SIGKILL")
+	w.logs.waitFor(t, `"server exited"`)
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("process %d of the old server survived", pid)
+		}
+	}
+	if rec := auditLine(t, w.logs, "1", "upstream notified; stop not confirmed"); rec["server_restarted"] != true {
+		t.Errorf("audit line: %v", rec)
+	}
+}
