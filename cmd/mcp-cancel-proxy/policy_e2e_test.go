@@ -167,3 +167,44 @@ func TestE2EEscalateRestart(t *testing.T) {
 		t.Errorf("audit line: %v", rec)
 	}
 }
+
+// TestE2ETaskCancelServerEverything: server-everything's task tool runs as
+// a task; a cancel of a tasks/result call leaves the task running, and the
+// client's cancel of the task-augmented call becomes the proxy's own
+// tasks/cancel, so that the task ends cancelled.
+func TestE2ETaskCancelServerEverything(t *testing.T) {
+	node, dir := nodePeers(t)
+	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	w := startWrapped(t, "--log-level", "debug", "--", node, everything, "stdio")
+	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	w.recvUntil(isResponse("init"))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"simulate-research-query","arguments":{"topic":"cancellation"},"task":{"ttl":60000}}}`)
+	got := w.recvUntil(isResponse(1))
+	res, _ := got[len(got)-1]["result"].(map[string]any)
+	task, _ := res["task"].(map[string]any)
+	taskID, _ := task["taskId"].(string)
+	if taskID == "" {
+		t.Fatalf("no task created: %v", got[len(got)-1])
+	}
+	status := func(id int) string {
+		w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/get","params":{"taskId":%q}}`, id, taskID))
+		got := w.recvUntil(isResponse(id))
+		r, _ := got[len(got)-1]["result"].(map[string]any)
+		return fmt.Sprint(r["status"])
+	}
+	// Waiting for the result, and giving up on waiting, is not cancelling.
+	w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":%q}}`, taskID))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	if s := status(3); s != "working" {
+		t.Fatalf("after cancelling tasks/result the task is %q, want working", s)
+	}
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user stop"}}`)
+	rec := auditLine(t, w.logs, "1", "task cancelled")
+	if rec["task_id"] != taskID || rec["task_cancel"] != "cancelled" {
+		t.Errorf("audit line: %v", rec)
+	}
+	if s := status(4); s != "cancelled" {
+		t.Errorf("after the cancel the task is %q, want cancelled", s)
+	}
+}
