@@ -95,6 +95,9 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
 	g.calls[c] = r
 	if rule.Timeout > 0 {
 		g.armLocked(r, r.started.Add(rule.Timeout))
@@ -231,6 +234,10 @@ func (g *governor) rememberLocked(r *record) {
 // Cancelled implements proxy.Governor.
 func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
 	g.mu.Lock()
+	if g.closed { // the session is over: nothing can be followed up
+		g.mu.Unlock()
+		return
+	}
 	r := g.calls[c]
 	if r == nil { // no rule asked anything of it: it gets its audit line all the same
 		r = &record{g: g, c: c, rule: g.e.m.Load().match(c.Method(), ""), method: c.Method(),
@@ -332,7 +339,7 @@ func (g *governor) Late(c *proxy.Call, m *framing.Message) {
 func (g *governor) CancelMissed(id framing.ID) {
 	g.mu.Lock()
 	r := g.recent[id]
-	if r == nil || !r.cancelled.IsZero() {
+	if r == nil || !r.cancelled.IsZero() || g.closed {
 		g.mu.Unlock()
 		return
 	}
@@ -428,6 +435,10 @@ func (g *governor) expire(r *record, gen int) {
 		zap.ByteString("id", r.id), zap.Duration("timeout", timeout))
 	if task {
 		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			return
+		}
 		delete(g.recent, r.c.ID())
 		r.source, r.reason, r.cancelled, r.cancelHandled = "deadline", reason, g.e.clock.Now(), true
 		g.e.wg.Add(1)

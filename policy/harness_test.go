@@ -37,7 +37,9 @@ type fakeTimer struct {
 	stopped bool
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+}
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -207,4 +212,88 @@ func TestE2ETaskCancelServerEverything(t *testing.T) {
 	if s := status(4); s != "cancelled" {
 		t.Errorf("after the cancel the task is %q, want cancelled", s)
 	}
+}
+
+// TestE2EPolicyHooksSidecar: TestE2EPolicyHooksStdio through the HTTP
+// sidecar, in front of the go-sdk example server over Streamable HTTP; and
+// a deadline there, answered with the proxy's timeout error.
+func TestE2EPolicyHooksSidecar(t *testing.T) {
+	cfg, dir := writeConfig(t, hookConfig+"    - tool: slow_ignore\n      timeout: 300ms\n  late_window: 1s\n")
+	up, front := freePort(t), freePort(t)
+	upstream := exec.Command(proxyBin, "example-server", "--http", up)
+	if err := upstream.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { upstream.Process.Kill(); upstream.Wait() }()
+	sc := startWrapped(t, "--config", cfg, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	waitListening(t, up)
+	sc.logs.waitFor(t, "sidecar listening")
+	url := "http://" + front + "/mcp"
+	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+
+	call := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-9"},"_meta":{"progressToken":"p"}}}`)
+	msgs := sseMessages(call)
+	if first := <-msgs; !strings.Contains(first, "notifications/progress") {
+		t.Fatalf("first message %s, want progress", first)
+	}
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"stop"}}`).Body.Close()
+	sc.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	rel := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-9"}}}`)
+	io.Copy(io.Discard, rel.Body)
+	rel.Body.Close()
+	for m := range msgs { // the stream ends after the grace, without the late messages
+		t.Errorf("after the cancel the client got %s", m)
+	}
+	rec := auditLine(t, sc.logs, "1", "late result compensated")
+	if c, _ := rec["captured"].(map[string]any); c["job_id"] != "job-9" || rec["source"] != "client" {
+		t.Errorf("audit line: %v", rec)
+	}
+	if c, _ := readEvent(t, filepath.Join(dir, "cancel.json"))["captured"].(map[string]any); c["job_id"] != "job-9" {
+		t.Errorf("on_cancel event's captured values: %v", c)
+	}
+	if ev := readEvent(t, filepath.Join(dir, "late.json")); ev["event"] != "late_result" {
+		t.Errorf("on_late_result event: %v", ev)
+	}
+
+	// A deadline: the client gets the proxy's error (as JSON here: the
+	// upstream had not even sent its response headers yet).
+	slow := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":3,"steps":3}}}`)
+	body, _ := io.ReadAll(slow.Body)
+	slow.Body.Close()
+	if !strings.Contains(string(body), `"id":3`) || !strings.Contains(string(body), `"code":-32001`) || !strings.Contains(string(body), `"proxy":"mcp-cancel-proxy"`) {
+		t.Errorf("answer to the call past its deadline: %s", body)
+	}
+	// With progress, the upstream's event stream is open: the error is its
+	// last event.
+	slow = mcpPost(t, url, session, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":3,"steps":30},"_meta":{"progressToken":"s"}}}`)
+	var last string
+	for m := range sseMessages(slow) {
+		last = m
+	}
+	if !strings.Contains(last, `"id":4`) || !strings.Contains(last, `"code":-32001`) {
+		t.Errorf("last event of the call past its deadline: %s", last)
+	}
+	sc.logs.waitFor(t, `"id":3,`, `"source":"deadline"`)
+}
+
+// sseMessages returns the data of each event of a response, in order,
+// closed when the response ends.
+func sseMessages(resp *http.Response) <-chan string {
+	ch := make(chan string, 16)
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				ch <- d
+			}
+		}
+	}()
+	return ch
 }

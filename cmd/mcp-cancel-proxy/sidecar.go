@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -31,10 +35,26 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		return 1
 	}
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
+	upstream := cfg.HTTP.Upstream
+	if len(argv) > 0 {
+		upstream = filepath.Base(argv[0])
+	}
+	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream)})
+	if err != nil {
+		log.Error("cannot start the policy", zap.Error(err))
+		return 1
+	}
+	defer engine.Shutdown()
+	defer reloadOnSIGHUP(cfg.Path, engine, log)()
+	sc.Governor = engine.Governor
 	if len(argv) > 0 { // a stdio server behind the listener: a child per session
+		var children atomic.Int64
 		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
-			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
-			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
+			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
+				Governor: func(a proxy.Actions) proxy.Governor {
+					return engine.Governor(fmt.Sprintf("child%d", children.Add(1)))(a)
+				}},
 		}
 	}
 	handler, err := sc.Handler()

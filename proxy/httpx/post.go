@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -33,16 +34,38 @@ func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx) (*session, bool) {
 func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	sess, known := s.sessionFor(ctx)
 	sess.setVersion(ctx.Request.Header.Peek(versionHeader))
+	streaming := false
+	defer func() {
+		if !streaming {
+			s.requestDone(sess)
+		}
+	}()
 	var f framing.Frame
 	if err := f.Parse(ctx.PostBody()); err != nil {
 		writeJSON(ctx, fasthttp.StatusBadRequest, sess.t.Invalid(proxy.Client, err, ctx.PostBody()))
 		return
 	}
+	sess.decideMu.Lock()
 	d := s.decideFrame(sess, proxy.Client, &f)
+	st := &stream{}
+	for _, c := range d.requests {
+		sess.attach(c, st)
+	}
+	sess.decideMu.Unlock()
+	if len(d.held) > 0 {
+		var replies [][]byte
+		d.data, replies = s.waitHeld(sess, &d)
+		d.replies = append(d.replies, replies...)
+		if len(d.requests) == 0 {
+			sess.detach(st)
+		}
+	}
 	switch {
 	case d.data == nil: // nothing left to forward
 		if len(d.replies) > 0 {
 			writeJSON(ctx, fasthttp.StatusOK, joinFrame(d.replies, len(d.replies) > 1))
+		} else if len(d.held) > 0 {
+			emptyStream(ctx) // cancelled while waiting: the stream ends without an answer
 		} else {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 		}
@@ -53,12 +76,17 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.forwardDetached(ctx, d.data)
 		return
 	}
-	st := &stream{}
-	for _, c := range d.requests {
-		sess.attach(c, st)
-	}
-	resp, err := s.forward(ctx, fasthttp.MethodPost, d.data)
-	if err != nil {
+	resp, err := s.forwardPost(ctx, st, d.data, len(d.requests) > 0)
+	switch {
+	case errors.Is(err, errGaveUp):
+		sess.detach(st)
+		if final := st.takeFinal(); final != nil {
+			writeJSON(ctx, fasthttp.StatusOK, final)
+		} else {
+			emptyStream(ctx)
+		}
+		return
+	case err != nil:
 		sess.detach(st)
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
 		return
@@ -70,48 +98,117 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
 		s.sessions.remove(sess.sessionID())
+		sess.closeGovernor()
 		s.log.Info("session expired upstream", zap.String("scope", sess.scope))
 	}
-	s.respond(ctx, sess, st, resp, d)
+	streaming = s.respond(ctx, sess, st, resp, d)
 }
 
-// respond relays the upstream's answer to a POST.
-func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) {
+// requestDone ends the governance of a session that was the request's own
+// (no session, or one the upstream did not take), once its answer is done.
+func (s *Sidecar) requestDone(sess *session) {
+	if sess.gov != nil && !s.sessions.registered(sess) {
+		sess.closeGovernor()
+	}
+}
+
+// emptyStream answers a POST whose requests were all cancelled before the
+// upstream saw them: an event stream that ends without a message.
+func emptyStream(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType("text/event-stream")
+}
+
+// forwardPost forwards a POST. When a governor may end its requests early
+// (a deadline), the wait for the upstream's headers is given up as soon
+// as the stream is ended, and errGaveUp returned.
+func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, st *stream, body []byte, requests bool) (*fasthttp.Response, error) {
+	if s.Governor == nil || !requests {
+		return s.forward(ctx, fasthttp.MethodPost, body)
+	}
+	req := fasthttp.AcquireRequest()
+	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body)
+	type answer struct {
+		resp *fasthttp.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		defer fasthttp.ReleaseRequest(req)
+		resp := fasthttp.AcquireResponse()
+		err := s.client.Do(req, resp)
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			resp = nil
+		}
+		got <- answer{resp, err}
+	}()
+	select {
+	case a := <-got:
+		return a.resp, a.err
+	case <-st.watched():
+		go func() { // the answer comes to nobody: close it
+			if a := <-got; a.resp != nil {
+				a.resp.CloseBodyStream()
+				fasthttp.ReleaseResponse(a.resp)
+			}
+		}()
+		return nil, errGaveUp
+	}
+}
+
+// respond relays the upstream's answer to a POST; it reports whether the
+// answer goes on streaming after it returns.
+func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
 	status := resp.StatusCode()
 	if status >= 500 && len(d.requests) > 0 {
 		head := readHead(resp)
 		sess.detach(st)
 		s.log.Error("upstream failed", zap.Int("status", status), zap.ByteString("body", head))
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
-		return
+		return false
 	}
 	if isEventStream(resp.Header.ContentType()) && !st.setBody(bodyOf(resp)) {
-		// Every request it was to answer was cancelled before it began.
+		// Every request it was to answer was ended before it began.
 		fasthttp.ReleaseResponse(resp)
 		sess.detach(st)
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		return
+		if final := st.takeFinal(); final != nil {
+			writeJSON(ctx, fasthttp.StatusOK, final)
+		} else {
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+		}
+		return false
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(status)
 	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
 		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies), -1)
-		return
+		return true
 	}
 	defer sess.detach(st)
-	s.relayJSON(ctx, sess, resp, d.replies)
+	s.relayJSON(ctx, sess, st, resp, d.replies)
 	// A JSON answer is whole: requests it did not answer never will be.
 	for _, c := range d.requests {
 		sess.t.Abandon(c)
 	}
+	return false
 }
 
 // relayJSON relays a JSON response, held back where the tracker says so.
-func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, resp *fasthttp.Response, replies [][]byte) {
+func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
+	st.setBody(bodyOf(resp)) // so that a deadline can cut the read short
 	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.MaxBodySize)+1))
-	resp.CloseBodyStream()
+	st.end(nil)
 	fasthttp.ReleaseResponse(resp)
+	if final := st.takeFinal(); final != nil {
+		writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(replies, final), len(replies) > 0))
+		return
+	}
+	if err != nil && st.wasCut() { // the requests were cancelled: their answer is not awaited
+		s.relayReplies(ctx, replies)
+		return
+	}
 	if err != nil || len(body) > s.MaxBodySize {
 		s.log.Error("upstream response unreadable or over the size limit", zap.Error(err), zap.Int("limit", s.MaxBodySize))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
@@ -134,6 +231,16 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, resp *fasth
 		return
 	}
 	ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
+}
+
+// relayReplies answers with the proxy's own replies, or 202 if none.
+func (s *Sidecar) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte) {
+	if len(replies) == 0 {
+		ctx.Response.Header.Del("Content-Type")
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, joinFrame(replies, len(replies) > 1))
 }
 
 // failRequests answers the client's requests with errors, as JSON.
@@ -188,6 +295,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 			s.notify(sess, cancel)
 		}
 		sess.endAll()
+		sess.closeGovernor()
 	}
 	resp, err := s.forward(ctx, fasthttp.MethodDelete, nil)
 	if err != nil {

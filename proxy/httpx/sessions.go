@@ -28,11 +28,19 @@ type session struct {
 	idMu  sync.Mutex // guards id, which adopt sets once
 	id    string
 	t     *proxy.Tracker
+	// gov applies the policy to the session's requests, if there is one.
+	gov     proxy.Governor
+	govOnce sync.Once
+	// decideMu is held while a POST's messages are decided and their
+	// streams attached, and by the governor's actions.
+	decideMu sync.Mutex
 
-	mu sync.Mutex // guards streams and version
+	mu sync.Mutex // guards streams, holds and version
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
 	streams map[*proxy.Call]*stream
+	// holds are the requests the governor keeps waiting (max_concurrent).
+	holds map[*proxy.Call]*hold
 	// version is the MCP-Protocol-Version the client last sent.
 	version string
 	// lastUsed is when the session last saw a request, in UnixNano.
@@ -45,6 +53,10 @@ func newSession(id string, s *Sidecar) *session {
 	sess := &session{id: id, scope: fmt.Sprintf("s%d", scopes.Add(1)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.With(zap.String("scope", sess.scope))
+	if s.Governor != nil {
+		sess.gov = s.Governor(sess.scope)(actions{s: s, sess: sess})
+		opts.Governor = sess.gov
+	}
 	sess.t = proxy.NewTracker(opts)
 	return sess
 }
@@ -73,8 +85,18 @@ func (r *registry) sweepLocked() {
 	for id, sess := range r.m {
 		if sess.lastUsed.Load() < cutoff {
 			delete(r.m, id)
+			sess.closeGovernor()
 		}
 	}
+}
+
+// registered reports whether sess is the session the registry holds
+// under its id.
+func (r *registry) registered(sess *session) bool {
+	id := sess.sessionID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return id != "" && r.m[id] == sess
 }
 
 // adopt registers sess under id, the session id the upstream assigned in

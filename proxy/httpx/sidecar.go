@@ -71,6 +71,10 @@ type Sidecar struct {
 	// dropped the stream: 2026-07-28, or the opt-in grace), "session_end"
 	// (DELETE) or "shutdown". For metrics; it must not block.
 	OnCancel func(source string)
+	// Governor, if set, gives each session its governor, which applies the
+	// per-request policy (package policy's Engine.Governor); scope names
+	// the session.
+	Governor func(scope string) func(proxy.Actions) proxy.Governor
 
 	once     sync.Once
 	initErr  error

@@ -27,6 +27,50 @@ type stream struct {
 	body  fasthttp.ReadCloserWithError
 	ended bool
 	timer *time.Timer
+	// final, when set, is the proxy's own answer that ends the stream (a
+	// request's deadline passed).
+	final []byte
+	done  chan struct{} // closed when the stream is ended; made by watched
+	cut   bool          // ended by the sidecar, not at the upstream's end
+}
+
+// watched returns a channel closed when the stream is ended.
+func (st *stream) watched() <-chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done == nil {
+		st.done = make(chan struct{})
+		if st.ended {
+			close(st.done)
+		}
+	}
+	return st.done
+}
+
+// finish ends the stream with the proxy's own last message.
+func (st *stream) finish(msg []byte) {
+	st.mu.Lock()
+	if !st.ended {
+		st.final = msg
+	}
+	st.mu.Unlock()
+	st.end(errStreamCancelled)
+}
+
+// wasCut reports whether the sidecar ended the stream early.
+func (st *stream) wasCut() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.cut
+}
+
+// takeFinal returns the stream's last message, once.
+func (st *stream) takeFinal() []byte {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := st.final
+	st.final = nil
+	return f
 }
 
 // setBody hands the stream its upstream body; it reports false, closing
@@ -59,9 +103,13 @@ func (st *stream) end(why error) {
 		return
 	}
 	st.ended = true
+	st.cut = why != nil && why != io.EOF
 	body := st.body
 	if st.timer != nil {
 		st.timer.Stop()
+	}
+	if st.done != nil {
+		close(st.done)
 	}
 	st.mu.Unlock()
 	if body != nil {
@@ -145,6 +193,9 @@ func (r *sseRelay) next() bool {
 			if !errors.Is(err, io.EOF) {
 				r.broken = err
 			}
+			if final := r.st.takeFinal(); final != nil {
+				r.pending = framing.AppendSSEMessage(nil, "", final)
+			}
 			// Read to its clean end, the upstream connection goes back to
 			// the pool now, before the client sees the end; any other end
 			// has fasthttp close it.
@@ -170,6 +221,7 @@ func (r *sseRelay) Close() error {
 	r.st.end(r.broken)
 	r.sess.detach(r.st)
 	fasthttp.ReleaseResponse(r.resp)
+	r.s.requestDone(r.sess)
 	return nil
 }
 
@@ -243,6 +295,18 @@ type decided struct {
 	requests []*proxy.Call // requests being forwarded
 	replies  [][]byte      // the proxy's own answers for the sender
 	cancels  int           // accepted cancels being forwarded
+	// held are requests the governor keeps waiting; kept and keptCalls are
+	// the messages forwarded (and the request each is, if any), for
+	// rebuilding the frame without those withdrawn while waiting.
+	held      []heldCall
+	kept      [][]byte
+	keptCalls []*proxy.Call
+	batch     bool
+}
+
+type heldCall struct {
+	c *proxy.Call
+	h *hold
 }
 
 // decideFrame puts each message of a frame to the tracker. Cancels the
@@ -263,12 +327,21 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 			d.replies = append(d.replies, o.Reply)
 		}
 		if o.Cancelled != nil && from == proxy.Client {
-			d.cancels++
 			s.cancelled("client")
+			if sess.withdrawIfHeld(o.Cancelled) {
+				d.same = false // never sent, and neither is its cancel
+				continue
+			}
+			d.cancels++
 			sess.cancelled(o.Cancelled, s.CancelGrace)
 		}
 		if o.Request != nil {
 			d.requests = append(d.requests, o.Request)
+			if o.Hold {
+				sess.mu.Lock()
+				d.held = append(d.held, heldCall{o.Request, sess.holdLocked(o.Request)})
+				sess.mu.Unlock()
+			}
 		}
 		if o.Verdict != proxy.Forward {
 			d.same = false
@@ -280,7 +353,9 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		} else {
 			kept = append(kept, m.Raw)
 		}
+		d.keptCalls = append(d.keptCalls, o.Request)
 	}
+	d.kept, d.batch = kept, f.Batch
 	if d.same {
 		d.data = f.Raw
 	} else {
