@@ -297,3 +297,41 @@ func sseMessages(resp *http.Response) <-chan string {
 	}()
 	return ch
 }
+
+// TestValidateCommand: validate accepts the example and refuses a bad
+// policy, naming each problem's line and column, with a non-zero status.
+func TestValidateCommand(t *testing.T) {
+	out, err := exec.Command(proxyBin, "validate", "../../config.example.yaml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok") {
+		t.Errorf("validate config.example.yaml: %v %s", err, out)
+	}
+	bad, _ := writeConfig(t, "policy:\n  rules:\n    - tool: x\n      timeout: -1s\n    - tool: y\n      escalate: reboot\n")
+	out, err = exec.Command(proxyBin, "validate", bad).CombinedOutput()
+	if err == nil {
+		t.Fatalf("validate accepted %s", bad)
+	}
+	for _, want := range []string{bad + ":4:7: policy.rules[0].timeout", bad + ":6:7: policy.rules[1].escalate"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("validate output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestE2EReloadOnSIGHUP: SIGHUP puts a changed policy in force for new
+// requests; an invalid file is refused and the policy in force stays.
+func TestE2EReloadOnSIGHUP(t *testing.T) {
+	cfg, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
+	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
+	w.initialize(`{}`)
+	os.WriteFile(cfg, []byte("policy:\n  rules:\n    - tool: block\n      timeout: -5s\n"), 0o600)
+	w.cmd.Process.Signal(syscall.SIGHUP)
+	w.logs.waitFor(t, "the configuration is invalid; the policy in force stays", "timeout")
+	os.WriteFile(cfg, []byte("policy:\n  rules:\n    - tool: block\n      timeout: 200ms\n"), 0o600)
+	w.cmd.Process.Signal(syscall.SIGHUP)
+	w.logs.waitFor(t, "policy reloaded")
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"h"}}}`)
+	got := w.recvUntil(isResponse(1))
+	if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {
+		t.Errorf("a call under the reloaded policy: %v", got[len(got)-1])
+	}
+}

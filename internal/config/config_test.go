@@ -101,6 +101,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("log:\n  level: debug\nlimits:\n  max_frame_size: 1MiB\n"))
 	f.Add([]byte("child: {term_after: 1s, kill_after: 2s}\nledger: {retire_after: 1m, retire_max: 3}"))
 	f.Add([]byte("- a\n- b"))
+	f.Add([]byte("policy:\n  defaults: {timeout: 1m}\n  rules:\n    - tool: \"db_*\"\n      max_concurrent: 2\n      capture: {job: [/a, /b]}\n      on_cancel: {exec: [x], retries: 2}\n    - method: resources/read\n      on_late_result: {http: {url: \"http://127.0.0.1:1/x\"}}\naudit: {path: off}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := config.Parse("fuzz.yaml", strings.NewReader(string(data)))
 		if err == nil {
