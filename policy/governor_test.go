@@ -303,3 +303,26 @@ func TestReloadKeepsRulesOfRequestsInFlight(t *testing.T) {
 	}
 	ft.none()
 }
+
+// TestTaskDeadline: a task-augmented call's deadline still holds once the
+// task is created; when it passes, the task is cancelled with tasks/cancel.
+func TestTaskDeadline(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "research", Timeout: dur(time.Minute)}}
+	e, clk, recs := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
+	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
+	ft.client(call(1, "research", `,"task":{}`))
+	ft.server(result(1, `{"task":{"taskId":"t-1","status":"working"}}`))
+	clk.Advance(time.Minute)
+	a := ft.next()
+	if a.kind != "own" || !strings.Contains(string(a.frame), `"taskId":"t-1"`) {
+		t.Fatalf("action %s %s, want tasks/cancel for t-1", a.kind, a.frame)
+	}
+	a.onAnswer(&framing.Message{IsError: true, Raw: []byte(`{"jsonrpc":"2.0","id":"x","error":{"code":-32602,"message":"task already completed"}}`)})
+	if r := waitRecord(t, recs); r.Source != "deadline" || r.Status != StatusTaskNotCancel || !strings.Contains(r.TaskCancel, "already completed") {
+		t.Errorf("audit: %+v", r)
+	}
+}

@@ -138,7 +138,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
 	fs.DurationVar(&over.HTTP.DisconnectCancelAfter, "disconnect-cancel-after", 0,
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
-	fs.StringVar(&over.HTTP.Admin, "admin", "", "with --listen: serve /healthz, /readyz and /metrics on this `address`")
+	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
 	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("allow-origin", "an Origin to accept besides none (repeatable; * for any)", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
