@@ -61,6 +61,21 @@ type Message struct {
 	NameSpan Span
 }
 
+// NameBytes returns params.name's bytes when the string has no escapes
+// (they alias Raw), or nil.
+func (m *Message) NameBytes() []byte {
+	if m.NameSpan.End-m.NameSpan.Start < 2 {
+		return nil
+	}
+	inner := m.Raw[m.NameSpan.Start+1 : m.NameSpan.End-1]
+	for _, c := range inner {
+		if c == '\\' {
+			return nil
+		}
+	}
+	return inner
+}
+
 // Name returns params.name (see NameSpan), or "".
 func (m *Message) Name() string {
 	if m.NameSpan.End <= m.NameSpan.Start {

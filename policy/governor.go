@@ -27,10 +27,21 @@ type governor struct {
 
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
-	recent      map[framing.ID]*record // answered, newest last in order
-	order       []*record
-	tasksCancel bool // the server declared capabilities.tasks.cancel
+	tools       map[*proxy.Call]string // the tool of each tools/call in flight that has no record
+	names       map[string]string      // tool names, interned
+	recent      [recentMax]answered    // the last requests answered, a ring
+	recentNext  int
+	recentIdx   map[framing.ID]int // id -> its place in recent
+	tasksCancel bool               // the server declared capabilities.tasks.cancel
 	closed      bool
+}
+
+// answered is a request the server answered, remembered for a cancel that
+// comes after the answer.
+type answered struct {
+	c    *proxy.Call
+	tool string
+	rec  *record // its record, when it had one (a task's, say)
 }
 
 // record is what the governor knows of one request.
@@ -70,7 +81,8 @@ type record struct {
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 	g := &governor{e: e, session: session, act: a, log: e.log.With(zap.String("scope", session)),
-		work: newWorkQueue(), calls: map[*proxy.Call]*record{}, recent: map[framing.ID]*record{}}
+		work: newWorkQueue(), calls: map[*proxy.Call]*record{}, tools: map[*proxy.Call]string{},
+		names: map[string]string{}, recentIdx: map[framing.ID]int{}}
 	e.track(g, true)
 	return g
 }
@@ -82,11 +94,18 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
 	}
 	tool := ""
 	if m.Method == "tools/call" {
-		tool = m.Name()
+		tool = g.toolName(m)
 	}
 	rule := g.e.m.Load().match(m.Method, tool)
-	if !rule.active() && tool == "" && !m.HasTask {
-		return false // nothing to do unless it is cancelled: see Cancelled
+	if !rule.active() && !m.HasTask {
+		// Nothing to do unless it is cancelled (see Cancelled): no record,
+		// no allocation.
+		if tool != "" {
+			g.mu.Lock()
+			g.tools[c] = tool
+			g.mu.Unlock()
+		}
+		return false
 	}
 	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
 		started: g.e.clock.Now(), dispatched: true}
@@ -111,6 +130,25 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
 		r.hasSlot = true
 	}
 	return false
+}
+
+// toolName returns the tool of a tools/call, interned: the names of a
+// session's tools repeat, and looking one up does not allocate.
+func (g *governor) toolName(m *framing.Message) string {
+	b := m.NameBytes()
+	if b == nil {
+		return m.Name() // escaped, or none
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if name, ok := g.names[string(b)]; ok {
+		return name
+	}
+	name := string(b)
+	if len(g.names) < 1024 {
+		g.names[name] = name
+	}
+	return name
 }
 
 // armLocked (re)sets r's deadline.
@@ -151,6 +189,9 @@ func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
 	g.mu.Lock()
 	r := g.calls[c]
 	if r == nil {
+		tool := g.tools[c]
+		delete(g.tools, c)
+		g.rememberLocked(answered{c: c, tool: tool})
 		g.mu.Unlock()
 		return
 	}
@@ -168,7 +209,7 @@ func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
 		r.timer.Stop()
 	}
 	slot := r.releaseLocked()
-	g.rememberLocked(r)
+	g.rememberLocked(answered{c: c, tool: r.tool, rec: r})
 	g.mu.Unlock()
 	handOff(slot)
 }
@@ -218,17 +259,28 @@ func (g *governor) granted(r *record) {
 	g.work.post(func() { g.act.Dispatch(r.c) })
 }
 
-// rememberLocked keeps an answered request for a cancel that may follow.
-func (g *governor) rememberLocked(r *record) {
-	g.recent[r.c.ID()] = r
-	g.order = append(g.order, r)
-	for len(g.order) > recentMax {
-		old := g.order[0]
-		g.order = g.order[1:]
-		if g.recent[old.c.ID()] == old {
-			delete(g.recent, old.c.ID())
-		}
+// rememberLocked keeps an answered request for a cancel that may follow,
+// in place of the oldest one.
+func (g *governor) rememberLocked(a answered) {
+	slot := g.recentNext
+	g.recentNext = (g.recentNext + 1) % recentMax
+	if old := g.recent[slot].c; old != nil && g.recentIdx[old.ID()] == slot {
+		delete(g.recentIdx, old.ID())
 	}
+	g.recent[slot] = a
+	g.recentIdx[a.c.ID()] = slot
+}
+
+// forgetLocked takes id out of the answered requests and returns it.
+func (g *governor) forgetLocked(id framing.ID) (answered, bool) {
+	slot, ok := g.recentIdx[id]
+	if !ok {
+		return answered{}, false
+	}
+	delete(g.recentIdx, id)
+	a := g.recent[slot]
+	g.recent[slot] = answered{}
+	return a, true
 }
 
 // Cancelled implements proxy.Governor.
@@ -240,8 +292,8 @@ func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
 	}
 	r := g.calls[c]
 	if r == nil { // no rule asked anything of it: it gets its audit line all the same
-		r = &record{g: g, c: c, rule: g.e.m.Load().match(c.Method(), ""), method: c.Method(),
-			id: c.ID().AppendJSON(nil), started: time.Unix(0, c.Started()), dispatched: true}
+		r = g.plainRecordLocked(c, g.tools[c])
+		delete(g.tools, c)
 		g.calls[c] = r
 	}
 	r.source, r.reason, r.cancelled = source, reason, g.e.clock.Now()
@@ -338,12 +390,16 @@ func (g *governor) Late(c *proxy.Call, m *framing.Message) {
 // answered. For a task-augmented request the task itself is cancelled.
 func (g *governor) CancelMissed(id framing.ID) {
 	g.mu.Lock()
-	r := g.recent[id]
+	a, ok := g.forgetLocked(id)
+	r := a.rec
+	if ok && r == nil {
+		r = g.plainRecordLocked(a.c, a.tool)
+		r.answered = g.e.clock.Now()
+	}
 	if r == nil || !r.cancelled.IsZero() || g.closed {
 		g.mu.Unlock()
 		return
 	}
-	delete(g.recent, id)
 	r.source, r.reason, r.cancelled, r.cancelHandled = "client", "", g.e.clock.Now(), true
 	if r.timer != nil {
 		r.timer.Stop()
@@ -356,6 +412,13 @@ func (g *governor) CancelMissed(id framing.ID) {
 		return
 	}
 	g.settle(r)
+}
+
+// plainRecordLocked makes the record of a request no rule asked anything
+// of, when it comes to need one.
+func (g *governor) plainRecordLocked(c *proxy.Call, tool string) *record {
+	return &record{g: g, c: c, rule: g.e.m.Load().match(c.Method(), tool), method: c.Method(), tool: tool,
+		id: c.ID().AppendJSON(nil), started: time.Unix(0, c.Started()), dispatched: true}
 }
 
 // ServerInitialized implements proxy.Governor.
@@ -399,9 +462,9 @@ func (g *governor) Close() {
 				pending = append(pending, r)
 			}
 		}
-		for _, r := range g.order {
-			if r.timer != nil {
-				r.timer.Stop()
+		for _, a := range g.recent {
+			if a.rec != nil && a.rec.timer != nil {
+				a.rec.timer.Stop()
 			}
 		}
 		g.mu.Unlock()
@@ -439,7 +502,7 @@ func (g *governor) expire(r *record, gen int) {
 			g.mu.Unlock()
 			return
 		}
-		delete(g.recent, r.c.ID())
+		g.forgetLocked(r.c.ID())
 		r.source, r.reason, r.cancelled, r.cancelHandled = "deadline", reason, g.e.clock.Now(), true
 		g.e.wg.Add(1)
 		g.mu.Unlock()

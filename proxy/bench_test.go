@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -16,7 +17,22 @@ import (
 // forwarded frames.
 func BenchmarkRelay(b *testing.B) {
 	for _, size := range []int{256, 4 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) { benchRelay(b, size) })
+		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) { benchRelay(b, size, proxy.Options{MaxFrameSize: 4 << 20}) })
+	}
+}
+
+// BenchmarkRelayWithPolicy is BenchmarkRelay with the default policy's
+// governor, as the binary runs: no rule asks anything of the requests.
+func BenchmarkRelayWithPolicy(b *testing.B) {
+	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Shutdown()
+	for _, size := range []int{256, 4 << 10} {
+		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) {
+			benchRelay(b, size, proxy.Options{MaxFrameSize: 4 << 20, Governor: e.Governor("bench")})
+		})
 	}
 }
 
@@ -29,8 +45,8 @@ const (
 	idWidth = 10
 )
 
-func benchRelay(b *testing.B, size int) {
-	h := newHarness(b, proxy.Options{MaxFrameSize: 4 << 20})
+func benchRelay(b *testing.B, size int, opts proxy.Options) {
+	h := newHarness(b, opts)
 	respTail := []byte(`,"result":{"content":[{"type":"text","text":"` + string(bytes.Repeat([]byte{'x'}, size)) + `"}]}}` + "\n")
 	go func() { // the server: echo each request's id in a response
 		rd := h.fromProxyS.r

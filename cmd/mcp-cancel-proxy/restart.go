@@ -26,6 +26,10 @@ type serverLink struct {
 	max       int // restarts allowed in any restartPeriod
 	sess      *proxy.Session
 	onRestart func()
+	// switchable is set when a rule may restart the server: then the
+	// session reads and writes through the link; otherwise it has the
+	// child's own pipes.
+	switchable bool
 
 	out *io.PipeReader // what the session reads
 	pw  *io.PipeWriter
@@ -42,10 +46,15 @@ type serverLink struct {
 // restartPeriod is the window max restarts are counted in.
 const restartPeriod = 10 * time.Minute
 
-func newServerLink(p *child.Process, argv []string, copts child.Options, max int, log *zap.Logger) *serverLink {
-	l := &serverLink{argv: argv, copts: copts, log: log, max: max, cur: p}
-	l.out, l.pw = io.Pipe()
-	go l.pump(p, 0)
+// newServerLink links the session to the child p. Without switchable,
+// the session gets p's pipes themselves, as fast as can be, and restart
+// refuses.
+func newServerLink(p *child.Process, argv []string, copts child.Options, max int, log *zap.Logger, switchable bool) *serverLink {
+	l := &serverLink{argv: argv, copts: copts, log: log, max: max, cur: p, switchable: switchable}
+	if switchable {
+		l.out, l.pw = io.Pipe()
+		go l.pump(p, 0)
+	}
 	return l
 }
 
@@ -57,7 +66,12 @@ func (l *serverLink) current() *child.Process {
 }
 
 // conn is the session's server Conn.
-func (l *serverLink) conn() proxy.Conn { return proxy.Conn{In: l.out, Out: linkWriter{l}} }
+func (l *serverLink) conn() proxy.Conn {
+	if !l.switchable {
+		return proxy.Conn{In: l.cur.Stdout, Out: l.cur.Stdin}
+	}
+	return proxy.Conn{In: l.out, Out: linkWriter{l}}
+}
 
 // pump copies a child's output to the session, line by line, for as long
 // as that child is the current one; the current child's end is the
@@ -137,6 +151,9 @@ func (l *serverLink) restart(reason string) bool {
 	init, inited := l.init, l.inited
 	l.mu.Unlock()
 	switch {
+	case !l.switchable:
+		l.log.Warn("escalation refused: no rule had escalate: restart when the proxy started (a reload cannot add it)", zap.String("reason", reason))
+		return false
 	case len(recent) >= l.max:
 		l.log.Warn("escalation refused: too many restarts", zap.Int("restarts", len(recent)), zap.Duration("within", restartPeriod), zap.String("reason", reason))
 		return false

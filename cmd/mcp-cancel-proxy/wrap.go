@@ -35,7 +35,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		log.Error("cannot start the server", zap.Error(err))
 		return 1
 	}
-	link := newServerLink(first, argv, copts, cfg.Policy.MaxRestarts, log)
+	link := newServerLink(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))
 	st := &stopper{current: link.current, log: log}
 	defer st.watch(ctx)()
 
@@ -44,6 +44,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	popts := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log}
 	if pm != nil {
 		popts.Metrics = pm
+		link.onRestart = pm.Restarted
 	}
 	engine, err := policy.New(popts)
 	if err != nil {
@@ -52,9 +53,6 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		return 1
 	}
 	defer reloadOnSIGHUP(cfg.Path, engine, log)()
-	if pm != nil {
-		link.onRestart = pm.Restarted
-	}
 	sess := proxy.NewSession(proxy.Options{
 		Logger:         log,
 		MaxFrameSize:   int(cfg.Limits.MaxFrameSize),
@@ -210,4 +208,16 @@ func reloadOnSIGHUP(path string, e *policy.Engine, log *zap.Logger) (stop func()
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }
+}
+
+// escalates reports whether a rule of the policy may restart the server:
+// only then does the wrapper put a switchable link between the session and
+// the server's pipes (it costs a copy of every frame the server sends).
+func escalates(p policy.Policy) bool {
+	for _, r := range p.Rules {
+		if r.Escalate == "restart" {
+			return true
+		}
+	}
+	return false
 }
