@@ -26,14 +26,14 @@ func (g *holdingGovernor) Request(c *proxy.Call, m *framing.Message) bool {
 	g.held = append(g.held, c)
 	return true
 }
-func (g *holdingGovernor) Progress(*proxy.Call, *framing.Message)  {}
-func (g *holdingGovernor) Answered(*proxy.Call, *framing.Message)  {}
+func (g *holdingGovernor) Progress(*proxy.Call, *framing.Message)    {}
+func (g *holdingGovernor) Answered(*proxy.Call, *framing.Message)    {}
 func (g *holdingGovernor) Cancelled(c *proxy.Call, source, _ string) { g.cancelled <- source }
-func (g *holdingGovernor) Withdrawn(c *proxy.Call)                  { g.withdrawn <- c }
-func (g *holdingGovernor) Late(*proxy.Call, *framing.Message)      {}
-func (g *holdingGovernor) CancelMissed(framing.ID)                 {}
-func (g *holdingGovernor) ServerInitialized(*framing.Message)      {}
-func (g *holdingGovernor) Close()                                  {}
+func (g *holdingGovernor) Withdrawn(c *proxy.Call)                   { g.withdrawn <- c }
+func (g *holdingGovernor) Late(*proxy.Call, *framing.Message)        {}
+func (g *holdingGovernor) CancelMissed(framing.ID)                   {}
+func (g *holdingGovernor) ServerInitialized(*framing.Message)        {}
+func (g *holdingGovernor) Close()                                    {}
 
 // TestSessionHoldsRequestsForTheGovernor: a held request reaches the
 // server only when dispatched; one cancelled while held never does, and
