@@ -219,13 +219,13 @@ func TestE2ETaskCancelServerEverything(t *testing.T) {
 // a deadline there, answered with the proxy's timeout error.
 func TestE2EPolicyHooksSidecar(t *testing.T) {
 	cfg, dir := writeConfig(t, hookConfig+"    - tool: slow_ignore\n      timeout: 300ms\n  late_window: 1s\n")
-	up, front := freePort(t), freePort(t)
+	up, front, adm := freePort(t), freePort(t), freePort(t)
 	upstream := exec.Command(proxyBin, "example-server", "--http", up)
 	if err := upstream.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { upstream.Process.Kill(); upstream.Wait() }()
-	sc := startWrapped(t, "--config", cfg, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
+	sc := startWrapped(t, "--config", cfg, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp", "--admin", adm)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	waitListening(t, up)
 	sc.logs.waitFor(t, "sidecar listening")
@@ -279,6 +279,19 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 		t.Errorf("last event of the call past its deadline: %s", last)
 	}
 	sc.logs.waitFor(t, `"id":3,`, `"source":"deadline"`)
+	metrics, err := http.Get("http://" + adm + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	for _, want := range []string{`mcp_cancel_proxy_hooks_total{outcome="ok",phase="on_cancel"} 1`,
+		`mcp_cancel_proxy_hooks_total{outcome="ok",phase="on_late_result"} 1`, "mcp_cancel_proxy_deadlines_total 2",
+		`mcp_cancel_proxy_cancels_total{source="deadline"} 2`, "mcp_cancel_proxy_requests_waiting 0"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // sseMessages returns the data of each event of a response, in order,
