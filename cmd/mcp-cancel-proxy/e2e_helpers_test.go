@@ -282,3 +282,20 @@ func mcpPost(t testing.TB, url, session, body string) *http.Response {
 	}
 	return resp
 }
+
+// sseMessages returns the data of each event of a response, in order,
+// closed when the response ends.
+func sseMessages(resp *http.Response) <-chan string {
+	ch := make(chan string, 16)
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				ch <- d
+			}
+		}
+	}()
+	return ch
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -357,27 +356,13 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	sc.logs.waitFor(t, "sidecar listening")
 	session := ""
 	post := func(body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
-	lines := func(resp *http.Response) <-chan string {
-		ch := make(chan string, 16)
-		go func() {
-			defer close(ch)
-			defer resp.Body.Close()
-			sc := bufio.NewScanner(resp.Body)
-			for sc.Scan() {
-				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-					ch <- d
-				}
-			}
-		}()
-		return ch
-	}
 	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
 	session = resp.Header.Get("Mcp-Session-Id")
-	if init := <-lines(resp); !strings.Contains(init, `"serverInfo"`) || session == "" {
+	if init := <-sseMessages(resp); !strings.Contains(init, `"serverInfo"`) || session == "" {
 		t.Fatalf("initialize: session %q, answer %s", session, init)
 	}
 	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
-	call := lines(post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"h"},"_meta":{"progressToken":"h"}}}`))
+	call := sseMessages(post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"h"},"_meta":{"progressToken":"h"}}}`))
 	if first := <-call; !strings.Contains(first, "notifications/progress") {
 		t.Fatalf("first event %s, want progress", first)
 	}
@@ -389,12 +374,12 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	for d := range call { // ends after the grace
 		t.Errorf("after the cancel the call's stream carried %s", d)
 	}
-	if rel := <-lines(post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"h"}}}`)); !strings.Contains(rel, `"id":3`) {
+	if rel := <-sseMessages(post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"h"}}}`)); !strings.Contains(rel, `"id":3`) {
 		t.Errorf("release answered %s", rel)
 	}
 	sc.logs.waitFor(t, `"late response to a cancelled request"`)
 	// DELETE with a call in flight: the call is cancelled on the child first.
-	pending := lines(post(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"d"}}}`))
+	pending := sseMessages(post(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"d"}}}`))
 	<-pending
 	req, _ := http.NewRequest("DELETE", "http://"+front+"/mcp", nil)
 	req.Header.Set("Mcp-Session-Id", session)
@@ -484,11 +469,8 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 	resp.Body.Close()
 	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
 	call := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"p"}}}`)
-	rd := bufio.NewScanner(call.Body)
-	for rd.Scan() && !strings.HasPrefix(rd.Text(), "data: ") {
-	}
-	if !strings.Contains(rd.Text(), "notifications/progress") {
-		t.Fatalf("first message of the call's stream: %q, %v", rd.Text(), rd.Err())
+	if first := <-sseMessages(call); !strings.Contains(first, "notifications/progress") {
+		t.Fatalf("first message of the call's stream: %q", first)
 	}
 	call.Body.Close() // the client leaves without a word
 	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client disconnected"`)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -292,23 +291,6 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-}
-
-// sseMessages returns the data of each event of a response, in order,
-// closed when the response ends.
-func sseMessages(resp *http.Response) <-chan string {
-	ch := make(chan string, 16)
-	go func() {
-		defer close(ch)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				ch <- d
-			}
-		}
-	}()
-	return ch
 }
 
 // TestValidateCommand: validate accepts the example and refuses a bad
