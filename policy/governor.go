@@ -29,7 +29,7 @@ type governor struct {
 	calls       map[*proxy.Call]*record
 	tools       map[*proxy.Call]string // the tool of each tools/call in flight that has no record
 	names       map[string]string      // tool names, interned
-	recent      [recentMax]answered    // the last requests answered, a ring
+	recent      []answered             // the last requests answered, a ring of recentMax, made when first needed
 	recentNext  int
 	recentIdx   map[framing.ID]int // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
@@ -81,16 +81,17 @@ type record struct {
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 	g := &governor{e: e, session: session, act: a, log: e.log.With(zap.String("scope", session)),
-		work: newWorkQueue(), calls: map[*proxy.Call]*record{}, tools: map[*proxy.Call]string{},
-		names: map[string]string{}, recentIdx: map[framing.ID]int{}}
+		work: newWorkQueue(), calls: map[*proxy.Call]*record{}}
+	// The other maps and the ring are made when first needed: many
+	// sessions (a sessionless request is one) see one request.
 	e.track(g, true)
 	return g
 }
 
 // Request implements proxy.Governor.
-func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
+func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
-		return false
+		return proxy.Admission{}
 	}
 	tool := ""
 	if m.Method == "tools/call" {
@@ -102,10 +103,13 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
 		// no allocation.
 		if tool != "" {
 			g.mu.Lock()
+			if g.tools == nil {
+				g.tools = map[*proxy.Call]string{}
+			}
 			g.tools[c] = tool
 			g.mu.Unlock()
 		}
-		return false
+		return proxy.Admission{}
 	}
 	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
 		started: g.e.clock.Now(), dispatched: true}
@@ -115,21 +119,23 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) (hold bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return false
+		return proxy.Admission{}
 	}
 	g.calls[c] = r
-	if rule.Timeout > 0 {
+	a := proxy.Admission{Timed: rule.Timeout > 0}
+	if a.Timed {
 		g.armLocked(r, r.started.Add(rule.Timeout))
 	}
 	if rule.slot != nil {
 		if !rule.slot.acquire(r) {
 			r.held, r.dispatched = true, false
 			g.e.metrics.Waiting(1)
-			return true
+			a.Hold = true
+			return a
 		}
 		r.hasSlot = true
 	}
-	return false
+	return a
 }
 
 // toolName returns the tool of a tools/call, interned: the names of a
@@ -145,6 +151,9 @@ func (g *governor) toolName(m *framing.Message) string {
 		return name
 	}
 	name := string(b)
+	if g.names == nil {
+		g.names = map[string]string{}
+	}
 	if len(g.names) < 1024 {
 		g.names[name] = name
 	}
@@ -262,6 +271,9 @@ func (g *governor) granted(r *record) {
 // rememberLocked keeps an answered request for a cancel that may follow,
 // in place of the oldest one.
 func (g *governor) rememberLocked(a answered) {
+	if g.recent == nil {
+		g.recent, g.recentIdx = make([]answered, recentMax), map[framing.ID]int{}
+	}
 	slot := g.recentNext
 	g.recentNext = (g.recentNext + 1) % recentMax
 	if old := g.recent[slot].c; old != nil && g.recentIdx[old.ID()] == slot {
@@ -447,7 +459,16 @@ func (g *governor) Close() {
 		return
 	}
 	g.closed = true
+	idle := !g.work.busy()
+	for _, r := range g.calls {
+		idle = idle && r.cancelled.IsZero() && r.timer == nil
+	}
 	g.mu.Unlock()
+	if idle { // nothing to settle, and no action pending: the common end of a request's own session
+		g.work.close()
+		g.e.track(g, false)
+		return
+	}
 	done := make(chan struct{})
 	g.work.post(func() {
 		defer close(done)

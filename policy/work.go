@@ -51,3 +51,10 @@ func (q *workQueue) close() {
 	q.closed = true
 	q.pending = nil
 }
+
+// busy reports whether actions are queued or running.
+func (q *workQueue) busy() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.running || len(q.pending) > 0
+}

@@ -13,9 +13,9 @@ import (
 // the session's Actions, which it must call from a goroutine of its own,
 // never from inside one of these methods.
 type Governor interface {
-	// Request is told of a client request the tracker accepted. hold asks
-	// the transport to keep the request until Actions.Dispatch.
-	Request(c *Call, m *framing.Message) (hold bool)
+	// Request is told of a client request the tracker accepted, and says
+	// what the transport must do about it.
+	Request(c *Call, m *framing.Message) Admission
 	// Progress is told of progress from the server for a call in flight.
 	Progress(c *Call, m *framing.Message)
 	// Answered is told of the server's response to a call in flight.
@@ -35,6 +35,16 @@ type Governor interface {
 	// Close ends the session's governance: timers stop, calls still in
 	// flight are settled.
 	Close()
+}
+
+// Admission is what a Governor asks of a request's transport.
+type Admission struct {
+	// Hold keeps the request in the transport until Actions.Dispatch.
+	Hold bool
+	// Timed says the request has a deadline: the transport must be ready
+	// to end it (Actions.Expire) at any moment, even before the server
+	// has begun to answer.
+	Timed bool
 }
 
 // Actions is what a transport does for its session's Governor.

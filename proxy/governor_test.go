@@ -17,14 +17,14 @@ type holdingGovernor struct {
 	cancelled chan string
 }
 
-func (g *holdingGovernor) Request(c *proxy.Call, m *framing.Message) bool {
+func (g *holdingGovernor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method != "tools/call" {
-		return false
+		return proxy.Admission{}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.held = append(g.held, c)
-	return true
+	return proxy.Admission{Hold: true}
 }
 func (g *holdingGovernor) Progress(*proxy.Call, *framing.Message)    {}
 func (g *holdingGovernor) Answered(*proxy.Call, *framing.Message)    {}

@@ -98,8 +98,8 @@ type Outcome struct {
 	// Cancelled is the call an accepted cancel names.
 	Cancelled *Call
 	// Hold asks the transport to keep the request until the Governor
-	// dispatches it.
-	Hold bool
+	// dispatches it; Timed says it has a deadline (see Admission).
+	Hold, Timed bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -162,7 +162,8 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
 	if g := t.opts.Governor; g != nil && from == Client {
-		o.Hold = g.Request(c, m)
+		a := g.Request(c, m)
+		o.Hold, o.Timed = a.Hold, a.Timed
 	}
 	if c.aliased() || c.tokenAliased() {
 		p.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",

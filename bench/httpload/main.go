@@ -28,6 +28,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
@@ -50,7 +51,7 @@ func main() {
 }
 
 func run(n, rounds int) error {
-	fmt.Printf("%-6s %-12s %5s %10s %10s %10s %12s %7s\n", "body", "target", "conc", "req/s", "p50 µs", "p99 µs", "vs direct", "errors")
+	fmt.Printf("%-6s %-13s %5s %10s %10s %10s %12s %7s\n", "body", "target", "conc", "req/s", "p50 µs", "p99 µs", "vs direct", "errors")
 	for _, jsonMode := range []bool{true, false} {
 		targets, stop, err := serveAll(jsonMode)
 		if err != nil {
@@ -69,7 +70,7 @@ func run(n, rounds int) error {
 			}
 			for i, t := range targets {
 				r := median(runs[i], runs[0])
-				fmt.Printf("%-6s %-12s %5d %10.0f %10.0f %10.0f %11.2fx %7d\n", mode, t.name, conc, r.rps,
+				fmt.Printf("%-6s %-13s %5d %10.0f %10.0f %10.0f %11.2fx %7d\n", mode, t.name, conc, r.rps,
 					float64(r.p50.Microseconds()), float64(r.p99.Microseconds()), r.ratio, r.errors)
 			}
 		}
@@ -122,19 +123,37 @@ func serveAll(jsonMode bool) ([]target, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sc := &httpx.Sidecar{Upstream: upURL}
-	handler, err := sc.Handler()
+	// The sidecar as the binary runs it: with the default policy's governor.
+	engine, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
 	if err != nil {
 		return nil, nil, err
+	}
+	sc, stopSC, err := serveSidecar(&httpx.Sidecar{Upstream: upURL, Governor: engine.Governor})
+	if err != nil {
+		return nil, nil, err
+	}
+	// And without any policy, to show what the policy layer costs.
+	bare, stopBare, err := serveSidecar(&httpx.Sidecar{Upstream: upURL})
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() { up.Close(); rp.Close(); stopSC(); stopBare(); engine.Shutdown() }
+	return []target{{"direct", upURL}, {"sidecar", sc}, {"reverseproxy", rpURL}, {"sidecar-nopol", bare}}, stop, nil
+}
+
+// serveSidecar serves sc on a loopback port and returns its MCP URL.
+func serveSidecar(sc *httpx.Sidecar) (string, func(), error) {
+	handler, err := sc.Handler()
+	if err != nil {
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
 	fs := &fasthttp.Server{Handler: handler, CloseOnShutdown: true, IdleTimeout: time.Second}
 	go fs.Serve(ln)
-	stop := func() { up.Close(); rp.Close(); fs.Shutdown() }
-	return []target{{"direct", upURL}, {"sidecar", "http://" + ln.Addr().String() + "/mcp"}, {"reverseproxy", rpURL}}, stop, nil
+	return "http://" + ln.Addr().String() + "/mcp", func() { fs.Shutdown() }, nil
 }
 
 func listen(h http.Handler) (*http.Server, string, error) {

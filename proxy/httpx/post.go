@@ -20,19 +20,20 @@ const (
 // sessionFor returns the session a request belongs to, and whether the
 // sidecar knew it. A request without a session id, or with one the sidecar
 // never saw (which the upstream will refuse), gets a fresh session of its own.
-func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx) (*session, bool) {
+// Only a POST's new session is governed: a GET carries no client requests.
+func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(ctx.Request.Header.Peek(sessionHeader))
 	if id != "" {
 		if sess := s.sessions.lookup(id); sess != nil {
 			return sess, true
 		}
 	}
-	return newSession(id, s), false
+	return newSession(id, s, governed), false
 }
 
 // post relays a POST: one JSON-RPC message or a batch from the client.
 func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
-	sess, known := s.sessionFor(ctx)
+	sess, known := s.sessionFor(ctx, true)
 	sess.setVersion(ctx.Request.Header.Peek(versionHeader))
 	streaming := false
 	defer func() {
@@ -76,7 +77,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.forwardDetached(ctx, d.data)
 		return
 	}
-	resp, err := s.forwardPost(ctx, st, d.data, len(d.requests) > 0)
+	resp, err := s.forwardPost(ctx, st, d.data, d.timed)
 	switch {
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
@@ -93,7 +94,10 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	switch id := resp.Header.Peek(sessionHeader); {
 	case len(id) > 0 && !known:
-		sess = s.sessions.adopt(string(id), sess)
+		if adopted := s.sessions.adopt(string(id), sess); adopted != sess {
+			sess.closeGovernor() // the id was known after all: this one is not kept
+			sess = adopted
+		}
 		s.log.Info("session opened", zap.String("scope", sess.scope))
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
@@ -119,11 +123,11 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream")
 }
 
-// forwardPost forwards a POST. When a governor may end its requests early
-// (a deadline), the wait for the upstream's headers is given up as soon
-// as the stream is ended, and errGaveUp returned.
-func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, st *stream, body []byte, requests bool) (*fasthttp.Response, error) {
-	if s.Governor == nil || !requests {
+// forwardPost forwards a POST. When a request of it has a deadline, the
+// wait for the upstream's headers is given up as soon as the stream is
+// ended, and errGaveUp returned.
+func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
+	if !timed {
 		return s.forward(ctx, fasthttp.MethodPost, body)
 	}
 	req := fasthttp.AcquireRequest()
@@ -264,7 +268,7 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 // get relays the standalone event stream that carries the server's own
 // requests and notifications.
 func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
-	sess, _ := s.sessionFor(ctx)
+	sess, _ := s.sessionFor(ctx, false)
 	if len(ctx.Request.Header.Peek("Last-Event-ID")) > 0 {
 		sess.resumed()
 	}

@@ -49,11 +49,11 @@ type session struct {
 	lastResume atomic.Int64
 }
 
-func newSession(id string, s *Sidecar) *session {
+func newSession(id string, s *Sidecar, governed bool) *session {
 	sess := &session{id: id, scope: fmt.Sprintf("s%d", scopes.Add(1)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.With(zap.String("scope", sess.scope))
-	if s.Governor != nil {
+	if s.Governor != nil && governed {
 		sess.gov = s.Governor(sess.scope)(actions{s: s, sess: sess})
 		opts.Governor = sess.gov
 	}
@@ -79,15 +79,18 @@ func (r *registry) lookup(id string) *session {
 	return sess
 }
 
-// sweepLocked forgets sessions idle for longer than sessionIdle.
-func (r *registry) sweepLocked() {
+// sweepLocked forgets sessions idle for longer than sessionIdle, and
+// returns them, for the caller to close their governors once unlocked.
+func (r *registry) sweepLocked() []*session {
 	cutoff := time.Now().Add(-sessionIdle).UnixNano()
+	var swept []*session
 	for id, sess := range r.m {
 		if sess.lastUsed.Load() < cutoff {
 			delete(r.m, id)
-			sess.closeGovernor()
+			swept = append(swept, sess)
 		}
 	}
+	return swept
 }
 
 // registered reports whether sess is the session the registry holds
@@ -103,16 +106,20 @@ func (r *registry) registered(sess *session) bool {
 // its answer to initialize, and returns the registered session.
 func (r *registry) adopt(id string, sess *session) *session {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if old, ok := r.m[id]; ok {
+		r.mu.Unlock()
 		return old
 	}
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
 	sess.lastUsed.Store(time.Now().UnixNano())
-	r.sweepLocked()
+	swept := r.sweepLocked()
 	r.m[id] = sess
+	r.mu.Unlock()
+	for _, old := range swept {
+		old.closeGovernor()
+	}
 	return sess
 }
 

@@ -302,6 +302,7 @@ type decided struct {
 	kept      [][]byte
 	keptCalls []*proxy.Call
 	batch     bool
+	timed     bool // a request has a deadline: the wait for the upstream may be cut short
 }
 
 type heldCall struct {
@@ -337,6 +338,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		}
 		if o.Request != nil {
 			d.requests = append(d.requests, o.Request)
+			d.timed = d.timed || o.Timed
 			if o.Hold {
 				sess.mu.Lock()
 				d.held = append(d.held, heldCall{o.Request, sess.holdLocked(o.Request)})
