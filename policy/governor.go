@@ -122,7 +122,8 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 		return proxy.Admission{}
 	}
 	g.calls[c] = r
-	a := proxy.Admission{Timed: rule.Timeout > 0}
+	a := proxy.Admission{Timed: rule.Timeout > 0,
+		WantsLate: rule.OnLateResult != nil || rule.OnLateError != nil || m.HasTask}
 	if a.Timed {
 		g.armLocked(r, r.started.Add(rule.Timeout))
 	}

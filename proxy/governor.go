@@ -45,6 +45,10 @@ type Admission struct {
 	// to end it (Actions.Expire) at any moment, even before the server
 	// has begun to answer.
 	Timed bool
+	// WantsLate says the governor wants to see the request's answer even
+	// if it comes after a cancel (a hook compensates it): the transport
+	// should keep reading the server's answer a while after the cancel.
+	WantsLate bool
 }
 
 // Actions is what a transport does for its session's Governor.

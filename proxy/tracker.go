@@ -98,8 +98,9 @@ type Outcome struct {
 	// Cancelled is the call an accepted cancel names.
 	Cancelled *Call
 	// Hold asks the transport to keep the request until the Governor
-	// dispatches it; Timed says it has a deadline (see Admission).
-	Hold, Timed bool
+	// dispatches it; Timed says it has a deadline; WantsLate that its late
+	// answer is wanted (see Admission).
+	Hold, Timed, WantsLate bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -163,7 +164,7 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	o := Outcome{Request: c}
 	if g := t.opts.Governor; g != nil && from == Client {
 		a := g.Request(c, m)
-		o.Hold, o.Timed = a.Hold, a.Timed
+		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
 	}
 	if c.aliased() || c.tokenAliased() {
 		p.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",

@@ -46,7 +46,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	}
 	defer engine.Shutdown()
 	defer reloadOnSIGHUP(cfg.Path, engine, log)()
-	sc.Governor = engine.Governor
+	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
 	if len(argv) > 0 { // a stdio server behind the listener: a child per session
 		var children atomic.Int64
 		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,

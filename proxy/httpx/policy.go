@@ -91,7 +91,6 @@ func (a actions) After(f func()) {
 func (s *Sidecar) postOwn(sess *session, frame []byte) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(s.upstream.String())
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
@@ -105,31 +104,10 @@ func (s *Sidecar) postOwn(sess *session, frame []byte) {
 	req.SetBody(frame)
 	if err := s.client.Do(req, resp); err != nil {
 		s.log.Warn("the proxy's own request failed", zap.String("scope", sess.scope), zap.Error(err))
+		fasthttp.ReleaseResponse(resp)
 		return
 	}
-	var f framing.Frame
-	put := func(data []byte) {
-		if f.Parse(data) == nil {
-			for i := range f.Msgs {
-				sess.t.Decide(proxy.Server, &f.Msgs[i])
-			}
-		}
-	}
-	if !isEventStream(resp.Header.ContentType()) {
-		put(readBody(resp, s.MaxBodySize))
-		return
-	}
-	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			break
-		}
-		if ev.HasData {
-			put(ev.Data)
-		}
-	}
-	resp.CloseBodyStream()
+	s.toTracker(sess, resp)
 }
 
 // readBody reads a streamed response's body, up to max bytes.

@@ -2,6 +2,7 @@ package httpx_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,5 +112,47 @@ func (w *waitMetrics) CancelSettled(bool)   {}
 func (w *waitMetrics) Waiting(delta int) {
 	if delta > 0 {
 		w.waiting <- struct{}{}
+	}
+}
+
+// TestLateJSONAnswerIsStillRead: with a JSON-answering upstream, a
+// cancelled request's POST is answered after the grace, but the upstream's
+// answer is still read, so that its late result reaches the hook.
+func TestLateJSONAnswerIsStillRead(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "gate"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		started <- struct{}{}
+		<-release // deaf to the cancel
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
+	defer srv.Close()
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "gate", OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
+	recs := make(chan *policy.Record, 4)
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t),
+		OnAudit: func(r *policy.Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, LateWatch: 20 * time.Second})}
+	c.initialize()
+	answer := make(chan *http.Response, 1)
+	go func() {
+		answer <- c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
+	}()
+	<-started
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`).Body.Close()
+	resp := <-answer // after the grace, before the tool ends
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("the cancelled call's POST: %d, want 202", resp.StatusCode)
+	}
+	close(release)
+	if r := <-recs; r.Status != policy.StatusCompensated || r.Late == nil {
+		t.Errorf("audit: %+v", r)
 	}
 }

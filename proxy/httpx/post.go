@@ -77,14 +77,20 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.forwardDetached(ctx, d.data)
 		return
 	}
-	resp, err := s.forwardPost(ctx, st, d.data, d.timed)
+	if d.wantsLate && s.LateWatch > 0 && sess.protocolVersion() < "2026-07-28" {
+		// After a cancel the client's stream ends, but the upstream's
+		// answer is still read a while, for the hooks that compensate it.
+		// (In 2026-07-28 closing the upstream's stream is the cancel.)
+		st.lingerFor(s.LateWatch)
+	}
+	resp, err := s.forwardPost(ctx, sess, st, d.data, d.timed)
 	switch {
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
 		if final := st.takeFinal(); final != nil {
-			writeJSON(ctx, fasthttp.StatusOK, final)
+			writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(d.replies, final), len(d.replies) > 0))
 		} else {
-			emptyStream(ctx)
+			s.relayReplies(ctx, d.replies)
 		}
 		return
 	case err != nil:
@@ -123,11 +129,13 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream")
 }
 
-// forwardPost forwards a POST. When a request of it has a deadline, the
-// wait for the upstream's headers is given up as soon as the stream is
-// ended, and errGaveUp returned.
-func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
-	if !timed {
+// forwardPost forwards a POST. When a request of it has a deadline, or
+// its stream lingers after a cancel, the wait for the upstream's headers
+// is given up as soon as the stream ends (or the client's side of it), and
+// errGaveUp returned; an answer that comes later is read for the tracker
+// alone when the stream lingers, else closed.
+func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
+	if !timed && st.quit == nil {
 		return s.forward(ctx, fasthttp.MethodPost, body)
 	}
 	req := fasthttp.AcquireRequest()
@@ -151,14 +159,49 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, st *stream, body []byte,
 	case a := <-got:
 		return a.resp, a.err
 	case <-st.watched():
-		go func() { // the answer comes to nobody: close it
-			if a := <-got; a.resp != nil {
-				a.resp.CloseBodyStream()
-				fasthttp.ReleaseResponse(a.resp)
-			}
-		}()
-		return nil, errGaveUp
+	case <-st.quit:
 	}
+	go func() { // the answer comes to nobody
+		a := <-got
+		if a.resp == nil {
+			return
+		}
+		if st.quit != nil && st.setBody(bodyOf(a.resp)) {
+			s.toTracker(sess, a.resp) // a late answer: suppressed, and seen
+			return
+		}
+		a.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(a.resp)
+	}()
+	return nil, errGaveUp
+}
+
+// toTracker reads an upstream answer, JSON or an event stream, puts every
+// message in it to the session's tracker, and releases the response: for
+// answers no client waits for (the proxy's own requests, late answers).
+func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
+	defer fasthttp.ReleaseResponse(resp)
+	var f framing.Frame
+	put := func(data []byte) {
+		if f.Parse(data) == nil {
+			s.decideFrame(sess, proxy.Server, &f)
+		}
+	}
+	if !isEventStream(resp.Header.ContentType()) {
+		put(readBody(resp, s.MaxBodySize))
+		return
+	}
+	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if ev.HasData {
+			put(ev.Data)
+		}
+	}
+	resp.CloseBodyStream()
 }
 
 // respond relays the upstream's answer to a POST; it reports whether the
@@ -202,9 +245,20 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 // relayJSON relays a JSON response, held back where the tracker says so.
 func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
 	st.setBody(bodyOf(resp)) // so that a deadline can cut the read short
-	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.MaxBodySize)+1))
-	st.end(nil)
-	fasthttp.ReleaseResponse(resp)
+	read := func() ([]byte, error) {
+		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.MaxBodySize)+1))
+		st.end(nil)
+		fasthttp.ReleaseResponse(resp)
+		return body, err
+	}
+	var body []byte
+	var err error
+	if st.quit == nil {
+		body, err = read()
+	} else if body, err = s.readOrQuit(sess, st, read); errors.Is(err, errGaveUp) {
+		s.relayReplies(ctx, replies) // cancelled: the answer is read on, for the tracker alone
+		return
+	}
 	if final := st.takeFinal(); final != nil {
 		writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(replies, final), len(replies) > 0))
 		return
@@ -235,6 +289,33 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		return
 	}
 	ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
+}
+
+// readOrQuit reads a lingering stream's JSON answer, unless the client's
+// side ends first (errGaveUp): then the answer is read on in the
+// background, and put to the tracker alone, so that a late answer is seen.
+func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, error)) ([]byte, error) {
+	type answer struct {
+		body []byte
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		body, err := read()
+		got <- answer{body, err}
+	}()
+	select {
+	case a := <-got:
+		return a.body, a.err
+	case <-st.quit:
+		go func() {
+			var f framing.Frame
+			if a := <-got; a.err == nil && f.Parse(a.body) == nil {
+				s.decideFrame(sess, proxy.Server, &f) // a late answer: suppressed, and seen
+			}
+		}()
+		return nil, errGaveUp
+	}
 }
 
 // relayReplies answers with the proxy's own replies, or 202 if none.

@@ -75,6 +75,11 @@ type Sidecar struct {
 	// per-request policy (package policy's Engine.Governor); scope names
 	// the session.
 	Governor func(scope string) func(proxy.Actions) proxy.Governor
+	// LateWatch is how long, after a client's cancel has ended its stream,
+	// the upstream's answer is still read for a request whose late answer
+	// the governor wants (a hook compensates it), in the 2025 revisions.
+	// If zero, the upstream's stream ends with the client's.
+	LateWatch time.Duration
 
 	once     sync.Once
 	initErr  error

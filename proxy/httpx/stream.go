@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -32,6 +33,31 @@ type stream struct {
 	final []byte
 	done  chan struct{} // closed when the stream is ended; made by watched
 	cut   bool          // ended by the sidecar, not at the upstream's end
+	// linger, when set, is how long the upstream's answer is still read
+	// after the client's stream ends for a cancel, so that a late answer
+	// reaches the tracker (and the policy's hooks); quit is closed when the
+	// client's stream is to end. Set before the stream is shared.
+	linger   time.Duration
+	quit     chan struct{}
+	quitOnce sync.Once
+}
+
+// lingerFor makes the stream read on for d after its cancel.
+func (st *stream) lingerFor(d time.Duration) {
+	st.linger, st.quit = d, make(chan struct{})
+}
+
+// release ends the client's side of the stream after a cancel: at once
+// the upstream's too, or, when the stream lingers, after the linger.
+func (st *stream) release() {
+	if st.linger <= 0 {
+		st.end(errStreamCancelled)
+		return
+	}
+	st.quitOnce.Do(func() {
+		close(st.quit)
+		time.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
+	})
 }
 
 // watched returns a channel closed when the stream is ended.
@@ -91,7 +117,7 @@ func (st *stream) endAfter(d time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.timer == nil && !st.ended {
-		st.timer = time.AfterFunc(d, func() { st.end(errStreamCancelled) })
+		st.timer = time.AfterFunc(d, st.release)
 	}
 }
 
@@ -134,6 +160,10 @@ type sseRelay struct {
 	eof       bool   // the upstream stream ended, or the sidecar ended it
 	broken    error  // why the stream ended, if not at the upstream's clean end
 	stopWatch func()
+	// evs, for a lingering stream, carries the events a pump goroutine
+	// reads, so that the client's side can end while the upstream's is
+	// still read; closed at the upstream's end.
+	evs chan []byte
 }
 
 // newSSERelay starts relaying resp's events for a client on conn.
@@ -145,7 +175,30 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
 	r.stopWatch = watchClose(conn, func() { s.clientGone(sess, st) })
+	if st.quit != nil {
+		r.evs = make(chan []byte, 16)
+		go r.pump()
+	}
 	return r
+}
+
+// pump reads a lingering stream's upstream events to the end, handing
+// them to the client's side while it lasts; then it releases the response.
+func (r *sseRelay) pump() {
+	defer fasthttp.ReleaseResponse(r.resp)
+	defer close(r.evs)
+	for {
+		out, more := r.readEvent()
+		if len(out) > 0 {
+			select {
+			case r.evs <- bytes.Clone(out):
+			case <-r.st.quit: // the client's side is over: the event goes nowhere
+			}
+		}
+		if !more {
+			return
+		}
+	}
 }
 
 // Read hands out the next event to relay, or io.EOF when the stream ends.
@@ -184,31 +237,49 @@ func (r *sseRelay) next() bool {
 		if r.eof {
 			return false
 		}
-		ev, err := r.rd.Next()
-		switch {
-		case errors.Is(err, framing.ErrEventTooLarge):
-			r.s.log.Error("upstream event over the size limit dropped", zap.String("scope", r.sess.scope), zap.Int("limit", r.s.MaxBodySize))
-		case err != nil:
-			r.eof = true // the upstream ended the stream, or the sidecar did
-			if !errors.Is(err, io.EOF) {
-				r.broken = err
+		if r.evs != nil {
+			select {
+			case ev, ok := <-r.evs:
+				r.pending, r.eof = ev, !ok
+			case <-r.st.quit:
+				r.eof = true // the client's side ends; the pump reads on
 			}
-			if final := r.st.takeFinal(); final != nil {
-				r.pending = framing.AppendSSEMessage(nil, "", final)
-			}
-			// Read to its clean end, the upstream connection goes back to
-			// the pool now, before the client sees the end; any other end
-			// has fasthttp close it.
-			r.st.end(r.broken)
-		case string(ev.Type) == "endpoint":
-			r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
-				"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
-			r.eof, r.broken = true, errStreamCancelled
-		default:
-			r.pending = r.s.filterEvent(r.sess, ev, &r.f)
+			continue
 		}
+		out, more := r.readEvent()
+		r.pending, r.eof = out, !more
 	}
 	return true
+}
+
+// readEvent reads one upstream event and returns what of it to relay (nil
+// for nothing), and whether more may come. At the end it returns the
+// proxy's own last message, if the stream has one.
+func (r *sseRelay) readEvent() (out []byte, more bool) {
+	ev, err := r.rd.Next()
+	switch {
+	case errors.Is(err, framing.ErrEventTooLarge):
+		r.s.log.Error("upstream event over the size limit dropped", zap.String("scope", r.sess.scope), zap.Int("limit", r.s.MaxBodySize))
+		return nil, true
+	case err != nil: // the upstream ended the stream, or the sidecar did
+		if !errors.Is(err, io.EOF) {
+			r.broken = err
+		}
+		if final := r.st.takeFinal(); final != nil {
+			out = framing.AppendSSEMessage(nil, "", final)
+		}
+		// Read to its clean end, the upstream connection goes back to the
+		// pool now, before the client sees the end; any other end has
+		// fasthttp close it.
+		r.st.end(r.broken)
+		return out, false
+	case string(ev.Type) == "endpoint":
+		r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
+			"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
+		r.st.end(errStreamCancelled)
+		return nil, false
+	}
+	return r.s.filterEvent(r.sess, ev, &r.f), true
 }
 
 // Close is called by fasthttp once the response is done. Done before the
@@ -218,9 +289,11 @@ func (r *sseRelay) Close() error {
 	if !r.eof {
 		r.s.clientGone(r.sess, r.st)
 	}
-	r.st.end(r.broken)
 	r.sess.detach(r.st)
-	fasthttp.ReleaseResponse(r.resp)
+	if r.evs == nil {
+		r.st.end(r.broken)
+		fasthttp.ReleaseResponse(r.resp)
+	} // else the pump ends the upstream's side, and releases the response
 	r.s.requestDone(r.sess)
 	return nil
 }
@@ -303,6 +376,7 @@ type decided struct {
 	keptCalls []*proxy.Call
 	batch     bool
 	timed     bool // a request has a deadline: the wait for the upstream may be cut short
+	wantsLate bool // a request's late answer is wanted after a cancel
 }
 
 type heldCall struct {
@@ -339,6 +413,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		if o.Request != nil {
 			d.requests = append(d.requests, o.Request)
 			d.timed = d.timed || o.Timed
+			d.wantsLate = d.wantsLate || o.WantsLate
 			if o.Hold {
 				sess.mu.Lock()
 				d.held = append(d.held, heldCall{o.Request, sess.holdLocked(o.Request)})
