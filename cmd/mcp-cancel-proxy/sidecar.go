@@ -35,28 +35,13 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		return 1
 	}
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
-	upstream := cfg.HTTP.Upstream
-	if len(argv) > 0 {
-		upstream = filepath.Base(argv[0])
-	}
-	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream)})
+	engine, err := sidecarPolicy(cfg, sc, m, argv, stderr, log)
 	if err != nil {
 		log.Error("cannot start the policy", zap.Error(err))
 		return 1
 	}
 	defer engine.Shutdown()
 	defer reloadOnSIGHUP(cfg.Path, engine, log)()
-	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
-	if len(argv) > 0 { // a stdio server behind the listener: a child per session
-		var children atomic.Int64
-		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
-			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
-			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
-				Governor: func(a proxy.Actions) proxy.Governor {
-					return engine.Governor(fmt.Sprintf("child%d", children.Add(1)))(a)
-				}},
-		}
-	}
 	handler, err := sc.Handler()
 	if err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))
@@ -93,6 +78,32 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		sc.Children.StopAll()
 	}
 	return code
+}
+
+// sidecarPolicy starts the policy engine and gives the sidecar's sessions
+// their governors; with a stdio server (argv), it sets up the children,
+// each session's with a governor of its own.
+func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
+	upstream := cfg.HTTP.Upstream
+	if len(argv) > 0 {
+		upstream = filepath.Base(argv[0])
+	}
+	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream)})
+	if err != nil {
+		return nil, err
+	}
+	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
+	if len(argv) > 0 { // a stdio server behind the listener: a child per session
+		var children atomic.Int64
+		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
+			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
+			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
+				Governor: func(a proxy.Actions) proxy.Governor {
+					return engine.Governor(fmt.Sprintf("child%d", children.Add(1)))(a)
+				}},
+		}
+	}
+	return engine, nil
 }
 
 // newSidecar builds the sidecar and its metrics from the configuration.

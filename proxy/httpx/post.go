@@ -53,35 +53,8 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		sess.attach(c, st)
 	}
 	sess.decideMu.Unlock()
-	if len(d.held) > 0 {
-		var replies [][]byte
-		d.data, replies = s.waitHeld(sess, &d)
-		d.replies = append(d.replies, replies...)
-		if len(d.requests) == 0 {
-			sess.detach(st)
-		}
-	}
-	switch {
-	case d.data == nil: // nothing left to forward
-		if len(d.replies) > 0 {
-			writeJSON(ctx, fasthttp.StatusOK, joinFrame(d.replies, len(d.replies) > 1))
-		} else if len(d.held) > 0 {
-			emptyStream(ctx) // cancelled while waiting: the stream ends without an answer
-		} else {
-			ctx.SetStatusCode(fasthttp.StatusAccepted)
-		}
+	if !s.admit(ctx, sess, st, &d) {
 		return
-	case len(d.requests) == 0 && d.cancels > 0:
-		// A cancel is answered at once; it goes upstream on its own.
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		s.forwardDetached(ctx, d.data)
-		return
-	}
-	if d.wantsLate && s.LateWatch > 0 && sess.protocolVersion() < "2026-07-28" {
-		// After a cancel the client's stream ends, but the upstream's
-		// answer is still read a while, for the hooks that compensate it.
-		// (In 2026-07-28 closing the upstream's stream is the cancel.)
-		st.lingerFor(s.LateWatch)
 	}
 	resp, err := s.forwardPost(ctx, sess, st, d.data, d.timed)
 	switch {
@@ -98,6 +71,49 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
 		return
 	}
+	sess = s.noteSession(sess, known, resp)
+	streaming = s.respond(ctx, sess, st, resp, d)
+}
+
+// admit decides whether a POST goes upstream: it waits for its held
+// requests, answers at once what needs no upstream answer (reporting
+// false), and sets the stream to linger after a cancel where the governor
+// wants a late answer.
+func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
+	if len(d.held) > 0 {
+		var replies [][]byte
+		d.data, replies = s.waitHeld(sess, d)
+		d.replies = append(d.replies, replies...)
+		if len(d.requests) == 0 {
+			sess.detach(st)
+		}
+	}
+	switch {
+	case d.data == nil: // nothing left to forward
+		if len(d.replies) == 0 && len(d.held) > 0 {
+			emptyStream(ctx) // cancelled while waiting: the stream ends without an answer
+		} else {
+			s.relayReplies(ctx, d.replies)
+		}
+		return false
+	case len(d.requests) == 0 && d.cancels > 0:
+		// A cancel is answered at once; it goes upstream on its own.
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		s.forwardDetached(ctx, d.data)
+		return false
+	}
+	if d.wantsLate && s.LateWatch > 0 && sess.protocolVersion() < "2026-07-28" {
+		// After a cancel the client's stream ends, but the upstream's
+		// answer is still read a while, for the hooks that compensate it.
+		// (In 2026-07-28 closing the upstream's stream is the cancel.)
+		st.lingerFor(s.LateWatch)
+	}
+	return true
+}
+
+// noteSession registers the session the upstream opened, or forgets one it
+// no longer knows, and returns the session the answer belongs to.
+func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
 	switch id := resp.Header.Peek(sessionHeader); {
 	case len(id) > 0 && !known:
 		if adopted := s.sessions.adopt(string(id), sess); adopted != sess {
@@ -111,7 +127,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		sess.closeGovernor()
 		s.log.Info("session expired upstream", zap.String("scope", sess.scope))
 	}
-	streaming = s.respond(ctx, sess, st, resp, d)
+	return sess
 }
 
 // requestDone ends the governance of a session that was the request's own
