@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -93,23 +94,27 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
 		return proxy.Admission{}
 	}
-	tool := ""
+	tool, rule := "", (*Effective)(nil)
 	if m.Method == "tools/call" {
-		tool = g.toolName(m)
-	}
-	rule := g.e.m.Load().match(m.Method, tool)
-	if !rule.active() && !m.HasTask {
-		// Nothing to do unless it is cancelled (see Cancelled): no record,
-		// no allocation.
-		if tool != "" {
-			g.mu.Lock()
+		g.mu.Lock()
+		tool = g.toolNameLocked(m)
+		rule = g.e.m.Load().match(m.Method, tool)
+		if !rule.active() && !m.HasTask && !g.closed {
+			// Nothing to do unless it is cancelled (see Cancelled): no
+			// record, no allocation; the tool is noted for the audit line.
 			if g.tools == nil {
 				g.tools = map[*proxy.Call]string{}
 			}
 			g.tools[c] = tool
 			g.mu.Unlock()
+			return proxy.Admission{}
 		}
-		return proxy.Admission{}
+		g.mu.Unlock()
+	} else {
+		rule = g.e.m.Load().match(m.Method, "")
+		if !rule.active() && !m.HasTask {
+			return proxy.Admission{} // and nothing to note
+		}
 	}
 	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
 		started: g.e.clock.Now(), dispatched: true}
@@ -139,15 +144,13 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 	return a
 }
 
-// toolName returns the tool of a tools/call, interned: the names of a
-// session's tools repeat, and looking one up does not allocate.
-func (g *governor) toolName(m *framing.Message) string {
+// toolNameLocked returns the tool of a tools/call, interned: the names
+// of a session's tools repeat, and looking one up does not allocate.
+func (g *governor) toolNameLocked(m *framing.Message) string {
 	b := m.NameBytes()
 	if b == nil {
 		return m.Name() // escaped, or none
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if name, ok := g.names[string(b)]; ok {
 		return name
 	}
@@ -590,7 +593,7 @@ func (g *governor) escalate(r *record) {
 	if !due {
 		return
 	}
-	reason := fmt.Sprintf("request %s (%s) did not stop within %v of its cancel", r.id, cmpOrStr(r.tool, r.method), g.e.opts.Policy.RestartAfter)
+	reason := fmt.Sprintf("request %s (%s) did not stop within %v of its cancel", r.id, cmp.Or(r.tool, r.method), g.e.opts.Policy.RestartAfter)
 	if g.act.Restart(reason) {
 		g.mu.Lock()
 		r.restarted = true

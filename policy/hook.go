@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,7 @@ func (r *runner) run(phase string, h *Hook, ev *HookEvent, done func(HookResult)
 func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
 	res := HookResult{Phase: phase, Target: h.target()}
 	start := time.Now()
-	backoff := cmpOr(h.Backoff, DefaultHookBackoff)
+	backoff := cmp.Or(h.Backoff, DefaultHookBackoff)
 	for attempt := 0; attempt <= h.Retries; attempt++ {
 		if attempt > 0 {
 			select {
@@ -74,13 +75,13 @@ func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
 			backoff *= 2
 		}
 		if r.ctx.Err() != nil {
-			res.Error = "abandoned at shutdown: " + cmpOrStr(res.Error, "never started")
+			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
 			break
 		}
 		select { // wait for a turn
 		case r.sem <- struct{}{}:
 		case <-r.ctx.Done():
-			res.Error = "abandoned at shutdown: " + cmpOrStr(res.Error, "never started")
+			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
 			res.Duration, res.Took = time.Since(start), time.Since(start).Round(time.Millisecond).String()
 			return res
 		}
@@ -115,7 +116,7 @@ func (r *runner) once(h *Hook, ev *HookEvent) (string, error) {
 // exec runs the hook's command in a process group of its own, the event
 // on its stdin; at the timeout the whole group is killed.
 func (r *runner) exec(h *Hook, ev *HookEvent, doc []byte) (string, error) {
-	timeout := cmpOr(h.Timeout, DefaultHookTimeout)
+	timeout := cmp.Or(h.Timeout, DefaultHookTimeout)
 	ctx, cancel := context.WithTimeout(r.ctx, timeout)
 	defer cancel()
 	cmd := exec.Command(h.Exec[0], h.Exec[1:]...)
@@ -159,7 +160,7 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 		req.Header.Set(k, v)
 	}
 	req.SetBody(doc)
-	timeout := cmpOr(h.HTTP.Timeout, cmpOr(h.Timeout, DefaultHookTimeout))
+	timeout := cmp.Or(h.HTTP.Timeout, cmp.Or(h.Timeout, DefaultHookTimeout))
 	if err := r.client.DoTimeout(req, resp, timeout); err != nil {
 		return "", fmt.Errorf("POST %s: %w", h.HTTP.URL, err)
 	}
@@ -191,20 +192,6 @@ func (h *Hook) target() string {
 		return "POST " + h.HTTP.URL
 	}
 	return strings.Join(h.Exec, " ")
-}
-
-func cmpOr(a, b time.Duration) time.Duration {
-	if a > 0 {
-		return a
-	}
-	return b
-}
-
-func cmpOrStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // limitedBuffer keeps the first hookOutputMax bytes written to it.
