@@ -2,6 +2,7 @@ package framing
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -63,9 +64,25 @@ func (r *Reader) Read(dst []byte) ([]byte, error) {
 	}
 }
 
-// Buffered reports how many bytes have been read from the input but not yet
-// returned as frames: zero means the next Read will wait for input.
-func (r *Reader) Buffered() int { return r.br.Buffered() }
+// Ready reports whether the next Read returns a frame without waiting for
+// input: whether what is buffered holds a whole non-blank line. Blank lines
+// and white space before the next frame are skipped on the way, so a frame
+// followed by an empty line (or by part of the next frame) is not mistaken
+// for the start of a burst: a relay that writes out what it has queued when
+// Ready is false never holds a frame back while it waits for more input.
+func (r *Reader) Ready() bool {
+	n := r.br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := r.br.Peek(n) // never waits: n bytes are buffered
+	i := 0
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	r.br.Discard(i)
+	return bytes.IndexByte(b[i:], '\n') >= 0
+}
 
 // readLine reads one line into dst. A partial last line is returned with a
 // nil error; the next call reports io.EOF.

@@ -67,3 +67,30 @@ func TestReaderLargeFrames(t *testing.T) {
 		t.Errorf("got %d frames; want first, big, error, last", len(got))
 	}
 }
+
+// TestReaderReady: Ready is true only when a whole non-blank line is
+// buffered, so that a frame followed by blank lines, white space or part of
+// the next frame is never held back by a relay that flushes on !Ready.
+func TestReaderReady(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"a\n", false},
+		{"a\n\n", false},
+		{"a\n\r\n  \t\n", false},
+		{"a\n\n{\"part", false},
+		{"a\r\n\r\n", false},
+		{"a\nb\n", true},
+		{"a\n\n\nb\n", true},
+	}
+	for _, tt := range tests {
+		rd := framing.NewReader(strings.NewReader(tt.in), 0)
+		if f, err := rd.Read(nil); err != nil || string(f) != "a" {
+			t.Fatalf("%q: first frame %q, %v", tt.in, f, err)
+		}
+		if got := rd.Ready(); got != tt.want {
+			t.Errorf("%q: Ready() = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}

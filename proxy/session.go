@@ -170,7 +170,7 @@ func (s *Session) relay(from *side, in io.Reader) {
 			log.Debug("input ended")
 			return
 		}
-		if rd.Buffered() == 0 { // the next read waits: write out this burst first
+		if !rd.Ready() { // the next read waits: write out this burst first
 			from.out.flush()
 		}
 	}

@@ -308,3 +308,24 @@ func TestReusedProgressTokenIsRenamed(t *testing.T) {
 	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":"p1"}}}`)
 	h.serverGets(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-2","method":"tools/call","params":{"_meta":{"progressToken":"mcp-cancel-proxy-t3"}}}`)
 }
+
+// TestFrameIsNotHeldBackByWhatFollows: a frame is written to the other peer
+// as soon as it is read, whatever follows it in the same read: blank lines,
+// white space, or the start of the next frame. (The relay used to flush
+// only when its reader's buffer was empty, so a trailing blank line held the
+// frame back until more input came.)
+func TestFrameIsNotHeldBackByWhatFollows(t *testing.T) {
+	for _, tail := range []string{"\n", "\r\n \t\n\n", "\n{\"jsonrpc\":\"2.0\","} {
+		t.Run(fmt.Sprintf("%q", tail), func(t *testing.T) {
+			h := newHarness(t, proxy.Options{})
+			if _, err := io.WriteString(h.toProxyC, callTool+"\n"+tail); err != nil {
+				t.Fatal(err)
+			}
+			h.serverGets(callTool)
+			if _, err := io.WriteString(h.toProxyS, result1+"\n"+tail); err != nil {
+				t.Fatal(err)
+			}
+			h.clientGets(result1)
+		})
+	}
+}
