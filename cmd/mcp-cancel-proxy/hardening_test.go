@@ -1,7 +1,16 @@
 package main
 
 import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // blankLineServer is a real stdio server (a shell loop) that follows every
@@ -16,4 +25,112 @@ func TestE2EBlankLinesHoldNothingBack(t *testing.T) {
 	w := startWrapped(t, append([]string{"--"}, blankLineServer...)...)
 	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}` + "\n")
 	w.recvUntil(isResponse("init"))
+}
+
+// sharedDir returns the workplace's shared folder beside the repository
+// (the Python SDK, loopback.cjs), skipping the test without it, except
+// under CI, where it must be there.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../../../shared")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "PEERS.md"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("../shared is missing beside the repository: %v", err)
+		}
+		t.Skip("../shared is not beside the repository")
+	}
+	return dir
+}
+
+// buildMcpGo builds the mcp-go example server.
+func buildMcpGo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mcpgoserver")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/mcpgoserver").CombinedOutput(); err != nil {
+		t.Fatalf("building the mcp-go server: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestE2EGoSDKClient2025ThroughSilentServers: server-everything and mcp-go
+// send no event on a fresh GET stream, only its headers; the go-sdk client
+// speaking 2025-11-25 waits for those headers before it sends
+// notifications/initialized. Through the sidecar, upstream and as stdio
+// children, it must connect and call a tool (issue 8, item A).
+func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
+	node, dir := nodePeers(t)
+	loopback := filepath.Join(sharedDir(t), "tools", "loopback.cjs")
+	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	mcpgo := buildMcpGo(t)
+	type target struct {
+		name     string
+		upstream func(addr string) // starts an HTTP server on addr, if the sidecar relays to one
+		child    []string          // else the stdio server the sidecar runs
+		tool     string
+	}
+	targets := []target{
+		{name: "mcp-go upstream", tool: "wait_for_cancel", upstream: func(addr string) { startBackground(t, mcpgo, "-http", addr) }},
+		{name: "server-everything upstream", tool: "echo", upstream: func(addr string) {
+			_, port, _ := net.SplitHostPort(addr)
+			startBackgroundEnv(t, []string{"PORT=" + port}, node, "--require", loopback, everything, "streamableHttp")
+		}},
+		{name: "mcp-go child", tool: "wait_for_cancel", child: []string{mcpgo}},
+		{name: "server-everything child", tool: "echo", child: []string{node, everything, "stdio"}},
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			watchdog(t, 60*time.Second)
+			front := freePort(t)
+			args := []string{"--listen", front, "--log-level", "debug"}
+			if tg.upstream != nil {
+				up := freePort(t)
+				tg.upstream(up)
+				waitListening(t, up)
+				args = append(args, "--upstream", "http://"+up+"/mcp")
+			} else {
+				args = append(append(args, "--"), tg.child...)
+			}
+			sidecar := startWrapped(t, args...)
+			sidecar.logs.waitFor(t, "sidecar listening")
+			t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+			cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"},
+				&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatalf("connecting through the sidecar: %v", err)
+			}
+			defer cs.Close()
+			tools, err := cs.ListTools(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, tl := range tools.Tools {
+				found = found || tl.Name == tg.tool
+			}
+			if !found {
+				t.Errorf("tools/list through the sidecar lacks %q", tg.tool)
+			}
+		})
+	}
+}
+
+// startBackgroundEnv is startBackground with extra environment variables.
+func startBackgroundEnv(t *testing.T, env []string, name string, args ...string) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
 }

@@ -1,11 +1,13 @@
 // Command mcpgoserver is a small stdio MCP server on mark3labs/mcp-go, the
 // other popular Go SDK, used by mcp-cancel-proxy's end-to-end tests: when a
 // call is cancelled, mcp-go cancels the handler's context but still writes
-// a response, which the proxy must keep from the client.
+// a response, which the proxy must keep from the client. With -http ADDR it
+// serves Streamable HTTP at /mcp instead of stdio.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 
@@ -14,10 +16,19 @@ import (
 )
 
 func main() {
+	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address (at /mcp) instead of stdio")
+	flag.Parse()
 	s := server.NewMCPServer("mcpgo-example", "1.0.0")
 	s.AddTool(mcp.NewTool("wait_for_cancel",
 		mcp.WithDescription("Reports progress once, then waits until the call is cancelled, and answers anyway.")),
 		waitForCancel)
+	if *httpAddr != "" {
+		if err := server.NewStreamableHTTPServer(s, server.WithEndpointPath("/mcp")).Start(*httpAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "mcpgoserver:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := server.ServeStdio(s); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpgoserver:", err)
 		os.Exit(1)

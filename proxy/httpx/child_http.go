@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -24,7 +25,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ID{}, code, msg+err.Error()))
 		return
 	}
-	if len(ctx.Request.Header.Peek(sessionHeader)) == 0 && !f.Batch && f.Msgs[0].Method != framing.MethodInitialize {
+	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 && !f.Batch && f.Msgs[0].Method != framing.MethodInitialize {
 		s.sharedPost(ctx, &f.Msgs[0])
 		return
 	}
@@ -67,10 +68,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	}
 	ctx.Response.Header.Set(sessionHeader, c.id)
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.SetBodyStream(st, -1)
+	serveEvents(ctx, st)
 }
 
 // cancelAbandoned cancels, on the client's behalf, the requests of a
@@ -96,7 +94,7 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 // answer.
 func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
 	cs := s.Children
-	id := string(ctx.Request.Header.Peek(sessionHeader))
+	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.sessions == nil {
@@ -142,7 +140,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 
 // childGet opens the session's standalone stream.
 func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
-	c := s.Children.lookup(string(ctx.Request.Header.Peek(sessionHeader)))
+	c := s.Children.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
 	if c == nil {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -154,15 +152,13 @@ func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
 	}
 	c.get = st
 	c.mu.Unlock()
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.SetBodyStream(st, -1)
+	serveEvents(ctx, st)
 }
 
 // childDelete ends a session: the child's stdin closes, and the stop
 // ladder follows.
 func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
-	id := string(ctx.Request.Header.Peek(sessionHeader))
+	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	c := s.Children.lookup(id)
 	if c == nil {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
@@ -327,10 +323,18 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 		return
 	}
 	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	serveEvents(ctx, st)
+}
+
+// serveEvents answers with an event stream whose headers go out at once,
+// before its first event: clients wait for them (the go-sdk client sends
+// notifications/initialized only once its GET stream has its headers).
+func serveEvents(ctx *fasthttp.RequestCtx, body io.Reader) {
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.SetBodyStream(st, -1)
+	ctx.Response.ImmediateHeaderFlush = true
+	ctx.SetBodyStream(body, -1)
 }
 
 func tokens(tok framing.ID) []framing.ID {

@@ -2,17 +2,49 @@ package httpx
 
 import (
 	"bytes"
+	"iter"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 )
 
 // hopByHop are the headers that concern one connection only (RFC 9110
-// §7.6.1) and are never relayed.
+// §7.6.1) and are never relayed, in lower case.
 var hopByHop = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
+	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+}
+
+// skipped reports whether a header, named in any case, is one of the
+// hop-by-hop headers or of the extra names (given in lower case).
+func skipped(name []byte, extra ...string) bool {
+	lower := strings.ToLower(string(name))
+	return hopByHop[lower] || slices.Contains(extra, lower)
+}
+
+// peek returns the value of the first header called name, matched without
+// regard to case as HTTP requires: the upstream client keeps names as
+// received, and servers such as uvicorn send them in lower case.
+func peek(all iter.Seq2[[]byte, []byte], name string) []byte {
+	for k, v := range all {
+		if strings.EqualFold(string(k), name) {
+			return v
+		}
+	}
+	return nil
+}
+
+// count returns how many headers are called name, in any case.
+func count(all iter.Seq2[[]byte, []byte], name string) int {
+	n := 0
+	for k := range all {
+		if strings.EqualFold(string(k), name) {
+			n++
+		}
+	}
+	return n
 }
 
 // copyRequestHeaders copies the client's headers to the upstream request:
@@ -21,8 +53,7 @@ var hopByHop = map[string]bool{
 // Content-Length, which fasthttp sets.
 func copyRequestHeaders(dst *fasthttp.Request, src *fasthttp.Request) {
 	for k, v := range src.Header.All() {
-		name := string(k)
-		if hopByHop[name] || name == "Host" || name == "Content-Length" {
+		if skipped(k, "host", "content-length") {
 			continue
 		}
 		dst.Header.AddBytesKV(k, v)
@@ -33,8 +64,7 @@ func copyRequestHeaders(dst *fasthttp.Request, src *fasthttp.Request) {
 // client's response, except hop-by-hop ones and Content-Length.
 func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
 	for k, v := range src.Header.All() {
-		name := string(k)
-		if hopByHop[name] || name == "Content-Length" {
+		if skipped(k, "content-length") {
 			continue
 		}
 		dst.Header.SetBytesKV(k, v)

@@ -22,7 +22,7 @@ const (
 // never saw (which the upstream will refuse), gets a fresh session of its own.
 // Only a POST's new session is governed: a GET carries no client requests.
 func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
-	id := string(ctx.Request.Header.Peek(sessionHeader))
+	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if id != "" {
 		if sess := s.sessions.lookup(id); sess != nil {
 			return sess, true
@@ -34,7 +34,7 @@ func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session,
 // post relays a POST: one JSON-RPC message or a batch from the client.
 func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	sess, known := s.sessionFor(ctx, true)
-	sess.setVersion(ctx.Request.Header.Peek(versionHeader))
+	sess.setVersion(peek(ctx.Request.Header.All(), versionHeader))
 	streaming := false
 	defer func() {
 		if !streaming {
@@ -114,7 +114,7 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 // noteSession registers the session the upstream opened, or forgets one it
 // no longer knows, and returns the session the answer belongs to.
 func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
-	switch id := resp.Header.Peek(sessionHeader); {
+	switch id := peek(resp.Header.All(), sessionHeader); {
 	case len(id) > 0 && !known:
 		if adopted := s.sessions.adopt(string(id), sess); adopted != sess {
 			sess.closeGovernor() // the id was known after all: this one is not kept
@@ -246,6 +246,7 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	ctx.SetStatusCode(status)
 	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
+		ctx.Response.ImmediateHeaderFlush = true // the upstream's headers reach the client now, not with the first event
 		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies), -1)
 		return true
 	}
@@ -366,7 +367,7 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 // requests and notifications.
 func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	sess, _ := s.sessionFor(ctx, false)
-	if len(ctx.Request.Header.Peek("Last-Event-ID")) > 0 {
+	if len(peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
 		sess.resumed()
 	}
 	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
@@ -379,6 +380,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(resp.StatusCode())
 	st := &stream{}
 	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
+		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
 		return
 	}
@@ -388,7 +390,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 // delete ends a session: its requests in flight are cancelled upstream
 // first, then the DELETE is relayed.
 func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
-	id := string(ctx.Request.Header.Peek(sessionHeader))
+	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if sess := s.sessions.remove(id); sess != nil {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
 		for _, cancel := range sess.t.CancelInFlight("session_end", "session deleted") {

@@ -172,17 +172,27 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// allowed validates Origin and, if configured, Host; it answers 403 and
-// reports false for a request that fails.
+// allowed validates Origin and, if configured, Host; it answers 403 (400
+// for a request with two Host or Origin headers, which could show a check
+// one value and the upstream another) and reports false for a request that
+// fails. Host is checked both as the header and as the authority of an
+// absolute-form request URI, which would otherwise stand in for it.
 func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
-	origin := string(ctx.Request.Header.Peek("Origin"))
+	h := &ctx.Request.Header
+	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
+		s.log.Warn("request refused: more than one Host or Origin header")
+		ctx.Error("more than one Host or Origin header", fasthttp.StatusBadRequest)
+		return false
+	}
+	origin := string(peek(h.All(), "Origin"))
 	if origin != "" && !s.originAllowed(origin) {
 		s.log.Warn("request refused: origin not allowed", zap.String("origin", origin))
 		ctx.Error("origin not allowed", fasthttp.StatusForbidden)
 		return false
 	}
-	if s.CheckHost && !loopbackHost(string(ctx.Host())) {
-		s.log.Warn("request refused: host is not a loopback name", zap.ByteString("host", ctx.Host()))
+	if s.CheckHost && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
+		s.log.Warn("request refused: host is not a loopback name", zap.ByteString("host", h.Host()),
+			zap.ByteString("uri_host", ctx.URI().Host()))
 		ctx.Error("host not allowed", fasthttp.StatusForbidden)
 		return false
 	}

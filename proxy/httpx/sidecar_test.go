@@ -43,6 +43,12 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
+	return newUpstreamWrapped(t, opts, nil)
+}
+
+// newUpstreamWrapped is newUpstream with the server's handler wrapped, if
+// wrap is not nil: a way to make the real server misbehave on the wire.
+func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func(http.Handler) http.Handler) *upstream {
 	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8)}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
@@ -66,7 +72,11 @@ func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
 			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
 		return nil, nil, err
 	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts))
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	u.url = srv.URL
 	return u

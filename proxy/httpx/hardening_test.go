@@ -1,0 +1,152 @@
+package httpx_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// renamedHeaders makes a real server send its response header names as
+// rename spells them (uvicorn sends them in lower case). Content-Type keeps
+// its name: net/http would add one of its own beside it.
+type renamedHeaders struct {
+	http.ResponseWriter
+	rename func(string) string
+	wrote  bool
+}
+
+func (w *renamedHeaders) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote = true
+		h := w.Header()
+		for k, v := range h {
+			if k == "Content-Type" {
+				continue
+			}
+			delete(h, k)
+			h[w.rename(k)] = v
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *renamedHeaders) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *renamedHeaders) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.ResponseWriter.(http.Flusher).Flush()
+}
+
+func (w *renamedHeaders) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func renaming(rename func(string) string) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(&renamedHeaders{ResponseWriter: w, rename: rename}, r)
+		})
+	}
+}
+
+// TestHeaderNamesInAnyCase: a server that sends its session header in lower
+// or mixed case has its session adopted, so a client's cancel reaches it
+// and the late progress and answer are suppressed (issue 8, item C).
+func TestHeaderNamesInAnyCase(t *testing.T) {
+	spellings := map[string]func(string) string{
+		"lower": strings.ToLower,
+		"mixed": func(k string) string {
+			b := []byte(strings.ToLower(k))
+			for i := 0; i < len(b); i += 2 {
+				b[i] = strings.ToUpper(string(b[i]))[0]
+			}
+			return string(b)
+		},
+	}
+	for name, rename := range spellings {
+		t.Run(name, func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			up := newUpstreamWrapped(t, &mcp.StreamableHTTPOptions{}, renaming(rename))
+			c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+			c.initialize()
+			resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"tok"}}}`)
+			stream := events(resp.Body)
+			if m := <-stream; m["method"] != "notifications/progress" {
+				t.Fatalf("first message %v, want progress", m)
+			}
+			cancel := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`)
+			cancel.Body.Close()
+			if cancel.StatusCode != http.StatusAccepted {
+				t.Errorf("cancel answered %d, want 202", cancel.StatusCode)
+			}
+			if key := <-up.sawCancel; key != "a" {
+				t.Errorf("upstream cancelled %q", key)
+			}
+			for m := range stream {
+				t.Errorf("client got %v after cancelling", m)
+			}
+		})
+	}
+}
+
+// rawRequest writes a raw HTTP/1.1 request to addr and returns the status.
+func rawRequest(t *testing.T, addr, request string) int {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(request)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %q: %v", request, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestHostAndOriginAreUnambiguous: two Host or two Origin headers are
+// refused, and an absolute-form URI cannot stand in for a loopback Host
+// (issue 8, item 17).
+func TestHostAndOriginAreUnambiguous(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := startSidecar(t, up.url, proxy.TrackerOptions{})
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	req := func(target string, headers ...string) string {
+		return fmt.Sprintf("POST %s HTTP/1.1\r\n%s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+			target, strings.Join(headers, "\r\n"), len(body), body)
+	}
+	tests := []struct {
+		name    string
+		request string
+		want    int
+	}{
+		{"two hosts", req("/mcp", "Host: "+addr, "Host: evil.example.com"), http.StatusBadRequest},
+		{"two origins", req("/mcp", "Host: "+addr, "Origin: http://localhost", "Origin: http://evil.example.com"), http.StatusBadRequest},
+		{"absolute-form URI", req("http://evil.example.com/mcp", "Host: "+addr), http.StatusForbidden},
+		{"absolute-form loopback", req("http://"+addr+"/mcp", "Host: "+addr), http.StatusOK},
+	}
+	for _, tt := range tests {
+		if got := rawRequest(t, addr, tt.request); got != tt.want {
+			t.Errorf("%s: status %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
