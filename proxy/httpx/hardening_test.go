@@ -3,8 +3,10 @@ package httpx_test
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +150,27 @@ func TestHostAndOriginAreUnambiguous(t *testing.T) {
 		if got := rawRequest(t, addr, tt.request); got != tt.want {
 			t.Errorf("%s: status %d, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestAnswerNamingNoRequestIsRelayed: an upstream that answers a request
+// with an error whose id names no request in flight (FastMCP's
+// "server-error", HTTP 400) has that answer reach the client as it is, not
+// a 202 with an empty body (issue 8, item B).
+func TestAnswerNamingNoRequestIsRelayed(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	const answer = `{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	c := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || string(body) != answer {
+		t.Errorf("answered %d %q, want 400 %s", resp.StatusCode, body, answer)
 	}
 }

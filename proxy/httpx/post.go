@@ -63,7 +63,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		if final := st.takeFinal(); final != nil {
 			writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(d.replies, final), len(d.replies) > 0))
 		} else {
-			s.relayReplies(ctx, d.replies)
+			s.relayReplies(ctx, d.replies, len(d.requests) > 0)
 		}
 		return
 	case err != nil:
@@ -90,11 +90,8 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 	}
 	switch {
 	case d.data == nil: // nothing left to forward
-		if len(d.replies) == 0 && len(d.held) > 0 {
-			emptyStream(ctx) // cancelled while waiting: the stream ends without an answer
-		} else {
-			s.relayReplies(ctx, d.replies)
-		}
+		// Cancelled while waiting: the stream ends without an answer.
+		s.relayReplies(ctx, d.replies, len(d.held) > 0)
 		return false
 	case len(d.requests) == 0 && d.cancels > 0:
 		// A cancel is answered at once; it goes upstream on its own.
@@ -238,7 +235,7 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		if final := st.takeFinal(); final != nil {
 			writeJSON(ctx, fasthttp.StatusOK, final)
 		} else {
-			ctx.SetStatusCode(fasthttp.StatusAccepted)
+			emptyStream(ctx)
 		}
 		return false
 	}
@@ -273,7 +270,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 	if st.quit == nil {
 		body, err = read()
 	} else if body, err = s.readOrQuit(sess, st, read); errors.Is(err, errGaveUp) {
-		s.relayReplies(ctx, replies) // cancelled: the answer is read on, for the tracker alone
+		s.relayReplies(ctx, replies, true) // cancelled: the answer is read on, for the tracker alone
 		return
 	}
 	if final := st.takeFinal(); final != nil {
@@ -281,7 +278,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		return
 	}
 	if err != nil && st.wasCut() { // the requests were cancelled: their answer is not awaited
-		s.relayReplies(ctx, replies)
+		s.relayReplies(ctx, replies, true)
 		return
 	}
 	if err != nil || len(body) > s.MaxBodySize {
@@ -299,13 +296,19 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 	if d.data == nil {
 		out = replies
 	}
-	if len(out) == 0 {
-		// Everything was held back: the request was cancelled.
-		ctx.Response.Header.Del("Content-Type")
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		return
+	switch {
+	case len(out) > 0:
+		ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
+	case d.suppressed > 0: // the late answer of a cancelled request
+		emptyStream(ctx)
+	default:
+		// The answer names no request in flight (FastMCP answers what it
+		// cannot place with the id "server-error" and HTTP 400): the
+		// client gets it as it is, never a 202 in place of an answer.
+		s.log.Warn("upstream answer names no request in flight: relayed as it is",
+			zap.String("scope", sess.scope), zap.Int("status", ctx.Response.StatusCode()))
+		ctx.SetBody(body)
 	}
-	ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
 }
 
 // readOrQuit reads a lingering stream's JSON answer, unless the client's
@@ -335,9 +338,15 @@ func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, err
 	}
 }
 
-// relayReplies answers with the proxy's own replies, or 202 if none.
-func (s *Sidecar) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte) {
-	if len(replies) == 0 {
+// relayReplies answers with the proxy's own replies; if there are none, a
+// POST that carried requests (all cancelled) gets an event stream that ends
+// without a message, any other 202: a request is never answered 202.
+func (s *Sidecar) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte, requests bool) {
+	switch {
+	case len(replies) == 0 && requests:
+		emptyStream(ctx)
+		return
+	case len(replies) == 0:
 		ctx.Response.Header.Del("Content-Type")
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
@@ -356,11 +365,7 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 			replies = append(replies, r)
 		}
 	}
-	if len(replies) == 0 {
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		return
-	}
-	writeJSON(ctx, fasthttp.StatusOK, joinFrame(replies, len(replies) > 1))
+	s.relayReplies(ctx, replies, len(calls) > 0)
 }
 
 // get relays the standalone event stream that carries the server's own

@@ -368,6 +368,9 @@ type decided struct {
 	requests []*proxy.Call // requests being forwarded
 	replies  [][]byte      // the proxy's own answers for the sender
 	cancels  int           // accepted cancels being forwarded
+	// suppressed counts the messages held back as late (answers or
+	// progress of cancelled requests).
+	suppressed int
 	// held are requests the governor keeps waiting; kept and keptCalls are
 	// the messages forwarded (and the request each is, if any), for
 	// rebuilding the frame without those withdrawn while waiting.
@@ -421,6 +424,9 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 			}
 		}
 		if o.Verdict != proxy.Forward {
+			if o.Verdict == proxy.Suppress {
+				d.suppressed++
+			}
 			d.same = false
 			continue
 		}
