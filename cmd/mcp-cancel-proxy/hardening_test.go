@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -133,4 +134,79 @@ func startBackgroundEnv(t *testing.T, env []string, name string, args ...string)
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
+}
+
+// fastMCP unpacks the Python SDK from ../shared and returns the
+// environment and the command line that run its FastMCP test server (on
+// stdio; add "--http PORT" for Streamable HTTP).
+func fastMCP(t *testing.T) (env []string, argv []string) {
+	t.Helper()
+	peer := filepath.Join(sharedDir(t), "peers", "python-mcp")
+	site := t.TempDir()
+	untar := exec.Command("tar", "xzf", filepath.Join(peer, "python-mcp-1.29.0-site.tar.gz"), "-C", site)
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("unpacking the Python SDK: %v\n%s", err, out)
+	}
+	return []string{"PYTHONPATH=" + filepath.Join(site, "site")}, []string{"python3", filepath.Join(peer, "fastmcp_server.py")}
+}
+
+// TestE2EFastMCPThroughSidecar: FastMCP over Streamable HTTP (uvicorn sends
+// lower-case header names; the 2026 probe gets HTTP 400 with the id
+// "server-error"). The go-sdk client connects through the sidecar, falls
+// back to initialize as it does directly, and its cancel reaches the server
+// (issue 8, items B and C).
+func TestE2EFastMCPThroughSidecar(t *testing.T) {
+	env, argv := fastMCP(t)
+	watchdog(t, 60*time.Second)
+	up, front := freePort(t), freePort(t)
+	_, port, _ := net.SplitHostPort(up)
+	py := exec.Command(argv[0], append(argv[1:], "--http", port)...)
+	py.Env = append(os.Environ(), env...)
+	stderr, _ := py.StderrPipe()
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pyLogs := newLogTail(stderr)
+	t.Cleanup(func() {
+		py.Process.Kill()
+		py.Wait()
+		if t.Failed() {
+			t.Logf("FastMCP stderr:\n%s", pyLogs.all())
+		}
+	})
+	waitListening(t, up)
+	sidecar := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
+	sidecar.logs.waitFor(t, "sidecar listening")
+	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	progressed := make(chan struct{}, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, nil)
+	if err != nil {
+		t.Fatalf("connecting through the sidecar: %v", err)
+	}
+	defer cs.Close()
+	sidecar.logs.waitFor(t, "session opened")
+	callCtx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		params := &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"seconds": 30, "steps": 300}}
+		params.SetProgressToken("py-tok")
+		_, err := cs.CallTool(callCtx, params)
+		errc <- err
+	}()
+	<-progressed
+	stop()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
+	}
+	sidecar.logs.waitFor(t, `"cancel accepted"`)
+	pyLogs.waitFor(t, "slow: CANCELLED") // the server heard the cancel
+	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "after"}}); err != nil || r.IsError {
+		t.Fatalf("a call after the cancel: %v %+v", err, r)
+	}
 }
