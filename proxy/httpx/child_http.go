@@ -1,6 +1,9 @@
 package httpx
 
 import (
+	"bytes"
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -16,8 +19,13 @@ import (
 // childPost relays a POST to the session's child.
 func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	var f framing.Frame
-	body := ctx.PostBody()
-	if err := f.Parse(body); err != nil {
+	body, err := oneLine(ctx.PostBody())
+	if err != nil { // framing's own words, where it has any
+		err = cmp.Or(f.Parse(ctx.PostBody()), err)
+	} else {
+		err = f.Parse(body)
+	}
+	if err != nil {
 		code, msg := framing.CodeParseError, "Parse error: "
 		if _, invalid := err.(*framing.InvalidError); invalid {
 			code, msg = framing.CodeInvalidRequest, "Invalid Request: "
@@ -25,9 +33,17 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ID{}, code, msg+err.Error()))
 		return
 	}
-	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 && !f.Batch && f.Msgs[0].Method != framing.MethodInitialize {
-		s.sharedPost(ctx, &f.Msgs[0])
-		return
+	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
+		switch m := &f.Msgs[0]; {
+		case f.Batch:
+			// Only initialize opens a session, and it is never batched.
+			writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ID{}, framing.CodeInvalidRequest,
+				"Invalid Request: a batch needs a session: initialize first"))
+			return
+		case m.Kind != framing.KindRequest || m.Method != framing.MethodInitialize:
+			s.sharedPost(ctx, m)
+			return
+		}
 	}
 	c, status, why := s.childSessionFor(ctx, &f)
 	if c == nil {
@@ -36,22 +52,23 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	var ids, tokens []framing.ID
 	for i := range f.Msgs {
-		m := &f.Msgs[i]
-		switch {
-		case m.Kind == framing.KindRequest:
+		if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
 			ids = append(ids, m.ID)
 			if m.Token.IsValid() {
 				tokens = append(tokens, m.Token)
 			}
-		case m.Method == framing.MethodCancelled && m.RequestID.IsValid():
-			c.cancelled(m.RequestID, s.CancelGrace)
 		}
 	}
 	var st *outStream
 	if len(ids) > 0 {
 		st = c.open(ids, tokens)
 	}
-	if _, err := c.in.Write(append(append([]byte(nil), body...), '\n')); err != nil {
+	for i := range f.Msgs { // after open: a batch may cancel a request of its own
+		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
+			c.cancelled(m.RequestID, s.CancelGrace)
+		}
+	}
+	if _, err := c.in.Write(append(body, '\n')); err != nil {
 		s.log.Warn("the server's session has ended", zap.Error(err))
 		ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
 		return
@@ -65,10 +82,29 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		// has its requests cancelled after the grace. (This mode keeps no
 		// event ids, so the client cannot resume the stream meanwhile.)
 		st.onAbort = func() { time.AfterFunc(s.DisconnectCancelAfter, func() { s.cancelAbandoned(c, st) }) }
-		st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	}
+	// A stream the client left no longer keeps its session from the idle
+	// sweep, even while its request runs on.
+	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	serveEvents(ctx, st)
+}
+
+// oneLine returns a POST's body as exactly one line for a child's stdin: a
+// message spread over several lines (pretty-printed JSON is valid) would
+// otherwise reach the child as several messages, some of them a client's
+// own inventions. JSON strings cannot hold a raw line break, so compacting
+// removes every one; a body that does not compact is not JSON.
+func oneLine(body []byte) ([]byte, error) {
+	out := make([]byte, 0, len(body)+1)
+	if !bytes.ContainsAny(body, "\r\n") {
+		return append(out, body...), nil
+	}
+	buf := bytes.NewBuffer(out)
+	if err := json.Compact(buf, body); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // cancelAbandoned cancels, on the client's behalf, the requests of a
@@ -114,12 +150,8 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
 	}
-	max := cs.MaxSessions
-	if max <= 0 {
-		max = 64
-	}
-	if len(cs.sessions) >= max {
-		s.log.Warn("session refused: too many sessions", zap.Int("sessions", len(cs.sessions)))
+	if !cs.makeRoomLocked(s.log) {
+		s.log.Warn("session refused: too many sessions, none idle", zap.Int("sessions", len(cs.sessions)))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	c, err := cs.start(s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1)))))
@@ -152,6 +184,7 @@ func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
 	}
 	c.get = st
 	c.mu.Unlock()
+	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	serveEvents(ctx, st)
 }
 
@@ -219,11 +252,47 @@ func (cs *Children) idleTimeout() time.Duration {
 	return 30 * time.Minute
 }
 
-// streaming reports whether a stream of the session is open.
+// streaming reports whether a stream of the session is open: a request
+// whose client has left, its answer still unwritten, does not count.
 func (c *childSession) streaming() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.byID) > 0 || (c.get != nil && !c.get.done())
+	if c.get != nil && !c.get.done() {
+		return true
+	}
+	for _, st := range c.byID {
+		if !st.done() {
+			return true
+		}
+	}
+	return false
+}
+
+// makeRoomLocked reports whether another session may start: below the cap,
+// or once the least recently used session with no stream open has been
+// stopped to make room. cs.mu is held.
+func (cs *Children) makeRoomLocked(log *zap.Logger) bool {
+	max := cs.MaxSessions
+	if max <= 0 {
+		max = 64
+	}
+	if len(cs.sessions) < max {
+		return true
+	}
+	var lru *childSession
+	for _, c := range cs.sessions {
+		if !c.streaming() && (lru == nil || c.lastUsed.Load() < lru.lastUsed.Load()) {
+			lru = c
+		}
+	}
+	if lru == nil {
+		return false
+	}
+	delete(cs.sessions, lru.id)
+	lru.log.Info("session evicted: the least recently used idle session makes room for a new one",
+		zap.Int("max_sessions", max))
+	go lru.stop("session evicted")
+	return true
 }
 
 func (cs *Children) lookup(id string) *childSession {

@@ -2,6 +2,7 @@ package httpx_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 // renamedHeaders makes a real server send its response header names as
@@ -173,4 +175,105 @@ func TestAnswerNamingNoRequestIsRelayed(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || string(body) != answer {
 		t.Errorf("answered %d %q, want 400 %s", resp.StatusCode, body, answer)
 	}
+}
+
+// injection is one valid JSON request, pretty-printed so that an object
+// that reads as another client's cancel stands on a line of its own.
+const injection = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\",\"params\":\n" +
+	"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"h4\"}}\r\n}\n"
+
+// TestChildGetsOneLinePerMessage: whatever line breaks a POST's body holds
+// (pretty-printed JSON, a trailing newline or CRLF), a stdio child receives
+// each message as exactly one line, in a session and on the shared child
+// (issue 8, items 1 and 2).
+func TestChildGetsOneLinePerMessage(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	url := childSidecar(t, &httpx.Children{})
+	for _, sessions := range []bool{true, false} {
+		c := &childClient{t: t, url: url}
+		if sessions {
+			c.initialize()
+		}
+		for _, body := range []string{injection, `{"jsonrpc":"2.0","id":8,"method":"ping"}` + "\r\n", `{"jsonrpc":"2.0","id":9,"method":"ping"}` + "\n\n"} {
+			if status, answer := c.post(body); status != http.StatusOK {
+				t.Errorf("sessions=%v: %q answered %d %s", sessions, body, status, answer)
+			}
+			lines := c.received()
+			if len(lines) != 1 || strings.ContainsAny(lines[0], "\r\n") {
+				t.Fatalf("sessions=%v: the child received %q for %q, want one line", sessions, lines, body)
+			}
+			var m struct{ Method string }
+			if json.Unmarshal([]byte(lines[0]), &m); m.Method != "tools/list" && m.Method != "ping" {
+				t.Errorf("sessions=%v: the child received %s", sessions, lines[0])
+			}
+		}
+	}
+}
+
+// eventually waits, up to 10 s, for cond: for states only a child process
+// or the kernel decides when to reach.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an outside state, bounded above
+	}
+}
+
+// leaveHanging starts a call the child never answers, and leaves.
+func (c *childClient) leaveHanging() {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.session)
+	tr := &http.Transport{}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close() // headers came at once; the client goes away
+	tr.CloseIdleConnections()
+}
+
+// TestChildSessionSlots: only initialize opens a session; a session whose
+// client left in the middle of a call no longer holds its slot: at the cap
+// the least recently used idle session is evicted, and the idle sweep reaps
+// it whatever is in flight (issue 8, item 3).
+func TestChildSessionSlots(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	t.Run("only initialize opens a session", func(t *testing.T) {
+		cs := &httpx.Children{MaxSessions: 1}
+		c := &childClient{t: t, url: childSidecar(t, cs)}
+		if status, _ := c.post(`[{"jsonrpc":"2.0","method":"notifications/initialized"}]`); status != http.StatusBadRequest {
+			t.Errorf("a sessionless batch: %d, want 400", status)
+		}
+		if status, _ := c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); status != http.StatusAccepted {
+			t.Errorf("a sessionless notification: %d, want 202", status)
+		}
+		if n := cs.Count(); n != 0 || c.session != "" {
+			t.Errorf("%d children, session %q, after no initialize", n, c.session)
+		}
+	})
+	t.Run("evict the least recently used idle session", func(t *testing.T) {
+		cs := &httpx.Children{MaxSessions: 2, IdleTimeout: time.Hour}
+		url := childSidecar(t, cs)
+		for range 2 {
+			c := &childClient{t: t, url: url}
+			c.initialize()
+			c.leaveHanging()
+		}
+		third := &childClient{t: t, url: url}
+		const init = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+		eventually(t, "a third session", func() bool { status, _ := third.post(init); return status == http.StatusOK })
+	})
+	t.Run("idle sweep whatever is in flight", func(t *testing.T) {
+		cs := &httpx.Children{IdleTimeout: 200 * time.Millisecond}
+		c := &childClient{t: t, url: childSidecar(t, cs)}
+		c.initialize()
+		c.leaveHanging()
+		eventually(t, "the abandoned session reaped", func() bool { return cs.Count() == 0 })
+	})
 }

@@ -1,0 +1,175 @@
+package httpx_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// echoChildArg makes this test binary an echo child (see echoChild).
+const echoChildArg = "mcp-echo-child"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == echoChildArg {
+		echoChild(os.Stdin, os.Stdout)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// echoChild is a real stdio MCP server process (this test binary run with
+// echoChildArg) that reports exactly what it received: it keeps every line
+// read from stdin, and answers a ping whose params say "marker" with those
+// lines, then forgets them. Other requests, batched or not, get an empty
+// result, except a tools/call of "hang", which is never answered. It exits
+// at stdin's end.
+func echoChild(in io.Reader, out io.Writer) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var lines []string
+	for sc.Scan() {
+		var msgs []json.RawMessage
+		if json.Unmarshal(sc.Bytes(), &msgs) != nil {
+			msgs = []json.RawMessage{sc.Bytes()}
+		}
+		var m echoMessage
+		if json.Unmarshal(msgs[0], &m); len(msgs) == 1 && m.isRequest() && m.Method == "ping" && m.Params.Marker {
+			m.answer(out, map[string]any{"lines": lines})
+			lines = nil
+			continue
+		}
+		lines = append(lines, sc.Text())
+		for _, raw := range msgs {
+			var m echoMessage
+			json.Unmarshal(raw, &m)
+			switch {
+			case !m.isRequest() || m.Method == "tools/call" && m.Params.Name == "hang":
+			case m.Method == "initialize":
+				m.answer(out, map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+					"serverInfo": map[string]any{"name": "echo", "version": "1"}})
+			default:
+				m.answer(out, struct{}{})
+			}
+		}
+	}
+}
+
+// echoMessage is what the echo child reads of a message.
+type echoMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params struct {
+		Marker bool   `json:"marker"`
+		Name   string `json:"name"`
+	} `json:"params"`
+}
+
+func (m *echoMessage) isRequest() bool { return len(m.ID) > 0 && m.Method != "" }
+
+func (m *echoMessage) answer(out io.Writer, result any) {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+	fmt.Fprintf(out, "%s\n", b)
+}
+
+// childSidecar serves a Sidecar whose sessions are echo children until
+// the test ends.
+func childSidecar(t testing.TB, cs *httpx.Children) string {
+	url, stop, err := serveChildSidecar(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return url
+}
+
+// serveChildSidecar serves a Sidecar whose sessions are echo children, on
+// a loopback port, and returns its URL and how to stop it.
+func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) {
+	cs.Argv = []string{os.Args[0], echoChildArg}
+	cs.Child = child.Options{TermAfter: time.Second, KillAfter: time.Second}
+	sc := &httpx.Sidecar{Children: cs, CheckHost: true, CancelGrace: 50 * time.Millisecond, Logger: zap.NewNop()}
+	h, err := sc.Handler()
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String() + "/mcp", func() {
+		srv.Shutdown()
+		cs.StopAll()
+	}, nil
+}
+
+// childClient is a client of a childSidecar.
+type childClient struct {
+	t       testing.TB
+	url     string
+	session string
+}
+
+// post POSTs body and returns the status and the whole answer.
+func (c *childClient) post(body string, header ...string) (int, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.session != "" {
+		req.Header.Set("Mcp-Session-Id", c.session)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("POST %q: %v", body, err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if id := resp.Header.Get("Mcp-Session-Id"); id != "" && c.session == "" {
+		c.session = id
+	}
+	return resp.StatusCode, string(got)
+}
+
+func (c *childClient) initialize() {
+	c.t.Helper()
+	if status, body := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); status != 200 || c.session == "" {
+		c.t.Fatalf("initialize: %d %s", status, body)
+	}
+	c.received() // forget initialize
+}
+
+// received returns the lines the child has received since the last call:
+// a marker ping queued behind them answers with them.
+func (c *childClient) received() []string {
+	c.t.Helper()
+	_, body := c.post(`{"jsonrpc":"2.0","id":"m","method":"ping","params":{"marker":true}}`)
+	for _, line := range strings.Split(body, "\n") { // other events may come first: errors about earlier messages
+		var m struct {
+			ID     string
+			Result *struct{ Lines []string }
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok && json.Unmarshal([]byte(data), &m) == nil && m.ID == "m" && m.Result != nil {
+			return m.Result.Lines
+		}
+	}
+	c.t.Fatalf("marker answered %q", body)
+	return nil
+}
