@@ -14,7 +14,7 @@ import (
 // fuzzSidecar is one stdio-child sidecar per fuzzing process, with a
 // session and a sessionless client.
 var fuzzSidecar struct {
-	once                sync.Once
+	once                 sync.Once
 	session, sessionless *childClient
 }
 
