@@ -40,6 +40,7 @@ func parseParams(sc *scanner, m *Message) error {
 		case "requestId":
 			return scanID(sc, &m.RequestID, &m.RequestIDSpan)
 		case "progressToken":
+			m.tokens++
 			return scanID(sc, &m.Token, &m.TokenSpan)
 		case "reason":
 			span, err := sc.value()
@@ -70,6 +71,7 @@ func parseParams(sc *scanner, m *Message) error {
 func parseMeta(sc *scanner, m *Message) error {
 	isObj, err := sc.fields(func(k Span, esc bool) error {
 		if string(keyName(sc.data, k, esc)) == "progressToken" {
+			m.tokens++
 			return scanID(sc, &m.Token, &m.TokenSpan)
 		}
 		return sc.skip()

@@ -59,6 +59,7 @@ type Message struct {
 	// NameSpan is where params.name is in Raw, when it is a string: the tool
 	// of tools/call, the prompt of prompts/get.
 	NameSpan Span
+	tokens   int // progressToken keys seen, top level and under _meta
 }
 
 // NameBytes returns params.name's bytes when the string has no escapes
@@ -89,6 +90,7 @@ func (m *Message) Name() string {
 var (
 	ErrNotObject = errors.New("message is not a JSON object")
 	ErrBadID     = errors.New("id must be a string or a number")
+	ErrTwoTokens = errors.New("more than one progressToken (params and params._meta)")
 	ErrBadMethod = errors.New("method must be a string")
 	ErrNoKind    = errors.New("message has neither method nor result nor error")
 )
@@ -224,6 +226,11 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 	shiftSpan(&m.NameSpan, start)
 	if invalid != nil {
 		return invalid, nil
+	}
+	if m.tokens > 1 {
+		// Only one could be renamed: the other might make a server report
+		// progress under a token its sender does not own.
+		return ErrTwoTokens, nil
 	}
 	return classify(m, hasID, nullID, hasResult, idSpan), nil
 }

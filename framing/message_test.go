@@ -140,6 +140,8 @@ func TestParseErrors(t *testing.T) {
 		{"nothing", `{"jsonrpc":"2.0"}`, true},
 		{"result without id", `{"result":{}}`, true},
 		{"empty batch", `[]`, true},
+		// Only one token could be renamed (issue 8, item 4).
+		{"two progress tokens", `{"id":1,"method":"tools/call","params":{"progressToken":"victim","_meta":{"progressToken":"mine"}}}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

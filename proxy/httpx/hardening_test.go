@@ -277,3 +277,19 @@ func TestChildSessionSlots(t *testing.T) {
 		eventually(t, "the abandoned session reaped", func() bool { return cs.Count() == 0 })
 	})
 }
+
+// TestSharedChildRefusesTwoProgressTokens: a request carrying a progress
+// token both in params and in params._meta is refused; otherwise one would
+// reach the shared child unrenamed and the server could report progress
+// under another client's token (issue 8, item 4).
+func TestSharedChildRefusesTwoProgressTokens(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}
+	status, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","progressToken":"ht1","_meta":{"progressToken":"mine"}}}`)
+	if status != http.StatusBadRequest || !strings.Contains(body, "-32600") {
+		t.Errorf("answered %d %s, want 400 and -32600", status, body)
+	}
+	if lines := c.received(); len(lines) != 0 {
+		t.Errorf("the shared child received %q", lines)
+	}
+}
