@@ -28,7 +28,7 @@ type Event struct {
 	Action Action
 	Kind   framing.Kind
 	Method string     // the message's method, or the answered request's
-	ID     framing.ID // the message's id, or the id a cancel or progress names
+	ID     framing.ID // the message's id, or the id of the request a cancel or progress names
 	Note   string     // why, for drops and suppressions
 }
 

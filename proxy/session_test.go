@@ -329,3 +329,22 @@ func TestFrameIsNotHeldBackByWhatFollows(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressEventNamesTheRequest: a forwarded progress notification is
+// reported with the id of the request it reports on, as a suppressed one
+// is, not with its progress token (issue 8, item 19: demo's id column).
+func TestProgressEventNamesTheRequest(t *testing.T) {
+	events := make(chan proxy.Event, 16)
+	h := newHarness(t, proxy.Options{OnEvent: func(e proxy.Event) {
+		if e.Method == "notifications/progress" {
+			events <- e
+		}
+	}})
+	h.client(callTool)
+	h.serverGets(callTool)
+	h.server(progress1)
+	h.clientGets(progress1)
+	if e := <-events; e.ID.String() != "1" {
+		t.Errorf("forwarded progress reported with id %s, want the request's id 1", e.ID)
+	}
+}

@@ -267,7 +267,11 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
 	}
-	t.forwarded(from, m.Kind, m.Method, m.Token)
+	id := m.Token // progress for no known request is reported by its token
+	if c != nil {
+		id = c.id // the request it reports on, as every other event names it
+	}
+	t.forwarded(from, m.Kind, m.Method, id)
 	if g := t.opts.Governor; g != nil && c != nil && from == Server {
 		g.Progress(c, m)
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -208,5 +210,67 @@ func TestE2EFastMCPThroughSidecar(t *testing.T) {
 	pyLogs.waitFor(t, "slow: CANCELLED") // the server heard the cancel
 	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "after"}}); err != nil || r.IsError {
 		t.Fatalf("a call after the cancel: %v %+v", err, r)
+	}
+}
+
+// TestCommandLineSaysWhatIsWrong: help, version, and command lines that
+// cannot work each say so in words (issue 8, item 19).
+func TestCommandLineSaysWhatIsWrong(t *testing.T) {
+	tests := []struct {
+		args       []string
+		code       int
+		out, err   string
+		notInError string
+	}{
+		{args: []string{"help"}, code: 0, out: "--listen ADDR [flags] -- COMMAND"},
+		{args: []string{"version"}, code: 0, out: "mcp-cancel-proxy "},
+		{args: []string{"--version"}, code: 0, out: "mcp-cancel-proxy "},
+		{args: nil, code: exitUsage, err: "no server command"},
+		{args: []string{"--upstream", "http://127.0.0.1:1/mcp"}, code: exitUsage, err: "--upstream needs --listen"},
+		{args: []string{"--help"}, code: 0, err: "requests without an Origin header are always accepted", notInError: "besides none"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), tt.args, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr)
+		if code != tt.code || !strings.Contains(stdout.String(), tt.out) || !strings.Contains(stderr.String(), tt.err) ||
+			(tt.notInError != "" && strings.Contains(stderr.String(), tt.notInError)) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q", tt.args, code,
+				stdout.String(), stderr.String(), tt.code, tt.out, tt.err)
+		}
+	}
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// TestValidateTellsEveryProblem: validate reports every problem at once, as
+// FILE:LINE:COLUMN: setting: problem in plain words, including what the
+// proxy would refuse at start (issue 8, item 18).
+func TestValidateTellsEveryProblem(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfg, []byte("limits:\n  max_frame_size: 12zz\n  retire_max: -3\nhttp:\n  listen: 127.0.0.1:99999\n"+
+		"  upstream: ftp://x\n  cancel_grace: soon\nlog:\n  colour: red\n"), 0o600)
+	var stdout, stderr strings.Builder
+	if code := validate([]string{cfg}, &stdout, &stderr); code != 1 {
+		t.Errorf("validate: exit %d, want 1", code)
+	}
+	for _, want := range []string{
+		cfg + `:2:19: limits.max_frame_size: invalid size "12zz"`,
+		cfg + `:3:3: limits.retire_max: unknown setting "retire_max"`,
+		cfg + `:5:3: http.listen: "127.0.0.1:99999": port "99999" is not a number from 0 to 65535`,
+		cfg + `:6:3: http.upstream: "ftp://x": the scheme must be http or https`,
+		cfg + `:7:17: http.cancel_grace: "soon" is not a duration such as 500ms, 30s or 5m`,
+		cfg + `:9:3: log.colour: unknown setting "colour"`,
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("validate's report lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	alone := filepath.Join(t.TempDir(), "alone.yaml")
+	os.WriteFile(alone, []byte("http:\n  upstream: http://127.0.0.1:1/mcp\n"), 0o600)
+	stderr.Reset()
+	if code := validate([]string{alone}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "http.upstream: an upstream needs http.listen") {
+		t.Errorf("an upstream without a listen address: exit %d, %q", code, stderr.String())
 	}
 }

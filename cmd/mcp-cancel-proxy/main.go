@@ -13,6 +13,7 @@
 //	mcp-cancel-proxy demo             run the proxy against the bundled example server and print a timeline
 //	mcp-cancel-proxy example-server   serve the bundled example MCP server on stdio
 //	mcp-cancel-proxy validate FILE    check a configuration file
+//	mcp-cancel-proxy version          print the version
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
@@ -34,6 +36,42 @@ import (
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// version is the build's version: the module version go install stamps,
+// else the VCS revision go build stamps (with "+dirty" for a modified
+// tree), else "devel". A release build sets it with
+// -ldflags "-X main.releaseVersion=v1.2.3".
+func version() string {
+	if releaseVersion != "" {
+		return releaseVersion
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	switch {
+	case rev == "":
+		return "devel"
+	case dirty:
+		return "devel-" + rev[:min(12, len(rev))] + "+dirty"
+	}
+	return "devel-" + rev[:min(12, len(rev))]
+}
+
+// releaseVersion is set at link time by release builds.
+var releaseVersion string
 
 // exitUsage is the status for a command line that could not be understood.
 const exitUsage = 2
@@ -48,6 +86,13 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			return exampleServer(ctx, args[1:], stderr)
 		case "validate":
 			return validate(args[1:], stdout, stderr)
+		case "help":
+			fmt.Fprint(stdout, usage)
+			fmt.Fprintln(stdout, "\nRun mcp-cancel-proxy --help for the flags.")
+			return 0
+		case "version", "--version", "-version":
+			fmt.Fprintln(stdout, "mcp-cancel-proxy", version())
+			return 0
 		}
 	}
 	cfg, argv, err := parseWrapArgs(args, stderr)
@@ -102,8 +147,13 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate FILE")
 		return exitUsage
 	}
-	if _, err := config.Load(args[0]); err != nil {
+	cfg, err := config.Load(args[0])
+	if err != nil {
 		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if cfg.HTTP.Upstream != "" && cfg.HTTP.Listen == "" {
+		fmt.Fprintf(stderr, "%s: http.upstream: an upstream needs http.listen (or --listen ADDR): the address to serve it on\n", args[0])
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", args[0])
@@ -112,12 +162,13 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 
 const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR --upstream URL [flags]
-       mcp-cancel-proxy demo | example-server | validate FILE
+       mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
+       mcp-cancel-proxy demo | example-server | validate FILE | help | version
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
 the client on stdin/stdout, making cancellation work; or, with --listen,
-serves Streamable HTTP in front of the MCP server at URL. Flags override
-the configuration file.
+serves Streamable HTTP in front of the MCP server at URL, or of COMMAND
+(a child per session). Flags override the configuration file.
 
 flags:
 `
@@ -140,7 +191,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
 	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
-	fs.Func("allow-origin", "an Origin to accept besides none (repeatable; * for any)", func(v string) error {
+	fs.Func("allow-origin", "with --listen: accept requests from this `origin` (repeatable; * for any); requests without an Origin header are always accepted", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil
 	})
@@ -148,9 +199,9 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		return config.Config{}, nil, err
 	}
 	argv := fs.Args()
-	if len(argv) == 0 && over.HTTP.Listen == "" && *cfgPath == "" {
-		fs.Usage()
-		return config.Config{}, nil, errors.New("no server command: put it after --, or give --listen and --upstream")
+	if len(argv) == 0 && over.HTTP.Listen == "" && over.HTTP.Upstream == "" && *cfgPath == "" {
+		fmt.Fprint(stderr, usage)
+		return config.Config{}, nil, errors.New("no server command: put it after --, or give --listen and --upstream (mcp-cancel-proxy --help lists the flags)")
 	}
 	cfg := config.Defaults()
 	if *cfgPath != "" {
@@ -164,6 +215,8 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		return cfg, nil, err
 	}
 	switch {
+	case cfg.HTTP.Listen == "" && cfg.HTTP.Upstream != "":
+		return cfg, nil, errors.New("--upstream needs --listen ADDR: the address to serve the upstream on")
 	case cfg.HTTP.Listen != "" && len(argv) > 0 && cfg.HTTP.Upstream != "":
 		return cfg, nil, errors.New("give either --upstream or a server command after --, not both")
 	case cfg.HTTP.Listen != "" && len(argv) == 0 && cfg.HTTP.Upstream == "":

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -201,10 +203,51 @@ func (c *Config) Validate() error {
 	if c.HTTP.DisconnectCancelAfter < 0 {
 		bad("http.disconnect_cancel_after", "must not be negative, got %v", c.HTTP.DisconnectCancelAfter)
 	}
+	c.HTTP.validateAddrs(bad)
 	if c.Audit.Path == "" {
 		bad("audit.path", "empty: name a file, stderr, or off")
 	}
 	return errors.Join(append(errs, c.Policy.Validate("policy"))...)
+}
+
+// validateAddrs checks what the sidecar would refuse at start: a listen
+// address it cannot bind, an upstream that is not an http(s) URL, an
+// upstream with nowhere to serve it.  (An upstream without a listen address
+// is checked by whoever knows the flags: the file may rely on --listen.)
+func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
+	if h.Listen != "" {
+		host, port, err := net.SplitHostPort(h.Listen)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			bad("http.listen", "%q is not host:port (%v)", h.Listen, err)
+		case perr != nil || n < 0 || n > 65535:
+			bad("http.listen", "%q: port %q is not a number from 0 to 65535", h.Listen, port)
+		case host != "" && net.ParseIP(strings.Trim(host, "[]")) == nil && !validHostname(host):
+			bad("http.listen", "%q: %q is not an IP address or a host name", h.Listen, host)
+		}
+	}
+	if h.Upstream != "" {
+		u, err := url.Parse(h.Upstream)
+		switch {
+		case err != nil:
+			bad("http.upstream", "%q is not a URL (%v)", h.Upstream, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			bad("http.upstream", "%q: the scheme must be http or https, not %q", h.Upstream, u.Scheme)
+		case u.Host == "":
+			bad("http.upstream", "%q names no host", h.Upstream)
+		}
+	}
+}
+
+// validHostname reports whether s could be a DNS name.
+func validHostname(s string) bool {
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // ByteSize is a size in bytes, written as a number or with a unit suffix:
@@ -236,8 +279,8 @@ func ParseByteSize(s string) (ByteSize, error) {
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d, column %d: %w", n.Line, n.Column, err)
+	if err != nil { // a TypeError: the decoder goes on, and every problem is told
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: column %d: %v", n.Line, n.Column, err)}}
 	}
 	*b = v
 	return nil

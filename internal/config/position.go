@@ -52,30 +52,89 @@ func unjoin(err error) []error {
 }
 
 var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
-var fieldRE = regexp.MustCompile(`field (\S+) not found|unmarshal !!\w+ ` + "`" + `([^` + "`" + `]*)` + "`")
+var (
+	unknownRE = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	typeRE    = regexp.MustCompile("^cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+)$")
+	ownRE     = regexp.MustCompile(`^column (\d+): (.*)$`) // from the project's own unmarshalers
+)
 
-// typeErrorAt renders a decoder message "line N: ..." as "N:C: ...", the
-// column taken from the key it names, or the line's first node.
+// typeNames says in plain words what a Go type of the configuration takes.
+var typeNames = map[string]string{
+	"time.Duration": "a duration such as 500ms, 30s or 5m",
+	"int":           "a whole number",
+	"bool":          "true or false",
+	"string":        "a string",
+	"[]string":      "a list of strings",
+}
+
+// typeErrorAt renders a decoder message "line N: ..." as
+// "N:C: setting: problem" in plain words, the column and the setting taken
+// from the node it names.
 func typeErrorAt(root *yaml.Node, msg string) string {
 	m := lineRE.FindStringSubmatch(msg)
 	if m == nil {
 		return " " + msg
 	}
 	line, _ := strconv.Atoi(m[1])
-	key := ""
-	if f := fieldRE.FindStringSubmatch(m[2]); f != nil {
-		key = f[1] + f[2] // the unknown key, or the value of the wrong type
+	text, key, col := m[2], "", 0
+	switch {
+	case unknownRE.MatchString(text):
+		key = unknownRE.FindStringSubmatch(text)[1]
+		text = "unknown setting " + strconv.Quote(key)
+	case typeRE.MatchString(text):
+		t := typeRE.FindStringSubmatch(text)
+		key = t[2]
+		want := typeNames[t[3]]
+		if want == "" {
+			want = "a " + strings.TrimPrefix(t[3], "[]")
+		}
+		text = fmt.Sprintf("%q is not %s", t[2], want)
+	case ownRE.MatchString(text):
+		o := ownRE.FindStringSubmatch(text)
+		col, _ = strconv.Atoi(o[1])
+		text = o[2]
 	}
-	col := 0
-	walk(root, func(n *yaml.Node) {
-		if n.Line == line && (col == 0 || (key != "" && n.Value == key)) {
-			col = n.Column
+	path := ""
+	walkPath(root, "", func(n *yaml.Node, p string) {
+		if n.Line == line && (col == 0 && (key == "" || n.Value == key) || n.Column == col) && path == "" {
+			path, col = p, n.Column
 		}
 	})
-	if col == 0 {
-		return fmt.Sprintf("%d: %s", line, m[2])
+	switch {
+	case col == 0:
+		return fmt.Sprintf("%d: %s", line, text)
+	case path == "":
+		return fmt.Sprintf("%d:%d: %s", line, col, text)
 	}
-	return fmt.Sprintf("%d:%d: %s", line, col, m[2])
+	return fmt.Sprintf("%d:%d: %s: %s", line, col, path, text)
+}
+
+// walkPath calls f for every node under n with the dotted path of the
+// setting it belongs to ("http.cancel_grace", "policy.rules[1].tool").
+func walkPath(n *yaml.Node, path string, f func(*yaml.Node, string)) {
+	if n == nil {
+		return
+	}
+	f(n, path)
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := n.Content[i].Value
+			if path != "" {
+				p = path + "." + p
+			}
+			walkPath(n.Content[i], p, f)
+			walkPath(n.Content[i+1], p, f)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			walkPath(c, fmt.Sprintf("%s[%d]", path, i), f)
+		}
+	default:
+		for _, c := range n.Content {
+			walkPath(c, path, f)
+		}
+	}
 }
 
 func walk(n *yaml.Node, f func(*yaml.Node)) {

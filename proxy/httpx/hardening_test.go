@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -291,5 +294,20 @@ func TestSharedChildRefusesTwoProgressTokens(t *testing.T) {
 	}
 	if lines := c.received(); len(lines) != 0 {
 		t.Errorf("the shared child received %q", lines)
+	}
+}
+
+// TestUnreachableUpstreamIsLogged: besides the client's JSON-RPC error,
+// the operator is told, at error level (issue 8, item 19).
+func TestUnreachableUpstreamIsLogged(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	core, logs := observer.New(zapcore.ErrorLevel)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: dead, Logger: zap.New(core)})}
+	c.post(`{"jsonrpc":"2.0","id":"x","method":"tools/list"}`).Body.Close()
+	if n := logs.FilterMessage("upstream unreachable").Len(); n != 1 {
+		t.Errorf("%d error lines about the unreachable upstream, want 1: %v", n, logs.All())
 	}
 }

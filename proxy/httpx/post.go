@@ -68,6 +68,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		return
 	case err != nil:
 		sess.detach(st)
+		s.log.Error("upstream unreachable", zap.String("upstream", s.upstream.Redacted()), zap.Error(err))
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
 		return
 	}

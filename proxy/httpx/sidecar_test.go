@@ -89,7 +89,10 @@ func startSidecar(t *testing.T, up string, tr proxy.TrackerOptions) string {
 
 // serveSidecar serves sc, given its upstream and options, on a loopback port.
 func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
-	sc.CheckHost, sc.Logger = true, zaptest.NewLogger(t)
+	sc.CheckHost = true
+	if sc.Logger == nil {
+		sc.Logger = zaptest.NewLogger(t)
+	}
 	if sc.CancelGrace == 0 {
 		sc.CancelGrace = 50 * time.Millisecond
 	}
