@@ -10,10 +10,11 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
-	"path"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -42,7 +43,8 @@ type Policy struct {
 // Rule is what to do with the requests it matches. Unset fields take the
 // defaults' values.
 type Rule struct {
-	// Tool matches tools/call requests by tool name (a glob: *, ?, [a-z]).
+	// Tool matches tools/call requests by tool name (a glob: * matches any
+	// run of characters, / included; ?, [a-z]).
 	Tool string `yaml:"tool"`
 	// Method matches requests by method (a glob). A rule has Tool or Method.
 	Method string `yaml:"method"`
@@ -157,8 +159,8 @@ func (p *Policy) Validate(prefix string) error {
 			bad(at, "a rule has tool or method, not both (tool implies method tools/call)")
 		}
 		for _, g := range []struct{ key, glob string }{{"tool", r.Tool}, {"method", r.Method}} {
-			if _, err := path.Match(g.glob, ""); err != nil {
-				bad(at+"."+g.key, "%q is not a valid glob", g.glob)
+			if _, err := compileGlob(g.glob); err != nil {
+				bad(at+"."+g.key, "%v", err)
 			}
 		}
 		if r.MaxConcurrent < 0 {
@@ -316,6 +318,7 @@ func firstHook(a, b *Hook) *Hook {
 // matcher is a compiled policy: effective rules in order, and the defaults.
 type matcher struct {
 	rules    []Rule
+	globs    []*glob // each rule's tool or method glob
 	eff      []*Effective
 	defaults *Effective
 }
@@ -323,6 +326,8 @@ type matcher struct {
 func compile(p *Policy) *matcher {
 	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults)}
 	for i := range p.Rules {
+		g, _ := compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method)) // validated
+		m.globs = append(m.globs, g)
 		e := resolve(fmt.Sprintf("rules[%d]", i), &p.Rules[i], &p.Defaults)
 		if e.MaxConcurrent > 0 {
 			e.slot = newSlots(e.MaxConcurrent)
@@ -336,22 +341,16 @@ func compile(p *Policy) *matcher {
 // tool name: the first matching rule, or the defaults.
 func (m *matcher) match(method, tool string) *Effective {
 	for i := range m.rules {
-		r := &m.rules[i]
 		switch {
-		case r.Tool != "":
-			if method == "tools/call" && globMatch(r.Tool, tool) {
+		case m.rules[i].Tool != "":
+			if method == "tools/call" && m.globs[i].match(tool) {
 				return m.eff[i]
 			}
-		case globMatch(r.Method, method):
+		case m.globs[i].match(method):
 			return m.eff[i]
 		}
 	}
 	return m.defaults
-}
-
-func globMatch(glob, s string) bool {
-	ok, _ := path.Match(glob, s)
-	return ok
 }
 
 // active reports whether the effective rule asks anything of a request.
@@ -380,4 +379,33 @@ func (p *Pointers) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*p = list
 	return nil
+}
+
+// Warnings reports rules that are valid but can never apply: shadowed by an
+// earlier rule, or naming only what rules never see. Each is a *Problem.
+func (p *Policy) Warnings(prefix string) []*Problem {
+	var out []*Problem
+	globs := make([]*glob, len(p.Rules))
+	for i := range p.Rules {
+		globs[i], _ = compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method))
+	}
+	for j := range p.Rules {
+		r, at := &p.Rules[j], fmt.Sprintf("%s.rules[%d]", prefix, j)
+		if globs[j] == nil {
+			continue // invalid: Validate says so
+		}
+		if r.Method != "" && globs[j].literal && strings.HasPrefix(r.Method, "notifications/") {
+			out = append(out, &Problem{Path: at + ".method", Msg: "never matches: rules apply to requests, and " + r.Method + " is a notification"})
+		}
+		for i := 0; i < j && globs[i] != nil; i++ {
+			e := &p.Rules[i]
+			sameKind := (e.Tool != "") == (r.Tool != "")
+			if sameKind && globs[i].covers(globs[j]) || !sameKind && e.Method != "" && globs[i].match("tools/call") {
+				key := map[bool]string{true: "tool", false: "method"}[e.Tool != ""]
+				out = append(out, &Problem{Path: at, Msg: fmt.Sprintf("never applies: rules[%d] (%s %q) matches every request it would, and comes first", i, key, globs[i].text)})
+				break
+			}
+		}
+	}
+	return out
 }

@@ -156,6 +156,9 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: http.upstream: an upstream needs http.listen (or --listen ADDR): the address to serve it on\n", args[0])
 		return 1
 	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(stderr, w)
+	}
 	fmt.Fprintf(stdout, "%s: ok\n", args[0])
 	return 0
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// Path is the file the configuration was loaded from, if any (for a
 	// reload on SIGHUP).
 	Path string `yaml:"-"`
+	// Warnings are what Parse found valid but likely wrong (a rule an
+	// earlier one shadows), each as "name:line:column: setting: warning: what".
+	Warnings []string `yaml:"-"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -161,6 +164,13 @@ func Parse(name string, r io.Reader) (Config, error) {
 	// every problem is reported at once.
 	if errs := locate(name, &root, decodeErr, cfg.Validate()); len(errs) > 0 {
 		return cfg, errors.Join(errs...)
+	}
+	for _, w := range cfg.Policy.Warnings("policy") {
+		at := name
+		if n := find(&root, w.Path); n != nil {
+			at = fmt.Sprintf("%s:%d:%d", name, n.Line, n.Column)
+		}
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: %s: warning: %s", at, w.Path, w.Msg))
 	}
 	return cfg, nil
 }
