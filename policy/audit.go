@@ -142,14 +142,14 @@ func (ev *HookEvent) marshal() ([]byte, error) { return json.Marshal(ev) }
 // main fields, and each captured value as MCP_CANCEL_CAPTURE_<NAME>.
 func (ev *HookEvent) env() []string {
 	vars := []string{
-		"MCP_CANCEL_EVENT=" + ev.Event,
-		"MCP_CANCEL_IDEMPOTENCY_KEY=" + ev.IdempotencyKey,
+		"MCP_CANCEL_EVENT=" + envSafe(ev.Event),
+		"MCP_CANCEL_IDEMPOTENCY_KEY=" + envSafe(ev.IdempotencyKey),
 		"MCP_CANCEL_ATTEMPT=" + strconv.Itoa(ev.Attempt),
-		"MCP_CANCEL_SESSION=" + ev.Session,
+		"MCP_CANCEL_SESSION=" + envSafe(ev.Session),
 		"MCP_CANCEL_REQUEST_ID=" + plain(ev.RequestID),
-		"MCP_CANCEL_METHOD=" + ev.Method,
-		"MCP_CANCEL_TOOL=" + ev.Tool,
-		"MCP_CANCEL_SOURCE=" + ev.Source,
+		"MCP_CANCEL_METHOD=" + envSafe(ev.Method),
+		"MCP_CANCEL_TOOL=" + envSafe(ev.Tool),
+		"MCP_CANCEL_SOURCE=" + envSafe(ev.Source),
 	}
 	for name, v := range ev.Captured {
 		vars = append(vars, "MCP_CANCEL_CAPTURE_"+envName(name)+"="+plain(v))
@@ -162,9 +162,21 @@ func (ev *HookEvent) env() []string {
 func plain(v json.RawMessage) string {
 	var s string
 	if json.Unmarshal(v, &s) == nil {
-		return s
+		return envSafe(s)
 	}
 	return string(v)
+}
+
+// envSafe returns s as it is, or, when it holds a NUL byte (which no
+// environment variable can hold, and which a client can put in its ids and
+// tool names), JSON-encoded with its quotes: a hook then still runs, and
+// the event on its stdin has the exact value.
+func envSafe(s string) string {
+	if !strings.Contains(s, "\x00") {
+		return s
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // envName turns a capture name into an environment variable's: upper case,

@@ -264,3 +264,30 @@ func TestShutdownWaitsForHooksUpToItsBound(t *testing.T) {
 		t.Fatalf("audit: %+v", r)
 	}
 }
+
+// TestExecHookRunsWhateverTheClientChose: NUL bytes in the request id, the
+// tool name and a captured value cannot stop an exec hook: such values
+// reach the environment JSON-encoded (issue 8, item 6).
+func TestExecHookRunsWhateverTheClientChose(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	out := filepath.Join(t.TempDir(), "env")
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job*", Capture: map[string]Pointers{"job_id": {"/message"}},
+		OnCancel: &Hook{Exec: []string{"sh", "-c", `env | grep ^MCP_CANCEL_ | sort > "$1"`, "hook", out}}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(`{"jsonrpc":"2.0","id":"a\u0000b","method":"tools/call","params":{"name":"job\u0000x","arguments":{},"_meta":{"progressToken":"t"}}}`)
+	ft.server(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1,"message":"x\u0000y"}}`)
+	ft.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a\u0000b"}}`)
+	ft.server(`{"jsonrpc":"2.0","id":"a\u0000b","result":{}}`)
+	r := waitRecord(t, recs)
+	if len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("the hook did not run: %+v", r.Hooks)
+	}
+	env, _ := os.ReadFile(out)
+	for _, want := range []string{`MCP_CANCEL_REQUEST_ID="a\u0000b"`, `MCP_CANCEL_TOOL="job\u0000x"`, `MCP_CANCEL_CAPTURE_JOB_ID="x\u0000y"`} {
+		if !strings.Contains(string(env), want+"\n") {
+			t.Errorf("environment lacks %s:\n%s", want, env)
+		}
+	}
+}
