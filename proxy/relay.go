@@ -188,6 +188,29 @@ func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framin
 	return s.t.OwnRequest(method, params, onAnswer)
 }
 
+// CancelAll cancels every request of the client still in flight, on the
+// server as a client cancel would (so the governor runs their hooks and
+// audits them, with source), and answers each for the client with a
+// CodeServerGone error saying why: what a shutdown does before it stops the
+// server. It returns how many it cancelled.
+func (s *Session) CancelAll(source, why string) int {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	from := s.sides[Client]
+	if from == nil {
+		return 0 // Run has not started
+	}
+	calls := s.t.peers[Client].issued.cancelAll()
+	for _, c := range calls {
+		b := getBuf()
+		b.b = append(b.b, s.t.cancelled(c, source, why)...)
+		s.sendCancel(from, c, b)
+		s.reply(from, s.t.errorReply(c.id, CodeServerGone, why))
+	}
+	from.out.flush()
+	return len(calls)
+}
+
 // Restarted tells the session that its server was replaced (an
 // escalation): the client's requests still in flight are answered with an
 // error saying why, and the old server's own requests are forgotten.

@@ -274,3 +274,29 @@ func TestValidateTellsEveryProblem(t *testing.T) {
 		t.Errorf("an upstream without a listen address: exit %d, %q", code, stderr.String())
 	}
 }
+
+// TestE2EShutdownCancelsInFlight: SIGTERM to the wrapper with a call in
+// flight cancels it on the server first, with source "shutdown": its
+// on_cancel hook runs within hooks.shutdown_wait, its audit line is
+// written, and the client gets -32000 (issue 8, item 7).
+func TestE2EShutdownCancelsInFlight(t *testing.T) {
+	cfg, dir := writeConfig(t, hookConfig)
+	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-9"},"_meta":{"progressToken":"p"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "p") })
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	answer := w.recvUntil(isResponse(1))
+	if e, _ := answer[len(answer)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32000) {
+		t.Errorf("the call in flight was answered %v, want error -32000", answer[len(answer)-1])
+	}
+	w.logs.waitFor(t, `"cancel accepted"`, `"reason":"the proxy is shutting down"`)
+	w.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	if ev := readEvent(t, filepath.Join(dir, "cancel.json")); ev["source"] != "shutdown" {
+		t.Errorf("on_cancel event: %v, want source shutdown", ev)
+	}
+	if rec := auditLine(t, w.logs, "1", "upstream notified; compensating hook ran"); rec["source"] != "shutdown" {
+		t.Errorf("audit: %v", rec)
+	}
+	w.wait()
+}

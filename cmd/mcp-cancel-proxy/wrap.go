@@ -63,6 +63,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		OnRestart:      link.restart,
 	})
 	link.sess = sess
+	st.cancelAll.Store(func() { sess.CancelAll("shutdown", "the proxy is shutting down") })
 	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, link.conn())
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
@@ -85,6 +86,19 @@ type stopper struct {
 	current             func() *child.Process
 	log                 *zap.Logger
 	stopping, signalled atomic.Bool
+	// cancelAll, once set, cancels what the client still waits for, on the
+	// server, before a signal stops it.
+	cancelAll atomic.Value // func()
+}
+
+// signal stops the server for a signal or the end of ctx: what is in flight
+// is cancelled first, so that its hooks run and its audit is written.
+func (s *stopper) signal(why string) {
+	s.signalled.Store(true)
+	if f, ok := s.cancelAll.Load().(func()); ok && !s.stopping.Load() {
+		f()
+	}
+	s.stop(why)
 }
 
 func (s *stopper) stop(why string) {
@@ -102,11 +116,9 @@ func (s *stopper) watch(ctx context.Context) (unwatch func()) {
 	go func() {
 		select {
 		case sig := <-sigs:
-			s.signalled.Store(true)
-			s.stop(sig.String())
+			s.signal(sig.String())
 		case <-ctx.Done():
-			s.signalled.Store(true)
-			s.stop(ctx.Err().Error())
+			s.signal(ctx.Err().Error())
 		case <-s.current().Exited():
 		}
 	}()

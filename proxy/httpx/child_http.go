@@ -197,22 +197,15 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	c.stop("session deleted")
+	c.stop("session_end", "session deleted")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
-// stop ends a session: its requests in flight are cancelled first, then the
-// child's stdin closes, and the stop ladder follows.
-func (c *childSession) stop(reason string) {
-	c.mu.Lock()
-	var ids []framing.ID
-	for id := range c.byID {
-		ids = append(ids, id)
-	}
-	c.mu.Unlock()
-	for _, id := range ids {
-		c.in.Write(append(appendCancel(nil, id, reason), '\n'))
-	}
+// stop ends a session: its requests in flight are cancelled first (on the
+// child, with their hooks and audit, as from source; each client gets an
+// error), then the child's stdin closes, and the stop ladder follows.
+func (c *childSession) stop(source, reason string) {
+	c.sess.CancelAll(source, reason)
 	c.in.Close()
 }
 
@@ -241,7 +234,7 @@ func (cs *Children) sweep() {
 	cs.mu.Unlock()
 	for _, c := range idle {
 		c.log.Info("session idle: stopping its server", zap.Duration("idle", cs.idleTimeout()))
-		c.stop("session idle")
+		c.stop("session_end", "session idle")
 	}
 }
 
@@ -291,7 +284,7 @@ func (cs *Children) makeRoomLocked(log *zap.Logger) bool {
 	delete(cs.sessions, lru.id)
 	lru.log.Info("session evicted: the least recently used idle session makes room for a new one",
 		zap.Int("max_sessions", max))
-	go lru.stop("session evicted")
+	go lru.stop("session_end", "session evicted to make room")
 	return true
 }
 
@@ -357,7 +350,7 @@ func (cs *Children) StopAll() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.in.Close()
+			c.stop("shutdown", "the proxy is shutting down")
 			c.proc.Stop()
 		}()
 	}
