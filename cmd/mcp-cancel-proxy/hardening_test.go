@@ -300,3 +300,29 @@ func TestE2EShutdownCancelsInFlight(t *testing.T) {
 	}
 	w.wait()
 }
+
+// deafServer answers initialize, then never reads its stdin again.
+var deafServer = []string{"sh", "-c", `read l; printf '%s\n' '{"jsonrpc":"2.0","id":"init","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"deaf","version":"1"}}}'; exec sleep 600`}
+
+// TestE2EServerThatStopsReadingIsStopped: with more queued for a server
+// than the proxy holds, and the server not reading, the client's EOF and
+// SIGTERM still start the stop ladder, and the proxy exits (issue 8, item 8).
+func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
+	big := `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 6<<20) + `"}}`
+	for _, how := range []string{"client EOF", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			w := startWrapped(t, append([]string{"--term-after", "200ms", "--kill-after", "200ms", "--"}, deafServer...)...)
+			w.initialize(`{}`)
+			for _, note := range []string{big, big, `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"x"}}`} {
+				w.send(note) // the last one waits for room the server never makes
+			}
+			if how == "SIGTERM" {
+				w.cmd.Process.Signal(syscall.SIGTERM)
+			} else {
+				w.stdin.Close()
+			}
+			w.logs.waitFor(t, `"server exited"`)
+			w.wait()
+		})
+	}
+}

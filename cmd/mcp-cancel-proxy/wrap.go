@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -36,7 +37,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		return 1
 	}
 	link := newServerLink(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))
-	st := &stopper{current: link.current, log: log}
+	st := &stopper{current: link.current, log: log, grace: cfg.Child.TermAfter}
 	defer st.watch(ctx)()
 
 	pm, stopAdmin := wrapperAdmin(cfg, link, log)
@@ -64,6 +65,15 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	})
 	link.sess = sess
 	st.cancelAll.Store(func() { sess.CancelAll("shutdown", "the proxy is shutting down") })
+	if hup := hangup(stdin); hup != nil {
+		go func() {
+			<-hup
+			// The relay sees the end of its input and stops the server; one
+			// held back by a server that does not read cannot: the ladder
+			// starts after the grace whatever the server does.
+			time.AfterFunc(st.grace, func() { st.stop("client closed its input") })
+		}()
+	}
 	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, link.conn())
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
@@ -89,14 +99,26 @@ type stopper struct {
 	// cancelAll, once set, cancels what the client still waits for, on the
 	// server, before a signal stops it.
 	cancelAll atomic.Value // func()
+	// grace bounds the waits for a relay that a server not reading its
+	// stdin holds back.
+	grace time.Duration
 }
 
 // signal stops the server for a signal or the end of ctx: what is in flight
-// is cancelled first, so that its hooks run and its audit is written.
+// is cancelled first, so that its hooks run and its audit is written. The
+// cancels wait for the client's relay, which a server that does not read
+// its stdin may hold back: the ladder starts after the grace regardless,
+// and unblocks it.
 func (s *stopper) signal(why string) {
 	s.signalled.Store(true)
 	if f, ok := s.cancelAll.Load().(func()); ok && !s.stopping.Load() {
-		f()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(s.grace):
+			s.log.Warn("the server does not take its input: stopping it before the cancels are written")
+		}
 	}
 	s.stop(why)
 }

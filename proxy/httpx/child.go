@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -50,6 +51,9 @@ type childSession struct {
 	sess *proxy.Session
 	in   *io.PipeWriter // lines toward the session's client side
 	log  *zap.Logger
+	// grace bounds the waits of stop for a child that does not read: its
+	// term_after.
+	grace time.Duration
 
 	mu sync.Mutex // guards the fields below
 	// byID and byToken route answers and progress to their request's stream.
@@ -82,7 +86,8 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
 	c := &childSession{id: newSessionID(), proc: proc, sess: proxy.NewSession(sopts), in: inW, log: log,
-		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
+		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
+		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
 	go func() {
 		c.sess.Run(proxy.Conn{In: cin, Out: cout}, proxy.Conn{In: proc.Stdout, Out: proc.Stdin})
 		proc.Stop()

@@ -203,10 +203,22 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 
 // stop ends a session: its requests in flight are cancelled first (on the
 // child, with their hooks and audit, as from source; each client gets an
-// error), then the child's stdin closes, and the stop ladder follows.
+// error), then the child's stdin closes, and the stop ladder follows. It
+// returns within two graces whatever the child does.
 func (c *childSession) stop(source, reason string) {
-	c.sess.CancelAll(source, reason)
+	done := make(chan struct{})
+	go func() { c.sess.CancelAll(source, reason); close(done) }()
+	grace := time.NewTimer(c.grace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C: // the relay is held back by a server that does not read its stdin
+	}
 	c.in.Close()
+	// The session stops the child once it has written what it holds; a
+	// child that does not read its stdin would hold it for ever, so the
+	// ladder starts after the grace regardless.
+	time.AfterFunc(c.grace, func() { c.proc.Stop() })
 }
 
 // Count returns how many children run: one per session, and the shared one.

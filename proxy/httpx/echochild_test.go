@@ -84,8 +84,8 @@ func (m *echoMessage) answer(out io.Writer, result any) {
 	fmt.Fprintf(out, "%s\n", b)
 }
 
-// childSidecar serves a Sidecar whose sessions are echo children until
-// the test ends.
+// childSidecar serves a Sidecar whose sessions are echo children (unless
+// cs names another command) until the test ends.
 func childSidecar(t testing.TB, cs *httpx.Children) string {
 	url, stop, err := serveChildSidecar(cs)
 	if err != nil {
@@ -98,8 +98,12 @@ func childSidecar(t testing.TB, cs *httpx.Children) string {
 // serveChildSidecar serves a Sidecar whose sessions are echo children, on
 // a loopback port, and returns its URL and how to stop it.
 func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) {
-	cs.Argv = []string{os.Args[0], echoChildArg}
-	cs.Child = child.Options{TermAfter: time.Second, KillAfter: time.Second}
+	if cs.Argv == nil {
+		cs.Argv = []string{os.Args[0], echoChildArg}
+	}
+	if cs.Child.TermAfter == 0 {
+		cs.Child = child.Options{TermAfter: time.Second, KillAfter: time.Second}
+	}
 	sc := &httpx.Sidecar{Children: cs, CheckHost: true, CancelGrace: 50 * time.Millisecond, Logger: zap.NewNop()}
 	h, err := sc.Handler()
 	if err != nil {
@@ -109,7 +113,7 @@ func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) 
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond, MaxRequestBodySize: 16 << 20}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String() + "/mcp", func() {
 		srv.Shutdown()
@@ -138,7 +142,7 @@ func (c *childClient) post(body string, header ...string) (int, string) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		c.t.Fatalf("POST %q: %v", body, err)
+		c.t.Fatalf("POST %q: %v", body[:min(len(body), 200)], err)
 	}
 	defer resp.Body.Close()
 	got, _ := io.ReadAll(resp.Body)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
@@ -310,4 +311,34 @@ func TestUnreachableUpstreamIsLogged(t *testing.T) {
 	if n := logs.FilterMessage("upstream unreachable").Len(); n != 1 {
 		t.Errorf("%d error lines about the unreachable upstream, want 1: %v", n, logs.All())
 	}
+}
+
+// deafServer answers initialize, then never reads its stdin again.
+var deafServer = []string{"sh", "-c", `read l; printf '%s\n' '{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"deaf","version":"1"}}}'; exec sleep 600`}
+
+// TestChildThatStopsReadingIsStopped: a child that no longer reads its
+// stdin, with more than the outbox holds queued for it, is still stopped
+// when its session is deleted (issue 8, item 8).
+func TestChildThatStopsReadingIsStopped(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	cs := &httpx.Children{Argv: deafServer, Child: child.Options{TermAfter: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}}
+	c := &childClient{t: t, url: childSidecar(t, cs)}
+	c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	// Messages bigger than the outbox holds (it takes one whole while
+	// nothing else waits, besides the one being written), then one more:
+	// the relay then waits for room that a child not reading never makes.
+	big := `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 6<<20) + `"}}`
+	for _, note := range []string{big, big, `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"x"}}`} {
+		if status, _ := c.post(note); status != http.StatusAccepted {
+			t.Fatalf("a notification answered %d", status)
+		}
+	}
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	eventually(t, "the deaf child stopped", func() bool { return cs.Count() == 0 })
 }
