@@ -14,7 +14,7 @@ type side struct {
 // handleFrame parses one frame from a peer and forwards, rewrites or drops
 // each message in it. It takes ownership of b.
 func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
-	if from.peer == Client && s.gov != nil {
+	if from.peer == Client { // the governor's actions and CancelAll see tickets as the relay left them
 		s.clientMu.Lock()
 		defer s.clientMu.Unlock()
 	}

@@ -74,8 +74,8 @@ type Session struct {
 	gov   Governor
 	sides [2]*side
 	// clientMu is held while a client frame is handled, and by the
-	// governor's actions, so that they see a request's ticket and the
-	// held requests as the client's relay left them.
+	// governor's actions and CancelAll, so that they see a request's ticket
+	// and the held requests as the client's relay left them.
 	clientMu sync.Mutex
 	held     map[*Call]*buf // requests the governor holds, by call
 	// clientClosed is set once the client's input has ended; serverGone
