@@ -70,8 +70,10 @@ type HTTP struct {
 	// MaxSessions caps the sessions, each with its own child, when a stdio
 	// server is served over HTTP; initialize beyond it gets 503. Default 64.
 	MaxSessions int `yaml:"max_sessions"`
-	// SessionIdle stops a stdio session's child after this long without a
-	// request and with no stream open. Default 30m.
+	// SessionIdle ends a session after this long without a request and
+	// with no stream open: a stdio session's child is stopped (whatever it
+	// still runs for a client that left), an upstream session is forgotten
+	// (never while a request of it is in flight). Default 30m.
 	SessionIdle time.Duration `yaml:"session_idle"`
 	// Admin is the address of the operations listener (/healthz, /readyz,
 	// /metrics). Default empty: off.

@@ -342,3 +342,26 @@ func TestChildThatStopsReadingIsStopped(t *testing.T) {
 	resp.Body.Close()
 	eventually(t, "the deaf child stopped", func() bool { return cs.Count() == 0 })
 }
+
+// TestSessionWithACallInFlightIsKept: however idle a session is by the
+// clock, one with a call in flight is not forgotten when the sweep runs
+// (a new session's adoption), so its cancel still reaches the upstream and
+// the late answer is suppressed (issue 8, item 9).
+func TestSessionWithACallInFlightIsKept(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, SessionIdle: time.Nanosecond})
+	a := &rawClient{t: t, url: url}
+	a.initialize()
+	resp := a.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"kept"},"_meta":{"progressToken":"tok"}}}`)
+	stream := events(resp.Body)
+	<-stream // progress: the call runs
+	(&rawClient{t: t, url: url}).initialize() // a new session: the sweep runs
+	a.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
+	if key := <-up.sawCancel; key != "kept" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	for m := range stream {
+		t.Errorf("client got %v after cancelling", m)
+	}
+}

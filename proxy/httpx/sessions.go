@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,11 +14,15 @@ import (
 
 // registry holds the trackers of the sessions the upstream has opened.
 type registry struct {
-	mu sync.Mutex // guards m
-	m  map[string]*session
+	mu   sync.Mutex // guards m
+	m    map[string]*session
+	idle time.Duration // how long an unused session is kept; set by init
 }
 
-func (r *registry) init() { r.m = make(map[string]*session) }
+func (r *registry) init(idle time.Duration) {
+	r.m = make(map[string]*session)
+	r.idle = cmp.Or(idle, DefaultSessionIdle)
+}
 
 // session is one Mcp-Session-Id's state, or one request's when there is no
 // session.
@@ -47,6 +52,9 @@ type session struct {
 	lastUsed atomic.Int64
 	// lastResume is when the client last resumed a stream, in UnixNano.
 	lastResume atomic.Int64
+	// open counts the session's response streams being relayed (GET
+	// streams included).
+	open atomic.Int32
 }
 
 func newSession(id string, s *Sidecar, governed bool) *session {
@@ -64,9 +72,10 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 // scopes numbers the sessions for logs.
 var scopes atomic.Int64
 
-// sessionIdle is how long a session may go without a request before the
-// sidecar forgets it (a client that never sends DELETE).
-const sessionIdle = time.Hour
+// DefaultSessionIdle is how long a session may go without a request, and
+// with nothing in flight and no stream open, before the sidecar forgets it
+// (a client that never sends DELETE), when Sidecar.SessionIdle is zero.
+const DefaultSessionIdle = 30 * time.Minute
 
 // lookup returns the session with the given id, if the sidecar knows it.
 func (r *registry) lookup(id string) *session {
@@ -79,13 +88,15 @@ func (r *registry) lookup(id string) *session {
 	return sess
 }
 
-// sweepLocked forgets sessions idle for longer than sessionIdle, and
-// returns them, for the caller to close their governors once unlocked.
+// sweepLocked forgets sessions idle for longer than r.idle, and returns
+// them, for the caller to close their governors once unlocked. A session
+// with a request in flight or a stream open is never idle: a cancel may
+// still come for it.
 func (r *registry) sweepLocked() []*session {
-	cutoff := time.Now().Add(-sessionIdle).UnixNano()
+	cutoff := time.Now().Add(-r.idle).UnixNano()
 	var swept []*session
 	for id, sess := range r.m {
-		if sess.lastUsed.Load() < cutoff {
+		if inFlight, _ := sess.t.InFlight(); sess.lastUsed.Load() < cutoff && inFlight == 0 && sess.open.Load() == 0 {
 			delete(r.m, id)
 			swept = append(swept, sess)
 		}

@@ -75,6 +75,10 @@ type Sidecar struct {
 	// per-request policy (package policy's Engine.Governor); scope names
 	// the session.
 	Governor func(scope string) func(proxy.Actions) proxy.Governor
+	// SessionIdle is how long a session may go without a request, with
+	// nothing in flight and no stream open, before the sidecar forgets it.
+	// If zero, DefaultSessionIdle.
+	SessionIdle time.Duration
 	// LateWatch is how long, after a client's cancel has ended its stream,
 	// the upstream's answer is still read for a request whose late answer
 	// the governor wants (a hook compensates it), in the 2025 revisions.
@@ -122,7 +126,7 @@ func (s *Sidecar) init() error {
 			MaxConnsPerHost:               1 << 16,
 			MaxResponseBodySize:           s.MaxBodySize,
 		}
-		s.sessions.init()
+		s.sessions.init(s.SessionIdle)
 	})
 	return s.initErr
 }

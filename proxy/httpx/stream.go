@@ -169,6 +169,7 @@ type sseRelay struct {
 // newSSERelay starts relaying resp's events for a client on conn.
 func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
 	r := &sseRelay{s: s, sess: sess, st: st, resp: resp, rd: framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)}
+	sess.open.Add(1)
 	for _, m := range prefix {
 		r.pending = framing.AppendSSEMessage(r.pending, "", m)
 	}
@@ -286,6 +287,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 // upstream's end means that writing to the client failed: it has gone.
 func (r *sseRelay) Close() error {
 	r.stopWatch()
+	r.sess.open.Add(-1)
 	if !r.eof {
 		r.s.clientGone(r.sess, r.st)
 	}
