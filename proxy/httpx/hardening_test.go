@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -363,5 +364,57 @@ func TestSessionWithACallInFlightIsKept(t *testing.T) {
 	}
 	for m := range stream {
 		t.Errorf("client got %v after cancelling", m)
+	}
+}
+
+// TestClosedStreamCancelsAWaitingRequest: in protocol 2026-07-28, a client
+// that closes its stream while its request waits for a max_concurrent slot
+// cancels it before dispatch: it is never sent, and the audit says so
+// (issue 8, item 10).
+func TestClosedStreamCancelsAWaitingRequest(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	target, sp := spied(t, up.url)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "wait_cancel", MaxConcurrent: 1}}
+	waits := &waitMetrics{waiting: make(chan struct{}, 4)}
+	recs := make(chan *policy.Record, 8)
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop(), Metrics: waits,
+		OnAudit: func(r *policy.Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: target, Governor: e.Governor})
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	call := func(id int, key string) net.Conn {
+		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":%q},`+
+			`"_meta":{"progressToken":%q,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`, id, key, key)
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+			"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait_cancel\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+		return conn
+	}
+	first := call(1, "a")
+	defer first.Close()
+	<-up.started
+	second := call(2, "b")
+	<-waits.waiting
+	second.Close() // the cancel, while it waits
+	if r := <-recs; r.Status != policy.StatusNotDispatched || r.Source != "disconnect" {
+		t.Errorf("audit of the waiting request: status %q source %q", r.Status, r.Source)
+	}
+	first.Close() // the cancel of the running one
+	if key := <-up.sawCancel; key != "a" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	third := call(3, "c")
+	defer third.Close()
+	<-up.started
+	if sp.saw(`"key":"b"`) {
+		t.Error("the request cancelled while waiting reached the upstream")
 	}
 }

@@ -160,10 +160,29 @@ func (sess *session) closeGovernor() {
 	}
 }
 
+// heldClientGone withdraws the requests of a POST still waiting in the
+// sidecar whose client closed the stream (protocol 2026-07-28): they are
+// cancelled before dispatch and never sent.
+func (s *Sidecar) heldClientGone(sess *session, d *decided) {
+	sess.decideMu.Lock()
+	defer sess.decideMu.Unlock()
+	for _, hc := range d.held {
+		if sess.t.CancelCall(hc.c, "disconnect", "client closed the stream") != nil && sess.withdrawIfHeld(hc.c) {
+			s.cancelled("disconnect")
+		}
+	}
+}
+
 // waitHeld waits until every held request of a POST is dispatched or
 // withdrawn, and returns the frame to forward without the withdrawn ones,
 // and their deadline replies; data is nil when nothing is left to send.
-func (s *Sidecar) waitHeld(sess *session, d *decided) (data []byte, replies [][]byte) {
+func (s *Sidecar) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (data []byte, replies [][]byte) {
+	if sess.protocolVersion() >= "2026-07-28" {
+		// Closing the stream is the cancel: one closed while its requests
+		// wait cancels them before dispatch.
+		stop := watchClose(ctx.Conn(), func() { s.heldClientGone(sess, d) })
+		defer stop()
+	}
 	withdrawn := map[*proxy.Call]bool{}
 	for _, hc := range d.held {
 		<-hc.h.ch

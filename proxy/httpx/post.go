@@ -83,7 +83,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
 	if len(d.held) > 0 {
 		var replies [][]byte
-		d.data, replies = s.waitHeld(sess, d)
+		d.data, replies = s.waitHeld(ctx, sess, d)
 		d.replies = append(d.replies, replies...)
 		if len(d.requests) == 0 {
 			sess.detach(st)
