@@ -356,7 +356,7 @@ func TestSessionWithACallInFlightIsKept(t *testing.T) {
 	a.initialize()
 	resp := a.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"kept"},"_meta":{"progressToken":"tok"}}}`)
 	stream := events(resp.Body)
-	<-stream // progress: the call runs
+	<-stream                                  // progress: the call runs
 	(&rawClient{t: t, url: url}).initialize() // a new session: the sweep runs
 	a.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
 	if key := <-up.sawCancel; key != "kept" {
