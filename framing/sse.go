@@ -44,6 +44,9 @@ type SSEReader struct {
 	raw      []byte
 	data     []byte
 	overflow bool
+	// pendingCR is set when the last line ended with a "\r": a "\n"
+	// right after it belongs to the same line end.
+	pendingCR bool
 }
 
 // NewSSEReader returns a reader of the event stream r that refuses events
@@ -60,33 +63,90 @@ var bom = []byte("\xef\xbb\xbf")
 // Next returns the next event. At the end of the stream it returns io.EOF,
 // after any last event that the stream ended without a blank line. An event
 // over the limit yields ErrEventTooLarge once it has been skipped. Lines end
-// in "\n" or "\r\n"; a lone "\r" is not taken for a line end.
+// in "\r\n", "\n" or a lone "\r", as the WHATWG's rules say: a reader that
+// missed the lone "\r" would see other events than a browser or an SDK.
 func (r *SSEReader) Next() (*Event, error) {
 	r.ev = Event{}
 	r.raw, r.data, r.overflow = r.raw[:0], r.data[:0], false
 	atLineStart := true
 	for {
-		chunk, err := r.br.ReadSlice('\n')
-		if !r.started && len(chunk) > 0 {
-			r.started = true
-			chunk = bytes.TrimPrefix(chunk, bom)
+		buf, err := r.br.Peek(1)
+		if len(buf) == 0 {
+			if err == io.EOF {
+				return r.finish(io.EOF)
+			}
+			return nil, err
 		}
-		blank := atLineStart && (string(chunk) == "\n" || string(chunk) == "\r\n")
-		atLineStart = len(chunk) > 0 && chunk[len(chunk)-1] == '\n'
-		if len(r.raw)+len(chunk) > r.max {
+		if !r.started {
+			r.started = true
+			if buf[0] == bom[0] {
+				if b, _ := r.br.Peek(len(bom)); bytes.Equal(b, bom) {
+					r.br.Discard(len(bom))
+					continue
+				}
+			}
+		}
+		buf, _ = r.br.Peek(r.br.Buffered())
+		n, end := r.scan(buf, &atLineStart)
+		if len(r.raw)+n > r.max {
 			r.overflow = true
 		} else {
-			r.raw = append(r.raw, chunk...)
+			r.raw = append(r.raw, buf[:n]...)
 		}
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue // a long line: keep reading it
-		case err != nil && err != io.EOF:
-			return nil, err
-		case blank || err == io.EOF:
-			return r.finish(err)
+		r.br.Discard(n)
+		if end {
+			return r.finish(nil)
 		}
 	}
+}
+
+// scan reads buf for line ends, and reports how much of it belongs to the
+// event, and whether the event ends there (at a blank line).
+func (r *SSEReader) scan(buf []byte, atLineStart *bool) (n int, end bool) {
+	for i := 0; i < len(buf); {
+		if r.pendingCR {
+			r.pendingCR = false
+			if buf[i] == '\n' { // the rest of a "\r\n"
+				i++
+				continue
+			}
+		}
+		j := lineEnd(buf[i:])
+		if j < 0 {
+			*atLineStart = false
+			return len(buf), false
+		}
+		if j > 0 {
+			*atLineStart = false
+		}
+		i += j
+		r.pendingCR = buf[i] == '\r'
+		i++
+		if *atLineStart { // a blank line: the event ends
+			if r.pendingCR && i < len(buf) && buf[i] == '\n' {
+				r.pendingCR = false
+				i++
+			}
+			return i, true
+		}
+		*atLineStart = true
+	}
+	return len(buf), false
+}
+
+// lineEnd returns the index of the first "\r" or "\n" in b, or -1.
+func lineEnd(b []byte) int {
+	lf := bytes.IndexByte(b, '\n')
+	if lf < 0 {
+		lf = len(b)
+	}
+	if cr := bytes.IndexByte(b[:lf], '\r'); cr >= 0 {
+		return cr
+	}
+	if lf == len(b) {
+		return -1
+	}
+	return lf
 }
 
 // finish parses the collected lines into the event.
@@ -146,19 +206,42 @@ func isAllDigits(b []byte) bool {
 	return len(b) > 0
 }
 
-// splitLines splits an event's bytes into lines, without their "\n" or
-// "\r\n".
+// splitLines splits an event's bytes into lines, without their "\r\n",
+// "\n" or "\r".
 func splitLines(b []byte) [][]byte {
 	var lines [][]byte
 	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
+		i := lineEnd(b)
 		if i < 0 {
-			return append(lines, bytes.TrimSuffix(b, []byte("\r")))
+			return append(lines, b)
 		}
-		lines = append(lines, bytes.TrimSuffix(b[:i], []byte("\r")))
+		lines = append(lines, b[:i])
+		if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+			i++
+		}
 		b = b[i+1:]
 	}
 	return lines
+}
+
+// NormalizeLineEnds returns b with every "\r\n" and lone "\r" made "\n"
+// (b itself when it has no "\r"): an event a reader that splits only on
+// "\n" reads as this package does.
+func NormalizeLineEnds(b []byte) []byte {
+	if bytes.IndexByte(b, '\r') < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] != '\r':
+			out = append(out, b[i])
+		case i+1 < len(b) && b[i+1] == '\n':
+		default:
+			out = append(out, '\n')
+		}
+	}
+	return out
 }
 
 // AppendSSEMessage appends an SSE event carrying one JSON-RPC message (which

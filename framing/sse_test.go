@@ -3,6 +3,7 @@ package framing_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -93,14 +94,19 @@ func TestAppendSSEMessage(t *testing.T) {
 }
 
 // FuzzSSEReader: whatever the bytes, the events' Raw fields put back
-// together are the stream (less a leading BOM), and each event's data is
-// what a plain line-by-line reading of its Raw gives.
+// together are the stream (less a leading BOM), and the events are those a
+// plain reading of the WHATWG rules gives (lines end in CRLF, LF or a lone
+// CR), the reference below; unlike a browser, the reader also returns a
+// last event that the stream ended without a blank line.
 func FuzzSSEReader(f *testing.F) {
 	f.Add([]byte("event: message\nid: 1\ndata: {}\n\n: ping\n\ndata: a\r\ndata: b\r\n\r\n"))
 	f.Add([]byte("data\n\n\n\nid\x00x: 1\nretry: 10\ndata:"))
+	f.Add([]byte(": x\rdata: {late}\r\r\n\n"))
+	f.Add([]byte("data: a\r\rdata: b\r\n\r\ndata: c\n\r"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := framing.NewSSEReader(bytes.NewReader(in), 0)
 		var all []byte
+		var got []sseWant
 		for {
 			ev, err := r.Next()
 			if err == io.EOF {
@@ -110,21 +116,56 @@ func FuzzSSEReader(f *testing.F) {
 				t.Fatal(err)
 			}
 			all = append(all, ev.Raw...)
-			var data []string
-			for _, line := range strings.Split(string(ev.Raw), "\n") {
-				line = strings.TrimSuffix(line, "\r")
-				if line == "data" || strings.HasPrefix(line, "data:") {
-					data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data"), ":"))
-					v := &data[len(data)-1]
-					*v = strings.TrimPrefix(*v, " ")
-				}
-			}
-			if want := strings.Join(data, "\n"); string(ev.Data) != want || ev.HasData != (len(data) > 0) {
-				t.Fatalf("event %q: data %q, want %q", ev.Raw, ev.Data, want)
+			if ev.HasData || ev.HasID || len(ev.Type) > 0 {
+				got = append(got, sseWant{data: string(ev.Data), id: string(ev.ID), typ: string(ev.Type), hasData: ev.HasData, hasID: ev.HasID})
 			}
 		}
 		if want := bytes.TrimPrefix(in, []byte("\xef\xbb\xbf")); !bytes.Equal(all, want) {
 			t.Fatalf("events put back together = %q, want %q", all, want)
 		}
+		if want := referenceEvents(bytes.TrimPrefix(in, []byte("\xef\xbb\xbf"))); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%q: events %+v, want %+v", in, got, want)
+		}
 	})
+}
+
+// referenceEvents parses an event stream by the WHATWG's rules, line by
+// line, keeping for each event its data, id and type fields.
+func referenceEvents(in []byte) []sseWant {
+	s := strings.ReplaceAll(strings.ReplaceAll(string(in), "\r\n", "\n"), "\r", "\n")
+	var out []sseWant
+	var cur sseWant
+	var data []string
+	flush := func() {
+		if len(data) > 0 {
+			cur.data, cur.hasData = strings.Join(data, "\n"), true
+		}
+		if cur.hasData || cur.hasID || cur.typ != "" {
+			out = append(out, cur)
+		}
+		cur, data = sseWant{}, nil
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if line == "" {
+			flush()
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch name {
+		case "data":
+			data = append(data, value)
+		case "id":
+			if !strings.Contains(value, "\x00") {
+				cur.id, cur.hasID = value, true
+			}
+		case "event":
+			cur.typ = value
+		}
+	}
+	flush() // the reader returns a last event without its blank line
+	return out
 }

@@ -418,3 +418,47 @@ func TestClosedStreamCancelsAWaitingRequest(t *testing.T) {
 		t.Error("the request cancelled while waiting reached the upstream")
 	}
 }
+
+// TestLoneCRLineEndsCannotSmuggleALateAnswer: an upstream event whose lines
+// end in a lone "\r" (legal SSE) is read as the WHATWG rules say, so a late
+// answer hidden behind a comment is suppressed like any other (issue 8,
+// item 11).
+func TestLoneCRLineEndsCannotSmuggleALateAnswer(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	cancelled := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Mcp-Session-Id", "s1")
+		switch {
+		case strings.Contains(string(body), `"initialize"`):
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"cr","version":"1"}}}`)
+		case strings.Contains(string(body), `"tools/call"`):
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1}}\n\n")
+			w.(http.Flusher).Flush()
+			<-cancelled
+			io.WriteString(w, ": x\rdata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"late\":true}}\r\r\n\n")
+			w.(http.Flusher).Flush()
+		case strings.Contains(string(body), `"notifications/cancelled"`):
+			close(cancelled)
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	defer srv.Close()
+	c := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"t"}}}`)
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if progress, err := rd.ReadString('}'); err != nil || !strings.Contains(progress, "notifications/progress") {
+		t.Fatalf("first event %q, %v", progress, err)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`).Body.Close()
+	rest, _ := io.ReadAll(rd) // the stream ends after the grace
+	if strings.Contains(string(rest), `"late"`) {
+		t.Errorf("the client's stream carried the late answer: %q", rest)
+	}
+}

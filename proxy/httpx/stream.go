@@ -335,10 +335,12 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 // filterEvent returns the bytes to relay for one event: the event itself
 // when all of its messages pass unchanged, a rebuilt event when some were
 // renamed or held back, nil when nothing is left. Events without data
-// (priming events, keep-alive comments) pass as they are.
+// (priming events, keep-alive comments) pass as they are. An event whose
+// lines end in a lone "\r" goes with "\n" instead, so that a client that
+// splits lines only on "\n" reads the event the sidecar read.
 func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame) []byte {
 	if !ev.HasData || len(ev.Data) == 0 {
-		return ev.Raw
+		return framing.NormalizeLineEnds(ev.Raw)
 	}
 	if err := f.Parse(ev.Data); err != nil {
 		sess.t.Invalid(proxy.Server, err, ev.Data)
@@ -348,7 +350,7 @@ func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame
 	data := d.data
 	switch {
 	case d.same:
-		return ev.Raw
+		return framing.NormalizeLineEnds(ev.Raw)
 	case data == nil:
 		return nil
 	}
@@ -359,8 +361,10 @@ func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame
 	if ev.HasID {
 		out = append(append(append(out, "id: "...), ev.ID...), '\n')
 	}
-	out = append(append(out, "data: "...), data...)
-	return append(out, "\n\n"...)
+	for line := range bytes.SplitSeq(data, []byte("\n")) { // a message spread over several data lines
+		out = append(append(append(out, "data: "...), line...), '\n')
+	}
+	return append(out, '\n')
 }
 
 // decided is what the tracker made of a frame.
