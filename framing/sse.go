@@ -29,6 +29,9 @@ type Event struct {
 	// Retry is the retry field in milliseconds, if HasRetry.
 	Retry    int
 	HasRetry bool
+	// Cut marks a last event that the stream ended without its blank line:
+	// a browser or an SDK would drop it.
+	Cut bool
 }
 
 // ErrEventTooLarge reports an event over the reader's limit; the reader has
@@ -157,7 +160,7 @@ func (r *SSEReader) finish(readErr error) (*Event, error) {
 	if len(r.raw) == 0 && readErr == io.EOF {
 		return nil, io.EOF
 	}
-	r.ev.Raw = r.raw
+	r.ev.Raw, r.ev.Cut = r.raw, readErr == io.EOF
 	for _, line := range splitLines(r.raw) {
 		r.field(line)
 	}

@@ -462,3 +462,46 @@ func TestLoneCRLineEndsCannotSmuggleALateAnswer(t *testing.T) {
 		t.Errorf("the client's stream carried the late answer: %q", rest)
 	}
 }
+
+// TestBrokenUpstreamStreamAnswersTheRequest: an upstream stream that dies
+// in the middle, ends in the middle of an event, or sends an event over the
+// size limit ends the client's stream with the proxy's error for the
+// request (which closes its ledger entry), logged once (issue 8, item 12).
+func TestBrokenUpstreamStreamAnswersTheRequest(t *testing.T) {
+	const progress = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1}}\n\n"
+	breaks := map[string]func(w http.ResponseWriter){
+		"dies mid-stream": func(w http.ResponseWriter) { panic(http.ErrAbortHandler) },
+		"event cut off":   func(w http.ResponseWriter) { io.WriteString(w, `data: {"jsonrpc":"2.0","id":1,"res`) },
+		"event too large": func(w http.ResponseWriter) { io.WriteString(w, "data: \""+strings.Repeat("x", 4<<10)+"\"\n\n") },
+	}
+	for name, breakIt := range breaks {
+		t.Run(name, func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, progress)
+				w.(http.Flusher).Flush()
+				breakIt(w)
+			}))
+			defer srv.Close()
+			core, logs := observer.New(zapcore.ErrorLevel)
+			sc := &httpx.Sidecar{Upstream: srv.URL, MaxBodySize: 2 << 10, Logger: zap.New(core)}
+			c := &rawClient{t: t, url: serveSidecar(t, sc)}
+			var got []map[string]any
+			for m := range events(c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"t"}}}`).Body) {
+				got = append(got, m)
+			}
+			last := got[len(got)-1]
+			e, _ := last["error"].(map[string]any)
+			if len(got) != 2 || last["id"] != float64(1) || e == nil || e["code"] != float64(proxy.CodeServerGone) {
+				t.Fatalf("client got %v, want the progress, then error -32000 for id 1", got)
+			}
+			if data, _ := e["data"].(map[string]any); data["proxy"] != "mcp-cancel-proxy" {
+				t.Errorf("error %v does not name the proxy", e)
+			}
+			if n := logs.FilterMessage("upstream stream broke").Len(); n != 1 {
+				t.Errorf("%d log lines about the break, want 1: %v", n, logs.All())
+			}
+		})
+	}
+}

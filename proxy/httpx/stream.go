@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -255,32 +256,56 @@ func (r *sseRelay) next() bool {
 
 // readEvent reads one upstream event and returns what of it to relay (nil
 // for nothing), and whether more may come. At the end it returns the
-// proxy's own last message, if the stream has one.
+// proxy's own last message, if the stream has one. A stream that breaks
+// (the upstream gone mid-stream, an event cut off at the end, an event over
+// the size limit) ends with an error for each request it was to answer.
 func (r *sseRelay) readEvent() (out []byte, more bool) {
 	ev, err := r.rd.Next()
 	switch {
 	case errors.Is(err, framing.ErrEventTooLarge):
-		r.s.log.Error("upstream event over the size limit dropped", zap.String("scope", r.sess.scope), zap.Int("limit", r.s.MaxBodySize))
-		return nil, true
+		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.MaxBodySize)
+	case err == nil && ev.Cut && ev.HasData:
+		r.broken = errors.New("the upstream's stream ended in the middle of an event")
+	case err != nil && !errors.Is(err, io.EOF):
+		r.broken = fmt.Errorf("the upstream's stream broke: %w", err)
 	case err != nil: // the upstream ended the stream, or the sidecar did
-		if !errors.Is(err, io.EOF) {
-			r.broken = err
-		}
-		if final := r.st.takeFinal(); final != nil {
-			out = framing.AppendSSEMessage(nil, "", final)
-		}
-		// Read to its clean end, the upstream connection goes back to the
-		// pool now, before the client sees the end; any other end has
-		// fasthttp close it.
-		r.st.end(r.broken)
-		return out, false
 	case string(ev.Type) == "endpoint":
 		r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
 			"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
 		r.st.end(errStreamCancelled)
 		return nil, false
+	default:
+		return r.s.filterEvent(r.sess, ev, &r.f), true
 	}
-	return r.s.filterEvent(r.sess, ev, &r.f), true
+	if r.broken != nil && !r.st.wasCut() {
+		out = r.failOpen()
+	}
+	if final := r.st.takeFinal(); final != nil {
+		out = framing.AppendSSEMessage(out, "", final)
+	}
+	// Read to its clean end, the upstream connection goes back to the
+	// pool now, before the client sees the end; any other end has
+	// fasthttp close it.
+	r.st.end(r.broken)
+	return out, false
+}
+
+// failOpen answers, with the proxy's own error, each request still waiting
+// for its answer on a stream that broke, and logs the break once.
+func (r *sseRelay) failOpen() []byte {
+	var out []byte
+	n := 0
+	for _, c := range r.sess.callsOn(r.st) {
+		if reply := r.sess.t.Fail(c, proxy.CodeServerGone, r.broken.Error()); reply != nil {
+			out = framing.AppendSSEMessage(out, "", reply)
+			n++
+		}
+	}
+	r.s.log.Error("upstream stream broke", zap.String("scope", r.sess.scope), zap.Int("requests_failed", n), zap.Error(r.broken))
+	if n > 0 && r.s.OnUpstreamError != nil {
+		r.s.OnUpstreamError()
+	}
+	return out
 }
 
 // Close is called by fasthttp once the response is done. Done before the
