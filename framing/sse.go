@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync/atomic"
 )
 
 // Event is one server-sent event (https://html.spec.whatwg.org/multipage/server-sent-events.html),
@@ -38,6 +39,38 @@ type Event struct {
 // skipped the rest of it.
 var ErrEventTooLarge = errors.New("server-sent event exceeds the size limit")
 
+// ErrBudgetSpent reports an event that the reader could not hold because
+// the Budget it shares with other readers was spent. The stream is left in
+// the middle of the event: the caller ends it.
+var ErrBudgetSpent = errors.New("the memory budget for server-sent events is spent")
+
+// budgetFree is how much of an event a reader holds without asking its
+// Budget: events up to this size cost the budget nothing.
+const budgetFree = 64 << 10
+
+// A Budget bounds the memory that SSE readers sharing it hold for large
+// events: each reader asks it for twice (the event's bytes, and its data)
+// what an event holds beyond budgetFree, and gives it back when the next
+// event starts. It is safe for concurrent use.
+type Budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// NewBudget returns a Budget of limit bytes.
+func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
+
+// Used returns how many bytes readers hold of the budget.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+func (b *Budget) reserve(n int64) bool {
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
 // SSEReader reads server-sent events. It is not safe for concurrent use.
 type SSEReader struct {
 	br       *bufio.Reader
@@ -50,6 +83,39 @@ type SSEReader struct {
 	// pendingCR is set when the last line ended with a "\r": a "\n"
 	// right after it belongs to the same line end.
 	pendingCR bool
+	budget    *Budget // if set, large events are held against it
+	reserved  int64   // what this reader holds of the budget
+}
+
+// SetBudget makes the reader hold events larger than 64 KiB against b.
+func (r *SSEReader) SetBudget(b *Budget) { r.budget = b }
+
+// fits reports whether the event may grow to n bytes, asking the budget
+// for what it holds beyond budgetFree.
+func (r *SSEReader) fits(n int) bool {
+	if n > r.max {
+		return false
+	}
+	need := 2 * int64(n-budgetFree)
+	if r.budget == nil || need <= r.reserved {
+		return true
+	}
+	if !r.budget.reserve(need - r.reserved) {
+		return false
+	}
+	r.reserved = need
+	return true
+}
+
+// Release gives the budget back what the reader holds of it, and the large
+// buffers with it. Next does so for the last event; call Release when done
+// with a reader that has a budget.
+func (r *SSEReader) Release() {
+	if r.reserved > 0 {
+		r.budget.used.Add(-r.reserved)
+		r.reserved = 0
+		r.raw, r.data = nil, nil
+	}
 }
 
 // NewSSEReader returns a reader of the event stream r that refuses events
@@ -69,6 +135,7 @@ var bom = []byte("\xef\xbb\xbf")
 // in "\r\n", "\n" or a lone "\r", as the WHATWG's rules say: a reader that
 // missed the lone "\r" would see other events than a browser or an SDK.
 func (r *SSEReader) Next() (*Event, error) {
+	r.Release()
 	r.ev = Event{}
 	r.raw, r.data, r.overflow = r.raw[:0], r.data[:0], false
 	atLineStart := true
@@ -91,10 +158,15 @@ func (r *SSEReader) Next() (*Event, error) {
 		}
 		buf, _ = r.br.Peek(r.br.Buffered())
 		n, end := r.scan(buf, &atLineStart)
-		if len(r.raw)+n > r.max {
-			r.overflow = true
-		} else {
+		switch {
+		case r.overflow:
+		case r.fits(len(r.raw) + n):
 			r.raw = append(r.raw, buf[:n]...)
+		case len(r.raw)+n <= r.max: // within the limit, but the budget is spent
+			r.Release()
+			return nil, ErrBudgetSpent
+		default:
+			r.overflow = true
 		}
 		r.br.Discard(n)
 		if end {

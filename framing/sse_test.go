@@ -169,3 +169,32 @@ func referenceEvents(in []byte) []sseWant {
 	flush() // the reader returns a last event without its blank line
 	return out
 }
+
+// TestBudgetBoundsLargeEvents: readers sharing a Budget hold large events
+// only while it lasts; a reader past it gets ErrBudgetSpent, and what a
+// reader held is given back at its next event or on Release (issue 8,
+// item 13).
+func TestBudgetBoundsLargeEvents(t *testing.T) {
+	big := "data: " + strings.Repeat("x", 100<<10) + "\n\n"
+	b := framing.NewBudget(160 << 10) // two large events' worth, not three
+	readers := make([]*framing.SSEReader, 3)
+	for i := range readers {
+		readers[i] = framing.NewSSEReader(strings.NewReader(big+"data: small\n\n"), 0)
+		readers[i].SetBudget(b)
+	}
+	for i, r := range readers[:2] {
+		if _, err := r.Next(); err != nil {
+			t.Fatalf("reader %d: %v", i, err)
+		}
+	}
+	if _, err := readers[2].Next(); !errors.Is(err, framing.ErrBudgetSpent) {
+		t.Fatalf("third reader: %v, want ErrBudgetSpent (used %d)", err, b.Used())
+	}
+	if ev, err := readers[0].Next(); err != nil || string(ev.Data) != "small" {
+		t.Fatalf("first reader's next event: %v", err)
+	}
+	readers[1].Release()
+	if b.Used() != 0 {
+		t.Errorf("budget used %d after every reader let go, want 0", b.Used())
+	}
+}

@@ -112,8 +112,8 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		SessionIdle: cfg.HTTP.SessionIdle,
-		Tracker:     proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+		SessionIdle: cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),
+		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
 	}
 	m := metrics.New(metrics.Gauges{
 		InFlight: func() float64 { return float64(sc.InFlight()) },

@@ -93,6 +93,10 @@ type Limits struct {
 	// MaxFrameSize is the longest message line, in bytes ("64MiB" style
 	// suffixes accepted). Default 64MiB.
 	MaxFrameSize ByteSize `yaml:"max_frame_size"`
+	// EventMemory bounds the memory all upstream event streams of the
+	// sidecar may hold together for events larger than 64 KiB (about twice
+	// each such event's size). Default 256MiB.
+	EventMemory ByteSize `yaml:"event_memory"`
 }
 
 // Ledger configures how long cancelled requests are remembered.
@@ -116,7 +120,7 @@ type Child struct {
 func Defaults() Config {
 	return Config{
 		Log:    Log{Level: "info", Format: "json"},
-		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize},
+		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
 		HTTP:   HTTP{Path: "/mcp", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
@@ -194,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxFrameSize < 1024 || c.Limits.MaxFrameSize > 1<<30 {
 		bad("limits.max_frame_size", "%d is outside 1KiB..1GiB", c.Limits.MaxFrameSize)
+	}
+	if c.Limits.EventMemory < 1<<20 {
+		bad("limits.event_memory", "%d is below 1MiB", c.Limits.EventMemory)
 	}
 	positive := map[string]time.Duration{"ledger.retire_after": c.Ledger.RetireAfter, "child.term_after": c.Child.TermAfter,
 		"child.kill_after": c.Child.KillAfter, "http.session_idle": c.HTTP.SessionIdle, "http.cancel_grace": c.HTTP.CancelGrace,

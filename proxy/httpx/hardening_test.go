@@ -505,3 +505,23 @@ func TestBrokenUpstreamStreamAnswersTheRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestEventMemoryIsBounded: an upstream event larger than what is left of
+// the sidecar's event memory ends the stream with the proxy's error for
+// the request, not with the process's memory (issue 8, item 13).
+func TestEventMemoryIsBounded(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"text\":\""+strings.Repeat("x", 1<<20)+"\"}}\n\n")
+	}))
+	defer srv.Close()
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, EventMemory: 1 << 20})}
+	var got []map[string]any
+	for m := range events(c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`).Body) {
+		got = append(got, m)
+	}
+	if len(got) != 1 || got[0]["error"] == nil || !strings.Contains(fmt.Sprint(got[0]["error"]), "limits.event_memory") {
+		t.Errorf("client got %v, want the proxy's error naming limits.event_memory", got)
+	}
+}

@@ -205,7 +205,8 @@ func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
 		put(readBody(resp, s.MaxBodySize))
 		return
 	}
-	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
+	rd := s.newSSEReader(resp)
+	defer rd.Release()
 	for {
 		ev, err := rd.Next()
 		if err != nil {

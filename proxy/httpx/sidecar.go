@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 const (
 	DefaultPath        = "/mcp"
 	DefaultCancelGrace = 500 * time.Millisecond
+	DefaultEventMemory = 256 << 20
 )
 
 // Sidecar relays MCP's Streamable HTTP transport to an upstream MCP server
@@ -79,6 +81,11 @@ type Sidecar struct {
 	// nothing in flight and no stream open, before the sidecar forgets it.
 	// If zero, DefaultSessionIdle.
 	SessionIdle time.Duration
+	// EventMemory bounds the memory that all upstream event streams
+	// together may hold for events larger than 64 KiB (about twice each
+	// such event's size); a stream whose event does not fit ends with the
+	// proxy's error for its requests. If zero, DefaultEventMemory.
+	EventMemory int64
 	// LateWatch is how long, after a client's cancel has ended its stream,
 	// the upstream's answer is still read for a request whose late answer
 	// the governor wants (a hook compensates it), in the 2025 revisions.
@@ -91,6 +98,7 @@ type Sidecar struct {
 	upstream *url.URL
 	sessions registry
 	log      *zap.Logger
+	budget   *framing.Budget // EventMemory's
 }
 
 func (s *Sidecar) init() error {
@@ -127,6 +135,7 @@ func (s *Sidecar) init() error {
 			MaxResponseBodySize:           s.MaxBodySize,
 		}
 		s.sessions.init(s.SessionIdle)
+		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 	})
 	return s.initErr
 }

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -169,7 +170,7 @@ type sseRelay struct {
 
 // newSSERelay starts relaying resp's events for a client on conn.
 func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
-	r := &sseRelay{s: s, sess: sess, st: st, resp: resp, rd: framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)}
+	r := &sseRelay{s: s, sess: sess, st: st, resp: resp, rd: s.newSSEReader(resp)}
 	sess.open.Add(1)
 	for _, m := range prefix {
 		r.pending = framing.AppendSSEMessage(r.pending, "", m)
@@ -188,6 +189,7 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 // them to the client's side while it lasts; then it releases the response.
 func (r *sseRelay) pump() {
 	defer fasthttp.ReleaseResponse(r.resp)
+	defer r.rd.Release()
 	defer close(r.evs)
 	for {
 		out, more := r.readEvent()
@@ -262,6 +264,8 @@ func (r *sseRelay) next() bool {
 func (r *sseRelay) readEvent() (out []byte, more bool) {
 	ev, err := r.rd.Next()
 	switch {
+	case errors.Is(err, framing.ErrBudgetSpent):
+		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", r.s.budgetSize())
 	case errors.Is(err, framing.ErrEventTooLarge):
 		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.MaxBodySize)
 	case err == nil && ev.Cut && ev.HasData:
@@ -289,6 +293,16 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	r.st.end(r.broken)
 	return out, false
 }
+
+// newSSEReader reads an upstream response's event stream, within the
+// sidecar's limits.
+func (s *Sidecar) newSSEReader(resp *fasthttp.Response) *framing.SSEReader {
+	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
+	rd.SetBudget(s.budget)
+	return rd
+}
+
+func (s *Sidecar) budgetSize() int64 { return cmp.Or(s.EventMemory, DefaultEventMemory) }
 
 // failOpen answers, with the proxy's own error, each request still waiting
 // for its answer on a stream that broke, and logs the break once.
@@ -319,6 +333,7 @@ func (r *sseRelay) Close() error {
 	r.sess.detach(r.st)
 	if r.evs == nil {
 		r.st.end(r.broken)
+		r.rd.Release()
 		fasthttp.ReleaseResponse(r.resp)
 	} // else the pump ends the upstream's side, and releases the response
 	r.s.requestDone(r.sess)
