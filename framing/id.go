@@ -3,6 +3,7 @@ package framing
 import (
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 )
 
 type idKind uint8
@@ -67,6 +68,22 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// maxSafeInt is the largest integer every JSON library keeps exact
+// (JavaScript's Number.MAX_SAFE_INTEGER).
+const maxSafeInt = 1<<53 - 1
+
+// portable reports whether every JSON library echoes id as it came: a
+// string of valid UTF-8, or an integer within ±maxSafeInt.
+func (id ID) portable() bool {
+	switch id.kind {
+	case idInt:
+		return id.num >= -maxSafeInt && id.num <= maxSafeInt
+	case idString:
+		return utf8.ValidString(id.str)
+	}
+	return false
 }
 
 // parseID turns the JSON value raw (already validated) into an ID. It reports

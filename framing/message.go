@@ -91,8 +91,12 @@ var (
 	ErrNotObject = errors.New("message is not a JSON object")
 	ErrBadID     = errors.New("id must be a string or a number")
 	ErrTwoTokens = errors.New("more than one progressToken (params and params._meta)")
-	ErrBadMethod = errors.New("method must be a string")
-	ErrNoKind    = errors.New("message has neither method nor result nor error")
+	// ErrUnportableID refuses an id that servers' JSON libraries would not
+	// echo byte for byte (2.0, 1e2, integers beyond 2^53, strings that are
+	// not UTF-8): its answer could never be matched to it.
+	ErrUnportableID = errors.New("id must be a string of valid UTF-8 or an integer within ±(2^53-1)")
+	ErrBadMethod    = errors.New("method must be a string")
+	ErrNoKind       = errors.New("message has neither method nor result nor error")
 )
 
 // An InvalidError is a frame that is well-formed JSON but not a valid
@@ -251,6 +255,9 @@ func classify(m *Message, hasID, nullID, hasResult bool, idSpan Span) error {
 		if !ok {
 			return ErrBadID
 		}
+		if !id.portable() {
+			return &unportableIDError{literal: string(m.Raw[idSpan.Start:idSpan.End])}
+		}
 		m.ID, m.IDSpan = id, idSpan
 	}
 	switch {
@@ -299,6 +306,23 @@ func keyName(data []byte, k Span, escaped bool) []byte {
 }
 
 var errStop = errors.New("stop")
+
+// unportableIDError is ErrUnportableID with the id as the sender wrote it.
+type unportableIDError struct{ literal string }
+
+func (e *unportableIDError) Error() string { return ErrUnportableID.Error() }
+func (e *unportableIDError) Unwrap() error { return ErrUnportableID }
+
+// ErrorID returns the id to answer an invalid message with: the id as its
+// sender wrote it when the message was refused for its id alone (so that
+// the sender can still match the error to its request), else no id.
+func ErrorID(err error) ID {
+	var ue *unportableIDError
+	if errors.As(err, &ue) {
+		return ID{kind: idNumber, str: ue.literal} // written back as it came
+	}
+	return ID{}
+}
 
 // PeekID looks for a top-level "id" in the start of a message that was cut
 // short (such as the Head of a FrameTooLargeError) and reports whether it

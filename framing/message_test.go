@@ -27,7 +27,7 @@ func TestParseSingle(t *testing.T) {
 		{"error null id", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}`, framing.KindResponse, framing.ID{}, ""},
 		{"keys in any order", `{"params":{"a":[1,{"b":null}]},"method":"tools/call","id":9,"jsonrpc":"2.0"}`, framing.KindRequest, framing.IntID(9), "tools/call"},
 		{"white space", " \t{ \"id\" : 5 , \"method\" : \"ping\" } ", framing.KindRequest, framing.IntID(5), "ping"},
-		{"big id kept literal", `{"id":123456789012345678901234,"method":"ping"}`, framing.KindRequest, framing.ID{}, "ping"},
+		{"largest safe integer id", `{"id":9007199254740991,"method":"ping"}`, framing.KindRequest, framing.IntID(1<<53 - 1), "ping"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,6 +140,12 @@ func TestParseErrors(t *testing.T) {
 		{"nothing", `{"jsonrpc":"2.0"}`, true},
 		{"result without id", `{"result":{}}`, true},
 		{"empty batch", `[]`, true},
+		// Ids that servers' JSON libraries rewrite (issue 8, item 14).
+		{"fraction id", `{"id":2.0,"method":"ping"}`, true},
+		{"exponent id", `{"id":1e2,"method":"ping"}`, true},
+		{"id beyond 2^53", `{"id":9007199254740992,"method":"ping"}`, true},
+		{"huge id", `{"id":123456789012345678901234,"method":"ping"}`, true},
+		{"id not UTF-8", "{\"id\":\"a\xffb\",\"method\":\"ping\"}", true},
 		// Only one token could be renamed (issue 8, item 4).
 		{"two progress tokens", `{"id":1,"method":"tools/call","params":{"progressToken":"victim","_meta":{"progressToken":"mine"}}}`, true},
 	}

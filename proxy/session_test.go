@@ -348,3 +348,19 @@ func TestProgressEventNamesTheRequest(t *testing.T) {
 		t.Errorf("forwarded progress reported with id %s, want the request's id 1", e.ID)
 	}
 }
+
+// TestUnportableIDsAreRefused: ids that servers' JSON libraries rewrite
+// (2.0, 1e2, integers beyond 2^53, strings that are not UTF-8) are answered
+// -32600 at once, with the id as the client wrote it, and never reach the
+// server, whose answer could not be matched (issue 8, item 14).
+func TestUnportableIDsAreRefused(t *testing.T) {
+	h := newHarness(t, proxy.Options{})
+	for _, id := range []string{`2.0`, `1e2`, `9007199254740992`, "\"a\xffb\""} {
+		h.client(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`)
+		got := next(h.t, h.fromProxyC, "client")
+		if !strings.HasPrefix(string(got), `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32600`) {
+			t.Errorf("id %s answered %s, want -32600 with the id as sent", id, got)
+		}
+	}
+	h.sync() // the server got only the marker
+}

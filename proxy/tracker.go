@@ -311,7 +311,7 @@ func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 	if errors.As(err, &ie) {
 		code, msg = framing.CodeInvalidRequest, "Invalid Request"
 	}
-	return t.errorReply(framing.ID{}, code, msg+": "+err.Error())
+	return t.errorReply(framing.ErrorID(err), code, msg+": "+err.Error())
 }
 
 // TooLarge accounts for a frame over the size limit, which was skipped, and

@@ -30,7 +30,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		if _, invalid := err.(*framing.InvalidError); invalid {
 			code, msg = framing.CodeInvalidRequest, "Invalid Request: "
 		}
-		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ID{}, code, msg+err.Error()))
+		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ErrorID(err), code, msg+err.Error()))
 		return
 	}
 	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
