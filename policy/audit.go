@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +24,9 @@ type Audit struct {
 	IncludeArguments bool `yaml:"include_arguments"`
 	// IncludeResults writes late results into the line. Default false.
 	IncludeResults bool `yaml:"include_results"`
+	// IncludeHookOutput writes what a hook printed (or a webhook answered)
+	// into the line. Default false: it may echo secrets.
+	IncludeHookOutput bool `yaml:"include_hook_output"`
 }
 
 // Statuses of an audit line, in plain words.
@@ -72,11 +76,16 @@ type Late struct {
 	Result     json.RawMessage `json:"result,omitempty"` // with include_results
 }
 
-// auditWriter appends records as JSON lines.
+// auditWriter appends records as JSON lines, each whole or not at all.
 type auditWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	c  io.Closer
+	mu   sync.Mutex
+	w    io.Writer
+	c    io.Closer
+	file *os.File // when the trail is a file: a line cut short is cut off
+	// failures counts lines not written; lastLog is when one was last
+	// logged (the first always is, then one a minute).
+	failures int
+	lastLog  time.Time
 }
 
 // openAudit opens the trail the configuration names; nil when off.
@@ -91,9 +100,11 @@ func openAudit(a Audit) (*auditWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit trail: %w", err)
 	}
-	return &auditWriter{w: f, c: f}, nil
+	return &auditWriter{w: f, c: f, file: f}, nil
 }
 
+// write appends r's line. A write cut short (a full disk) is taken back,
+// so that the trail never holds half a line.
 func (a *auditWriter) write(r *Record) error {
 	if a == nil {
 		return nil
@@ -104,8 +115,32 @@ func (a *auditWriter) write(r *Record) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, err = a.w.Write(append(line, '\n'))
+	var end int64 = -1
+	if a.file != nil {
+		if st, err := a.file.Stat(); err == nil {
+			end = st.Size()
+		}
+	}
+	n, err := a.w.Write(append(line, '\n'))
+	if err != nil && n > 0 && end >= 0 {
+		if terr := a.file.Truncate(end); terr != nil {
+			err = errors.Join(err, fmt.Errorf("taking back the part written: %w", terr))
+		}
+	}
 	return err
+}
+
+// failed counts a line not written, and reports whether to log it: the
+// first failure, then at most one a minute, with the count so far.
+func (a *auditWriter) failed(now time.Time) (log bool, count int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failures++
+	if a.failures == 1 || now.Sub(a.lastLog) >= time.Minute {
+		a.lastLog = now
+		return true, a.failures
+	}
+	return false, a.failures
 }
 
 func (a *auditWriter) close() error {

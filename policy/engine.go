@@ -19,6 +19,8 @@ type Metrics interface {
 	// CancelSettled says whether the upstream honoured a cancel: no answer
 	// came within the late window.
 	CancelSettled(honoured bool)
+	// AuditFailed counts an audit line that could not be written.
+	AuditFailed()
 }
 
 // Options configures an Engine.
@@ -30,6 +32,9 @@ type Options struct {
 	Clock   Clock   // nil: the real one
 	// OnAudit, if set, is given each audit record once it is written.
 	OnAudit func(*Record)
+	// LogPayloads logs a failed hook's output, at debug level. Default
+	// false: logs tell sizes and kinds, not payloads.
+	LogPayloads bool
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -131,3 +136,4 @@ func (noMetrics) HookRan(string, bool) {}
 func (noMetrics) Orphan()              {}
 func (noMetrics) Waiting(int)          {}
 func (noMetrics) CancelSettled(bool)   {}
+func (noMetrics) AuditFailed()         {}

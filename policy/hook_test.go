@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,14 +21,19 @@ import (
 )
 
 // hookEngine is engine with a real clock: hooks run in real time.
+// Its audit includes the hooks' output.
 func hookEngine(t *testing.T, p Policy) (*Engine, <-chan *Record) {
+	return hookEngineAudit(t, p, Audit{Path: filepath.Join(t.TempDir(), "audit.jsonl"), IncludeHookOutput: true})
+}
+
+// hookEngineAudit is hookEngine with the audit configured by a.
+func hookEngineAudit(t *testing.T, p Policy, a Audit) (*Engine, <-chan *Record) {
 	t.Helper()
 	if err := p.Validate("policy"); err != nil {
 		t.Fatal(err)
 	}
 	recs := make(chan *Record, 16)
-	e, err := New(Options{Policy: p, Audit: Audit{Path: filepath.Join(t.TempDir(), "audit.jsonl")},
-		Logger: zaptest.NewLogger(t), OnAudit: func(r *Record) { recs <- r }})
+	e, err := New(Options{Policy: p, Audit: a, Logger: zaptest.NewLogger(t), OnAudit: func(r *Record) { recs <- r }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,5 +296,80 @@ func TestExecHookRunsWhateverTheClientChose(t *testing.T) {
 		if !strings.Contains(string(env), want+"\n") {
 			t.Errorf("environment lacks %s:\n%s", want, env)
 		}
+	}
+}
+
+// TestHookOutputStaysOutOfTheAudit: what a hook prints reaches the audit
+// line only with audit.include_hook_output (issue 8, item 15).
+func TestHookOutputStaysOutOfTheAudit(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{Exec: []string{"sh", "-c", "echo secret-$MCP_CANCEL_ATTEMPT-token; exit 3"}}}}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	e, recs := hookEngineAudit(t, p, Audit{Path: path})
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(cancel(1))
+	ft.server(result(1, `{}`))
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || r.Hooks[0].Output != "" {
+		t.Errorf("audit hooks: %+v, want no output", r.Hooks)
+	}
+	if data, _ := os.ReadFile(path); strings.Contains(string(data), "secret-1-token") {
+		t.Errorf("the audit file holds the hook's output: %s", data)
+	}
+}
+
+// TestAuditLineWholeOrNotAtAll: a line the disk cut short is taken back,
+// and failures are logged the first time, then once a minute (issue 8,
+// item 16).
+func TestAuditLineWholeOrNotAtAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, err := openAudit(Audit{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	if err := a.write(&Record{Status: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	a.w = &cutShort{w: a.file, n: 10} // the disk fills ten bytes into the next line
+	if err := a.write(&Record{Status: "second"}); err == nil {
+		t.Fatal("a write cut short reported no error")
+	}
+	data, _ := os.ReadFile(path)
+	if lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n"); len(lines) != 1 || !strings.Contains(lines[0], `"first"`) {
+		t.Errorf("trail after a write cut short: %q, want the first line alone", data)
+	}
+	now := time.Now()
+	for i, want := range []bool{true, false, false} {
+		if log, count := a.failed(now); log != want || count != i+1 {
+			t.Errorf("failure %d: log %v count %d", i+1, log, count)
+		}
+	}
+	if log, _ := a.failed(now.Add(time.Minute)); !log {
+		t.Error("no log line a minute later")
+	}
+}
+
+// cutShort writes its first n bytes, then fails as a full disk does.
+type cutShort struct {
+	w io.Writer
+	n int
+}
+
+func (c *cutShort) Write(p []byte) (int, error) {
+	n, _ := c.w.Write(p[:min(len(p), c.n)])
+	return n, syscall.ENOSPC
+}
+
+// TestAuditToAFullDevice: the real thing: /dev/full refuses every write.
+func TestAuditToAFullDevice(t *testing.T) {
+	a, err := openAudit(Audit{Path: "/dev/full"})
+	if err != nil {
+		t.Skip("no /dev/full here")
+	}
+	defer a.close()
+	if err := a.write(&Record{Status: "x"}); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("write to /dev/full: %v, want ENOSPC", err)
 	}
 }

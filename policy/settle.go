@@ -32,7 +32,10 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 		if !res.OK {
 			g.log.Error("hook failed: the work it was to undo or stop is orphaned", zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
-				zap.String("output", res.Output), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+			if g.e.opts.LogPayloads {
+				g.log.Debug("failed hook's output", zap.String("phase", phase), zap.String("output", res.Output))
+			}
 		} else {
 			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
@@ -79,7 +82,10 @@ func (g *governor) settle(r *record) {
 		g.e.metrics.CancelSettled(r.late == nil)
 	}
 	if err := g.e.audit.write(rec); err != nil {
-		g.log.Error("audit trail: write failed", zap.Error(err))
+		g.e.metrics.AuditFailed()
+		if log, count := g.e.audit.failed(g.e.clock.Now()); log {
+			g.log.Error("audit trail: a line could not be written (logged once a minute)", zap.Error(err), zap.Int("failures", count))
+		}
 	}
 	if g.e.opts.OnAudit != nil {
 		g.e.opts.OnAudit(rec)
@@ -100,6 +106,13 @@ func (g *governor) recordLocked(r *record) *Record {
 	rec.Cancelled = &cancelled
 	if g.e.opts.Audit.IncludeArguments {
 		rec.Arguments = r.args
+	}
+	if !g.e.opts.Audit.IncludeHookOutput {
+		rec.Hooks = make([]HookResult, len(r.hooks))
+		for i, h := range r.hooks {
+			h.Output = ""
+			rec.Hooks[i] = h
+		}
 	}
 	rec.Status = r.status()
 	return rec

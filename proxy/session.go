@@ -54,6 +54,8 @@ type Options struct {
 	// and starts another (the stdio wrapper's escalation). Without it,
 	// Restart reports false.
 	OnRestart func(reason string) bool
+	// LogPayloads: see TrackerOptions.
+	LogPayloads bool
 }
 
 // Conn is one peer's pair of byte streams.
@@ -91,7 +93,7 @@ func NewSession(opts Options) *Session {
 	}
 	s.t = NewTracker(TrackerOptions{
 		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
-		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov})
+		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads})
 	return s
 }
 

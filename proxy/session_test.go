@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -363,4 +367,27 @@ func TestUnportableIDsAreRefused(t *testing.T) {
 		}
 	}
 	h.sync() // the server got only the marker
+}
+
+// TestLogsTellSizesNotContents: a malformed or oversized message is logged
+// by its size, never its contents, unless payloads are asked for, and then
+// only at debug level (issue 8, item 15).
+func TestLogsTellSizesNotContents(t *testing.T) {
+	for _, payloads := range []bool{false, true} {
+		core, logs := observer.New(zapcore.DebugLevel)
+		h := newHarness(t, proxy.Options{Logger: zap.New(core), LogPayloads: payloads, MaxFrameSize: 1024})
+		h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"password":"hunter2"}}`) // cut short
+		next(t, h.fromProxyC, "client") // the parse error
+		h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"password":"hunter2","pad":"` + strings.Repeat("x", 2048) + `"}}}`)
+		next(t, h.fromProxyC, "client") // the error for the oversized request
+		for _, e := range logs.All() {
+			leaks := strings.Contains(fmt.Sprint(e.Message, e.Context), "hunter2")
+			if leaks && (!payloads || e.Level != zapcore.DebugLevel) {
+				t.Errorf("payloads=%v: %s line %q %v shows the message", payloads, e.Level, e.Message, e.Context)
+			}
+		}
+		if n := logs.FilterMessage("the refused message begins").Len(); (n == 2) != payloads {
+			t.Errorf("payloads=%v: %d debug lines with the message's start", payloads, n)
+		}
+	}
 }

@@ -56,6 +56,10 @@ type TrackerOptions struct {
 	Observer Observer
 	// Governor, if set, applies per-request policy to the client's requests.
 	Governor Governor
+	// LogPayloads adds, at debug level, the start of each malformed or
+	// oversized message to the log. Default false: logs tell sizes and
+	// kinds, never what a message says (tool arguments may hold secrets).
+	LogPayloads bool
 }
 
 // Observer is told of each decision as it is made. Observe is called
@@ -301,7 +305,8 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 // line only, and a nil reply.
 func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 	t.stats.dropped.Add(1)
-	t.peers[from].log.Warn("malformed message dropped", zap.Error(err), zap.ByteString("head", head(raw)))
+	t.peers[from].log.Warn("malformed message dropped", zap.Error(err), zap.Int("bytes", len(raw)))
+	t.payload(from, raw)
 	t.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
 	if from != Client {
 		return nil
@@ -322,7 +327,8 @@ func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender,
 	t.stats.dropped.Add(1)
 	id, isResponse, ok := framing.PeekID(tl.Head)
 	t.peers[from].log.Error("frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
-		zap.Stringer("id", id), zap.ByteString("head", head(tl.Head)))
+		zap.Stringer("id", id))
+	t.payload(from, tl.Head)
 	t.emit(from, ActDropped, framing.KindInvalid, "", id, tl.Error())
 	switch {
 	case ok && isResponse:
@@ -404,12 +410,12 @@ func (t *Tracker) emit(from Peer, a Action, k framing.Kind, method string, id fr
 	t.opts.OnEvent(Event{Time: t.opts.Now(), From: who, Action: a, Kind: k, Method: method, ID: id, Note: note})
 }
 
-// head returns the start of a frame for a log line.
-func head(raw []byte) []byte {
-	if len(raw) > 200 {
-		return raw[:200]
+// payload logs the start of a message the proxy refused, at debug level,
+// when the configuration asks for payloads in logs.
+func (t *Tracker) payload(from Peer, raw []byte) {
+	if t.opts.LogPayloads {
+		t.peers[from].log.Debug("the refused message begins", zap.ByteString("head", raw[:min(len(raw), 200)]))
 	}
-	return raw
 }
 
 // Fail ends a client's request that the proxy cannot deliver or whose answer

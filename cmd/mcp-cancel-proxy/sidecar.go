@@ -88,7 +88,8 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) > 0 {
 		upstream = filepath.Base(argv[0])
 	}
-	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream)})
+	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream),
+		LogPayloads: cfg.Log.Payloads})
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +99,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
 			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
 			Session: proxy.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
+				LogPayloads: cfg.Log.Payloads,
 				Governor: func(a proxy.Actions) proxy.Governor {
 					return engine.Governor(fmt.Sprintf("child%d", children.Add(1)))(a)
 				}},
@@ -113,7 +115,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		SessionIdle: cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),
-		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax},
+		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}
 	m := metrics.New(metrics.Gauges{
 		InFlight: func() float64 { return float64(sc.InFlight()) },

@@ -42,7 +42,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 
 	pm, stopAdmin := wrapperAdmin(cfg, link, log)
 	defer stopAdmin()
-	popts := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log}
+	popts := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads}
 	if pm != nil {
 		popts.Metrics = pm
 		link.onRestart = pm.Restarted
@@ -56,6 +56,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	defer reloadOnSIGHUP(cfg.Path, engine, log)()
 	sess := proxy.NewSession(proxy.Options{
 		Logger:         log,
+		LogPayloads:    cfg.Log.Payloads,
 		MaxFrameSize:   int(cfg.Limits.MaxFrameSize),
 		RetireAfter:    cfg.Ledger.RetireAfter,
 		RetireMax:      cfg.Ledger.RetireMax,
@@ -186,7 +187,15 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)).Named("mcp-cancel-proxy")
+	out := zapcore.Lock(zapcore.AddSync(w))
+	// Warnings and errors repeat when a peer misbehaves in a loop: of each
+	// message, the first 10 a second are written, then every 100th. Below
+	// warn, nothing is dropped.
+	quiet := zapcore.NewCore(enc, out, zap.LevelEnablerFunc(func(l zapcore.Level) bool { return l >= lvl && l < zapcore.WarnLevel }))
+	loud := zapcore.NewSamplerWithOptions(zapcore.NewCore(enc, out, zap.LevelEnablerFunc(func(l zapcore.Level) bool {
+		return l >= lvl && l >= zapcore.WarnLevel
+	})), time.Second, 10, 100)
+	return zap.New(zapcore.NewTee(quiet, loud)).Named("mcp-cancel-proxy")
 }
 
 // wrapperAdmin serves the admin listener for the stdio wrapper, when one is

@@ -86,6 +86,10 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Format is json or console. Default json.
 	Format string `yaml:"format"`
+	// Payloads adds, at debug level, the start of each malformed or
+	// refused message, an upstream's error body and a failed hook's output
+	// to the log. Default false: logs tell sizes and kinds, not contents.
+	Payloads bool `yaml:"payloads"`
 }
 
 // Limits bounds what the proxy accepts.

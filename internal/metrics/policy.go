@@ -7,13 +7,14 @@ import (
 // Policy counts what the per-tool policy does. It implements
 // policy.Metrics for one upstream (the label of its honoured cancels).
 type Policy struct {
-	deadlines prometheus.Counter
-	hooks     *prometheus.CounterVec
-	orphans   prometheus.Counter
-	waiting   prometheus.Gauge
-	restarts  prometheus.Counter
-	settled   *prometheus.CounterVec
-	upstream  string
+	deadlines     prometheus.Counter
+	hooks         *prometheus.CounterVec
+	orphans       prometheus.Counter
+	waiting       prometheus.Gauge
+	restarts      prometheus.Counter
+	settled       *prometheus.CounterVec
+	auditFailures prometheus.Counter
+	upstream      string
 }
 
 // NewPolicy registers the policy's collectors in m's registry; upstream
@@ -34,8 +35,10 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "cancels_settled_total",
 			Help: "Cancels forwarded upstream, by whether the upstream honoured them (no answer within policy.late_window)."},
 			[]string{"upstream", "honoured"}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
+			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
 	}
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.waiting, p.restarts, p.settled)
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.waiting, p.restarts, p.settled, p.auditFailures)
 	return p
 }
 
@@ -65,6 +68,9 @@ func (p *Policy) CancelSettled(honoured bool) {
 	}
 	p.settled.WithLabelValues(p.upstream, h).Inc()
 }
+
+// AuditFailed counts an audit line not written.
+func (p *Policy) AuditFailed() { p.auditFailures.Inc() }
 
 // Restarted counts a restart.
 func (p *Policy) Restarted() { p.restarts.Inc() }

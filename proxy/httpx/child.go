@@ -148,7 +148,7 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 	}
 	c.mu.Unlock()
 	if st == nil {
-		c.log.Debug("message for the client dropped: no stream is open", zap.ByteString("head", line[:min(len(line), 200)]))
+		c.log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
 		return
 	}
 	answer := m != nil && m.Kind == framing.KindResponse

@@ -525,3 +525,42 @@ func TestEventMemoryIsBounded(t *testing.T) {
 		t.Errorf("client got %v, want the proxy's error naming limits.event_memory", got)
 	}
 }
+
+// TestUpstreamHeadersStayOutOfErrors: an upstream whose response headers
+// are too large for the sidecar gets the client an error that says so,
+// without the headers, which reach neither the client nor the log (issue
+// 8, item 15).
+func TestUpstreamHeadersStayOutOfErrors(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				bufio.NewReader(conn).ReadString('}') // the request, more or less
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\nX-Session-Secret: hunter2-"+strings.Repeat("x", 16<<10)+"\r\nContent-Length: 0\r\n\r\n")
+			}()
+		}
+	}()
+	core, logs := observer.New(zapcore.DebugLevel)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: "http://" + ln.Addr().String() + "/mcp", Logger: zap.New(core)})}
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "-32000") || strings.Contains(string(body), "hunter2") {
+		t.Errorf("client got %s", body)
+	}
+	for _, e := range logs.All() {
+		if strings.Contains(fmt.Sprint(e.Message, e.Context), "hunter2") {
+			t.Errorf("log line %q %v shows the upstream's headers", e.Message, e.Context)
+		}
+	}
+}

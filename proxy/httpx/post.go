@@ -1,9 +1,11 @@
 package httpx
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -68,8 +70,8 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		return
 	case err != nil:
 		sess.detach(st)
-		s.log.Error("upstream unreachable", zap.String("upstream", s.upstream.Redacted()), zap.Error(err))
-		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server is unreachable: %v", err))
+		s.log.Error("upstream unreachable", zap.String("upstream", s.upstream.Redacted()), zap.String("error", brief(err)))
+		s.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+brief(err))
 		return
 	}
 	sess = s.noteSession(sess, known, resp)
@@ -226,7 +228,8 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	if status >= 500 && len(d.requests) > 0 {
 		head := readHead(resp)
 		sess.detach(st)
-		s.log.Error("upstream failed", zap.Int("status", status), zap.ByteString("body", head))
+		s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
+		s.payload("the upstream's error body", head)
 		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
@@ -284,7 +287,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		return
 	}
 	if err != nil || len(body) > s.MaxBodySize {
-		s.log.Error("upstream response unreadable or over the size limit", zap.Error(err), zap.Int("limit", s.MaxBodySize))
+		s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", s.MaxBodySize))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		return
 	}
@@ -379,7 +382,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	}
 	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
 	if err != nil {
-		s.log.Error("upstream unreachable", zap.Error(err))
+		s.log.Error("upstream unreachable", zap.String("error", brief(err)))
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
 	}
@@ -417,6 +420,25 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(readHead(resp))
 }
 
+// brief returns an error's message without what fasthttp quotes of the
+// bytes it could not read ("..., contents: ..."): an upstream's headers
+// may hold anything, and they go neither to the client nor to the log.
+func brief(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "contents:"); i >= 0 {
+		msg = strings.TrimRight(msg[:i], " ,:")
+	}
+	return msg[:min(len(msg), 300)]
+}
+
+// payload logs, at debug level, the start of what the sidecar refused or
+// could not place, when the configuration asks for payloads in logs.
+func (s *Sidecar) payload(what string, b []byte) {
+	if s.Tracker.LogPayloads {
+		s.log.Debug(what, zap.ByteString("head", b[:min(len(b), 200)]))
+	}
+}
+
 // forward sends the client's request upstream with the given method and
 // body, and returns the response with its body still streaming.
 func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
@@ -448,12 +470,14 @@ func (s *Sidecar) notify(sess *session, msg []byte) {
 	resp := fasthttp.AcquireResponse()
 	if err := s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		s.log.Warn("notifying the upstream failed", zap.String("scope", sess.scope), zap.Error(err))
+		s.log.Warn("notifying the upstream failed", zap.String("scope", sess.scope), zap.String("error", brief(err)))
 		return
 	}
 	if status := resp.StatusCode(); status >= 300 {
+		body := readHead(resp)
 		s.log.Warn("the upstream refused a notification", zap.String("scope", sess.scope), zap.Int("status", status),
-			zap.ByteString("body", readHead(resp)))
+			zap.Int("body_bytes", len(body)))
+		s.payload("the upstream's refusal", body)
 		return
 	}
 	readHead(resp)
@@ -467,7 +491,7 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
 		if err := s.client.Do(req, resp); err != nil {
-			s.log.Warn("forwarding a cancel upstream failed", zap.Error(err))
+			s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
 		} else {
 			readHead(resp)
 		}
