@@ -377,7 +377,7 @@ func TestLogsTellSizesNotContents(t *testing.T) {
 		core, logs := observer.New(zapcore.DebugLevel)
 		h := newHarness(t, proxy.Options{Logger: zap.New(core), LogPayloads: payloads, MaxFrameSize: 1024})
 		h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"password":"hunter2"}}`) // cut short
-		next(t, h.fromProxyC, "client") // the parse error
+		next(t, h.fromProxyC, "client")                                                                         // the parse error
 		h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"password":"hunter2","pad":"` + strings.Repeat("x", 2048) + `"}}}`)
 		next(t, h.fromProxyC, "client") // the error for the oversized request
 		for _, e := range logs.All() {
