@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 )
 
 // blankLineServer is a real stdio server (a shell loop) that follows every
@@ -324,5 +326,22 @@ func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
 			w.logs.waitFor(t, `"server exited"`)
 			w.wait()
 		})
+	}
+}
+
+// TestRepeatedWarningsAreSampled: a warning that repeats (a peer
+// misbehaving in a loop) is written ten times a second at most, then one in
+// a hundred; debug and info lines are never dropped (issue 8, item 15).
+func TestRepeatedWarningsAreSampled(t *testing.T) {
+	var out strings.Builder
+	log := newLogger(config.Log{Level: "debug", Format: "json"}, &out)
+	for range 300 {
+		log.Warn("malformed message dropped")
+		log.Debug("suppressed")
+	}
+	log.Sync()
+	warns, debugs := strings.Count(out.String(), "malformed message dropped"), strings.Count(out.String(), `"suppressed"`)
+	if warns < 10 || warns > 13 || debugs != 300 {
+		t.Errorf("%d warnings and %d debug lines written of 300 each; want 10 to 13, and 300", warns, debugs)
 	}
 }

@@ -35,12 +35,21 @@ func TestMain(m *testing.M) {
 // read from stdin, and answers a ping whose params say "marker" with those
 // lines, then forgets them. Other requests, batched or not, get an empty
 // result, except a tools/call of "hang", which is never answered. It exits
-// at stdin's end.
+// at stdin's end. With MCP_ECHO_RECORD set, it also appends every line to
+// that file.
 func echoChild(in io.Reader, out io.Writer) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	var lines []string
+	var record io.Writer = io.Discard // every line read, for tests that look after the child is gone
+	if path := os.Getenv("MCP_ECHO_RECORD"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+			defer f.Close()
+			record = f
+		}
+	}
 	for sc.Scan() {
+		fmt.Fprintf(record, "%s\n", sc.Bytes())
 		var msgs []json.RawMessage
 		if json.Unmarshal(sc.Bytes(), &msgs) != nil {
 			msgs = []json.RawMessage{sc.Bytes()}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -562,5 +564,41 @@ func TestUpstreamHeadersStayOutOfErrors(t *testing.T) {
 		if strings.Contains(fmt.Sprint(e.Message, e.Context), "hunter2") {
 			t.Errorf("log line %q %v shows the upstream's headers", e.Message, e.Context)
 		}
+	}
+}
+
+// TestStoppingAChildCancelsItsCalls: a sidecar that stops a stdio
+// session's child (here for DELETE) cancels the calls in flight on the
+// child first, and their clients get -32000 (issue 8, item 7).
+func TestStoppingAChildCancelsItsCalls(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	record := filepath.Join(t.TempDir(), "received")
+	t.Setenv("MCP_ECHO_RECORD", record)
+	cs := &httpx.Children{}
+	c := &childClient{t: t, url: childSidecar(t, cs)}
+	c.initialize()
+	answer := make(chan string, 1)
+	go func() {
+		_, body := c.post(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hang"}}`)
+		answer <- body
+	}()
+	eventually(t, "the call reached the child", func() bool {
+		data, _ := os.ReadFile(record)
+		return strings.Contains(string(data), `"hang"`)
+	})
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if body := <-answer; !strings.Contains(body, `"id":5`) || !strings.Contains(body, "-32000") {
+		t.Errorf("the call's client got %q, want -32000", body)
+	}
+	eventually(t, "the child gone", func() bool { return cs.Count() == 0 })
+	data, _ := os.ReadFile(record)
+	if !strings.Contains(string(data), `"method":"notifications/cancelled","params":{"requestId":5,"reason":"session deleted"}`) {
+		t.Errorf("the child read:\n%s\nwant the cancel of call 5", data)
 	}
 }
