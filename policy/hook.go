@@ -10,10 +10,11 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 )
 
 // Hook defaults.
@@ -124,11 +125,12 @@ func (r *runner) exec(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = append(os.Environ(), ev.env()...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = time.Second // a grandchild holding the output open does not hold the hook
-	if err := cmd.Start(); err != nil {
+	group, err := child.StartGroup(cmd)
+	if err != nil {
 		return "", err
 	}
+	defer group.Release()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	select {
@@ -138,7 +140,7 @@ func (r *runner) exec(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 		}
 		return out.String(), nil
 	case <-ctx.Done():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		group.Kill()
 		<-waited
 		if r.ctx.Err() != nil {
 			return out.String(), errors.New("killed at shutdown")

@@ -23,13 +23,15 @@ const maxQueued = 4 << 20
 // Urgent frames (cancels whose request has already been written) go ahead of
 // everything queued, so that a cancel never waits behind other frames.
 //
-// Writers that are not non-blocking files (an io.Pipe in tests, a terminal)
-// get the same queue, written by the goroutine alone.
+// Writers that are not non-blocking files (an io.Pipe in tests, a terminal,
+// and every writer on the platforms without writev, or built with the tag
+// portable) get the same queue, written by the goroutine alone: the same
+// ordering and withdraw rules, one write per frame.
 type outbox struct {
 	w   io.Writer
 	c   io.Closer
 	raw syscall.RawConn // set when the peer is a non-blocking file
-	iov []syscall.Iovec // writev's vector; used only by whoever holds busy
+	vec vectors         // writev's state; used only by whoever holds busy
 
 	mu sync.Mutex // guards the fields below
 	// front holds frames taken for a write that did not finish, the first

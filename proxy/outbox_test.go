@@ -17,7 +17,8 @@ func frame(s string) *buf {
 
 // TestOutboxFlushPartialWriteKeepsFraming: a frame larger than the pipe is
 // flushed by its sender as far as it fits, without blocking; an urgent frame
-// sent meanwhile must still come after the whole of it.
+// sent meanwhile must still come after the whole of it. (On the portable
+// path the outbox's goroutine writes it all: the same must hold.)
 func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -25,7 +26,7 @@ func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	}
 	defer r.Close()
 	o := newOutbox(w)
-	if o.raw == nil {
+	if o.raw == nil && hasWritev {
 		t.Fatal("os.Pipe's write end is not seen as non-blocking")
 	}
 	go o.run()
@@ -50,6 +51,11 @@ func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	}
 	<-o.dead
 	want := big + "\nurgent\nlast\n"
+	if !hasWritev && bytes.HasPrefix(got, []byte("urgent\n")) {
+		// On the portable path the goroutine may not have begun the big
+		// frame when the urgent one came: it then goes first, whole.
+		want = "urgent\n" + big + "\nlast\n"
+	}
 	if !bytes.Equal(got, []byte(want)) {
 		t.Errorf("peer read %d bytes, want %d in order big, urgent, last", len(got), len(want))
 	}

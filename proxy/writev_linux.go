@@ -1,3 +1,5 @@
+//go:build linux && !portable
+
 package proxy
 
 import (
@@ -8,6 +10,12 @@ import (
 
 // maxIovecs is Linux's IOV_MAX.
 const maxIovecs = 1024
+
+// hasWritev tells tests which write path the build has.
+const hasWritev = true
+
+// vectors is writev's iovec array, made once per outbox.
+type vectors struct{ iov []syscall.Iovec }
 
 // nonBlocking returns w's raw connection if w is a file in non-blocking mode.
 func nonBlocking(w io.Writer) syscall.RawConn {
@@ -35,10 +43,10 @@ func nonBlocking(w io.Writer) syscall.RawConn {
 // wait until the peer can take more. It returns the frames not fully
 // written, the first of them possibly in part.
 func (o *outbox) writev(batch []*buf, wait bool) ([]*buf, error) {
-	if o.iov == nil {
-		o.iov = make([]syscall.Iovec, maxIovecs)
+	if o.vec.iov == nil {
+		o.vec.iov = make([]syscall.Iovec, maxIovecs)
 	}
-	iov := o.iov // only the one holding busy writes, so one array serves
+	iov := o.vec.iov // only the one holding busy writes, so one array serves
 	var werr error
 	i := 0
 	err := o.raw.Write(func(fd uintptr) bool {

@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	proxyBin = filepath.Join(dir, "mcp-cancel-proxy")
-	build := exec.Command("go", "build", "-race", "-o", proxyBin, ".")
+	// MCP_TEST_TAGS builds the binary with build tags (portable: the relay
+	// path of macOS and Windows).
+	build := exec.Command("go", "build", "-race", "-tags", os.Getenv("MCP_TEST_TAGS"), "-o", proxyBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the proxy:", err)

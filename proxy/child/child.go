@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,6 +43,7 @@ type Process struct {
 	Stdout io.ReadCloser  // the child's stdout
 
 	cmd    *exec.Cmd
+	group  *Group
 	opts   Options
 	log    *zap.Logger
 	exited chan struct{} // closed when the leader has been reaped
@@ -58,15 +58,11 @@ func Start(argv []string, opts Options) (*Process, error) {
 	}
 	opts = opts.withDefaults()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	// Setpgid: the child leads its own group, so that signals reach its
-	// helpers too. Pdeathsig: if the proxy itself dies, the child does not
-	// linger without a client.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, stdout, err := startWithPipes(cmd, opts.Stderr)
+	group, stdin, stdout, err := startWithPipes(cmd, opts.Stderr)
 	if err != nil {
 		return nil, fmt.Errorf("starting server %q: %w", argv[0], err)
 	}
-	p := &Process{Stdin: stdin, Stdout: stdout, cmd: cmd, opts: opts, exited: make(chan struct{}),
+	p := &Process{Stdin: stdin, Stdout: stdout, cmd: cmd, group: group, opts: opts, exited: make(chan struct{}),
 		log: opts.Logger.With(zap.Int("pid", cmd.Process.Pid))}
 	p.log.Info("server started", zap.Strings("argv", argv))
 	go p.wait()
@@ -94,21 +90,21 @@ func (o Options) withDefaults() Options {
 // leader exits, which would lose output still in the pipe (a crashing
 // server's last responses). With these, stdout ends when the last process
 // holding it does. Our ends are non-blocking, served by the runtime poller.
-func startWithPipes(cmd *exec.Cmd, stderr io.Writer) (stdin *os.File, stdout *os.File, err error) {
+func startWithPipes(cmd *exec.Cmd, stderr io.Writer) (g *Group, stdin *os.File, stdout *os.File, err error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
 	copyStderr, err := stderrTo(cmd, stderr)
 	if err == nil {
-		err = cmd.Start()
+		g, err = StartGroup(cmd)
 		copyStderr(err == nil)
 	}
 	inR.Close()
@@ -116,9 +112,9 @@ func startWithPipes(cmd *exec.Cmd, stderr io.Writer) (stdin *os.File, stdout *os
 	if err != nil {
 		inW.Close()
 		outR.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return inW, outR, nil
+	return g, inW, outR, nil
 }
 
 // Pid returns the child's process id, which is also its process group id.
@@ -130,9 +126,14 @@ func (p *Process) wait() {
 	p.err = p.cmd.Wait()
 	p.log.Info("server exited", zap.String("status", p.status()))
 	close(p.exited)
-	if p.signalGroup(syscall.SIGTERM) {
-		time.AfterFunc(p.opts.KillAfter, func() { p.signalGroup(syscall.SIGKILL) })
+	if p.group.Terminate() {
+		time.AfterFunc(p.opts.KillAfter, func() {
+			p.group.Kill()
+			p.group.Release()
+		})
+		return
 	}
+	p.group.Release()
 }
 
 // Exited is closed when the child has exited.
@@ -160,13 +161,13 @@ func (p *Process) Stop() {
 		}
 		// "If the server does not exit within a reasonable time, send SIGTERM"
 		p.log.Warn("server still running after stdin closed; sending SIGTERM", zap.Duration("after", p.opts.TermAfter))
-		p.signalGroup(syscall.SIGTERM)
+		p.group.Terminate()
 		if p.waitExit(p.opts.KillAfter) {
 			return
 		}
 		// "If the server does not exit within a reasonable time after SIGTERM, send SIGKILL"
 		p.log.Warn("server still running after SIGTERM; sending SIGKILL", zap.Duration("after", p.opts.KillAfter))
-		p.signalGroup(syscall.SIGKILL)
+		p.group.Kill()
 	})
 	<-p.exited
 }
@@ -180,13 +181,6 @@ func (p *Process) waitExit(d time.Duration) bool {
 	case <-t.C:
 		return false
 	}
-}
-
-// signalGroup signals the child's process group and reports whether any
-// process of it was there to receive the signal.
-func (p *Process) signalGroup(sig syscall.Signal) bool {
-	err := syscall.Kill(-p.cmd.Process.Pid, sig)
-	return err == nil
 }
 
 // stderrTo points the child's stderr at w. A file is passed to the child
