@@ -66,6 +66,7 @@ func TestSessionHoldsRequestsForTheGovernor(t *testing.T) {
 	}
 	h.server(`{"jsonrpc":"2.0","id":2,"result":{}}`) // late: suppressed
 	h.client(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	h.serverGetsExactly(`{"jsonrpc":"2.0","id":4,"method":"ping"}`) // answered only once received: else a race
 	h.server(`{"jsonrpc":"2.0","id":4,"result":{}}`)
 	h.clientGetsExactly(`{"jsonrpc":"2.0","id":4,"result":{}}`)
 }
