@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -345,5 +346,61 @@ func TestRepeatedWarningsAreSampled(t *testing.T) {
 	warns, debugs := strings.Count(out.String(), "malformed message dropped"), strings.Count(out.String(), `"suppressed"`)
 	if warns < 10 || warns > 13 || debugs != 300 {
 		t.Errorf("%d warnings and %d debug lines written of 300 each; want 10 to 13, and 300", warns, debugs)
+	}
+}
+
+// TestE2EReloadOnFileChange: the policy follows its file without a signal
+// (Windows has none; a Kubernetes ConfigMap changes files without one): an
+// editor's rename-and-replace and a ConfigMap's symlink swap are both seen,
+// an invalid file is refused and the policy in force stays (issue 9, item 5).
+func TestE2EReloadOnFileChange(t *testing.T) {
+	const (
+		invalid = "policy:\n  rules:\n    - tool: block\n      timeout: -5s\n"
+		valid   = "policy:\n  rules:\n    - tool: block\n      timeout: 200ms\n"
+	)
+	write := func(path, text string) {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes := map[string]func(dir, text string){
+		// An editor: write a temporary file, rename it over the target.
+		"editor": func(dir, text string) {
+			write(filepath.Join(dir, "config.yaml.tmp"), text)
+			os.Rename(filepath.Join(dir, "config.yaml.tmp"), filepath.Join(dir, "config.yaml"))
+		},
+		// The kubelet: config.yaml -> ..data/config.yaml; a new version
+		// folder, and a new ..data link renamed over the old one.
+		"configmap": func(dir, text string) {
+			version := fmt.Sprintf("..v%d", time.Now().UnixNano())
+			os.Mkdir(filepath.Join(dir, version), 0o700)
+			write(filepath.Join(dir, version, "config.yaml"), text)
+			os.Symlink(version, filepath.Join(dir, "..data_tmp"))
+			os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data"))
+		},
+	}
+	for name, change := range changes {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if name == "configmap" {
+				os.Mkdir(filepath.Join(dir, "..v0"), 0o700)
+				write(filepath.Join(dir, "..v0", "config.yaml"), "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
+				os.Symlink("..v0", filepath.Join(dir, "..data"))
+				os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml"))
+			} else {
+				write(filepath.Join(dir, "config.yaml"), "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
+			}
+			w := startWrapped(t, "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug", "--", proxyBin, "example-server")
+			w.initialize(`{}`)
+			change(dir, invalid)
+			w.logs.waitFor(t, "the configuration file changed: the configuration is invalid; the policy in force stays")
+			change(dir, valid)
+			w.logs.waitFor(t, "the configuration file changed: reloading the policy")
+			w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"f"}}}`)
+			got := w.recvUntil(isResponse(1))
+			if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {
+				t.Errorf("a call under the reloaded policy: %v", got[len(got)-1])
+			}
+		})
 	}
 }

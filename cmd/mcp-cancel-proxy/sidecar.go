@@ -41,7 +41,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		return 1
 	}
 	defer engine.Shutdown()
-	defer reloadOnSIGHUP(cfg.Path, engine, log)()
+	defer reloadOnChange(cfg.Path, engine, log)()
 	handler, err := sc.Handler()
 	if err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))

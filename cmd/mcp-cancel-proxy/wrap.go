@@ -53,7 +53,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		link.current().Stop()
 		return 1
 	}
-	defer reloadOnSIGHUP(cfg.Path, engine, log)()
+	defer reloadOnChange(cfg.Path, engine, log)()
 	sess := proxy.NewSession(proxy.Options{
 		Logger:         log,
 		LogPayloads:    cfg.Log.Payloads,
@@ -221,36 +221,6 @@ func wrapperAdmin(cfg config.Config, link *serverLink, log *zap.Logger) (*metric
 		return pm, func() {}
 	}
 	return pm, stop
-}
-
-// reloadOnSIGHUP reloads the policy from the configuration file on SIGHUP:
-// validated first; on error the policy in force stays, and the error is
-// logged. Requests in flight keep the rule they started with. It returns
-// a function that stops listening.
-func reloadOnSIGHUP(path string, e *policy.Engine, log *zap.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hup:
-				if path == "" {
-					log.Warn("SIGHUP: no configuration file to reload (no --config)")
-					continue
-				}
-				cfg, err := config.Load(path)
-				if err != nil {
-					log.Error("SIGHUP: the configuration is invalid; the policy in force stays", zap.Error(err))
-					continue
-				}
-				e.Reload(cfg.Policy)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { signal.Stop(hup); close(done) }
 }
 
 // escalates reports whether a rule of the policy may restart the server:

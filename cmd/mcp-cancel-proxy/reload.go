@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+)
+
+// settle is how long the file's folder must be quiet before a change is
+// read: editors write a file in several steps, and a ConfigMap's update is
+// a burst of renames.
+const settle = 100 * time.Millisecond
+
+// reloadOnChange reloads the policy from the configuration file when the
+// file changes (watched through its folder, so that an editor's
+// rename-and-replace and a Kubernetes ConfigMap's symlink swap are seen),
+// and on SIGHUP where there is one. A change is validated first; on error
+// the policy in force stays, and the error is logged; requests in flight
+// keep the rule they started with. The returned function stops it.
+func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // never delivered on Windows
+	done := make(chan struct{})
+	changed := watchFile(path, log)
+	last, _ := os.ReadFile(path)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if path == "" {
+					log.Warn("SIGHUP: no configuration file to reload (no --config)")
+					continue
+				}
+				last = reload(path, e, log, "SIGHUP", nil)
+			case <-changed:
+				last = reload(path, e, log, "the configuration file changed", last)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
+}
+
+// reload loads the file and puts its policy in force, unless the file
+// reads as it did (prev, when not nil); it returns what it read.
+func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []byte) []byte {
+	data, err := os.ReadFile(path)
+	if err == nil && prev != nil && bytes.Equal(data, prev) {
+		return prev // touched, not changed
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		log.Error(why+": the configuration is invalid; the policy in force stays", zap.Error(err))
+		return data
+	}
+	log.Info(why+": reloading the policy", zap.String("config", path))
+	e.Reload(cfg.Policy)
+	return data
+}
+
+// watchFile returns a channel that receives once the folder holding path
+// has been quiet for settle after a change; nil (never ready) when there
+// is no file or it cannot be watched.
+func watchFile(path string, log *zap.Logger) <-chan struct{} {
+	if path == "" {
+		return nil
+	}
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = w.Add(filepath.Dir(path))
+	}
+	if err != nil {
+		log.Warn("the configuration file is not watched: reload it with SIGHUP", zap.Error(err))
+		if w != nil {
+			w.Close()
+		}
+		return nil
+	}
+	out := make(chan struct{}, 1)
+	go func() { // for the process's life, like the file
+		quiet := time.NewTimer(time.Hour)
+		quiet.Stop()
+		for {
+			select {
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				quiet.Reset(settle)
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				log.Warn("watching the configuration file", zap.Error(err))
+			case <-quiet.C:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
