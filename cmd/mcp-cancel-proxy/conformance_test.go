@@ -25,7 +25,13 @@ func freePort(t *testing.T) string {
 // startBackground starts a process for the test and stops it, by its PID,
 // when the test ends.
 func startBackground(t *testing.T, name string, args ...string) {
+	startBackgroundEnv(t, nil, name, args...)
+}
+
+// startBackgroundEnv is startBackground with extra environment variables.
+func startBackgroundEnv(t *testing.T, env []string, name string, args ...string) {
 	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

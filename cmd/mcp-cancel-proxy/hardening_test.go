@@ -129,20 +129,6 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 	}
 }
 
-// startBackgroundEnv is startBackground with extra environment variables.
-func startBackgroundEnv(t *testing.T, env []string, name string, args ...string) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-}
-
 // fastMCP unpacks the Python SDK from ../shared and returns the
 // environment and the command line that run its FastMCP test server (on
 // stdio; add "--http PORT" for Streamable HTTP).

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -28,13 +30,13 @@ func hangup(stdin io.Reader) <-chan struct{} {
 	}
 	done := make(chan struct{})
 	go func() { // one thread parked in poll for the process's life
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: pollHangUp}} // POLLHUP comes unasked
 		for {
 			_, err := unix.Poll(fds, -1)
 			if err == unix.EINTR {
 				continue
 			}
-			if err != nil || fds[0].Revents&(unix.POLLHUP|unix.POLLRDHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			if err != nil || fds[0].Revents&(unix.POLLHUP|pollHangUp|unix.POLLERR|unix.POLLNVAL) != 0 {
 				close(done)
 				return
 			}
