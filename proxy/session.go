@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"sync"
@@ -21,6 +22,7 @@ const CodeServerGone = -32000
 const (
 	DefaultRetireAfter = 10 * time.Minute
 	DefaultRetireMax   = 1 << 16
+	DefaultDrainWait   = 5 * time.Second
 )
 
 // Options configures a Session. The zero value is usable.
@@ -44,9 +46,15 @@ type Options struct {
 	// relay goroutine that made it, in order for each direction. It must not block.
 	OnEvent func(Event)
 	// OnClientClosed, if set, is called once, on the client's relay
-	// goroutine, when the client's input has ended and the server's input
-	// has been asked to close: the caller starts stopping the server there.
+	// goroutine, when the client's input has ended and what was queued for
+	// the server has been written and its input closed (or DrainWait has
+	// passed with the server not reading): the caller starts stopping the
+	// server there.
 	OnClientClosed func()
+	// DrainWait bounds how long, after the client's input ends, what is
+	// queued for the server may take to be written before OnClientClosed
+	// is called anyway. If zero, DefaultDrainWait.
+	DrainWait time.Duration
 	// Governor, if set, makes the session's Governor, given the session's
 	// Actions: per-request policy.
 	Governor func(Actions) Governor
@@ -121,6 +129,14 @@ func (s *Session) Run(client, server Conn) error {
 		s.relay(s.sides[Client], client.In)
 		s.clientClosed.Store(true)
 		toServer.close()
+		// The server gets what was queued for it (the last cancels, say)
+		// before anyone stops it, unless it does not read.
+		drain := time.NewTimer(cmp.Or(s.opts.DrainWait, DefaultDrainWait))
+		select {
+		case <-toServer.dead:
+		case <-drain.C:
+		}
+		drain.Stop()
 		if s.opts.OnClientClosed != nil && !s.serverGone.Load() {
 			s.opts.OnClientClosed()
 		}

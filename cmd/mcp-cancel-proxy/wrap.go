@@ -61,6 +61,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		RetireAfter:    cfg.Ledger.RetireAfter,
 		RetireMax:      cfg.Ledger.RetireMax,
 		OnClientClosed: func() { st.stop("client closed its input") },
+		DrainWait:      cfg.Child.TermAfter,
 		Governor:       engine.Governor("stdio"),
 		OnRestart:      link.restart,
 	})

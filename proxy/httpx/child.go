@@ -83,6 +83,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	sopts := cs.Session
 	sopts.Logger = log
 	sopts.OnClientClosed = func() { go proc.Stop() }
+	sopts.DrainWait = cmp.Or(sopts.DrainWait, copts.TermAfter)
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
 	c := &childSession{id: newSessionID(), proc: proc, sess: proxy.NewSession(sopts), in: inW, log: log,
