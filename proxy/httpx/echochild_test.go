@@ -161,6 +161,18 @@ func (c *childClient) post(body string, header ...string) (int, string) {
 	return resp.StatusCode, string(got)
 }
 
+// delete ends the client's session.
+func (c *childClient) delete() {
+	c.t.Helper()
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
 func (c *childClient) initialize() {
 	c.t.Helper()
 	if status, body := c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); status != 200 || c.session == "" {

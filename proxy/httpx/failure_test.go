@@ -131,7 +131,8 @@ func TestCancelFromAnotherSession(t *testing.T) {
 
 // TestJSONResponseUpstream: an upstream that answers with JSON rather than a
 // stream; a cancelled request's late answer is held back and the POST gets
-// 202 with no body.
+// an event stream that ends without a message (a request is never answered
+// 202).
 func TestJSONResponseUpstream(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{JSONResponse: true})

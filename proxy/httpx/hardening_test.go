@@ -336,13 +336,7 @@ func TestChildThatStopsReadingIsStopped(t *testing.T) {
 			t.Fatalf("a notification answered %d", status)
 		}
 	}
-	req, _ := http.NewRequest("DELETE", c.url, nil)
-	req.Header.Set("Mcp-Session-Id", c.session)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	c.delete()
 	eventually(t, "the deaf child stopped", func() bool { return cs.Count() == 0 })
 }
 
@@ -586,13 +580,7 @@ func TestStoppingAChildCancelsItsCalls(t *testing.T) {
 		data, _ := os.ReadFile(record)
 		return strings.Contains(string(data), `"hang"`)
 	})
-	req, _ := http.NewRequest("DELETE", c.url, nil)
-	req.Header.Set("Mcp-Session-Id", c.session)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	c.delete()
 	if body := <-answer; !strings.Contains(body, `"id":5`) || !strings.Contains(body, "-32000") {
 		t.Errorf("the call's client got %q, want -32000", body)
 	}
