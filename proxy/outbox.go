@@ -28,10 +28,11 @@ const maxQueued = 4 << 20
 // portable) get the same queue, written by the goroutine alone: the same
 // ordering and withdraw rules, one write per frame.
 type outbox struct {
-	w   io.Writer
-	c   io.Closer
-	raw syscall.RawConn // set when the peer is a non-blocking file
-	vec vectors         // writev's state; used only by whoever holds busy
+	w      io.Writer
+	c      io.Closer
+	raw    syscall.RawConn // set when the peer is a non-blocking file
+	vec    vectors         // writev's state; used only by whoever holds busy
+	gather []byte          // the portable path's write buffer; likewise
 
 	mu sync.Mutex // guards the fields below
 	// front holds frames taken for a write that did not finish, the first
@@ -230,17 +231,45 @@ func (o *outbox) writeAll(batch []*buf) error {
 		_, err := o.writev(batch, true)
 		return err
 	}
-	for _, b := range batch {
-		if claim(b) {
-			if _, err := o.w.Write(b.b[b.sent:]); err != nil {
-				putBuf(b)
-				return err
-			}
+	// Without writev, small frames are gathered into one write, as writev
+	// would; a large one goes on its own. A frame is claimed (no longer
+	// withdrawable) only as it joins a write.
+	var err error
+	pending := batch[:0]
+	flush := func() {
+		if len(o.gather) > 0 && err == nil {
+			_, err = o.w.Write(o.gather)
 		}
-		putBuf(b)
+		o.gather = o.gather[:0]
+		for _, b := range pending {
+			putBuf(b)
+		}
+		pending = pending[:0]
 	}
-	return nil
+	for _, b := range batch {
+		switch {
+		case err != nil || !claim(b):
+			putBuf(b)
+		case len(b.b)-b.sent > gatherMax:
+			flush()
+			if err == nil {
+				_, err = o.w.Write(b.b[b.sent:])
+			}
+			putBuf(b)
+		default:
+			if len(o.gather)+len(b.b)-b.sent > gatherMax {
+				flush()
+			}
+			o.gather = append(o.gather, b.b[b.sent:]...)
+			pending = append(pending, b)
+		}
+	}
+	flush()
+	return err
 }
+
+// gatherMax bounds the frames gathered into one write on the portable path.
+const gatherMax = 64 << 10
 
 // claim marks a queued frame as being written and reports true, or reports
 // whether a frame already being written has bytes left; a withdrawn frame
