@@ -382,6 +382,7 @@ func TestE2EReloadOnFileChange(t *testing.T) {
 			w.logs.waitFor(t, "the configuration file changed: the configuration is invalid; the policy in force stays")
 			change(dir, valid)
 			w.logs.waitFor(t, "the configuration file changed: reloading the policy")
+			w.logs.waitFor(t, "policy reloaded") // logged once the new policy is in force
 			w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"f"}}}`)
 			got := w.recvUntil(isResponse(1))
 			if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {
