@@ -91,24 +91,7 @@ func TestHeaderNamesInAnyCase(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			watchdog(t, 30*time.Second)
 			up := newUpstreamWrapped(t, &mcp.StreamableHTTPOptions{}, renaming(rename))
-			c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
-			c.initialize()
-			resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"tok"}}}`)
-			stream := events(resp.Body)
-			if m := <-stream; m["method"] != "notifications/progress" {
-				t.Fatalf("first message %v, want progress", m)
-			}
-			cancel := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`)
-			cancel.Body.Close()
-			if cancel.StatusCode != http.StatusAccepted {
-				t.Errorf("cancel answered %d, want 202", cancel.StatusCode)
-			}
-			if key := <-up.sawCancel; key != "a" {
-				t.Errorf("upstream cancelled %q", key)
-			}
-			for m := range stream {
-				t.Errorf("client got %v after cancelling", m)
-			}
+			postedCancelEndsTheStream(t, up, startSidecar(t, up.url, proxy.TrackerOptions{}))
 		})
 	}
 }

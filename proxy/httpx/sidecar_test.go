@@ -178,7 +178,15 @@ func events(body io.ReadCloser) <-chan map[string]any {
 func TestPostedCancelEndsTheStream(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
+	postedCancelEndsTheStream(t, up, startSidecar(t, up.url, proxy.TrackerOptions{}))
+}
+
+// postedCancelEndsTheStream runs a wait_cancel call of up through the
+// sidecar at url, POSTs its cancel, and checks that the cancel is answered
+// 202, reaches the upstream, and that the stream ends with nothing late.
+func postedCancelEndsTheStream(t *testing.T, up *upstream, url string) {
+	t.Helper()
+	c := &rawClient{t: t, url: url}
 	c.initialize()
 	resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"tok"}}}`)
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
