@@ -92,7 +92,7 @@ func (e *Engine) Reload(p Policy) {
 }
 
 // Governor returns the factory of a session's Governor, for
-// proxy.Options.Governor; session names the session in the audit trail.
+// stdio.Options.Governor; session names the session in the audit trail.
 func (e *Engine) Governor(session string) func(proxy.Actions) proxy.Governor {
 	return func(a proxy.Actions) proxy.Governor { return newGovernor(e, session, a) }
 }

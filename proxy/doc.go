@@ -1,7 +1,8 @@
 // Package proxy is the transport-independent core of mcp-cancel-proxy: a
-// ledger of in-flight requests per direction, and a Session that relays
-// newline-delimited JSON-RPC between an MCP client and an MCP server while
-// making cancellation work (https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/cancellation).
+// ledger of in-flight requests per direction, and a Tracker that decides,
+// for every JSON-RPC message either peer sends, whether it is forwarded,
+// rewritten, suppressed or answered by the proxy, making cancellation work
+// (https://modelcontextprotocol.io/specification/2025-11-25/basic/utilities/cancellation).
 //
 // For every forwarded request the ledger records the call until its response
 // passes. A notifications/cancelled from the request's issuer is accepted
@@ -12,5 +13,7 @@
 // requests, requests of the other direction, or initialize, are dropped, as
 // the specification asks ("fire and forget").
 //
-// proxy imports framing and zap; it knows nothing of processes, HTTP or policy.
+// proxy imports framing and zap; it does no I/O and knows nothing of
+// processes, pipes, HTTP or policy. The transports (proxy/stdio,
+// proxy/httpx) move the bytes and ask the Tracker.
 package proxy

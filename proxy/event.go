@@ -32,7 +32,7 @@ type Event struct {
 	Note   string     // why, for drops and suppressions
 }
 
-// Stats counts what a Session did. Read it with Session.Stats.
+// Stats counts what a transport's session did (stdio.Session.Stats).
 type Stats struct {
 	Forwarded           int64 // messages passed on
 	CancelsForwarded    int64 // cancels accepted and passed on

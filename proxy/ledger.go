@@ -48,9 +48,10 @@ type call struct {
 	started  time.Time
 	state    callState
 	retireAt time.Time // when a cancelled call is forgotten
-	// ticket is the request's frame in the receiver's outbox. It is set and
-	// read only on the issuer's relay goroutine, or under Session.clientMu.
-	ticket ticket
+	// Transport is the transport's own handle on the request's frame (the
+	// stdio relay keeps its outbox ticket there). The tracker never reads it;
+	// the transport sets and reads it on the issuer's side only.
+	Transport Slot
 	// onAnswer, set on the proxy's own requests, takes their response.
 	onAnswer func(*framing.Message)
 }
@@ -58,6 +59,14 @@ type call struct {
 func (c *call) aliased() bool { return c.upID != c.id }
 
 func (c *call) tokenAliased() bool { return c.upToken != c.token }
+
+// Slot is where a transport keeps its own handle on a request's frame: a
+// reference and a number, meaning whatever the transport means by them. Ref
+// should hold a pointer, so that storing it allocates nothing.
+type Slot struct {
+	Ref any
+	Seq uint64
+}
 
 // Verdict is what the ledger decided about a frame.
 type Verdict uint8

@@ -11,6 +11,17 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
 
+// CodeServerGone is the JSON-RPC error code of the proxy's answer to a
+// request whose server exited before answering. -32000 is what the
+// TypeScript SDK calls ConnectionClosed, so clients treat it alike.
+const CodeServerGone = -32000
+
+// Defaults for TrackerOptions.
+const (
+	DefaultRetireAfter = 10 * time.Minute
+	DefaultRetireMax   = 1 << 16
+)
+
 // proxyName goes in the data of every error the proxy writes itself, so that
 // no one mistakes it for the server's.
 const proxyName = "mcp-cancel-proxy"
@@ -132,6 +143,9 @@ func NewTracker(opts TrackerOptions) *Tracker {
 // Stats returns the counters so far.
 func (t *Tracker) Stats() Stats { return t.stats.snapshot() }
 
+// Logger returns the logger of one peer's messages.
+func (t *Tracker) Logger(p Peer) *zap.Logger { return t.peers[p].log }
+
 // InFlight returns how many requests are in flight in each direction.
 func (t *Tracker) InFlight() (clientToServer, serverToClient int) {
 	a, _ := t.peers[Client].issued.counts()
@@ -162,7 +176,7 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	c, v := p.issued.begin(m)
 	if v == Drop {
 		t.dropped(from, p.issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
-		return Outcome{Verdict: Drop, Reply: t.errorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)}
+		return Outcome{Verdict: Drop, Reply: t.ErrorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
@@ -316,7 +330,7 @@ func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 	if errors.As(err, &ie) {
 		code, msg = framing.CodeInvalidRequest, "Invalid Request"
 	}
-	return t.errorReply(framing.ErrorID(err), code, msg+": "+err.Error())
+	return t.ErrorReply(framing.ErrorID(err), code, msg+": "+err.Error())
 }
 
 // TooLarge accounts for a frame over the size limit, which was skipped, and
@@ -333,11 +347,11 @@ func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender,
 	switch {
 	case ok && isResponse:
 		if c, v := t.peers[from].answers.complete(id); v == Forward {
-			return nil, t.errorReply(c.id, framing.CodeInternalError,
+			return nil, t.ErrorReply(c.id, framing.CodeInternalError,
 				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from, tl))
 		}
 	case ok || from == Client:
-		return t.errorReply(id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error()), nil
+		return t.ErrorReply(id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error()), nil
 	}
 	return nil, nil
 }
@@ -348,14 +362,14 @@ func (t *Tracker) FailInFlight(why string) [][]byte {
 	var replies [][]byte
 	for _, c := range t.peers[Client].issued.failAll() {
 		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
-		replies = append(replies, t.errorReply(c.id, CodeServerGone, why))
+		replies = append(replies, t.ErrorReply(c.id, CodeServerGone, why))
 		t.ended(c)
 	}
 	return replies
 }
 
-// errorReply builds the proxy's own error response, and counts it.
-func (t *Tracker) errorReply(id framing.ID, code int, msg string) []byte {
+// ErrorReply builds the proxy's own error response, and counts it.
+func (t *Tracker) ErrorReply(id framing.ID, code int, msg string) []byte {
 	t.stats.proxyErrors.Add(1)
 	t.emit(Peer(2), ActReplied, framing.KindResponse, "", id, msg)
 	return ErrorReply(id, code, msg)
@@ -426,7 +440,7 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 		return nil
 	}
 	t.ended(c)
-	return t.errorReply(c.id, code, msg)
+	return t.ErrorReply(c.id, code, msg)
 }
 
 // ended tells the governor of a call that ended without the server's answer.
@@ -446,16 +460,28 @@ func (t *Tracker) Abandon(c *Call) {
 	}
 }
 
-// CancelInFlight cancels every request of the client still in flight, as if
-// the client had cancelled each, and returns the cancel notifications to
-// send the server (the session is ending: MCP-NOTES §6b DELETE).
-func (t *Tracker) CancelInFlight(source, reason string) [][]byte {
-	var cancels [][]byte
-	for _, c := range t.peers[Client].issued.cancelAll() {
-		cancels = append(cancels, t.cancelled(c, source, reason))
-	}
-	return cancels
+// Cancellation is a request the proxy cancelled on the client's behalf, with
+// the notification that tells the server.
+type Cancellation struct {
+	Call   *Call
+	Notice []byte
 }
+
+// CancelInFlight cancels every request of the client still in flight, as if
+// the client had cancelled each, and returns them with the cancel
+// notifications to send the server (the session is ending: MCP-NOTES §6b
+// DELETE, or the wrapper is shutting down).
+func (t *Tracker) CancelInFlight(source, reason string) []Cancellation {
+	var cs []Cancellation
+	for _, c := range t.peers[Client].issued.cancelAll() {
+		cs = append(cs, Cancellation{c, t.cancelled(c, source, reason)})
+	}
+	return cs
+}
+
+// ForgetServerRequests forgets every request of the server still in flight
+// (its server was replaced: their answers can no longer reach it).
+func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 
 // cancelled accounts for a call the proxy cancelled on the client's behalf
 // and returns the cancel notification for the server.

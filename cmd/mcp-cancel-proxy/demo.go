@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // demo runs the real proxy between a scripted client and the bundled example
@@ -83,7 +84,7 @@ func runDemo(ctx context.Context, argv []string, stdout, stderr io.Writer) error
 	}
 	defer p.Stop()
 	suppressed := make(chan framing.ID, 16)
-	sess := proxy.NewSession(proxy.Options{Logger: log, OnEvent: func(e proxy.Event) {
+	sess := stdio.NewSession(stdio.Options{Logger: log, OnEvent: func(e proxy.Event) {
 		tl.event(e)
 		if e.Action == proxy.ActSuppressed && e.Kind == framing.KindResponse {
 			suppressed <- e.ID
@@ -93,7 +94,7 @@ func runDemo(ctx context.Context, argv []string, stdout, stderr io.Writer) error
 	cIn, toProxy := io.Pipe()
 	fromProxy, cOut := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- sess.Run(proxy.Conn{In: cIn, Out: cOut}, proxy.Conn{In: p.Stdout, Out: p.Stdin}) }()
+	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: p.Stdout, Out: p.Stdin}) }()
 	c := &scriptClient{w: toProxy, frames: make(chan []byte, 64), tl: tl}
 	go c.read(fromProxy)
 

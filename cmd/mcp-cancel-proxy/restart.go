@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // serverLink is the session's server side in the stdio wrapper: the pipes
@@ -24,7 +24,7 @@ type serverLink struct {
 	copts     child.Options
 	log       *zap.Logger
 	max       int // restarts allowed in any restartPeriod
-	sess      *proxy.Session
+	sess      *stdio.Session
 	onRestart func()
 	// switchable is set when a rule may restart the server: then the
 	// session reads and writes through the link; otherwise it has the
@@ -66,11 +66,11 @@ func (l *serverLink) current() *child.Process {
 }
 
 // conn is the session's server Conn.
-func (l *serverLink) conn() proxy.Conn {
+func (l *serverLink) conn() stdio.Conn {
 	if !l.switchable {
-		return proxy.Conn{In: l.cur.Stdout, Out: l.cur.Stdin}
+		return stdio.Conn{In: l.cur.Stdout, Out: l.cur.Stdin}
 	}
-	return proxy.Conn{In: l.out, Out: linkWriter{l}}
+	return stdio.Conn{In: l.out, Out: linkWriter{l}}
 }
 
 // pump copies a child's output to the session, line by line, for as long

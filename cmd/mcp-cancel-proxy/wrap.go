@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // wrap runs the stdio wrapper: the server as a child, the client on stdin
@@ -54,7 +55,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		return 1
 	}
 	defer reloadOnChange(cfg.Path, engine, log)()
-	sess := proxy.NewSession(proxy.Options{
+	sess := stdio.NewSession(stdio.Options{
 		Logger:         log,
 		LogPayloads:    cfg.Log.Payloads,
 		MaxFrameSize:   int(cfg.Limits.MaxFrameSize),
@@ -76,7 +77,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 			time.AfterFunc(st.grace, func() { st.stop("client closed its input") })
 		}()
 	}
-	runErr := sess.Run(proxy.Conn{In: stdin, Out: stdout}, link.conn())
+	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.conn())
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
 	asked := st.signalled.Load()
@@ -85,7 +86,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	p.Stop()
 	engine.Shutdown()
 	logStats(log, sess.Stats())
-	if errors.Is(runErr, proxy.ErrServerGone) && !asked {
+	if errors.Is(runErr, stdio.ErrServerGone) && !asked {
 		log.Error("the server exited on its own", zap.String("status", describe(p.Err())))
 		return exitStatus(p.Err())
 	}

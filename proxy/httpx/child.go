@@ -13,13 +13,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // Children serves a stdio MCP server over Streamable HTTP (protocol
 // 2025-03-26 to 2025-11-25, with sessions): each session that initialize
-// opens gets its own child process, and a proxy.Session between the child
+// opens gets its own child process, and a stdio.Session between the child
 // and the HTTP side, so cancellation works exactly as in the stdio wrapper.
 // This side only routes: each POST's messages go to the session as lines,
 // and what the session sends back goes to the response stream of the
@@ -30,7 +30,7 @@ type Children struct {
 	// Child configures each child's stop ladder and stderr.
 	Child child.Options
 	// Session configures each session; its OnClientClosed is the sidecar's.
-	Session proxy.Options
+	Session stdio.Options
 	// MaxSessions caps the sessions (children) at once; beyond, initialize
 	// gets 503. If zero, 64.
 	MaxSessions int
@@ -48,7 +48,7 @@ type Children struct {
 type childSession struct {
 	id   string
 	proc *child.Process
-	sess *proxy.Session
+	sess *stdio.Session
 	in   *io.PipeWriter // lines toward the session's client side
 	log  *zap.Logger
 	// grace bounds the waits of stop for a child that does not read: its
@@ -72,7 +72,7 @@ type childSession struct {
 	renames  uint64
 }
 
-// start opens a session: the child, the proxy.Session and its router.
+// start opens a session: the child, the stdio.Session and its router.
 func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	copts := cs.Child
 	copts.Logger = log
@@ -86,11 +86,11 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, copts.TermAfter)
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	c := &childSession{id: newSessionID(), proc: proc, sess: proxy.NewSession(sopts), in: inW, log: log,
+	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log,
 		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
 		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
 	go func() {
-		c.sess.Run(proxy.Conn{In: cin, Out: cout}, proxy.Conn{In: proc.Stdout, Out: proc.Stdin})
+		c.sess.Run(stdio.Conn{In: cin, Out: cout}, stdio.Conn{In: proc.Stdout, Out: proc.Stdin})
 		proc.Stop()
 	}()
 	go c.route(outR)

@@ -403,9 +403,9 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if sess := s.sessions.remove(id); sess != nil {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
-		for _, cancel := range sess.t.CancelInFlight("session_end", "session deleted") {
+		for _, c := range sess.t.CancelInFlight("session_end", "session deleted") {
 			s.cancelled("session_end")
-			s.notify(sess, cancel)
+			s.notify(sess, c.Notice)
 		}
 		sess.endAll()
 		sess.closeGovernor()

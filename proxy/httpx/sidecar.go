@@ -272,9 +272,9 @@ func (s *Sidecar) CancelAll(reason string) {
 	}
 	s.sessions.mu.Unlock()
 	for _, sess := range all {
-		for _, cancel := range sess.t.CancelInFlight("shutdown", reason) {
+		for _, c := range sess.t.CancelInFlight("shutdown", reason) {
 			s.cancelled("shutdown")
-			s.notify(sess, cancel)
+			s.notify(sess, c.Notice)
 		}
 		sess.endAll()
 	}

@@ -1,4 +1,4 @@
-package proxy_test
+package stdio_test
 
 import (
 	"encoding/json"
@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // harness runs a real Session between a scripted client and a scripted
 // server over in-memory pipes.
 type harness struct {
 	t            testing.TB
-	sess         *proxy.Session
+	sess         *stdio.Session
 	toProxyC     *io.PipeWriter // the client writes here
 	fromProxyC   *lineReader    // what the proxy sends the client
 	toProxyS     *io.PipeWriter // the server writes here
@@ -31,13 +31,13 @@ type lineReader struct {
 	c io.Closer
 }
 
-func newHarness(t testing.TB, opts proxy.Options) *harness {
+func newHarness(t testing.TB, opts stdio.Options) *harness {
 	t.Helper()
 	return newHarnessWith(t, opts, nil)
 }
 
 // newHarnessWith lets a test wrap the writer toward the server.
-func newHarnessWith(t testing.TB, opts proxy.Options, wrap func(io.WriteCloser) io.WriteCloser) *harness {
+func newHarnessWith(t testing.TB, opts stdio.Options, wrap func(io.WriteCloser) io.WriteCloser) *harness {
 	t.Helper()
 	if _, isBench := t.(*testing.B); !isBench {
 		watchdog(t, 20*time.Second)
@@ -54,13 +54,13 @@ func newHarnessWith(t testing.TB, opts proxy.Options, wrap func(io.WriteCloser) 
 		clientClosed: make(chan struct{}),
 	}
 	opts.OnClientClosed = func() { close(h.clientClosed) }
-	h.sess = proxy.NewSession(opts)
+	h.sess = stdio.NewSession(opts)
 	var toServer io.WriteCloser = sOut
 	if wrap != nil {
 		toServer = wrap(sOut)
 	}
 	go func() {
-		h.done <- h.sess.Run(proxy.Conn{In: cIn, Out: cOut}, proxy.Conn{In: sIn, Out: toServer})
+		h.done <- h.sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: sIn, Out: toServer})
 	}()
 	t.Cleanup(func() {
 		h.toProxyS.Close()

@@ -1,8 +1,10 @@
-package proxy
+package stdio
 
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // buf is a pooled frame buffer. A frame's buffer is owned by exactly one
@@ -33,6 +35,16 @@ const (
 type ticket struct {
 	b   *buf
 	gen uint64
+}
+
+// keep stores the ticket with its request, in the call's transport slot.
+func (t ticket) keep(c *proxy.Call) { c.Transport = proxy.Slot{Ref: t.b, Seq: t.gen} }
+
+// ticketOf returns the ticket kept with a request (the zero ticket, which
+// names no frame, if none was kept).
+func ticketOf(c *proxy.Call) ticket {
+	b, _ := c.Transport.Ref.(*buf)
+	return ticket{b, c.Transport.Seq}
 }
 
 // valid reports whether the ticket names a frame.

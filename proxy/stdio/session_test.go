@@ -1,4 +1,4 @@
-package proxy_test
+package stdio_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 const (
@@ -24,7 +25,7 @@ const (
 )
 
 func TestForwardsBytesUnchanged(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	req := `{"jsonrpc":"2.0", "id":"a" ,"method":"future/method","params":{"_meta":{"x.y/z":[1,2.50,"\u00e9"]}}}`
 	h.client(req)
 	h.serverGetsExactly(req)
@@ -37,7 +38,7 @@ func TestForwardsBytesUnchanged(t *testing.T) {
 }
 
 func TestCancelSuppressesLateResponseAndProgress(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.server(progress1)
@@ -94,7 +95,7 @@ func TestInvalidCancelsAreNotForwarded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, proxy.Options{})
+			h := newHarness(t, stdio.Options{})
 			tt.setup(h)
 			h.client(tt.frame)
 			h.sync() // the marker is the server's next frame: the cancel was dropped
@@ -110,7 +111,7 @@ func TestInvalidCancelsAreNotForwarded(t *testing.T) {
 // reaches the server. The ids overlap with the client's own, as they do with
 // real servers.
 func TestServerCancelsItsOwnRequest(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	sampling := `{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}`
@@ -128,7 +129,7 @@ func TestServerCancelsItsOwnRequest(t *testing.T) {
 }
 
 func TestReusedIDIsRenamedWhileLateResponsePending(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.client(cancel1)
@@ -147,7 +148,7 @@ func TestReusedIDIsRenamedWhileLateResponsePending(t *testing.T) {
 }
 
 func TestDuplicateInFlightIDIsRefused(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.client(callTool)
@@ -159,7 +160,7 @@ func TestDuplicateInFlightIDIsRefused(t *testing.T) {
 }
 
 func TestMalformedInput(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(`{"jsonrpc":"2.0","id":1,"method":`)
 	id, code, data := errorOf(t, next(t, h.fromProxyC, "client"))
 	if id != nil || code != -32700 || data["proxy"] != "mcp-cancel-proxy" {
@@ -186,7 +187,7 @@ func TestMalformedInput(t *testing.T) {
 }
 
 func TestOversizedFrames(t *testing.T) {
-	h := newHarness(t, proxy.Options{MaxFrameSize: 1024})
+	h := newHarness(t, stdio.Options{MaxFrameSize: 1024})
 	big := strings.Repeat("x", 4096)
 	h.client(`{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"` + big + `"}}`)
 	id, code, _ := errorOf(t, next(t, h.fromProxyC, "client"))
@@ -204,7 +205,7 @@ func TestOversizedFrames(t *testing.T) {
 }
 
 func TestBatchWithCancel(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p1"}}},{"jsonrpc":"2.0","id":2,"method":"ping"}]`)
 	h.serverGetsExactly(`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":"p1"}}},{"jsonrpc":"2.0","id":2,"method":"ping"}]`)
 	// A batch holding a valid cancel and an invalid one: only the valid one passes.
@@ -217,7 +218,7 @@ func TestBatchWithCancel(t *testing.T) {
 }
 
 func TestTaskAugmentedRequestCompletesOnCreateTaskResult(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	req := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"research","task":{"ttl":60000},"_meta":{"progressToken":"pt"}}}`
 	h.client(req)
 	h.serverGets(req)
@@ -236,7 +237,7 @@ func TestTaskAugmentedRequestCompletesOnCreateTaskResult(t *testing.T) {
 }
 
 func TestServerExitFailsRequestsInFlight(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.client(`{"jsonrpc":"2.0","id":"two","method":"tools/list"}`)
@@ -255,13 +256,13 @@ func TestServerExitFailsRequestsInFlight(t *testing.T) {
 	if want := map[any]int{float64(1): -32000, "two": -32000}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("errors for requests in flight = %v, want %v (the cancelled one gets none)", got, want)
 	}
-	if err := h.wait(); !errors.Is(err, proxy.ErrServerGone) {
+	if err := h.wait(); !errors.Is(err, stdio.ErrServerGone) {
 		t.Errorf("Run() = %v, want ErrServerGone", err)
 	}
 }
 
 func TestClientEOFClosesServerInput(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.toProxyC.Close()
@@ -280,7 +281,7 @@ func TestClientEOFClosesServerInput(t *testing.T) {
 // TestLargeFrameForwardedWhole sends a tool result far larger than every
 // internal buffer; it must arrive byte for byte.
 func TestLargeFrameForwardedWhole(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	big := `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"` + strings.Repeat("é", 6<<20) + `"}]}}`
@@ -293,7 +294,7 @@ func TestLargeFrameForwardedWhole(t *testing.T) {
 // token is renamed upstream, so the old progress stays suppressed and the
 // new progress reaches the client under the token it chose.
 func TestReusedProgressTokenIsRenamed(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	h.client(callTool)
 	h.serverGets(callTool)
 	h.client(cancel1)
@@ -321,7 +322,7 @@ func TestReusedProgressTokenIsRenamed(t *testing.T) {
 func TestFrameIsNotHeldBackByWhatFollows(t *testing.T) {
 	for _, tail := range []string{"\n", "\r\n \t\n\n", "\n{\"jsonrpc\":\"2.0\","} {
 		t.Run(fmt.Sprintf("%q", tail), func(t *testing.T) {
-			h := newHarness(t, proxy.Options{})
+			h := newHarness(t, stdio.Options{})
 			if _, err := io.WriteString(h.toProxyC, callTool+"\n"+tail); err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +340,7 @@ func TestFrameIsNotHeldBackByWhatFollows(t *testing.T) {
 // is, not with its progress token (issue 8, item 19: demo's id column).
 func TestProgressEventNamesTheRequest(t *testing.T) {
 	events := make(chan proxy.Event, 16)
-	h := newHarness(t, proxy.Options{OnEvent: func(e proxy.Event) {
+	h := newHarness(t, stdio.Options{OnEvent: func(e proxy.Event) {
 		if e.Method == "notifications/progress" {
 			events <- e
 		}
@@ -358,7 +359,7 @@ func TestProgressEventNamesTheRequest(t *testing.T) {
 // -32600 at once, with the id as the client wrote it, and never reach the
 // server, whose answer could not be matched (issue 8, item 14).
 func TestUnportableIDsAreRefused(t *testing.T) {
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	for _, id := range []string{`2.0`, `1e2`, `9007199254740992`, "\"a\xffb\""} {
 		h.client(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`)
 		got := next(h.t, h.fromProxyC, "client")
@@ -375,7 +376,7 @@ func TestUnportableIDsAreRefused(t *testing.T) {
 func TestLogsTellSizesNotContents(t *testing.T) {
 	for _, payloads := range []bool{false, true} {
 		core, logs := observer.New(zapcore.DebugLevel)
-		h := newHarness(t, proxy.Options{Logger: zap.New(core), LogPayloads: payloads, MaxFrameSize: 1024})
+		h := newHarness(t, stdio.Options{Logger: zap.New(core), LogPayloads: payloads, MaxFrameSize: 1024})
 		h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"password":"hunter2"}}`) // cut short
 		next(t, h.fromProxyC, "client")                                                                         // the parse error
 		h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{"password":"hunter2","pad":"` + strings.Repeat("x", 2048) + `"}}}`)

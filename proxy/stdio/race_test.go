@@ -1,4 +1,4 @@
-package proxy_test
+package stdio_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // TestCompleteVersusCancelRace drives thousands of requests whose response
@@ -21,7 +22,7 @@ import (
 // be delivered twice. Run it under -race.
 func TestCompleteVersusCancelRace(t *testing.T) {
 	const n = 3000
-	h := newHarness(t, proxy.Options{})
+	h := newHarness(t, stdio.Options{})
 	var wg sync.WaitGroup
 	responses := make(map[int]int)
 	cancels := make(map[int]int)
@@ -120,7 +121,7 @@ func TestCompleteVersusCancelRace(t *testing.T) {
 // server reads nothing, yet its answer to the cancelled request is suppressed.
 func TestCancelTakesEffectWhileServerInputIsBlocked(t *testing.T) {
 	events := make(chan proxy.Event, 16)
-	h := newHarness(t, proxy.Options{OnEvent: func(e proxy.Event) {
+	h := newHarness(t, stdio.Options{OnEvent: func(e proxy.Event) {
 		if e.Action == proxy.ActCancelAccepted {
 			events <- e
 		}
@@ -167,7 +168,7 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 func TestCancelNeverWaitsBehindQueuedFrames(t *testing.T) {
 	accepted := make(chan proxy.Event, 8)
 	gate := &gatedWriter{started: make(chan struct{}, 1), release: make(chan struct{})}
-	h := newHarnessWith(t, proxy.Options{OnEvent: func(e proxy.Event) {
+	h := newHarnessWith(t, stdio.Options{OnEvent: func(e proxy.Event) {
 		if e.Action == proxy.ActCancelAccepted || e.Action == proxy.ActWithdrawn {
 			accepted <- e
 		}

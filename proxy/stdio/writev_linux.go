@@ -1,6 +1,6 @@
 //go:build linux && !portable
 
-package proxy
+package stdio
 
 import (
 	"io"

@@ -1,4 +1,4 @@
-package proxy_test
+package stdio_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // BenchmarkRelay pushes request/response pairs through a real Session over
@@ -17,7 +17,7 @@ import (
 // forwarded frames.
 func BenchmarkRelay(b *testing.B) {
 	for _, size := range []int{256, 4 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) { benchRelay(b, size, proxy.Options{MaxFrameSize: 4 << 20}) })
+		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) { benchRelay(b, size, stdio.Options{MaxFrameSize: 4 << 20}) })
 	}
 }
 
@@ -31,7 +31,7 @@ func BenchmarkRelayWithPolicy(b *testing.B) {
 	defer e.Shutdown()
 	for _, size := range []int{256, 4 << 10} {
 		b.Run(fmt.Sprintf("response-%d", size), func(b *testing.B) {
-			benchRelay(b, size, proxy.Options{MaxFrameSize: 4 << 20, Governor: e.Governor("bench")})
+			benchRelay(b, size, stdio.Options{MaxFrameSize: 4 << 20, Governor: e.Governor("bench")})
 		})
 	}
 }
@@ -45,7 +45,7 @@ const (
 	idWidth = 10
 )
 
-func benchRelay(b *testing.B, size int, opts proxy.Options) {
+func benchRelay(b *testing.B, size int, opts stdio.Options) {
 	h := newHarness(b, opts)
 	respTail := []byte(`,"result":{"content":[{"type":"text","text":"` + string(bytes.Repeat([]byte{'x'}, size)) + `"}]}}` + "\n")
 	go func() { // the server: echo each request's id in a response

@@ -1,4 +1,4 @@
-package proxy
+package stdio
 
 import (
 	"cmp"
@@ -11,18 +11,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
-
-// CodeServerGone is the JSON-RPC error code of the proxy's answer to a
-// request whose server exited before answering. -32000 is what the
-// TypeScript SDK calls ConnectionClosed, so clients treat it alike.
-const CodeServerGone = -32000
 
 // Defaults for Options.
 const (
-	DefaultRetireAfter = 10 * time.Minute
-	DefaultRetireMax   = 1 << 16
-	DefaultDrainWait   = 5 * time.Second
+	DefaultDrainWait = 5 * time.Second
 )
 
 // Options configures a Session. The zero value is usable.
@@ -35,16 +29,16 @@ type Options struct {
 	// RetireAfter is how long a cancelled request is remembered, so that its
 	// late response and progress are recognised as such. A response that
 	// comes later still never reaches the issuer: it is dropped as unknown.
-	// If zero, DefaultRetireAfter.
+	// If zero, proxy.DefaultRetireAfter.
 	RetireAfter time.Duration
 	// RetireMax bounds how many cancelled requests are remembered per
-	// direction. If zero, DefaultRetireMax.
+	// direction. If zero, proxy.DefaultRetireMax.
 	RetireMax int
 	// Now is the clock. If nil, time.Now.
 	Now func() time.Time
 	// OnEvent, if set, is called for every decision the proxy makes, on the
 	// relay goroutine that made it, in order for each direction. It must not block.
-	OnEvent func(Event)
+	OnEvent func(proxy.Event)
 	// OnClientClosed, if set, is called once, on the client's relay
 	// goroutine, when the client's input has ended and what was queued for
 	// the server has been written and its input closed (or DrainWait has
@@ -57,12 +51,12 @@ type Options struct {
 	DrainWait time.Duration
 	// Governor, if set, makes the session's Governor, given the session's
 	// Actions: per-request policy.
-	Governor func(Actions) Governor
-	// OnRestart, if set, is what Actions.Restart does: it stops the server
+	Governor func(proxy.Actions) proxy.Governor
+	// OnRestart, if set, is what proxy.Actions.Restart does: it stops the server
 	// and starts another (the stdio wrapper's escalation). Without it,
 	// Restart reports false.
 	OnRestart func(reason string) bool
-	// LogPayloads: see TrackerOptions.
+	// LogPayloads: see proxy.TrackerOptions.
 	LogPayloads bool
 }
 
@@ -80,14 +74,14 @@ var ErrServerGone = errors.New("server closed its output while the client was co
 // Create it with NewSession and call Run once.
 type Session struct {
 	opts  Options
-	t     *Tracker
-	gov   Governor
+	t     *proxy.Tracker
+	gov   proxy.Governor
 	sides [2]*side
 	// clientMu is held while a client frame is handled, and by the
 	// governor's actions and CancelAll, so that they see a request's ticket
 	// and the held requests as the client's relay left them.
 	clientMu sync.Mutex
-	held     map[*Call]*buf // requests the governor holds, by call
+	held     map[*proxy.Call]*buf // requests the governor holds, by call
 	// clientClosed is set once the client's input has ended; serverGone
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
@@ -95,18 +89,18 @@ type Session struct {
 
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	s := &Session{opts: opts, held: map[*Call]*buf{}}
+	s := &Session{opts: opts, held: map[*proxy.Call]*buf{}}
 	if opts.Governor != nil {
 		s.gov = opts.Governor(s)
 	}
-	s.t = NewTracker(TrackerOptions{
+	s.t = proxy.NewTracker(proxy.TrackerOptions{
 		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
 		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads})
 	return s
 }
 
 // Stats returns the session's counters so far.
-func (s *Session) Stats() Stats { return s.t.Stats() }
+func (s *Session) Stats() proxy.Stats { return s.t.Stats() }
 
 // InFlight returns how many requests are in flight in each direction.
 func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
@@ -121,12 +115,12 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // waiting for it.
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
-	s.sides[Client] = &side{peer: Client, out: toServer, back: toClient}
-	s.sides[Server] = &side{peer: Server, out: toClient, back: toServer}
+	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
+	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	go toClient.run()
 	go toServer.run()
 	go func() {
-		s.relay(s.sides[Client], client.In)
+		s.relay(s.sides[proxy.Client], client.In)
 		s.clientClosed.Store(true)
 		toServer.close()
 		// The server gets what was queued for it (the last cancels, say)
@@ -142,12 +136,12 @@ func (s *Session) Run(client, server Conn) error {
 		}
 	}()
 
-	s.relay(s.sides[Server], server.In)
+	s.relay(s.sides[proxy.Server], server.In)
 	err := error(nil)
 	if !s.clientClosed.Load() {
 		err = ErrServerGone
 		for _, r := range s.t.FailInFlight("the MCP server exited before answering") {
-			s.reply(s.sides[Client], r)
+			s.reply(s.sides[proxy.Client], r)
 		}
 	}
 	toServer.close()
@@ -181,7 +175,7 @@ func (s *Session) relay(from *side, in io.Reader) {
 		default:
 			putBuf(b)
 			from.out.flush()
-			log := s.t.peers[from.peer].log
+			log := s.t.Logger(from.peer)
 			if err != io.EOF && !s.serverGone.Load() {
 				log.Warn("reading failed", zap.Error(err))
 			}

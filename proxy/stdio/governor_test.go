@@ -1,4 +1,4 @@
-package proxy_test
+package stdio_test
 
 import (
 	"sync"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // holdingGovernor holds every tools/call and reports what it is told.
@@ -41,7 +42,7 @@ func (g *holdingGovernor) Close()                                    {}
 // request on the server.
 func TestSessionHoldsRequestsForTheGovernor(t *testing.T) {
 	g := &holdingGovernor{withdrawn: make(chan *proxy.Call, 4), cancelled: make(chan string, 4)}
-	h := newHarness(t, proxy.Options{Governor: func(a proxy.Actions) proxy.Governor { g.act = a; return g }})
+	h := newHarness(t, stdio.Options{Governor: func(a proxy.Actions) proxy.Governor { g.act = a; return g }})
 	h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`)
 	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"b"}}`)
 	h.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)

@@ -1,12 +1,13 @@
-package proxy
+package stdio
 
 import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // side is one peer as the stdio relay sees it.
 type side struct {
-	peer Peer
+	peer proxy.Peer
 	out  *outbox // toward the other peer
 	back *outbox // toward this peer, for the proxy's own answers
 }
@@ -14,7 +15,7 @@ type side struct {
 // handleFrame parses one frame from a peer and forwards, rewrites or drops
 // each message in it. It takes ownership of b.
 func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
-	if from.peer == Client { // the governor's actions and CancelAll see tickets as the relay left them
+	if from.peer == proxy.Client { // the governor's actions and CancelAll see tickets as the relay left them
 		s.clientMu.Lock()
 		defer s.clientMu.Unlock()
 	}
@@ -29,7 +30,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	}
 	o := s.t.Decide(from.peer, &f.Msgs[0])
 	s.reply(from, o.Reply)
-	if o.Verdict != Forward {
+	if o.Verdict != proxy.Forward {
 		putBuf(b)
 		return
 	}
@@ -44,7 +45,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	case o.Request != nil:
 		// Only the issuer's relay goroutine, this one, reads the ticket:
 		// cancels come from the same peer as their request.
-		o.Request.ticket = from.out.sendDeferred(b)
+		from.out.sendDeferred(b).keep(o.Request)
 	default:
 		from.out.sendDeferred(b)
 	}
@@ -55,7 +56,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 // withdrawn and neither is ever sent; if the request has been written, the
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
-func (s *Session) sendCancel(from *side, c *call, b *buf) {
+func (s *Session) sendCancel(from *side, c *proxy.Call, b *buf) {
 	held := s.held[c]
 	switch {
 	case held != nil: // held by the governor: never sent
@@ -63,10 +64,10 @@ func (s *Session) sendCancel(from *side, c *call, b *buf) {
 		putBuf(held)
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
-	case c.ticket.withdraw():
+	case ticketOf(c).withdraw():
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
-	case c.ticket.written():
+	case ticketOf(c).written():
 		from.out.sendUrgent(b)
 	default:
 		from.out.sendDeferred(b)
@@ -82,14 +83,14 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 	kept, same := 0, true
 	for i := range f.Msgs {
 		m := &f.Msgs[i]
-		var o Outcome
+		var o proxy.Outcome
 		if f.Errs[i] != nil {
-			o = Outcome{Verdict: Drop, Reply: s.t.Invalid(from.peer, f.Errs[i], m.Raw)}
+			o = proxy.Outcome{Verdict: proxy.Drop, Reply: s.t.Invalid(from.peer, f.Errs[i], m.Raw)}
 		} else {
 			o = s.t.Decide(from.peer, m)
 		}
 		s.reply(from, o.Reply)
-		if o.Verdict != Forward {
+		if o.Verdict != proxy.Forward {
 			same = false
 			continue
 		}
@@ -137,9 +138,9 @@ func (s *Session) reply(to *side, msg []byte) {
 	to.back.send(b)
 }
 
-// Expire implements Actions: the call is cancelled on the server as a
+// Expire implements proxy.Actions: the call is cancelled on the server as a
 // client cancel would be, and the client gets reply.
-func (s *Session) Expire(c *Call, reason string, reply []byte) {
+func (s *Session) Expire(c *proxy.Call, reason string, reply []byte) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
 	cancel := s.t.CancelCall(c, "deadline", reason)
@@ -148,34 +149,34 @@ func (s *Session) Expire(c *Call, reason string, reply []byte) {
 	}
 	b := getBuf()
 	b.b = append(b.b, cancel...)
-	s.sendCancel(s.sides[Client], c, b)
-	s.sides[Client].out.flush()
-	s.reply(s.sides[Client], reply)
+	s.sendCancel(s.sides[proxy.Client], c, b)
+	s.sides[proxy.Client].out.flush()
+	s.reply(s.sides[proxy.Client], reply)
 }
 
-// Dispatch implements Actions: a held request is sent now.
-func (s *Session) Dispatch(c *Call) {
+// Dispatch implements proxy.Actions: a held request is sent now.
+func (s *Session) Dispatch(c *proxy.Call) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
 	if b := s.held[c]; b != nil {
 		delete(s.held, c)
-		c.ticket = s.sides[Client].out.send(b)
+		s.sides[proxy.Client].out.send(b).keep(c)
 	}
 }
 
-// SendOwn implements Actions.
+// SendOwn implements proxy.Actions.
 func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
 	b := getBuf()
 	b.b = append(b.b, s.t.OwnRequest(method, params, onAnswer)...)
-	s.sides[Client].out.send(b)
+	s.sides[proxy.Client].out.send(b)
 }
 
-// Restart implements Actions.
+// Restart implements proxy.Actions.
 func (s *Session) Restart(reason string) bool {
 	return s.opts.OnRestart != nil && s.opts.OnRestart(reason)
 }
 
-// After implements Actions: f runs between two client frames.
+// After implements proxy.Actions: f runs between two client frames.
 func (s *Session) After(f func()) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
@@ -183,7 +184,7 @@ func (s *Session) After(f func()) {
 }
 
 // OwnRequest registers a request of the proxy's own to the server and
-// returns its frame, for the caller to write (Tracker.OwnRequest).
+// returns its frame, for the caller to write (proxy.Tracker.OwnRequest).
 func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framing.Message)) []byte {
 	return s.t.OwnRequest(method, params, onAnswer)
 }
@@ -196,19 +197,19 @@ func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framin
 func (s *Session) CancelAll(source, why string) int {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
-	from := s.sides[Client]
+	from := s.sides[proxy.Client]
 	if from == nil {
 		return 0 // Run has not started
 	}
-	calls := s.t.peers[Client].issued.cancelAll()
-	for _, c := range calls {
+	cs := s.t.CancelInFlight(source, why)
+	for _, c := range cs {
 		b := getBuf()
-		b.b = append(b.b, s.t.cancelled(c, source, why)...)
-		s.sendCancel(from, c, b)
-		s.reply(from, s.t.errorReply(c.id, CodeServerGone, why))
+		b.b = append(b.b, c.Notice...)
+		s.sendCancel(from, c.Call, b)
+		s.reply(from, s.t.ErrorReply(c.Call.ID(), proxy.CodeServerGone, why))
 	}
 	from.out.flush()
-	return len(calls)
+	return len(cs)
 }
 
 // Restarted tells the session that its server was replaced (an
@@ -218,7 +219,7 @@ func (s *Session) Restarted(why string) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
 	for _, r := range s.t.FailInFlight(why) {
-		s.reply(s.sides[Client], r)
+		s.reply(s.sides[proxy.Client], r)
 	}
-	s.t.peers[Server].issued.failAll()
+	s.t.ForgetServerRequests()
 }
