@@ -65,8 +65,14 @@ type wrapped struct {
 
 func startWrapped(t testing.TB, args ...string) *wrapped {
 	t.Helper()
+	return startCommand(t, exec.Command(proxyBin, args...))
+}
+
+// startCommand is startWrapped for a command that runs the proxy some other
+// way (through npm's launcher, say).
+func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
+	t.Helper()
 	watchdog(t, 60*time.Second)
-	cmd := exec.Command(proxyBin, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
