@@ -15,7 +15,9 @@ type Group struct {
 
 // StartGroup starts cmd as the leader of a group of its own.
 func StartGroup(cmd *exec.Cmd) (*Group, error) {
-	prepareGroup(cmd)
+	if err := prepareGroup(cmd); err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package child
 
 import (
+	"cmp"
+	"os"
 	"os/exec"
 	"syscall"
 	"unsafe"
@@ -9,9 +11,22 @@ import (
 )
 
 // prepareGroup starts the command in a console process group of its own,
-// which CTRL_BREAK can address.
-func prepareGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{CreationFlags: windows.CREATE_NEW_PROCESS_GROUP}
+// which CTRL_BREAK can address; a batch file (npx.cmd) through cmd.exe,
+// with its arguments quoted as cmd.exe needs (batchCommandLine).
+func prepareGroup(cmd *exec.Cmd) error {
+	attr := &syscall.SysProcAttr{CreationFlags: windows.CREATE_NEW_PROCESS_GROUP}
+	if cmd.Err == nil && len(cmd.Args) > 0 {
+		comspec := cmp.Or(os.Getenv("ComSpec"), `C:\Windows\System32\cmd.exe`)
+		line, batch, err := batchCommandLine(comspec, cmd.Path, cmd.Args[1:])
+		if err != nil {
+			return err
+		}
+		if batch {
+			attr.CmdLine, cmd.Path = line, comspec
+		}
+	}
+	cmd.SysProcAttr = attr
+	return nil
 }
 
 // platformGroup is a job object that holds the leader and everything it
