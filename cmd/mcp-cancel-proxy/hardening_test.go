@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,8 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 	type target struct {
 		name     string
 		upstream func(addr string) // starts an HTTP server on addr, if the sidecar relays to one
+		path     string            // the upstream's endpoint, if not /mcp
+		flags    []string          // more of the sidecar's flags
 		child    []string          // else the stdio server the sidecar runs
 		tool     string
 	}
@@ -85,6 +88,11 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 			_, port, _ := net.SplitHostPort(addr)
 			startBackgroundEnv(t, []string{"PORT=" + port}, node, "--require", loopback, everything, "streamableHttp")
 		}},
+		{name: "server-everything HTTP+SSE upstream", tool: "echo", path: "/sse", flags: []string{"--upstream-transport", "sse"},
+			upstream: func(addr string) {
+				_, port, _ := net.SplitHostPort(addr)
+				startBackgroundEnv(t, []string{"PORT=" + port}, node, "--require", loopback, everything, "sse")
+			}},
 		{name: "mcp-go child", tool: "wait_for_cancel", child: []string{mcpgo}},
 		{name: "server-everything child", tool: "echo", child: []string{node, everything, "stdio"}},
 	}
@@ -92,12 +100,12 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			watchdog(t, 60*time.Second)
 			front := freePort(t)
-			args := []string{"--listen", front, "--log-level", "debug"}
+			args := append([]string{"--listen", front, "--log-level", "debug"}, tg.flags...)
 			if tg.upstream != nil {
 				up := freePort(t)
 				tg.upstream(up)
 				waitListening(t, up)
-				args = append(args, "--upstream", "http://"+up+"/mcp")
+				args = append(args, "--upstream", "http://"+up+cmp.Or(tg.path, "/mcp"))
 			} else {
 				args = append(append(args, "--"), tg.child...)
 			}
@@ -149,11 +157,25 @@ func fastMCP(t *testing.T) (env []string, argv []string) {
 // back to initialize as it does directly, and its cancel reaches the server
 // (issue 8, items B and C).
 func TestE2EFastMCPThroughSidecar(t *testing.T) {
+	fastMCPThroughSidecar(t, "--http", "/mcp")
+}
+
+// TestE2EFastMCPOverSSEThroughSidecar: the same, with FastMCP serving the
+// 2024-11-05 HTTP+SSE transport behind the sidecar (http.upstream_transport
+// sse): the client's cancel is POSTed to the server's message endpoint.
+func TestE2EFastMCPOverSSEThroughSidecar(t *testing.T) {
+	fastMCPThroughSidecar(t, "--sse", "/sse", "--upstream-transport", "sse")
+}
+
+// fastMCPThroughSidecar runs FastMCP in a mode (--http, --sse) behind the
+// sidecar, and a go-sdk client cancels a long call through it: the server
+// hears the cancel, the client gets nothing late, and the session goes on.
+func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 	env, argv := fastMCP(t)
 	watchdog(t, 60*time.Second)
 	up, front := freePort(t), freePort(t)
 	_, port, _ := net.SplitHostPort(up)
-	py := exec.Command(argv[0], append(argv[1:], "--http", port)...)
+	py := exec.Command(argv[0], append(argv[1:], mode, port)...)
 	py.Env = append(os.Environ(), env...)
 	stderr, _ := py.StderrPipe()
 	if err := py.Start(); err != nil {
@@ -168,7 +190,7 @@ func TestE2EFastMCPThroughSidecar(t *testing.T) {
 		}
 	})
 	waitListening(t, up)
-	sidecar := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
+	sidecar := startWrapped(t, append([]string{"--listen", front, "--upstream", "http://" + up + path, "--log-level", "debug"}, flags...)...)
 	sidecar.logs.waitFor(t, "sidecar listening")
 	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
 
@@ -184,6 +206,9 @@ func TestE2EFastMCPThroughSidecar(t *testing.T) {
 	}
 	defer cs.Close()
 	sidecar.logs.waitFor(t, "session opened")
+	if mode == "--sse" {
+		sidecar.logs.waitFor(t, "upstream HTTP+SSE session opened")
+	}
 	callCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() {

@@ -190,6 +190,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
+	fs.StringVar(&over.HTTP.UpstreamTransport, "upstream-transport", "", "what the upstream speaks: streamable, or sse (the 2024-11-05 HTTP+SSE transport; --upstream is its event stream) (default streamable)")
 	fs.DurationVar(&over.HTTP.DisconnectCancelAfter, "disconnect-cancel-after", 0,
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
@@ -240,6 +241,7 @@ func overlay(cfg *config.Config, over config.Config) {
 	cfg.Child.KillAfter = cmp.Or(over.Child.KillAfter, cfg.Child.KillAfter)
 	cfg.HTTP.Listen = cmp.Or(over.HTTP.Listen, cfg.HTTP.Listen)
 	cfg.HTTP.Upstream = cmp.Or(over.HTTP.Upstream, cfg.HTTP.Upstream)
+	cfg.HTTP.UpstreamTransport = cmp.Or(over.HTTP.UpstreamTransport, cfg.HTTP.UpstreamTransport)
 	cfg.HTTP.DisconnectCancelAfter = cmp.Or(over.HTTP.DisconnectCancelAfter, cfg.HTTP.DisconnectCancelAfter)
 	cfg.HTTP.Admin = cmp.Or(over.HTTP.Admin, cfg.HTTP.Admin)
 	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)

@@ -82,8 +82,8 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 }
 
 // sidecarPolicy starts the policy engine and gives the sidecar's sessions
-// their governors; with a stdio server (argv), it sets up the children,
-// each session's with a governor of its own.
+// their governors; with a stdio server (argv), or an HTTP+SSE upstream, it
+// sets up the children, each session's with a governor of its own.
 func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
 	upstream := cfg.HTTP.Upstream
 	if len(argv) > 0 {
@@ -95,9 +95,17 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		return nil, err
 	}
 	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
-	if len(argv) > 0 { // a stdio server behind the listener: a child per session
+	var dial func(*zap.Logger) (httpx.Backend, error)
+	if len(argv) == 0 && cfg.HTTP.UpstreamTransport == "sse" {
+		up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, int(cfg.Limits.MaxFrameSize))
+		if err != nil {
+			return nil, err
+		}
+		dial = up.Dial
+	}
+	if len(argv) > 0 || dial != nil { // a child per session, or an HTTP+SSE session per session
 		var children atomic.Int64
-		sc.Children = &httpx.Children{Argv: argv, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
+		sc.Children = &httpx.Children{Argv: argv, Dial: dial, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
 			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
 			Session: stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
 				LogPayloads: cfg.Log.Payloads,

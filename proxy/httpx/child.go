@@ -25,8 +25,11 @@ import (
 // and what the session sends back goes to the response stream of the
 // request it answers (by id, or by progress token), or to the GET stream.
 type Children struct {
-	// Argv is the server command. Required.
+	// Argv is the server command. Required, unless Dial is set.
 	Argv []string
+	// Dial, when set, reaches each session's server in place of starting
+	// Argv: an HTTP+SSE upstream (DialSSE).
+	Dial func(log *zap.Logger) (Backend, error)
 	// Child configures each child's stop ladder and stderr.
 	Child child.Options
 	// Session configures each session; its OnClientClosed is the sidecar's.
@@ -44,10 +47,28 @@ type Children struct {
 	janitor  sync.Once     // starts the idle sweep
 }
 
+// Backend is one session's server as a child session talks to it: its
+// lines in and out, a way to end it, and a channel closed once it has.
+type Backend interface {
+	// Conn returns the server's lines (In) and the way to send it lines
+	// (Out).
+	Conn() stdio.Conn
+	// Stop ends the server: the stop ladder for a process, closing the
+	// connection for an upstream. It does not wait, and may be called again.
+	Stop()
+	// Exited is closed once the server has ended.
+	Exited() <-chan struct{}
+}
+
+// procBackend is a stdio server process as a Backend.
+type procBackend struct{ *child.Process }
+
+func (p procBackend) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.Stdin} }
+
 // childSession is one session's child and its routes.
 type childSession struct {
 	id   string
-	proc *child.Process
+	proc Backend
 	sess *stdio.Session
 	in   *io.PipeWriter // lines toward the session's client side
 	log  *zap.Logger
@@ -76,7 +97,7 @@ type childSession struct {
 func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	copts := cs.Child
 	copts.Logger = log
-	proc, err := child.Start(cs.Argv, copts)
+	proc, err := cs.backend(copts)
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +111,23 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
 		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
 	go func() {
-		c.sess.Run(stdio.Conn{In: cin, Out: cout}, stdio.Conn{In: proc.Stdout, Out: proc.Stdin})
+		c.sess.Run(stdio.Conn{In: cin, Out: cout}, proc.Conn())
 		proc.Stop()
 	}()
 	go c.route(outR)
 	return c, nil
+}
+
+// backend starts a session's server: dials it, or starts the command.
+func (cs *Children) backend(copts child.Options) (Backend, error) {
+	if cs.Dial != nil {
+		return cs.Dial(copts.Logger)
+	}
+	p, err := child.Start(cs.Argv, copts)
+	if err != nil {
+		return nil, err
+	}
+	return procBackend{p}, nil
 }
 
 func newSessionID() string {

@@ -105,7 +105,7 @@ func (s *Sidecar) init() error {
 	s.once.Do(func() {
 		u, err := url.Parse(s.Upstream)
 		switch {
-		case s.Children != nil && len(s.Children.Argv) == 0:
+		case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil:
 			s.initErr = errors.New("no server command for the children")
 			return
 		case s.Children == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -40,6 +41,7 @@ type upstream struct {
 	url       string
 	started   chan struct{} // a wait_cancel call is running
 	sawCancel chan string
+	release   chan struct{} // closed: wait_cancel calls end without a cancel
 }
 
 func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
@@ -49,7 +51,20 @@ func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
 // newUpstreamWrapped is newUpstream with the server's handler wrapped, if
 // wrap is not nil: a way to make the real server misbehave on the wire.
 func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func(http.Handler) http.Handler) *upstream {
-	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8)}
+	u, s := newUpstreamServer()
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	return u
+}
+
+// newUpstreamServer returns the upstream's MCP server, not yet served.
+func newUpstreamServer() (*upstream, *mcp.Server) {
+	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{})}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Key string `json:"key"`
@@ -60,7 +75,11 @@ func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func
 		}
 		notify(1)
 		u.started <- struct{}{}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-u.release:
+			return nil, nil, errors.New("released")
+		}
 		u.sawCancel <- in.Key
 		notify(2)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
@@ -72,14 +91,7 @@ func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func
 			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
 		return nil, nil, err
 	})
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
-	if wrap != nil {
-		h = wrap(h)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	u.url = srv.URL
-	return u
+	return u, s
 }
 
 // startSidecar serves a Sidecar in front of up on a loopback port.

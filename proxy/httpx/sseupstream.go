@@ -1,0 +1,273 @@
+package httpx
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// An HTTP+SSE upstream (protocol 2024-11-05) is, for a session, one event
+// stream of the server's messages and one URL to POST the client's to: a
+// byte stream each way, as a stdio child's pipes are. So the sidecar serves
+// it as it serves a stdio server, through Children: a stdio.Session per
+// client session (and one for every sessionless request, with ids and
+// tokens renamed), between the client's HTTP streams and this backend. A
+// client's cancel is a line the session writes, which is POSTed; late
+// answers and progress are the session's to suppress.
+
+// DefaultEndpointWait bounds how long DialSSE waits for the upstream's
+// endpoint event.
+const DefaultEndpointWait = 10 * time.Second
+
+// SSEUpstream dials an HTTP+SSE server: Dial opens one event stream and
+// returns it as a Backend.
+type SSEUpstream struct {
+	// URL is the server's SSE endpoint (GET). Required.
+	URL *url.URL
+	// Client makes the requests; it must stream response bodies.
+	Client *fasthttp.Client
+	// MaxBodySize bounds an event. If zero, framing.DefaultMaxFrameSize.
+	MaxBodySize int
+	// EndpointWait bounds the wait for the endpoint event. If zero,
+	// DefaultEndpointWait.
+	EndpointWait time.Duration
+}
+
+// NewSSEUpstream returns an SSEUpstream for the event stream at rawURL, with
+// a client of its own; maxBody bounds an event (zero: the default).
+func NewSSEUpstream(rawURL string, maxBody int) (*SSEUpstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q is not an http(s) URL", rawURL)
+	}
+	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: &fasthttp.Client{
+		StreamResponseBody:            true,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		MaxConnsPerHost:               1 << 16,
+		MaxResponseBodySize:           cmp.Or(maxBody, framing.DefaultMaxFrameSize),
+	}}, nil
+}
+
+// Dial opens the event stream, waits for its endpoint event, and returns
+// the session's backend.
+func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(u.URL.String())
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Set("Accept", "text/event-stream")
+	resp := fasthttp.AcquireResponse()
+	if err := u.Client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, fmt.Errorf("opening the upstream's event stream: %w", err)
+	}
+	if status := resp.StatusCode(); status != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
+		readHead(resp)
+		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, resp.Header.ContentType())
+	}
+	in, inW := io.Pipe()
+	b := &sseBackend{u: u, log: log, resp: resp, body: bodyOf(resp), in: in, inW: inW, exited: make(chan struct{})}
+	b.rd = framing.NewSSEReader(b.body, max(u.MaxBodySize, 0))
+	if err := b.awaitEndpoint(); err != nil {
+		b.Stop()
+		b.rd.Release()
+		fasthttp.ReleaseResponse(resp)
+		return nil, err
+	}
+	log.Info("upstream HTTP+SSE session opened", zap.String("endpoint", b.endpoint))
+	go b.pump()
+	return b, nil
+}
+
+// sseBackend is one HTTP+SSE session: the event stream, read into in as
+// lines, and the endpoint that Write POSTs each line to.
+type sseBackend struct {
+	u        *SSEUpstream
+	log      *zap.Logger
+	resp     *fasthttp.Response
+	body     fasthttp.ReadCloserWithError
+	rd       *framing.SSEReader
+	endpoint string
+
+	in  *io.PipeReader
+	inW *io.PipeWriter
+	wmu sync.Mutex // serialises writes to inW: the server's lines, and the proxy's answers
+
+	partial []byte // a line Write has begun and not ended; only Write uses it
+
+	stopOnce sync.Once
+	stopped  atomic.Bool // Stop was called: the stream's end is no news
+	exited   chan struct{}
+}
+
+var errSSEStopped = errors.New("the session ended")
+
+func (b *sseBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b} }
+func (b *sseBackend) Exited() <-chan struct{} { return b.exited }
+
+// Stop ends the event stream (the upstream ends its session with it).
+func (b *sseBackend) Stop() {
+	b.stopOnce.Do(func() {
+		b.stopped.Store(true)
+		b.body.CloseWithError(errSSEStopped)
+	})
+}
+
+// awaitEndpoint reads up to the endpoint event, within EndpointWait, and
+// keeps its URL, resolved against the stream's, if it has the same origin.
+func (b *sseBackend) awaitEndpoint() error {
+	wait := time.AfterFunc(cmp.Or(b.u.EndpointWait, DefaultEndpointWait), b.Stop)
+	defer wait.Stop()
+	for {
+		ev, err := b.rd.Next()
+		if err != nil {
+			return fmt.Errorf("the upstream's event stream ended before its endpoint event: %w", err)
+		}
+		if string(ev.Type) != "endpoint" {
+			continue
+		}
+		ref, err := url.Parse(string(bytes.TrimSpace(ev.Data)))
+		if err != nil {
+			return fmt.Errorf("the upstream's endpoint event %q is not a URL: %w", ev.Data, err)
+		}
+		ep := b.u.URL.ResolveReference(ref)
+		if ep.Scheme != b.u.URL.Scheme || ep.Host != b.u.URL.Host {
+			return fmt.Errorf("the upstream's endpoint %s is not on the stream's origin %s://%s", ep, b.u.URL.Scheme, b.u.URL.Host)
+		}
+		b.endpoint = ep.String()
+		return nil
+	}
+}
+
+// pump copies the server's messages from the event stream to in, one line
+// each, until the stream ends.
+func (b *sseBackend) pump() {
+	defer close(b.exited)
+	defer fasthttp.ReleaseResponse(b.resp)
+	var err error
+	for {
+		var ev *framing.Event
+		ev, err = b.rd.Next()
+		if err != nil {
+			break
+		}
+		if len(ev.Type) != 0 && string(ev.Type) != "message" || !ev.HasData {
+			continue
+		}
+		if err = b.line(eventLine(ev.Data)); err != nil {
+			break
+		}
+	}
+	b.rd.Release()
+	switch {
+	case b.stopped.Load() || errors.Is(err, io.ErrClosedPipe):
+		err = nil // the session ended it
+	case errors.Is(err, io.EOF):
+		b.log.Info("the upstream ended its event stream")
+		err = nil
+	default:
+		b.log.Warn("the upstream's event stream broke", zap.Error(err))
+	}
+	b.body.CloseWithError(err)
+	b.inW.CloseWithError(err)
+}
+
+// line hands one line, newline included, to the session, as if the server
+// had written it.
+func (b *sseBackend) line(l []byte) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	_, err := b.inW.Write(l)
+	return err
+}
+
+// Write POSTs each line it is given to the endpoint, in order. A request
+// the upstream does not take is answered with an error, so that its client
+// is not left waiting.
+func (b *sseBackend) Write(p []byte) (int, error) {
+	data := p
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			b.partial = append(b.partial, data...)
+			break
+		}
+		line := data[:i]
+		if len(b.partial) > 0 {
+			line = append(b.partial, line...)
+			b.partial = b.partial[:0]
+		}
+		data = data[i+1:]
+		if len(bytes.TrimSpace(line)) > 0 {
+			b.post(line)
+		}
+	}
+	return len(p), nil
+}
+
+// Close ends the session: the client's side has ended.
+func (b *sseBackend) Close() error {
+	b.Stop()
+	return nil
+}
+
+// post sends one message to the endpoint.
+func (b *sseBackend) post(msg []byte) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(b.endpoint)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.SetBody(msg)
+	resp := fasthttp.AcquireResponse()
+	err := b.u.Client.Do(req, resp)
+	var why string
+	switch {
+	case err != nil:
+		fasthttp.ReleaseResponse(resp)
+		why = "the upstream could not be reached: " + brief(err)
+	case resp.StatusCode() >= 300:
+		status := resp.StatusCode()
+		head := readHead(resp)
+		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
+	default:
+		readHead(resp)
+		return
+	}
+	b.log.Warn("posting to the upstream failed", zap.String("why", why))
+	var f framing.Frame
+	if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
+		b.line(append(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why), '\n'))
+	}
+}
+
+// eventLine returns an event's data as one line, newline included: compact
+// JSON, or, if it is not JSON, with its line breaks made spaces (the
+// session answers it as the parse error it is).
+func eventLine(data []byte) []byte {
+	line, err := oneLine(data)
+	if err != nil {
+		line = bytes.Map(func(r rune) rune {
+			if r == '\r' || r == '\n' {
+				return ' '
+			}
+			return r
+		}, data)
+	}
+	return append(line, '\n')
+}

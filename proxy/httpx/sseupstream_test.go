@@ -1,0 +1,164 @@
+package httpx_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// sseUpstream serves the upstream's MCP server over the go-sdk's HTTP+SSE
+// handler (protocol 2024-11-05) and a sidecar in front of it, and returns
+// the upstream, its HTTP server and the sidecar's URL.
+func sseUpstream(t *testing.T) (*upstream, *httptest.Server, string) {
+	u, s := newUpstreamServer()
+	srv := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(u.release) }) // calls whose session broke end before the server
+	u.url = srv.URL
+	up, err := httpx.NewSSEUpstream(srv.URL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Logger: zaptest.NewLogger(t), Children: cs})
+	t.Cleanup(cs.StopAll) // the upstream's streams end before the upstream does
+	return u, srv, url
+}
+
+// TestSSEUpstreamCancel: a go-sdk client cancels a call through the sidecar
+// to an HTTP+SSE server: the server's handler sees its context cancelled
+// (the cancel was POSTed to its message endpoint), the client gets no late
+// progress, and the session goes on.
+func TestSSEUpstreamCancel(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up, _, url := sseUpstream(t)
+	progressed := make(chan struct{}, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+	})
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "s"}}
+		p.SetProgressToken("s-tok")
+		_, err := cs.CallTool(ctx, p)
+		errc <- err
+	}()
+	<-progressed
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool = %v, want context canceled", err)
+	}
+	if key := <-up.sawCancel; key != "s" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Errorf("tools/list after the cancel: %v", err)
+	}
+	select {
+	case <-progressed:
+		t.Error("client got progress after cancelling")
+	default:
+	}
+}
+
+// TestSSEUpstreamSampling: the server's own request (sampling) reaches the
+// client through the sidecar and the client's answer reaches the server.
+func TestSSEUpstreamSampling(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	_, _, url := sseUpstream(t)
+	asked := make(chan struct{}, 1)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			asked <- struct{}{}
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "hello"}}, nil
+		},
+	})
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask"}); err != nil || r.IsError {
+		t.Fatalf("CallTool(ask) = %+v, %v", r, err)
+	}
+	select {
+	case <-asked:
+	default:
+		t.Error("the client was never asked")
+	}
+}
+
+// TestSSEUpstreamStreamDrops: the upstream's event stream breaks in the
+// middle of a call; the call is answered with an error at once.
+func TestSSEUpstreamStreamDrops(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up, srv, url := sseUpstream(t)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "d"}})
+		errc <- err
+	}()
+	<-up.started
+	srv.CloseClientConnections()
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "exited before answering") {
+		t.Errorf("CallTool = %v, want the server-gone error", err)
+	}
+}
+
+// TestSSEUpstreamThatIsNot: an upstream that does not serve an event stream,
+// or names an endpoint elsewhere, is refused with a reason.
+func TestSSEUpstreamThatIsNot(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		h          http.HandlerFunc
+	}{
+		{"not found", "answered its event stream's GET with 404", func(w http.ResponseWriter, _ *http.Request) {
+			http.NotFound(w, nil)
+		}},
+		{"elsewhere", "is not on the stream's origin", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte("event: endpoint\ndata: http://198.51.100.7/messages\n\n"))
+		}},
+		{"no endpoint", "ended before its endpoint event", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write([]byte("data: {}\n\n"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.h)
+			defer srv.Close()
+			up, err := httpx.NewSSEUpstream(srv.URL, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = up.Dial(zaptest.NewLogger(t))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Dial = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
