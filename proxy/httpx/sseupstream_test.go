@@ -3,6 +3,7 @@ package httpx_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,8 +21,18 @@ import (
 // handler (protocol 2024-11-05) and a sidecar in front of it, and returns
 // the upstream, its HTTP server and the sidecar's URL.
 func sseUpstream(t *testing.T) (*upstream, *httptest.Server, string) {
+	return sseUpstreamWrapped(t, nil)
+}
+
+// sseUpstreamWrapped is sseUpstream with the server's handler wrapped, if
+// wrap is not nil.
+func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*upstream, *httptest.Server, string) {
 	u, s := newUpstreamServer()
-	srv := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	var h http.Handler = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) }) // calls whose session broke end before the server
 	u.url = srv.URL
@@ -103,6 +114,68 @@ func TestSSEUpstreamSampling(t *testing.T) {
 	case <-asked:
 	default:
 		t.Error("the client was never asked")
+	}
+}
+
+// TestSSEUpstreamServerCancelsSampling: cancelling a call whose server is
+// asking the client for a sampling completion makes the server cancel that
+// request of its own; the cancel comes down the upstream's one stream and
+// reaches the client on the call's stream, which the client keeps reading
+// (as the TypeScript SDK does), before that stream ends.
+func TestSSEUpstreamServerCancelsSampling(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	_, _, url := sseUpstream(t)
+	c := &rawClient{t: t, url: url}
+	c.initializeWith(`{"sampling":{}}`)
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{}}}`)
+	stream := events(resp.Body)
+	asked := <-stream
+	if asked["method"] != "sampling/createMessage" {
+		t.Fatalf("first message %v, want the sampling request", asked)
+	}
+	r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	r.Body.Close()
+	var got []map[string]any
+	for m := range stream {
+		got = append(got, m)
+	}
+	if len(got) != 1 || got[0]["method"] != "notifications/cancelled" {
+		t.Fatalf("after the cancel the stream carried %v; want only the server's cancel of its sampling request", got)
+	}
+	if p, _ := got[0]["params"].(map[string]any); p["requestId"] != asked["id"] {
+		t.Errorf("the server cancelled %v, want its sampling request %v", p["requestId"], asked["id"])
+	}
+}
+
+// TestSSEUpstreamRefusedPost: a request the message endpoint refuses is
+// answered with an error naming the status; the session goes on.
+func TestSSEUpstreamRefusedPost(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	_, _, url := sseUpstreamWrapped(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				body, _ := io.ReadAll(r.Body)
+				if strings.Contains(string(body), `"refuse_me"`) {
+					http.Error(w, "no such thing", http.StatusBadRequest)
+					return
+				}
+				r.Body = io.NopCloser(strings.NewReader(string(body)))
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "refuse_me"})
+	if err == nil || !strings.Contains(err.Error(), "HTTP 400 no such thing") {
+		t.Errorf("CallTool = %v, want the upstream's refusal", err)
+	}
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Errorf("tools/list after the refusal: %v", err)
 	}
 }
 
