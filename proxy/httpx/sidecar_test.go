@@ -230,40 +230,48 @@ func TestGoSDKClientCancel(t *testing.T) {
 			watchdog(t, 30*time.Second)
 			up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: stateless, PropagateRequestCancellation: stateless})
 			url := startSidecar(t, up.url, proxy.TrackerOptions{})
-			progressed := make(chan struct{}, 4)
-			client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
-				ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
-			})
-			cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cs.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			errc := make(chan error, 1)
-			go func() {
-				p := &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "g"}}
-				p.SetProgressToken("g-tok")
-				_, err := cs.CallTool(ctx, p)
-				errc <- err
-			}()
-			<-progressed
-			cancel()
-			if err := <-errc; err == nil || !strings.Contains(err.Error(), "context canceled") {
-				t.Errorf("CallTool = %v, want context canceled", err)
-			}
-			if key := <-up.sawCancel; key != "g" {
-				t.Errorf("upstream cancelled %q", key)
-			}
-			if _, err := cs.ListTools(context.Background(), nil); err != nil {
-				t.Errorf("tools/list after the cancel: %v", err) // ping is gone in 2026-07-28
-			}
-			select {
-			case <-progressed:
-				t.Error("client got progress after cancelling")
-			default:
-			}
+			goSDKClientCancels(t, up, &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true})
 		})
+	}
+}
+
+// goSDKClientCancels has a go-sdk client cancel a wait_cancel call through
+// the sidecar: the upstream sees the cancel, the client gets no progress
+// after it, and the session goes on.
+func goSDKClientCancels(t *testing.T, up *upstream, tr mcp.Transport) {
+	t.Helper()
+	progressed := make(chan struct{}, 4)
+	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+	})
+	cs, err := client.Connect(context.Background(), tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "g"}}
+		p.SetProgressToken("g-tok")
+		_, err := cs.CallTool(ctx, p)
+		errc <- err
+	}()
+	<-progressed
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("CallTool = %v, want context canceled", err)
+	}
+	if key := <-up.sawCancel; key != "g" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Errorf("tools/list after the cancel: %v", err) // ping is gone in 2026-07-28
+	}
+	select {
+	case <-progressed:
+		t.Error("client got progress after cancelling")
+	default:
 	}
 }
 
@@ -319,11 +327,26 @@ func TestNestedCancelReachesClientBeforeStreamEnds(t *testing.T) {
 	// A grace long enough for a loaded machine: the stream ends sooner, when
 	// the server closes it.
 	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up, CancelGrace: 10 * time.Second})}
+	nestedCancelReachesClient(t, c)
+	late := c.post(`{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
+	late.Body.Close()
+	if late.StatusCode != http.StatusAccepted || sawAnswer.Load() {
+		t.Errorf("late sampling answer: status %d, reached the server %v; want 202 and no", late.StatusCode, sawAnswer.Load())
+	}
+}
+
+// nestedCancelReachesClient calls the ask tool, which asks the client for a
+// sampling completion, cancels the call once asked, and checks that the
+// call's stream carries the server's cancel of that sampling request, and
+// nothing else, before it ends.
+func nestedCancelReachesClient(t *testing.T, c *rawClient) {
+	t.Helper()
 	c.initializeWith(`{"sampling":{}}`)
 	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{}}}`)
 	stream := events(resp.Body)
-	if m := <-stream; m["method"] != "sampling/createMessage" {
-		t.Fatalf("first message %v, want the sampling request", m)
+	asked := <-stream
+	if asked["method"] != "sampling/createMessage" {
+		t.Fatalf("first message %v, want the sampling request", asked)
 	}
 	r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
 	r.Body.Close()
@@ -334,10 +357,8 @@ func TestNestedCancelReachesClientBeforeStreamEnds(t *testing.T) {
 	if len(got) != 1 || got[0]["method"] != "notifications/cancelled" {
 		t.Fatalf("after the cancel the stream carried %v; want only the server's cancel of its sampling request", got)
 	}
-	late := c.post(`{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
-	late.Body.Close()
-	if late.StatusCode != http.StatusAccepted || sawAnswer.Load() {
-		t.Errorf("late sampling answer: status %d, reached the server %v; want 202 and no", late.StatusCode, sawAnswer.Load())
+	if p, _ := got[0]["params"].(map[string]any); p["requestId"] != asked["id"] {
+		t.Errorf("the server cancelled %v, want its sampling request %v", p["requestId"], asked["id"])
 	}
 }
 

@@ -2,7 +2,6 @@ package httpx_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -53,68 +52,7 @@ func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*up
 func TestSSEUpstreamCancel(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up, _, url := sseUpstream(t)
-	progressed := make(chan struct{}, 4)
-	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
-	})
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		p := &mcp.CallToolParams{Name: "wait_cancel", Arguments: map[string]any{"key": "s"}}
-		p.SetProgressToken("s-tok")
-		_, err := cs.CallTool(ctx, p)
-		errc <- err
-	}()
-	<-progressed
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("CallTool = %v, want context canceled", err)
-	}
-	if key := <-up.sawCancel; key != "s" {
-		t.Errorf("upstream cancelled %q", key)
-	}
-	if _, err := cs.ListTools(context.Background(), nil); err != nil {
-		t.Errorf("tools/list after the cancel: %v", err)
-	}
-	select {
-	case <-progressed:
-		t.Error("client got progress after cancelling")
-	default:
-	}
-}
-
-// TestSSEUpstreamSampling: the server's own request (sampling) reaches the
-// client through the sidecar and the client's answer reaches the server.
-func TestSSEUpstreamSampling(t *testing.T) {
-	watchdog(t, 30*time.Second)
-	_, _, url := sseUpstream(t)
-	asked := make(chan struct{}, 1)
-	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			asked <- struct{}{}
-			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "hello"}}, nil
-		},
-	})
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ask"}); err != nil || r.IsError {
-		t.Fatalf("CallTool(ask) = %+v, %v", r, err)
-	}
-	select {
-	case <-asked:
-	default:
-		t.Error("the client was never asked")
-	}
+	goSDKClientCancels(t, up, &mcp.StreamableClientTransport{Endpoint: url})
 }
 
 // TestSSEUpstreamServerCancelsSampling: cancelling a call whose server is
@@ -125,26 +63,7 @@ func TestSSEUpstreamSampling(t *testing.T) {
 func TestSSEUpstreamServerCancelsSampling(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	_, _, url := sseUpstream(t)
-	c := &rawClient{t: t, url: url}
-	c.initializeWith(`{"sampling":{}}`)
-	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask","arguments":{}}}`)
-	stream := events(resp.Body)
-	asked := <-stream
-	if asked["method"] != "sampling/createMessage" {
-		t.Fatalf("first message %v, want the sampling request", asked)
-	}
-	r := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
-	r.Body.Close()
-	var got []map[string]any
-	for m := range stream {
-		got = append(got, m)
-	}
-	if len(got) != 1 || got[0]["method"] != "notifications/cancelled" {
-		t.Fatalf("after the cancel the stream carried %v; want only the server's cancel of its sampling request", got)
-	}
-	if p, _ := got[0]["params"].(map[string]any); p["requestId"] != asked["id"] {
-		t.Errorf("the server cancelled %v, want its sampling request %v", p["requestId"], asked["id"])
-	}
+	nestedCancelReachesClient(t, &rawClient{t: t, url: url})
 }
 
 // TestSSEUpstreamRefusedPost: a request the message endpoint refuses is
