@@ -161,10 +161,11 @@ func TestE2EFastMCPThroughSidecar(t *testing.T) {
 }
 
 // TestE2EFastMCPOverSSEThroughSidecar: the same, with FastMCP serving the
-// 2024-11-05 HTTP+SSE transport behind the sidecar (http.upstream_transport
-// sse): the client's cancel is POSTed to the server's message endpoint.
+// 2024-11-05 HTTP+SSE transport behind the sidecar, which finds that out
+// itself (http.upstream_transport auto, the default): the client's cancel
+// is POSTed to the server's message endpoint.
 func TestE2EFastMCPOverSSEThroughSidecar(t *testing.T) {
-	fastMCPThroughSidecar(t, "--sse", "/sse", "--upstream-transport", "sse")
+	fastMCPThroughSidecar(t, "--sse", "/sse")
 }
 
 // fastMCPThroughSidecar runs FastMCP in a mode (--http, --sse) behind the
@@ -207,6 +208,7 @@ func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 	defer cs.Close()
 	sidecar.logs.waitFor(t, "session opened")
 	if mode == "--sse" {
+		sidecar.logs.waitFor(t, "upstream transport detected", "HTTP+SSE")
 		sidecar.logs.waitFor(t, "upstream HTTP+SSE session opened")
 	}
 	callCtx, stop := context.WithCancel(ctx)

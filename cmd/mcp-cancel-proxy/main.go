@@ -190,7 +190,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
-	fs.StringVar(&over.HTTP.UpstreamTransport, "upstream-transport", "", "what the upstream speaks: streamable, or sse (the 2024-11-05 HTTP+SSE transport; --upstream is its event stream) (default streamable)")
+	fs.StringVar(&over.HTTP.UpstreamTransport, "upstream-transport", "", "what the upstream speaks: auto (detected), streamable, or sse (the 2024-11-05 HTTP+SSE transport; --upstream is its event stream) (default auto)")
 	fs.DurationVar(&over.HTTP.DisconnectCancelAfter, "disconnect-cancel-after", 0,
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")

@@ -96,7 +96,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	}
 	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
 	var dial func(*zap.Logger) (httpx.Backend, error)
-	if len(argv) == 0 && cfg.HTTP.UpstreamTransport == "sse" {
+	if len(argv) == 0 && cfg.HTTP.UpstreamTransport != httpx.TransportStreamable {
 		up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, int(cfg.Limits.MaxFrameSize))
 		if err != nil {
 			return nil, err
@@ -120,7 +120,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 // newSidecar builds the sidecar and its metrics from the configuration.
 func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
 	sc := &httpx.Sidecar{
-		Upstream: cfg.HTTP.Upstream, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		SessionIdle: cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),

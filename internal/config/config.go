@@ -50,10 +50,11 @@ type HTTP struct {
 	Listen string `yaml:"listen"`
 	// Upstream is the upstream MCP endpoint's URL. Required with Listen.
 	Upstream string `yaml:"upstream"`
-	// UpstreamTransport is the transport the upstream speaks: streamable
+	// UpstreamTransport is the transport the upstream speaks: auto (probed
+	// at the first request, as the spec tells clients to), streamable
 	// (Streamable HTTP, protocol 2025-03-26 and later) or sse (the
 	// 2024-11-05 HTTP+SSE transport: Upstream is its event stream's URL).
-	// Default streamable.
+	// Default auto.
 	UpstreamTransport string `yaml:"upstream_transport"`
 	// Path is the MCP endpoint served. Default /mcp.
 	Path string `yaml:"path"`
@@ -132,7 +133,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", UpstreamTransport: "streamable", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		HTTP:   HTTP{Path: "/mcp", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
 		Policy: policy.Defaults(),
 		Audit:  policy.Audit{Path: "stderr"},
 	}
@@ -255,8 +256,8 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 			bad("http.listen", "%q: %q is not an IP address or a host name", h.Listen, host)
 		}
 	}
-	if t := h.UpstreamTransport; t != "" && t != "streamable" && t != "sse" {
-		bad("http.upstream_transport", "%q is neither streamable nor sse", t)
+	if t := h.UpstreamTransport; t != "" && t != "auto" && t != "streamable" && t != "sse" {
+		bad("http.upstream_transport", "%q is not auto, streamable or sse", t)
 	}
 	if h.Upstream != "" {
 		u, err := url.Parse(h.Upstream)

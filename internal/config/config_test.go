@@ -44,7 +44,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key", "log:\n  levle: debug\n", []string{"f.yaml:2:3: ", "levle"}},
 		{"wrong type", "child:\n  term_after: soon\n", []string{"f.yaml:2:15: ", "soon"}},
 		{"bad size", "limits:\n  max_frame_size: 12 parsecs\n", []string{"f.yaml:2:19: limits.max_frame_size: invalid size"}},
-		{"bad upstream transport", "http:\n  upstream_transport: websocket\n", []string{"f.yaml:2:3: http.upstream_transport: \"websocket\" is neither streamable nor sse"}},
+		{"bad upstream transport", "http:\n  upstream_transport: websocket\n", []string{"f.yaml:2:3: http.upstream_transport: \"websocket\" is not auto, streamable or sse"}},
 		{"policy, every problem at once with its place", `policy:
   defaults:
     timeout: -1s

@@ -32,8 +32,13 @@ type Sidecar struct {
 	// Children serves a stdio server instead.
 	Upstream string
 	// Children, when set, serves a stdio MCP server, a child per session,
-	// in place of an upstream URL.
+	// in place of an upstream URL; or, with a Dial, the sessions of an
+	// HTTP+SSE upstream (see UpstreamTransport).
 	Children *Children
+	// UpstreamTransport, when Children dials an HTTP+SSE upstream, says
+	// whether the upstream is known to speak it (TransportSSE, or empty) or
+	// is to be probed at the first request (TransportAuto).
+	UpstreamTransport string
 	// Path is the MCP endpoint the sidecar serves. If empty, DefaultPath.
 	Path string
 	// AllowedOrigins lists the Origin header values accepted besides none
@@ -94,6 +99,7 @@ type Sidecar struct {
 
 	once     sync.Once
 	initErr  error
+	detected detection
 	client   *fasthttp.Client
 	upstream *url.URL
 	sessions registry
@@ -159,7 +165,7 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if !s.allowed(ctx) {
 		return
 	}
-	child := s.Children != nil
+	child := s.viaChildren()
 	switch string(ctx.Method()) {
 	case fasthttp.MethodPost:
 		if child {
@@ -244,7 +250,7 @@ func (s *Sidecar) Ready() error {
 	if err := s.init(); err != nil {
 		return err
 	}
-	if s.Children != nil {
+	if s.Children != nil && s.Children.Dial == nil {
 		return nil // children start on demand
 	}
 	host := s.upstream.Host

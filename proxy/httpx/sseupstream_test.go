@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -150,6 +153,39 @@ func TestSSEUpstreamThatIsNot(t *testing.T) {
 			_, err = up.Dial(zaptest.NewLogger(t))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Dial = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAutoDetectsTheTransport: with UpstreamTransport auto, the sidecar
+// finds out at the first request whether its upstream speaks HTTP+SSE or
+// Streamable HTTP, and a cancel works through either.
+func TestAutoDetectsTheTransport(t *testing.T) {
+	for _, sse := range []bool{true, false} {
+		name := map[bool]string{true: "HTTP+SSE", false: "Streamable HTTP"}[sse]
+		t.Run(name, func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			u, s := newUpstreamServer()
+			var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+			if sse {
+				h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(u.release) })
+			up, err := httpx.NewSSEUpstream(srv.URL, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zapcore.InfoLevel)
+			cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
+			url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: zap.New(core), Children: cs})
+			t.Cleanup(cs.StopAll)
+			goSDKClientCancels(t, u, &mcp.StreamableClientTransport{Endpoint: url})
+			found := logs.FilterMessage("upstream transport detected").All()
+			if len(found) != 1 || !strings.HasPrefix(found[0].ContextMap()["transport"].(string), name) {
+				t.Errorf("detections logged: %v; want one, of %s", found, name)
 			}
 		})
 	}

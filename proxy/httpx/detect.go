@@ -1,0 +1,131 @@
+package httpx
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+)
+
+// Upstream transports (Sidecar.UpstreamTransport).
+const (
+	// TransportStreamable is Streamable HTTP (protocol 2025-03-26 and
+	// later): the sidecar relays each request.
+	TransportStreamable = "streamable"
+	// TransportSSE is the 2024-11-05 HTTP+SSE transport, served through
+	// Children, whose Dial opens the upstream's event stream.
+	TransportSSE = "sse"
+	// TransportAuto detects which of the two the upstream speaks, at the
+	// first request, as the spec tells clients to: POST initialize; on 400,
+	// 404 or 405, GET the URL and expect an endpoint event.
+	TransportAuto = "auto"
+)
+
+// probeWait bounds each step of the detection.
+const probeWait = 10 * time.Second
+
+// probeInitialize is the detection's initialize request.
+const probeInitialize = `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-probe","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy","version":"probe"}}}`
+
+// detection remembers what the upstream was found to speak.
+type detection struct {
+	mu   sync.Mutex // held while probing: one probe at a time
+	done atomic.Bool
+	sse  bool // set before done
+}
+
+// viaChildren reports whether requests go to Children: a stdio server, or
+// an HTTP+SSE upstream (as told, or as detected).
+func (s *Sidecar) viaChildren() bool {
+	switch {
+	case s.Children == nil:
+		return false
+	case s.Children.Dial == nil || s.UpstreamTransport != TransportAuto:
+		return true
+	}
+	return s.detectSSE()
+}
+
+// detectSSE detects the upstream's transport once; until it can be reached,
+// each request is relayed as Streamable HTTP (and fails as such) and the
+// next one probes again.
+func (s *Sidecar) detectSSE() bool {
+	d := &s.detected
+	if d.done.Load() {
+		return d.sse
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done.Load() {
+		return d.sse
+	}
+	sse, err := s.probe()
+	if err != nil {
+		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
+			zap.String("error", brief(err)))
+		return false
+	}
+	d.sse = sse
+	d.done.Store(true)
+	name := "Streamable HTTP"
+	if sse {
+		name = "HTTP+SSE (protocol 2024-11-05)"
+	}
+	s.log.Info("upstream transport detected", zap.String("transport", name))
+	return sse
+}
+
+// probe POSTs initialize to the upstream; on 400, 404 or 405 it reports
+// whether a GET opens an event stream that names an endpoint. A session
+// the initialize opened is deleted.
+func (s *Sidecar) probe() (sse bool, err error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(s.upstream.String())
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.SetBodyString(probeInitialize)
+	resp := fasthttp.AcquireResponse()
+	if err := s.client.DoTimeout(req, resp, probeWait); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return false, err
+	}
+	status := resp.StatusCode()
+	session := strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
+	readHead(resp)
+	switch status {
+	case fasthttp.StatusBadRequest, fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
+		up := &SSEUpstream{URL: s.upstream, Client: s.client, MaxBodySize: s.MaxBodySize, EndpointWait: probeWait}
+		b, err := up.Dial(zap.NewNop())
+		if err != nil {
+			s.log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
+				zap.String("error", brief(err)))
+			return false, nil
+		}
+		b.Stop()
+		return true, nil
+	}
+	if session != "" {
+		s.deleteSession(session)
+	}
+	return false, nil
+}
+
+// deleteSession ends an upstream session the proxy opened for itself.
+func (s *Sidecar) deleteSession(id string) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(s.upstream.String())
+	req.Header.SetMethod(fasthttp.MethodDelete)
+	req.Header.Set(sessionHeader, id)
+	resp := fasthttp.AcquireResponse()
+	if err := s.client.DoTimeout(req, resp, probeWait); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return
+	}
+	readHead(resp)
+}
