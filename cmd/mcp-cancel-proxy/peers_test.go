@@ -78,18 +78,34 @@ func TestE2ETypeScriptClientAgainstServerEverything(t *testing.T) {
 // both from the client, and the client's session goes on. A long cancel
 // grace keeps the stream open for the late messages to be seen.
 func TestE2ETypeScriptClientOverHTTP(t *testing.T) {
-	node, dir := nodePeers(t)
-	watchdog(t, 90*time.Second)
 	up, front := freePort(t), freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)
-	sidecar := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug", "--cancel-grace", "60s")
 	waitListening(t, up)
+	tsClientAborts(t, "http://"+front+"/mcp", "streamable", "--listen", front, "--upstream", "http://"+up+"/mcp")
+}
+
+// TestE2ETypeScriptSSEClient: the same, with the TypeScript SDK's client on
+// the 2024-11-05 HTTP+SSE transport (its SSEClientTransport) talking to the
+// sidecar's legacy endpoints, in front of the example server as a stdio
+// child: the cancel is POSTed to /message, the late messages held back from
+// the client's one event stream.
+func TestE2ETypeScriptSSEClient(t *testing.T) {
+	front := freePort(t)
+	tsClientAborts(t, "http://"+front+"/sse", "sse", "--listen", front, "--", proxyBin, "example-server")
+}
+
+// tsClientAborts runs the sidecar with args and ts-client-abort-http.mjs
+// against it at url, on a transport (streamable or sse).
+func tsClientAborts(t *testing.T, url, transport string, args ...string) {
+	node, dir := nodePeers(t)
+	watchdog(t, 90*time.Second)
+	sidecar := startWrapped(t, append([]string{"--log-level", "debug", "--cancel-grace", "60s"}, args...)...)
 	sidecar.logs.waitFor(t, "sidecar listening")
 	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) }) // runs before startWrapped's own
 
 	cmd := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-abort-http.mjs"))
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "SIDECAR_URL=http://"+front+"/mcp")
+	cmd.Env = append(os.Environ(), "SIDECAR_URL="+url, "TRANSPORT="+transport)
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

@@ -75,6 +75,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
 	// What the grace did not see finish is cancelled upstream, not abandoned.
 	sc.CancelAll("the proxy is shutting down")
+	sc.Legacy.StopAll()
 	if sc.Children != nil {
 		sc.Children.StopAll()
 	}
@@ -121,6 +122,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
 	sc := &httpx.Sidecar{
 		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+		Legacy:    &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath},
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		SessionIdle: cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),

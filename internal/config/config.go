@@ -58,6 +58,11 @@ type HTTP struct {
 	UpstreamTransport string `yaml:"upstream_transport"`
 	// Path is the MCP endpoint served. Default /mcp.
 	Path string `yaml:"path"`
+	// LegacySSEPath and LegacyMessagePath are the 2024-11-05 HTTP+SSE
+	// transport's endpoints, served to old clients (in front of a stdio
+	// server or an HTTP+SSE upstream). Default /sse and /message.
+	LegacySSEPath     string `yaml:"legacy_sse_path"`
+	LegacyMessagePath string `yaml:"legacy_message_path"`
 	// AllowedOrigins lists the Origin values accepted besides none; "*"
 	// accepts any. Default none.
 	AllowedOrigins []string `yaml:"allowed_origins"`
@@ -133,7 +138,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		HTTP:   HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
 		Policy: policy.Defaults(),
 		Audit:  policy.Audit{Path: "stderr"},
 	}
@@ -223,8 +228,16 @@ func (c *Config) Validate() error {
 	if c.Ledger.RetireMax <= 0 {
 		bad("ledger.retire_max", "must be positive, got %d", c.Ledger.RetireMax)
 	}
-	if c.HTTP.Path == "" || c.HTTP.Path[0] != '/' {
-		bad("http.path", "%q must start with /", c.HTTP.Path)
+	paths := map[string]string{"http.path": c.HTTP.Path, "http.legacy_sse_path": c.HTTP.LegacySSEPath,
+		"http.legacy_message_path": c.HTTP.LegacyMessagePath}
+	for _, key := range []string{"http.path", "http.legacy_sse_path", "http.legacy_message_path"} {
+		if p := paths[key]; p == "" || p[0] != '/' {
+			bad(key, "%q must start with /", p)
+		}
+	}
+	if c.HTTP.Path == c.HTTP.LegacySSEPath || c.HTTP.Path == c.HTTP.LegacyMessagePath || c.HTTP.LegacySSEPath == c.HTTP.LegacyMessagePath {
+		bad("http.path", "%q, %q and %q (http.path, legacy_sse_path, legacy_message_path) must differ",
+			c.HTTP.Path, c.HTTP.LegacySSEPath, c.HTTP.LegacyMessagePath)
 	}
 	if c.HTTP.MaxSessions <= 0 {
 		bad("http.max_sessions", "must be positive, got %d", c.HTTP.MaxSessions)

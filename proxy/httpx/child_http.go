@@ -273,14 +273,14 @@ func (c *childSession) streaming() bool {
 	return false
 }
 
+// maxSessions is MaxSessions, or its default.
+func (cs *Children) maxSessions() int { return cmp.Or(max(cs.MaxSessions, 0), 64) }
+
 // makeRoomLocked reports whether another session may start: below the cap,
 // or once the least recently used session with no stream open has been
 // stopped to make room. cs.mu is held.
 func (cs *Children) makeRoomLocked(log *zap.Logger) bool {
-	max := cs.MaxSessions
-	if max <= 0 {
-		max = 64
-	}
+	max := cs.maxSessions()
 	if len(cs.sessions) < max {
 		return true
 	}

@@ -35,6 +35,9 @@ type Sidecar struct {
 	// in place of an upstream URL; or, with a Dial, the sessions of an
 	// HTTP+SSE upstream (see UpstreamTransport).
 	Children *Children
+	// Legacy, when set, also serves old clients the 2024-11-05 HTTP+SSE
+	// transport's endpoints, in front of Children's servers.
+	Legacy *Legacy
 	// UpstreamTransport, when Children dials an HTTP+SSE upstream, says
 	// whether the upstream is known to speak it (TransportSSE, or empty) or
 	// is to be probed at the first request (TransportAuto).
@@ -158,6 +161,9 @@ func (s *Sidecar) Handler() (fasthttp.RequestHandler, error) {
 }
 
 func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
+	if s.Legacy != nil && s.serveLegacy(ctx) {
+		return
+	}
 	if string(ctx.Path()) != s.Path {
 		ctx.Error("not found", fasthttp.StatusNotFound)
 		return

@@ -4,17 +4,21 @@
 // once the sidecar has accepted the cancel; the script then releases the
 // blocked tool, which ignores cancellation: it reports progress again and
 // answers, on the old stream. The client must see neither; its session goes
-// on. Prints ABORTED, then one JSON summary line.
+// on. Prints ABORTED, then one JSON summary line. With TRANSPORT=sse the
+// client speaks the 2024-11-05 HTTP+SSE transport (SIDECAR_URL is then the
+// event stream's URL): all the server's messages come on that one stream.
 //
-// env: SIDECAR_URL
+// env: SIDECAR_URL, TRANSPORT (streamable, the default, or sse)
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 
 const errors = [];
 const client = new Client({ name: 'ts-sdk-http-e2e', version: '1.0.0' });
 client.onerror = (e) => errors.push(String(e));
-await client.connect(new StreamableHTTPClientTransport(new URL(process.env.SIDECAR_URL)));
+const url = new URL(process.env.SIDECAR_URL);
+await client.connect(process.env.TRANSPORT === 'sse' ? new SSEClientTransport(url) : new StreamableHTTPClientTransport(url));
 
 const ac = new AbortController();
 let before = 0;

@@ -1,0 +1,190 @@
+package httpx
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// Old clients speak the 2024-11-05 HTTP+SSE transport: GET the SSE
+// endpoint, whose first event, endpoint, names the URL to POST messages to;
+// every message of the server's comes on that one stream. Such a client is,
+// like a stdio client, a stream of lines each way, so each of its sessions
+// is a stdio.Session between those lines and a Backend of its own (a stdio
+// child, or an HTTP+SSE upstream's session): its cancels, the server's late
+// answers and progress, and the server's own requests are handled exactly
+// as in the stdio wrapper.
+
+// Defaults for Legacy.
+const (
+	DefaultLegacySSEPath     = "/sse"
+	DefaultLegacyMessagePath = "/message"
+)
+
+// Legacy configures the HTTP+SSE endpoints served to old clients.
+type Legacy struct {
+	// SSEPath is the event stream's path. If empty, DefaultLegacySSEPath.
+	SSEPath string
+	// MessagePath is the path messages are POSTed to, with ?sessionId=.
+	// If empty, DefaultLegacyMessagePath.
+	MessagePath string
+
+	mu       sync.Mutex
+	sessions map[string]*legacySession
+}
+
+// legacySession is one old client's session.
+type legacySession struct {
+	id   string
+	mu   sync.Mutex // serialises the client's lines
+	in   *io.PipeWriter
+	back Backend
+	log  *zap.Logger
+}
+
+func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
+func (l *Legacy) msgRoute() string { return cmp.Or(l.MessagePath, DefaultLegacyMessagePath) }
+
+// serveLegacy serves a request for the legacy endpoints, and reports
+// whether it was one.
+func (s *Sidecar) serveLegacy(ctx *fasthttp.RequestCtx) bool {
+	var serve func(*fasthttp.RequestCtx)
+	switch method, path := string(ctx.Method()), string(ctx.Path()); {
+	case path == s.Legacy.sseRoute() && method == fasthttp.MethodGet:
+		serve = s.legacyGet
+	case path == s.Legacy.msgRoute() && method == fasthttp.MethodPost:
+		serve = s.legacyPost
+	case path == s.Legacy.sseRoute() || path == s.Legacy.msgRoute():
+		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
+		return true
+	default:
+		return false
+	}
+	if s.allowed(ctx) {
+		serve(ctx)
+	}
+	return true
+}
+
+// legacyGet opens an old client's session and serves its event stream.
+func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
+	if !s.viaChildren() {
+		ctx.Error("HTTP+SSE clients are served in front of stdio servers and HTTP+SSE upstreams only; "+
+			"this upstream speaks Streamable HTTP: connect to "+s.Path, fasthttp.StatusNotImplemented)
+		return
+	}
+	l := s.Legacy
+	l.mu.Lock()
+	full := len(l.sessions) >= s.Children.maxSessions()
+	l.mu.Unlock()
+	if full {
+		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
+		return
+	}
+	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
+	copts := s.Children.Child
+	copts.Logger = log
+	back, err := s.Children.backend(copts)
+	if err != nil {
+		log.Error("cannot start the server", zap.Error(err))
+		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
+		return
+	}
+	ls, st := s.startLegacy(back, log)
+	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
+	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	log.Info("HTTP+SSE client session opened")
+	serveEvents(ctx, st)
+}
+
+// startLegacy runs a session between an old client's lines and back, and
+// returns it with its event stream.
+func (s *Sidecar) startLegacy(back Backend, log *zap.Logger) (*legacySession, *outStream) {
+	l := s.Legacy
+	sopts := s.Children.Session
+	sopts.Logger = log
+	sopts.OnClientClosed = back.Stop
+	cin, inW := io.Pipe()
+	outR, cout := io.Pipe()
+	ls := &legacySession{id: newSessionID(), in: inW, back: back, log: log}
+	st := newOutStream(1) // pending until the client leaves: onAbort says it did
+	st.onAbort = func() { inW.Close() }
+	l.mu.Lock()
+	if l.sessions == nil {
+		l.sessions = map[string]*legacySession{}
+	}
+	l.sessions[ls.id] = ls
+	l.mu.Unlock()
+	go func() {
+		stdio.NewSession(sopts).Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
+		back.Stop()
+		l.mu.Lock()
+		delete(l.sessions, ls.id)
+		l.mu.Unlock()
+	}()
+	go func() { // the session's lines to the client, as message events
+		rd := framing.NewReader(outR, 0)
+		var f framing.Frame
+		for {
+			line, err := rd.Read(nil)
+			if err != nil {
+				st.close()
+				return
+			}
+			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse
+			st.send(framing.AppendSSEMessage(nil, "", line), answer)
+		}
+	}()
+	return ls, st
+}
+
+// legacyPost hands an old client's message to its session: 202 at once;
+// whatever answers it comes on the event stream.
+func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
+	id := string(ctx.QueryArgs().Peek("sessionId"))
+	s.Legacy.mu.Lock()
+	ls := s.Legacy.sessions[id]
+	s.Legacy.mu.Unlock()
+	if ls == nil {
+		ctx.Error("unknown or ended session: open the event stream anew", fasthttp.StatusNotFound)
+		return
+	}
+	line, err := oneLine(ctx.PostBody())
+	if err != nil || len(line) == 0 {
+		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
+		return
+	}
+	ls.mu.Lock()
+	_, err = ls.in.Write(append(line, '\n'))
+	ls.mu.Unlock()
+	if err != nil {
+		ctx.Error("the session has ended", fasthttp.StatusNotFound)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusAccepted)
+	ctx.SetBodyString("Accepted")
+}
+
+// StopAll ends every old client's session and its backend, and returns
+// once each backend has ended.
+func (l *Legacy) StopAll() {
+	l.mu.Lock()
+	all := make([]*legacySession, 0, len(l.sessions))
+	for _, ls := range l.sessions {
+		all = append(all, ls)
+	}
+	l.mu.Unlock()
+	for _, ls := range all {
+		ls.in.Close()
+		ls.back.Stop()
+		<-ls.back.Exited()
+	}
+}
