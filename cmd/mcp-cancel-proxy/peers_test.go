@@ -94,6 +94,17 @@ func TestE2ETypeScriptSSEClient(t *testing.T) {
 	tsClientAborts(t, "http://"+front+"/sse", "sse", "--listen", front, "--", proxyBin, "example-server")
 }
 
+// TestE2ETypeScriptSSEClientStreamableUpstream: the TypeScript SDK's
+// HTTP+SSE client in front of a Streamable HTTP upstream (the example
+// server over HTTP): the sidecar is the Streamable HTTP client of the old
+// client's session, and POSTs its cancel upstream.
+func TestE2ETypeScriptSSEClientStreamableUpstream(t *testing.T) {
+	up, front := freePort(t), freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	tsClientAborts(t, "http://"+front+"/sse", "sse", "--listen", front, "--upstream", "http://"+up+"/mcp")
+}
+
 // tsClientAborts runs the sidecar with args and ts-client-abort-http.mjs
 // against it at url, on a transport (streamable or sse).
 func tsClientAborts(t *testing.T, url, transport string, args ...string) {

@@ -84,7 +84,8 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 
 // sidecarPolicy starts the policy engine and gives the sidecar's sessions
 // their governors; with a stdio server (argv), or an HTTP+SSE upstream, it
-// sets up the children, each session's with a governor of its own.
+// sets up the children, each session's with a governor of its own, and the
+// backends of old clients' sessions.
 func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
 	upstream := cfg.HTTP.Upstream
 	if len(argv) > 0 {
@@ -96,23 +97,35 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		return nil, err
 	}
 	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
+	var sessions atomic.Int64
+	sopts := stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
+		LogPayloads: cfg.Log.Payloads,
+		Governor: func(a proxy.Actions) proxy.Governor {
+			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
+		}}
+	sc.Legacy.Session, sc.Legacy.MaxSessions = sopts, cfg.HTTP.MaxSessions
 	var dial func(*zap.Logger) (httpx.Backend, error)
-	if len(argv) == 0 && cfg.HTTP.UpstreamTransport != httpx.TransportStreamable {
-		up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, int(cfg.Limits.MaxFrameSize))
-		if err != nil {
-			return nil, err
+	if len(argv) == 0 {
+		maxBody := int(cfg.Limits.MaxFrameSize)
+		if cfg.HTTP.UpstreamTransport != httpx.TransportSSE { // old clients' sessions of a Streamable HTTP upstream
+			up, err := httpx.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody)
+			if err != nil {
+				return nil, err
+			}
+			sc.Legacy.Dial = up.Dial
 		}
-		dial = up.Dial
+		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
+			up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, maxBody)
+			if err != nil {
+				return nil, err
+			}
+			dial = up.Dial
+		}
 	}
 	if len(argv) > 0 || dial != nil { // a child per session, or an HTTP+SSE session per session
-		var children atomic.Int64
 		sc.Children = &httpx.Children{Argv: argv, Dial: dial, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
-			Child: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
-			Session: stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
-				LogPayloads: cfg.Log.Payloads,
-				Governor: func(a proxy.Actions) proxy.Governor {
-					return engine.Governor(fmt.Sprintf("child%d", children.Add(1)))(a)
-				}},
+			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
+			Session: sopts,
 		}
 	}
 	return engine, nil

@@ -36,6 +36,15 @@ type Legacy struct {
 	// MessagePath is the path messages are POSTed to, with ?sessionId=.
 	// If empty, DefaultLegacyMessagePath.
 	MessagePath string
+	// Dial, if set, reaches the upstream for a session when the sidecar
+	// relays a Streamable HTTP upstream (StreamableUpstream.Dial); with a
+	// stdio server or an HTTP+SSE upstream, Children's servers are used.
+	Dial func(log *zap.Logger) (Backend, error)
+	// Session configures the sessions Dial's backends serve.
+	Session stdio.Options
+	// MaxSessions caps the old clients' sessions at once; beyond, the GET
+	// gets 503. If zero, 64.
+	MaxSessions int
 
 	mu       sync.Mutex
 	sessions map[string]*legacySession
@@ -76,29 +85,37 @@ func (s *Sidecar) serveLegacy(ctx *fasthttp.RequestCtx) bool {
 
 // legacyGet opens an old client's session and serves its event stream.
 func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
-	if !s.viaChildren() {
-		ctx.Error("HTTP+SSE clients are served in front of stdio servers and HTTP+SSE upstreams only; "+
-			"this upstream speaks Streamable HTTP: connect to "+s.Path, fasthttp.StatusNotImplemented)
+	l := s.Legacy
+	children := s.viaChildren()
+	if !children && l.Dial == nil {
+		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.Path, fasthttp.StatusNotImplemented)
 		return
 	}
-	l := s.Legacy
 	l.mu.Lock()
-	full := len(l.sessions) >= s.Children.maxSessions()
+	full := len(l.sessions) >= cmp.Or(max(l.MaxSessions, 0), 64)
 	l.mu.Unlock()
 	if full {
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 		return
 	}
 	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
-	copts := s.Children.Child
-	copts.Logger = log
-	back, err := s.Children.backend(copts)
+	var back Backend
+	var err error
+	sopts := l.Session
+	if children {
+		copts := s.Children.Child
+		copts.Logger = log
+		back, err = s.Children.backend(copts)
+		sopts = s.Children.Session
+	} else {
+		back, err = l.Dial(log)
+	}
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
 		return
 	}
-	ls, st := s.startLegacy(back, log)
+	ls, st := s.startLegacy(back, sopts, log)
 	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
 	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	log.Info("HTTP+SSE client session opened")
@@ -107,9 +124,8 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 
 // startLegacy runs a session between an old client's lines and back, and
 // returns it with its event stream.
-func (s *Sidecar) startLegacy(back Backend, log *zap.Logger) (*legacySession, *outStream) {
+func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger) (*legacySession, *outStream) {
 	l := s.Legacy
-	sopts := s.Children.Session
 	sopts.Logger = log
 	sopts.OnClientClosed = back.Stop
 	cin, inW := io.Pipe()

@@ -135,14 +135,7 @@ func (s *Sidecar) init() error {
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		s.client = &fasthttp.Client{
-			StreamResponseBody:            true,
-			NoDefaultUserAgentHeader:      true,
-			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true,
-			MaxConnsPerHost:               1 << 16,
-			MaxResponseBodySize:           s.MaxBodySize,
-		}
+		s.client = upstreamClient(s.MaxBodySize)
 		s.sessions.init(s.SessionIdle)
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 	})

@@ -49,18 +49,42 @@ type SSEUpstream struct {
 // NewSSEUpstream returns an SSEUpstream for the event stream at rawURL, with
 // a client of its own; maxBody bounds an event (zero: the default).
 func NewSSEUpstream(rawURL string, maxBody int) (*SSEUpstream, error) {
+	u, err := parseUpstream(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody)}, nil
+}
+
+// NewStreamableUpstream returns a StreamableUpstream for the MCP endpoint at
+// rawURL, with a client of its own; maxBody bounds an answer or an event.
+func NewStreamableUpstream(rawURL string, maxBody int) (*StreamableUpstream, error) {
+	u, err := parseUpstream(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody)}, nil
+}
+
+func parseUpstream(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("upstream %q is not an http(s) URL", rawURL)
 	}
-	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: &fasthttp.Client{
+	return u, nil
+}
+
+// upstreamClient returns a client for an upstream: bodies streamed, header
+// names and paths as they are, responses up to maxBody (zero: the default).
+func upstreamClient(maxBody int) *fasthttp.Client {
+	return &fasthttp.Client{
 		StreamResponseBody:            true,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		MaxConnsPerHost:               1 << 16,
 		MaxResponseBodySize:           cmp.Or(maxBody, framing.DefaultMaxFrameSize),
-	}}, nil
+	}
 }
 
 // Dial opens the event stream, waits for its endpoint event, and returns

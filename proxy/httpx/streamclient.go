@@ -1,0 +1,293 @@
+package httpx
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// A Streamable HTTP upstream reached as a client reaches it, for a session
+// shaped like stdio (an old HTTP+SSE client's): each line the session sends
+// is POSTed, and what answers it (JSON, or an event stream) comes back as
+// lines, as does the session's GET stream once initialize has named the
+// session. A cancel is a line like any other: POSTed.
+
+// postHeadStart bounds how long a POST holds back the next one: until its
+// answer's headers come, or this long. Requests thus reach the upstream in
+// order (a cancel never overtakes its request), while a call whose server
+// answers only when done (JSON) does not hold up the rest.
+const postHeadStart = 100 * time.Millisecond
+
+// StreamableUpstream dials sessions of a Streamable HTTP server.
+type StreamableUpstream struct {
+	// URL is the server's MCP endpoint. Required.
+	URL *url.URL
+	// Client makes the requests; it must stream response bodies.
+	Client *fasthttp.Client
+	// MaxBodySize bounds a JSON answer or an event. If zero,
+	// framing.DefaultMaxFrameSize.
+	MaxBodySize int
+}
+
+// Dial returns a session's backend; nothing is sent until its first line.
+func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
+	r, w := io.Pipe()
+	return &streamBackend{u: u, log: log, in: r, inW: w, exited: make(chan struct{}), stop: make(chan struct{}),
+		prev: closedChan()}, nil
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+type streamBackend struct {
+	u   *StreamableUpstream
+	log *zap.Logger
+	in  *io.PipeReader
+	inW *io.PipeWriter
+	wmu sync.Mutex // serialises lines toward the session
+
+	partial []byte        // only Write uses it
+	prev    chan struct{} // closed once the previous POST may be overtaken; only Write uses it
+
+	mu      sync.Mutex // guards the fields below
+	session string
+	version string
+	bodies  map[fasthttp.ReadCloserWithError]struct{} // streams being read, closed by Stop
+	running sync.WaitGroup
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	exited   chan struct{}
+}
+
+func (b *streamBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b} }
+func (b *streamBackend) Exited() <-chan struct{} { return b.exited }
+func (b *streamBackend) Close() error            { b.Stop(); return nil }
+
+// Stop ends the upstream session (DELETE) and every stream of it.
+func (b *streamBackend) Stop() {
+	b.stopOnce.Do(func() {
+		close(b.stop)
+		b.mu.Lock()
+		session := b.session
+		for body := range b.bodies {
+			body.CloseWithError(errSSEStopped)
+		}
+		b.mu.Unlock()
+		go func() {
+			if session != "" {
+				if resp, err := b.request(fasthttp.MethodDelete, nil, session); err == nil {
+					readHead(resp)
+				}
+			}
+			b.running.Wait()
+			b.inW.Close()
+			close(b.exited)
+		}()
+	})
+}
+
+// Write POSTs each line, in order (see postHeadStart).
+func (b *streamBackend) Write(p []byte) (int, error) {
+	data := p
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			b.partial = append(b.partial, data...)
+			break
+		}
+		line := append(b.partial, data[:i]...)
+		b.partial = nil
+		data = data[i+1:]
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		select {
+		case <-b.prev:
+		case <-time.After(postHeadStart):
+		case <-b.stop:
+			return len(p), nil
+		}
+		next := make(chan struct{})
+		b.prev = next
+		b.running.Add(1)
+		go b.post(bytes.Clone(line), next)
+	}
+	return len(p), nil
+}
+
+// post sends one message and hands back what answers it.
+func (b *streamBackend) post(msg []byte, sent chan struct{}) {
+	defer b.running.Done()
+	var f framing.Frame
+	isRequest := f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest
+	initialize := isRequest && f.Msgs[0].Method == framing.MethodInitialize
+	b.mu.Lock()
+	session := b.session
+	b.mu.Unlock()
+	resp, err := b.request(fasthttp.MethodPost, msg, session)
+	close(sent)
+	var why string
+	switch {
+	case err != nil:
+		why = "the upstream could not be reached: " + brief(err)
+	case resp.StatusCode() == fasthttp.StatusAccepted:
+		readHead(resp)
+		return
+	case resp.StatusCode() >= 300:
+		status := resp.StatusCode()
+		head := readHead(resp)
+		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
+	default:
+		if initialize {
+			b.mu.Lock()
+			b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
+			b.mu.Unlock()
+		}
+		b.relay(resp, initialize)
+		return
+	}
+	b.log.Warn("posting to the upstream failed", zap.String("why", why))
+	if isRequest {
+		b.line(append(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why), '\n'))
+	}
+}
+
+// relay hands a response's messages to the session, a JSON body or each
+// message event of an event stream, and releases the response.
+func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool) {
+	defer fasthttp.ReleaseResponse(resp)
+	body := bodyOf(resp)
+	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
+	if !isEventStream(resp.Header.ContentType()) {
+		data, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+		body.CloseWithError(nil)
+		if err == nil && len(data) <= limit && len(bytes.TrimSpace(data)) > 0 {
+			b.answer(data, initialize)
+		}
+		return
+	}
+	if !b.track(body) {
+		return
+	}
+	defer b.untrack(body)
+	rd := framing.NewSSEReader(body, limit)
+	defer rd.Release()
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return
+		}
+		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
+			b.answer(ev.Data, initialize)
+		}
+	}
+}
+
+// answer hands one message to the session; an initialize result names the
+// protocol version, and opens the session's GET stream.
+func (b *streamBackend) answer(data []byte, initialize bool) {
+	if initialize {
+		var r struct {
+			Result struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(data, &r) == nil && r.Result.ProtocolVersion != "" {
+			b.mu.Lock()
+			b.version = r.Result.ProtocolVersion
+			b.mu.Unlock()
+			b.running.Add(1)
+			go b.listen()
+		}
+	}
+	b.line(eventLine(data))
+}
+
+// listen reads the session's GET stream, if the upstream offers one.
+func (b *streamBackend) listen() {
+	defer b.running.Done()
+	b.mu.Lock()
+	session := b.session
+	b.mu.Unlock()
+	resp, err := b.request(fasthttp.MethodGet, nil, session)
+	switch {
+	case err != nil:
+	case resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()):
+		readHead(resp) // the upstream has no stream for other traffic
+	default:
+		b.relay(resp, false)
+	}
+}
+
+func (b *streamBackend) line(l []byte) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	b.inW.Write(l)
+}
+
+func (b *streamBackend) track(body fasthttp.ReadCloserWithError) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stop:
+		body.CloseWithError(errSSEStopped)
+		return false
+	default:
+	}
+	if b.bodies == nil {
+		b.bodies = map[fasthttp.ReadCloserWithError]struct{}{}
+	}
+	b.bodies[body] = struct{}{}
+	return true
+}
+
+func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError) {
+	b.mu.Lock()
+	delete(b.bodies, body)
+	b.mu.Unlock()
+	body.CloseWithError(nil)
+}
+
+// request sends one request of the session's.
+func (b *streamBackend) request(method string, body []byte, session string) (*fasthttp.Response, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(b.u.URL.String())
+	req.Header.SetMethod(method)
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if body != nil {
+		req.Header.SetContentType("application/json")
+		req.SetBody(body)
+	}
+	if session != "" {
+		req.Header.Set(sessionHeader, session)
+	}
+	b.mu.Lock()
+	if b.version != "" {
+		req.Header.Set(versionHeader, b.version)
+	}
+	b.mu.Unlock()
+	resp := fasthttp.AcquireResponse()
+	if err := b.u.Client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, err
+	}
+	return resp, nil
+}
