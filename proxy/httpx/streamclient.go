@@ -63,7 +63,7 @@ type streamBackend struct {
 	wmu sync.Mutex // serialises lines toward the session
 
 	partial []byte        // only Write uses it
-	prev    chan struct{} // closed once the previous POST may be overtaken; only Write uses it
+	prev    chan struct{} // closed once the previous POST may be overtaken; Write's
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -83,8 +83,8 @@ func (b *streamBackend) Close() error            { b.Stop(); return nil }
 // Stop ends the upstream session (DELETE) and every stream of it.
 func (b *streamBackend) Stop() {
 	b.stopOnce.Do(func() {
-		close(b.stop)
 		b.mu.Lock()
+		close(b.stop) // under mu: no POST starts after it (see start)
 		session := b.session
 		for body := range b.bodies {
 			body.CloseWithError(errSSEStopped)
@@ -124,12 +124,27 @@ func (b *streamBackend) Write(p []byte) (int, error) {
 		case <-b.stop:
 			return len(p), nil
 		}
-		next := make(chan struct{})
-		b.prev = next
-		b.running.Add(1)
-		go b.post(bytes.Clone(line), next)
+		if !b.start(bytes.Clone(line)) {
+			break
+		}
 	}
 	return len(p), nil
+}
+
+// start begins POSTing a line, unless the backend has stopped.
+func (b *streamBackend) start(line []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stop:
+		return false
+	default:
+	}
+	next := make(chan struct{})
+	b.prev = next
+	b.running.Add(1)
+	go b.post(line, next)
+	return true
 }
 
 // post sends one message and hands back what answers it.
