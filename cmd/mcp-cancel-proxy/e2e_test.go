@@ -41,7 +41,24 @@ func assertNothingAfter(t *testing.T, got []map[string]any, id any, token string
 // cancellation, reports progress again and answers once released. The proxy
 // forwards the cancel and the client sees neither the progress nor the answer.
 func TestE2EServerIgnoresCancel(t *testing.T) {
-	w := wrapExample(t)
+	serverIgnoresCancel(t, wrapExample(t))
+}
+
+// TestE2EStdioClientToHTTPUpstream: the same through the stdio-to-HTTP
+// bridge (--upstream without --listen), to the example server over
+// Streamable HTTP.
+func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
+	up := freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	serverIgnoresCancel(t, w)
+	w.logs.waitFor(t, "upstream transport detected", "streamable")
+}
+
+// serverIgnoresCancel drives the example server's block tool through w:
+// the cancel is accepted and the late progress and answer held back.
+func serverIgnoresCancel(t *testing.T, w *wrapped) {
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"k"},"_meta":{"progressToken":"tok"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })

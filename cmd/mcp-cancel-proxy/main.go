@@ -103,8 +103,11 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		fmt.Fprintln(stderr, "mcp-cancel-proxy:", err)
 		return exitUsage
 	}
-	if cfg.HTTP.Listen != "" {
+	switch {
+	case cfg.HTTP.Listen != "":
 		return sidecar(ctx, cfg, argv, stderr)
+	case cfg.HTTP.Upstream != "":
+		return bridge(ctx, cfg, stdin, stdout, stderr)
 	}
 	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
 }
@@ -152,10 +155,6 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if cfg.HTTP.Upstream != "" && cfg.HTTP.Listen == "" {
-		fmt.Fprintf(stderr, "%s: http.upstream: an upstream needs http.listen (or --listen ADDR): the address to serve it on\n", args[0])
-		return 1
-	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stderr, w)
 	}
@@ -166,12 +165,15 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR --upstream URL [flags]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
+       mcp-cancel-proxy --upstream URL [flags]
        mcp-cancel-proxy demo | example-server | validate FILE | help | version
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
 the client on stdin/stdout, making cancellation work; or, with --listen,
 serves Streamable HTTP in front of the MCP server at URL, or of COMMAND
-(a child per session). Flags override the configuration file.
+(a child per session); or, with --upstream alone, relays the client on
+stdin/stdout to the HTTP MCP server at URL. Flags override the
+configuration file.
 
 flags:
 `
@@ -205,7 +207,7 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 	argv := fs.Args()
 	if len(argv) == 0 && over.HTTP.Listen == "" && over.HTTP.Upstream == "" && *cfgPath == "" {
 		fmt.Fprint(stderr, usage)
-		return config.Config{}, nil, errors.New("no server command: put it after --, or give --listen and --upstream (mcp-cancel-proxy --help lists the flags)")
+		return config.Config{}, nil, errors.New("no server command: put it after --, or give --upstream (with --listen to serve it over HTTP) (mcp-cancel-proxy --help lists the flags)")
 	}
 	cfg := config.Defaults()
 	if *cfgPath != "" {
@@ -219,14 +221,12 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		return cfg, nil, err
 	}
 	switch {
-	case cfg.HTTP.Listen == "" && cfg.HTTP.Upstream != "":
-		return cfg, nil, errors.New("--upstream needs --listen ADDR: the address to serve the upstream on")
-	case cfg.HTTP.Listen != "" && len(argv) > 0 && cfg.HTTP.Upstream != "":
+	case len(argv) > 0 && cfg.HTTP.Upstream != "":
 		return cfg, nil, errors.New("give either --upstream or a server command after --, not both")
 	case cfg.HTTP.Listen != "" && len(argv) == 0 && cfg.HTTP.Upstream == "":
 		return cfg, nil, errors.New("--listen needs --upstream, or a stdio server command after --")
-	case cfg.HTTP.Listen == "" && len(argv) == 0:
-		return cfg, nil, errors.New("no server command: put it after --, or give --listen and --upstream")
+	case cfg.HTTP.Listen == "" && len(argv) == 0 && cfg.HTTP.Upstream == "":
+		return cfg, nil, errors.New("no server command: put it after --, or give --upstream (with --listen to serve it over HTTP)")
 	}
 	return cfg, argv, nil
 }

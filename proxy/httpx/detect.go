@@ -1,6 +1,8 @@
 package httpx
 
 import (
+	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,19 +80,50 @@ func (s *Sidecar) detectSSE() bool {
 	return sse
 }
 
-// probe POSTs initialize to the upstream; on 400, 404 or 405 it reports
-// whether a GET opens an event stream that names an endpoint. A session
-// the initialize opened is deleted.
+// probe finds out the sidecar's upstream's transport (probeTransport).
 func (s *Sidecar) probe() (sse bool, err error) {
+	return probeTransport(s.client, s.upstream, s.MaxBodySize, s.log)
+}
+
+// DialUpstream returns a session's backend for the MCP server at rawURL,
+// speaking transport (TransportAuto: found out first, by probeTransport):
+// what a stdio client needs to reach an HTTP server.
+func DialUpstream(rawURL, transport string, maxBody int, log *zap.Logger) (Backend, error) {
+	u, err := parseUpstream(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	client := upstreamClient(maxBody)
+	if transport == TransportAuto {
+		sse, err := probeTransport(client, u, maxBody, log)
+		if err != nil {
+			return nil, fmt.Errorf("finding out the upstream's transport: %w", err)
+		}
+		transport = TransportStreamable
+		if sse {
+			transport = TransportSSE
+		}
+		log.Info("upstream transport detected", zap.String("transport", transport))
+	}
+	if transport == TransportSSE {
+		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
+	}
+	return (&StreamableUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
+}
+
+// probeTransport POSTs initialize to the upstream; on 400, 404 or 405 it
+// reports whether a GET opens an event stream that names an endpoint. A
+// session the initialize opened is deleted.
+func probeTransport(client *fasthttp.Client, upstream *url.URL, maxBody int, log *zap.Logger) (sse bool, err error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(s.upstream.String())
+	req.SetRequestURI(upstream.String())
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.SetBodyString(probeInitialize)
 	resp := fasthttp.AcquireResponse()
-	if err := s.client.DoTimeout(req, resp, probeWait); err != nil {
+	if err := client.DoTimeout(req, resp, probeWait); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return false, err
 	}
@@ -99,10 +132,10 @@ func (s *Sidecar) probe() (sse bool, err error) {
 	readHead(resp)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
-		up := &SSEUpstream{URL: s.upstream, Client: s.client, MaxBodySize: s.MaxBodySize, EndpointWait: probeWait}
+		up := &SSEUpstream{URL: upstream, Client: client, MaxBodySize: maxBody, EndpointWait: probeWait}
 		b, err := up.Dial(zap.NewNop())
 		if err != nil {
-			s.log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
+			log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
 				zap.String("error", brief(err)))
 			return false, nil
 		}
@@ -110,20 +143,20 @@ func (s *Sidecar) probe() (sse bool, err error) {
 		return true, nil
 	}
 	if session != "" {
-		s.deleteSession(session)
+		deleteSession(client, upstream, session)
 	}
 	return false, nil
 }
 
 // deleteSession ends an upstream session the proxy opened for itself.
-func (s *Sidecar) deleteSession(id string) {
+func deleteSession(client *fasthttp.Client, upstream *url.URL, id string) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(s.upstream.String())
+	req.SetRequestURI(upstream.String())
 	req.Header.SetMethod(fasthttp.MethodDelete)
 	req.Header.Set(sessionHeader, id)
 	resp := fasthttp.AcquireResponse()
-	if err := s.client.DoTimeout(req, resp, probeWait); err != nil {
+	if err := client.DoTimeout(req, resp, probeWait); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return
 	}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// bridge serves a stdio client (on stdin and stdout) in front of an HTTP
+// MCP server (--upstream without --listen): a stdio.Session between the
+// client and a session of the upstream's, Streamable HTTP or HTTP+SSE. It
+// returns 0 when the client or a signal ended the session, 1 when the
+// upstream did.
+func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
+	log := newLogger(cfg.Log, stderr)
+	defer log.Sync()
+	ignoreSIGPIPE()
+	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
+	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, int(cfg.Limits.MaxFrameSize), log)
+	if err != nil {
+		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
+		return 1
+	}
+	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads})
+	if err != nil {
+		log.Error("cannot start the policy", zap.Error(err))
+		back.Stop()
+		return 1
+	}
+	defer reloadOnChange(cfg.Path, engine, log)()
+	sess := stdio.NewSession(stdio.Options{
+		Logger: log, LogPayloads: cfg.Log.Payloads, MaxFrameSize: int(cfg.Limits.MaxFrameSize),
+		RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
+		OnClientClosed: back.Stop, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
+	})
+	var asked atomic.Bool
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("stopping", zap.String("why", sig.String()))
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		asked.Store(true)
+		sess.CancelAll("shutdown", "the proxy is shutting down")
+		back.Stop()
+	}()
+	log.Info("bridging stdio to the upstream", zap.String("upstream", cfg.HTTP.Upstream))
+	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, back.Conn())
+	back.Stop()
+	engine.Shutdown()
+	logStats(log, sess.Stats())
+	if errors.Is(runErr, stdio.ErrServerGone) && !asked.Load() {
+		log.Error("the upstream ended the session")
+		return 1
+	}
+	return 0
+}
