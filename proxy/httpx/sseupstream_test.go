@@ -101,7 +101,7 @@ func TestSSEUpstreamRefusedPost(t *testing.T) {
 	}
 }
 
-// TestSSEUpstreamStreamDrops: the upstream's event stream breaks in the
+// TestSSEUpstreamStreamDrops: the upstream's connections break in the
 // middle of a call; the call is answered with an error at once.
 func TestSSEUpstreamStreamDrops(t *testing.T) {
 	watchdog(t, 30*time.Second)
@@ -119,7 +119,10 @@ func TestSSEUpstreamStreamDrops(t *testing.T) {
 	}()
 	<-up.started
 	srv.CloseClientConnections()
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "exited before answering") {
+	// The drop may also cut the call's own POST, not yet answered 202:
+	// then that answers it, at once as well.
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "exited before answering") &&
+		!strings.Contains(err.Error(), "the upstream could not be reached") {
 		t.Errorf("CallTool = %v, want the server-gone error", err)
 	}
 }
