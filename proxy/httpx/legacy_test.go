@@ -20,8 +20,13 @@ import (
 // HTTP one, the transport detected; it returns the upstream and the
 // sidecar's base URL.
 func legacyFront(t *testing.T, sse bool) (*upstream, string) {
+	return legacyFrontWith(t, sse, nil)
+}
+
+// legacyFrontWith is legacyFront with the Streamable HTTP handler's options.
+func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*upstream, string) {
 	u, s := newUpstreamServer()
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 	if sse {
 		h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	}
@@ -62,6 +67,16 @@ func TestLegacyClientCancel(t *testing.T) {
 			goSDKClientCancels(t, up, &mcp.SSEClientTransport{Endpoint: base + "/sse"})
 		})
 	}
+}
+
+// TestLegacyClientCancelStatelessUpstream: in front of a stateless
+// upstream (no session: a POSTed cancel cannot find the request there) the
+// cancel closes the request's stream, which such a server takes as the
+// cancel (2026-07-28).
+func TestLegacyClientCancelStatelessUpstream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up, base := legacyFrontWith(t, false, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	goSDKClientCancels(t, up, &mcp.SSEClientTransport{Endpoint: base + "/sse"})
 }
 
 // TestLegacyEndpointsSayWhatIsWrong: an unknown session and a wrong method

@@ -68,6 +68,11 @@ type streamBackend struct {
 	mu      sync.Mutex // guards the fields below
 	session string
 	version string
+	// streams holds the requests' answer streams, by id. Without a session
+	// (2026-07-28, or a stateless server) a POSTed cancel cannot find its
+	// request, so the request's own stream is closed, which is the cancel
+	// in 2026-07-28.
+	streams map[framing.ID]fasthttp.ReadCloserWithError
 	bodies  map[fasthttp.ReadCloserWithError]struct{} // streams being read, closed by Stop
 	running sync.WaitGroup
 
@@ -92,7 +97,7 @@ func (b *streamBackend) Stop() {
 		b.mu.Unlock()
 		go func() {
 			if session != "" {
-				if resp, err := b.request(fasthttp.MethodDelete, nil, session); err == nil {
+				if resp, err := b.request(fasthttp.MethodDelete, nil, session, nil); err == nil {
 					readHead(resp)
 				}
 			}
@@ -151,12 +156,22 @@ func (b *streamBackend) start(line []byte) bool {
 func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 	defer b.running.Done()
 	var f framing.Frame
-	isRequest := f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest
+	parsed := f.Parse(msg) == nil && !f.Batch
+	isRequest := parsed && f.Msgs[0].Kind == framing.KindRequest
 	initialize := isRequest && f.Msgs[0].Method == framing.MethodInitialize
 	b.mu.Lock()
 	session := b.session
+	if parsed && f.Msgs[0].Method == framing.MethodCancelled && session == "" {
+		if body := b.streams[f.Msgs[0].RequestID]; body != nil {
+			body.CloseWithError(errStreamCancelled)
+		}
+	}
 	b.mu.Unlock()
-	resp, err := b.request(fasthttp.MethodPost, msg, session)
+	var m *framing.Message
+	if parsed {
+		m = &f.Msgs[0]
+	}
+	resp, err := b.request(fasthttp.MethodPost, msg, session, m)
 	close(sent)
 	var why string
 	switch {
@@ -175,7 +190,11 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 			b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
 			b.mu.Unlock()
 		}
-		b.relay(resp, initialize)
+		var id *framing.ID
+		if isRequest {
+			id = &f.Msgs[0].ID
+		}
+		b.relay(resp, initialize, id)
 		return
 	}
 	b.log.Warn("posting to the upstream failed", zap.String("why", why))
@@ -185,8 +204,9 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 }
 
 // relay hands a response's messages to the session, a JSON body or each
-// message event of an event stream, and releases the response.
-func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool) {
+// message event of an event stream, and releases the response. id, if not
+// nil, is the request the stream answers.
+func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *framing.ID) {
 	defer fasthttp.ReleaseResponse(resp)
 	body := bodyOf(resp)
 	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
@@ -198,10 +218,10 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool) {
 		}
 		return
 	}
-	if !b.track(body) {
+	if !b.track(body, id) {
 		return
 	}
-	defer b.untrack(body)
+	defer b.untrack(body, id)
 	rd := framing.NewSSEReader(body, limit)
 	defer rd.Release()
 	for {
@@ -241,13 +261,13 @@ func (b *streamBackend) listen() {
 	b.mu.Lock()
 	session := b.session
 	b.mu.Unlock()
-	resp, err := b.request(fasthttp.MethodGet, nil, session)
+	resp, err := b.request(fasthttp.MethodGet, nil, session, nil)
 	switch {
 	case err != nil:
 	case resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()):
 		readHead(resp) // the upstream has no stream for other traffic
 	default:
-		b.relay(resp, false)
+		b.relay(resp, false, nil)
 	}
 }
 
@@ -257,7 +277,7 @@ func (b *streamBackend) line(l []byte) {
 	b.inW.Write(l)
 }
 
-func (b *streamBackend) track(body fasthttp.ReadCloserWithError) bool {
+func (b *streamBackend) track(body fasthttp.ReadCloserWithError, id *framing.ID) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -270,18 +290,29 @@ func (b *streamBackend) track(body fasthttp.ReadCloserWithError) bool {
 		b.bodies = map[fasthttp.ReadCloserWithError]struct{}{}
 	}
 	b.bodies[body] = struct{}{}
+	if id != nil {
+		if b.streams == nil {
+			b.streams = map[framing.ID]fasthttp.ReadCloserWithError{}
+		}
+		b.streams[*id] = body
+	}
 	return true
 }
 
-func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError) {
+func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError, id *framing.ID) {
 	b.mu.Lock()
 	delete(b.bodies, body)
+	if id != nil && b.streams[*id] == body {
+		delete(b.streams, *id)
+	}
 	b.mu.Unlock()
 	body.CloseWithError(nil)
 }
 
-// request sends one request of the session's.
-func (b *streamBackend) request(method string, body []byte, session string) (*fasthttp.Response, error) {
+// request sends one request of the session's; m, if not nil, is the
+// message in body, whose method, name and protocol version go in the
+// headers that 2026-07-28 requires to mirror the body.
+func (b *streamBackend) request(method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(b.u.URL.String())
@@ -295,14 +326,50 @@ func (b *streamBackend) request(method string, body []byte, session string) (*fa
 		req.Header.Set(sessionHeader, session)
 	}
 	b.mu.Lock()
-	if b.version != "" {
-		req.Header.Set(versionHeader, b.version)
-	}
+	version := b.version
 	b.mu.Unlock()
+	if m != nil {
+		mirrorHeaders(req, m, &version)
+	}
+	if version != "" {
+		req.Header.Set(versionHeader, version)
+	}
 	resp := fasthttp.AcquireResponse()
 	if err := b.u.Client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, err
 	}
 	return resp, nil
+}
+
+// mirrorHeaders sets the headers a 2026-07-28 server requires to match the
+// body: Mcp-Method, Mcp-Name (the tool, prompt or resource named), and the
+// protocol version the message's _meta names, which replaces *version.
+func mirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
+	if m.Method == "" {
+		return
+	}
+	req.Header.Set("Mcp-Method", m.Method)
+	var p struct {
+		Name string `json:"name"`
+		URI  string `json:"uri"`
+		Meta struct {
+			Version string `json:"io.modelcontextprotocol/protocolVersion"`
+		} `json:"_meta"`
+	}
+	var env struct {
+		Params *json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(m.Raw, &env) != nil || env.Params == nil || json.Unmarshal(*env.Params, &p) != nil {
+		return
+	}
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		req.Header.Set("Mcp-Name", p.Name)
+	case "resources/read":
+		req.Header.Set("Mcp-Name", p.URI)
+	}
+	if p.Meta.Version != "" {
+		*version = p.Meta.Version
+	}
 }
