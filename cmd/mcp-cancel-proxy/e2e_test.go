@@ -270,11 +270,26 @@ func TestE2ESIGTERMStopsInOrder(t *testing.T) {
 // cancel, but still writes the handler's result; the proxy keeps it from
 // the client.
 func TestE2EMcpGoServerLateError(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "mcpgoserver")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../examples/mcpgoserver").CombinedOutput(); err != nil {
-		t.Fatalf("building the mcp-go server: %v\n%s", err, out)
-	}
-	w := startWrapped(t, "--log-level", "debug", "--", bin)
+	bin := buildMcpGo(t)
+	mcpGoLateError(t, startWrapped(t, "--log-level", "debug", "--", bin))
+}
+
+// TestE2EStdioClientToMcpGoSSE: the same through the stdio-to-HTTP bridge,
+// to mcp-go's HTTP+SSE server (found out by the probe). mcp-go's handler
+// answers only once its context is cancelled: the late answer the proxy
+// holds back is the server's word that the cancel reached it.
+func TestE2EStdioClientToMcpGoSSE(t *testing.T) {
+	up := freePort(t)
+	startBackground(t, buildMcpGo(t), "-sse", up)
+	waitListening(t, up)
+	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
+	mcpGoLateError(t, w)
+	w.logs.waitFor(t, "upstream transport detected", "sse")
+}
+
+// mcpGoLateError cancels mcp-go's wait_for_cancel through w: its late
+// error is held back, and nothing of the call reaches the client after.
+func mcpGoLateError(t *testing.T, w *wrapped) {
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"wait_for_cancel","arguments":{},"_meta":{"progressToken":"mg"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })

@@ -93,6 +93,8 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 				_, port, _ := net.SplitHostPort(addr)
 				startBackgroundEnv(t, []string{"PORT=" + port}, node, "--require", loopback, everything, "sse")
 			}},
+		{name: "mcp-go HTTP+SSE upstream", tool: "wait_for_cancel", path: "/sse",
+			upstream: func(addr string) { startBackground(t, mcpgo, "-sse", addr) }},
 		{name: "mcp-go child", tool: "wait_for_cancel", child: []string{mcpgo}},
 		{name: "server-everything child", tool: "echo", child: []string{node, everything, "stdio"}},
 	}
