@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
@@ -25,6 +26,23 @@ func legacyFront(t *testing.T, sse bool) (*upstream, string) {
 
 // legacyFrontWith is legacyFront with the Streamable HTTP handler's options.
 func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*upstream, string) {
+	u, url := autoSidecar(t, sse, opts, zaptest.NewLogger(t))
+	return u, strings.TrimSuffix(url, "/mcp")
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// autoSidecar serves the upstream's MCP server on an HTTP+SSE handler (sse)
+// or a Streamable HTTP one (with opts), and the sidecar in front of it,
+// transport detected, legacy endpoints served; it returns the upstream and
+// the sidecar's /mcp URL.
+func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *zap.Logger) (*upstream, string) {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 	if sse {
@@ -41,18 +59,10 @@ func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*
 	streamable := &httpx.StreamableUpstream{URL: mustParse(t, srv.URL), Client: up.Client}
 	legacy := &httpx.Legacy{Dial: streamable.Dial}
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto,
-		Logger: zaptest.NewLogger(t), Children: cs, Legacy: legacy})
+		Logger: log, Children: cs, Legacy: legacy})
 	t.Cleanup(legacy.StopAll)
 	t.Cleanup(cs.StopAll)
-	return u, strings.TrimSuffix(url, "/mcp")
-}
-
-func mustParse(t *testing.T, raw string) *url.URL {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
+	return u, url
 }
 
 // TestLegacyClientCancel: a go-sdk client on the 2024-11-05 HTTP+SSE

@@ -169,22 +169,8 @@ func TestAutoDetectsTheTransport(t *testing.T) {
 		name := map[bool]string{true: "HTTP+SSE", false: "Streamable HTTP"}[sse]
 		t.Run(name, func(t *testing.T) {
 			watchdog(t, 30*time.Second)
-			u, s := newUpstreamServer()
-			var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-			if sse {
-				h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
-			}
-			srv := httptest.NewServer(h)
-			t.Cleanup(srv.Close)
-			t.Cleanup(func() { close(u.release) })
-			up, err := httpx.NewSSEUpstream(srv.URL, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
 			core, logs := observer.New(zapcore.InfoLevel)
-			cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
-			url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: zap.New(core), Children: cs})
-			t.Cleanup(cs.StopAll)
+			u, url := autoSidecar(t, sse, nil, zap.New(core))
 			goSDKClientCancels(t, u, &mcp.StreamableClientTransport{Endpoint: url})
 			found := logs.FilterMessage("upstream transport detected").All()
 			if len(found) != 1 || !strings.HasPrefix(found[0].ContextMap()["transport"].(string), name) {
