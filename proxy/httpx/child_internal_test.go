@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -33,5 +34,17 @@ func TestOutStreamKeepsAnswers(t *testing.T) {
 	}
 	if len(got) != sent*len(ev)+len("answer") || !bytes.HasSuffix(got, []byte("answer")) {
 		t.Errorf("read %d bytes ending %q", len(got), got[max(0, len(got)-10):])
+	}
+}
+
+func TestLineSplitter(t *testing.T) {
+	var l lineSplitter
+	var got []string
+	send := func(line []byte) bool { got = append(got, string(line)); return len(got) < 4 }
+	l.split([]byte("a\nb"), send)
+	l.split([]byte("c\n\n \r\nd"), send)
+	l.split([]byte("\ne\nf\n"), send)
+	if want := []string{"a", "bc", "d", "e"}; !slices.Equal(got, want) {
+		t.Errorf("lines %q, want %q (blank lines skipped, stopped when send said so)", got, want)
 	}
 }

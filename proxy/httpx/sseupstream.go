@@ -132,7 +132,7 @@ type sseBackend struct {
 	inW *io.PipeWriter
 	wmu sync.Mutex // serialises writes to inW: the server's lines, and the proxy's answers
 
-	partial []byte // a line Write has begun and not ended; only Write uses it
+	lines lineSplitter // only Write uses it
 
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called: the stream's end is no news
@@ -224,24 +224,37 @@ func (b *sseBackend) line(l []byte) error {
 // the upstream does not take is answered with an error, so that its client
 // is not left waiting.
 func (b *sseBackend) Write(p []byte) (int, error) {
-	data := p
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
+	b.lines.split(p, func(line []byte) bool {
+		b.post(line)
+		return true
+	})
+	return len(p), nil
+}
+
+// lineSplitter cuts what a session writes into lines: a write may hold
+// several, or part of one.
+type lineSplitter struct{ partial []byte }
+
+// split hands each whole line of p that is not blank to send (the line is
+// valid only during the call), until send reports false, and keeps the
+// start of a line that p does not end.
+func (l *lineSplitter) split(p []byte, send func(line []byte) bool) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			b.partial = append(b.partial, data...)
-			break
+			l.partial = append(l.partial, p...)
+			return
 		}
-		line := data[:i]
-		if len(b.partial) > 0 {
-			line = append(b.partial, line...)
-			b.partial = b.partial[:0]
+		line := p[:i]
+		if len(l.partial) > 0 {
+			line = append(l.partial, line...)
+			l.partial = l.partial[:0]
 		}
-		data = data[i+1:]
-		if len(bytes.TrimSpace(line)) > 0 {
-			b.post(line)
+		p = p[i+1:]
+		if len(bytes.TrimSpace(line)) > 0 && !send(line) {
+			return
 		}
 	}
-	return len(p), nil
 }
 
 // Close ends the session: the client's side has ended.

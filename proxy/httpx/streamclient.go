@@ -62,8 +62,8 @@ type streamBackend struct {
 	inW *io.PipeWriter
 	wmu sync.Mutex // serialises lines toward the session
 
-	partial []byte        // only Write uses it
-	prev    chan struct{} // closed once the previous POST may be overtaken; Write's
+	lines lineSplitter  // only Write uses it
+	prev  chan struct{} // closed once the previous POST may be overtaken; Write's
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -110,29 +110,15 @@ func (b *streamBackend) Stop() {
 
 // Write POSTs each line, in order (see postHeadStart).
 func (b *streamBackend) Write(p []byte) (int, error) {
-	data := p
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			b.partial = append(b.partial, data...)
-			break
-		}
-		line := append(b.partial, data[:i]...)
-		b.partial = nil
-		data = data[i+1:]
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
+	b.lines.split(p, func(line []byte) bool {
 		select {
 		case <-b.prev:
 		case <-time.After(postHeadStart):
 		case <-b.stop:
-			return len(p), nil
+			return false
 		}
-		if !b.start(bytes.Clone(line)) {
-			break
-		}
-	}
+		return b.start(bytes.Clone(line))
+	})
 	return len(p), nil
 }
 
