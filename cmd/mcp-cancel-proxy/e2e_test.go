@@ -288,13 +288,18 @@ func TestE2EStdioClientToMcpGoSSE(t *testing.T) {
 }
 
 // mcpGoLateError cancels mcp-go's wait_for_cancel through w: its late
-// error is held back, and nothing of the call reaches the client after.
-func mcpGoLateError(t *testing.T, w *wrapped) {
+// error is held back (the proxy's log says so), and nothing of the call
+// reaches the client after.
+func mcpGoLateError(t *testing.T, w *wrapped) { mcpGoLateErrorLogged(t, w, w.logs) }
+
+// mcpGoLateErrorLogged is mcpGoLateError for a client w that is not the
+// proxy itself (another program in between): logs are the proxy's.
+func mcpGoLateErrorLogged(t *testing.T, w *wrapped, logs *logTail) {
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"wait_for_cancel","arguments":{},"_meta":{"progressToken":"mg"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"m1"}}`)
-	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"m1\""`)
+	logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"m1\""`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	assertNothingAfter(t, w.recvUntil(isResponse(2)), "m1", "mg")
 }
