@@ -6,8 +6,13 @@
 // with JSON and with event-stream responses, at several concurrencies, and
 // prints requests per second and p50/p99 latency.
 //
+// With -procs the upstream, the sidecar binary and the reverse proxy run as
+// processes of their own instead, and the CPU each spends per round trip is
+// read from /proc; -strace N also counts the sidecar's system calls.
+//
 //	go run ./bench/httpload                 # 5 rounds of 2000 round trips per case
 //	go run ./bench/httpload -idle 4000 -proxy /tmp/mcp-cancel-proxy   # memory per idle stream
+//	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -procs -proxy /tmp/mcp-cancel-proxy -strace 2000
 package main
 
 import (
@@ -36,12 +41,24 @@ func main() {
 	n := flag.Int("n", 2000, "round trips per case and round")
 	rounds := flag.Int("rounds", 5, "rounds per case; figures are medians over them")
 	idle := flag.Int("idle", 0, "instead: open this many idle event streams through the sidecar binary and report its memory per stream")
-	proxyBin := flag.String("proxy", "", "with -idle: the mcp-cancel-proxy binary")
+	proxyBin := flag.String("proxy", "", "with -idle or -procs: the mcp-cancel-proxy binary")
+	procs := flag.Bool("procs", false, "instead: run the upstream, the sidecar binary and the reverse proxy as processes, and report CPU per round trip")
+	straceN := flag.Int("strace", 0, "with -procs: also count the sidecar's system calls over this many round trips")
+	role := flag.String("role", "", "internal to -procs: serve as upstream or reverseproxy")
+	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
+	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
+	jsonMode := flag.Bool("json", true, "internal to -procs: the upstream answers with JSON (else event streams)")
 	flag.Parse()
 	var err error
-	if *idle > 0 {
+	switch {
+	case *role != "":
+		err = serveRole(*role, *addr, *upstream, *jsonMode)
+	case *idle > 0:
 		err = idleStreams(*proxyBin, *idle)
-	} else {
+	case *procs:
+		fmt.Printf("%-5s %-13s %5s %10s %14s %15s %7s\n", "body", "target", "conc", "req/s", "proxy µs CPU", "upstream µs CPU", "errors")
+		err = runProcs(*proxyBin, *n, *rounds, *straceN)
+	default:
 		err = run(*n, *rounds)
 	}
 	if err != nil {
@@ -106,15 +123,7 @@ type target struct{ name, url string }
 // serveAll starts the upstream, the sidecar and the reverse proxy on
 // loopback ports and returns their MCP URLs, direct first.
 func serveAll(jsonMode bool) ([]target, func(), error) {
-	s := mcp.NewServer(&mcp.Implementation{Name: "load", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
-		Text string `json:"text"`
-	}) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
-	})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode})
-	up, upURL, err := listen(h)
+	up, upURL, err := listen(echoHandler(jsonMode))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -139,6 +148,26 @@ func serveAll(jsonMode bool) ([]target, func(), error) {
 	}
 	stop := func() { up.Close(); rp.Close(); stopSC(); stopBare(); engine.Shutdown() }
 	return []target{{"direct", upURL}, {"sidecar", sc}, {"reverseproxy", rpURL}, {"sidecar-nopol", bare}}, stop, nil
+}
+
+// echoHandler is the upstream: a go-sdk server, stateless, whose echo tool
+// answers its text, with JSON or event-stream answers.
+func echoHandler(jsonMode bool) http.Handler {
+	s := mcp.NewServer(&mcp.Implementation{Name: "load", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode})
+}
+
+// medianOf returns the median of v.
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // serveSidecar serves sc on a loopback port and returns its MCP URL.
