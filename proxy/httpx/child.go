@@ -45,6 +45,7 @@ type Children struct {
 	sessions map[string]*childSession
 	shared   *childSession // serves every sessionless request
 	janitor  sync.Once     // starts the idle sweep
+	quit     chan struct{} // closed by StopAll: the sweep ends
 }
 
 // Backend is one session's server as a child session talks to it: its

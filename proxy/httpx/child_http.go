@@ -137,11 +137,8 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		cs.sessions = make(map[string]*childSession)
 	}
 	cs.janitor.Do(func() {
-		go func() {
-			for range time.Tick(cs.idleTimeout() / 4) {
-				cs.sweep()
-			}
-		}()
+		cs.quit = make(chan struct{})
+		go cs.sweepEvery(cs.idleTimeout()/4, cs.quit)
 	})
 	if id != "" {
 		if c := cs.sessions[id]; c != nil {
@@ -230,6 +227,20 @@ func (cs *Children) Count() int {
 		n++
 	}
 	return n
+}
+
+// sweepEvery sweeps every period until quit is closed.
+func (cs *Children) sweepEvery(period time.Duration, quit chan struct{}) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			cs.sweep()
+		case <-quit:
+			return
+		}
+	}
 }
 
 // sweep stops sessions that have had no request for longer than the idle
@@ -349,6 +360,11 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 // follows; it returns once every child has exited.
 func (cs *Children) StopAll() {
 	cs.mu.Lock()
+	cs.janitor.Do(func() {}) // no sweep starts from now on
+	if cs.quit != nil {
+		close(cs.quit)
+		cs.quit = nil
+	}
 	all := make([]*childSession, 0, len(cs.sessions)+1)
 	for _, c := range cs.sessions {
 		all = append(all, c)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
@@ -27,7 +28,28 @@ func TestMain(m *testing.M) {
 		echoChild(os.Stdin, os.Stdout)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if fuzzSidecar.stop != nil {
+		fuzzSidecar.stop()
+	}
+	if err := goleak.Find(processWide...); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// processWide are the goroutines that outlive tests by design: fasthttp's
+// dialer cache, date clock and client and server housekeeping, and the
+// close watcher's one event loop. Every other goroutine a test starts must
+// end with it.
+var processWide = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+	goleak.IgnoreAnyFunction("github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx.(*watcher).loop"),
 }
 
 // echoChild is a real stdio MCP server process (this test binary run with

@@ -16,6 +16,7 @@ import (
 var fuzzSidecar struct {
 	once                 sync.Once
 	session, sessionless *childClient
+	stop                 func() // set once it runs; TestMain calls it
 }
 
 // FuzzChildPost feeds POST bodies and headers through the sidecar into a
@@ -42,11 +43,12 @@ func FuzzChildPost(f *testing.F) {
 			!validHeader(version) {
 			return // the echo child's own words, or a header no client can send
 		}
-		fuzzSidecar.once.Do(func() { // for the fuzzing process's life: its children end with it
-			url, _, err := serveChildSidecar(&httpx.Children{})
+		fuzzSidecar.once.Do(func() { // for the fuzzing process's life: TestMain stops it
+			url, stop, err := serveChildSidecar(&httpx.Children{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			fuzzSidecar.stop = stop
 			fuzzSidecar.session = &childClient{t: t, url: url}
 			fuzzSidecar.session.initialize()
 			fuzzSidecar.sessionless = &childClient{t: t, url: url}

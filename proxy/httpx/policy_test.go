@@ -129,7 +129,7 @@ func TestLateJSONAnswerIsStillRead(t *testing.T) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
 	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the client has ended its session
 	p := policy.Defaults()
 	p.Rules = []policy.Rule{{Tool: "gate", OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
 	recs := make(chan *policy.Record, 4)

@@ -160,6 +160,17 @@ func (c *rawClient) initializeWith(capabilities string) {
 	}
 	resp = c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	resp.Body.Close()
+	c.t.Cleanup(c.end) // before the sidecar stops: it is served after
+}
+
+// end ends the session, as a client that leaves properly does (DELETE),
+// so that the upstream's session ends too.
+func (c *rawClient) end() {
+	req, _ := http.NewRequest("DELETE", c.url, nil)
+	req.Header.Set("Mcp-Session-Id", c.session)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
 
 // events returns a channel of the JSON-RPC messages on an SSE response,
