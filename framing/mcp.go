@@ -9,6 +9,19 @@ const (
 	MethodTasksCancel = "tasks/cancel"
 )
 
+// Revision is an MCP protocol revision, named by its date ("2025-11-25"):
+// dates compare in time order as strings. The empty Revision is unknown.
+type Revision string
+
+// RevisionStateless is the first revision without sessions, in which, on
+// HTTP, closing a request's stream is its cancel.
+const RevisionStateless Revision = "2026-07-28"
+
+// CancelsByClose reports whether, on HTTP, closing a request's stream
+// cancels it: from 2026-07-28 on. Before, a disconnect is not a cancel
+// (clients resume or poll), and a cancel is a notification.
+func (r Revision) CancelsByClose() bool { return r >= RevisionStateless }
+
 // knownMethods interns the method names of every MCP revision, so that
 // classifying a frame with a known method does not allocate.
 var knownMethods = func() map[string]string {

@@ -234,3 +234,12 @@ func TestRewriteTwoEdits(t *testing.T) {
 		t.Errorf("Rewrite = %s, want %s", got, want)
 	}
 }
+
+func TestRevisionCancelsByClose(t *testing.T) {
+	for r, want := range map[framing.Revision]bool{"": false, "2024-11-05": false, "2025-11-25": false,
+		"2026-07-28": true, "2027-01-01": true} {
+		if got := r.CancelsByClose(); got != want {
+			t.Errorf("%q.CancelsByClose() = %v, want %v", r, got, want)
+		}
+	}
+}

@@ -54,7 +54,7 @@ func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
 	if st != nil {
 		st.finish(reply)
 	}
-	if sess.sessionID() != "" && sess.protocolVersion() < "2026-07-28" {
+	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
 		go a.s.notify(sess, cancel) // in 2026-07-28 closing the stream was the cancel
 	}
 }
@@ -99,7 +99,7 @@ func (s *Sidecar) postOwn(sess *session, frame []byte) {
 		req.Header.Set(sessionHeader, id)
 	}
 	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(versionHeader, v)
+		req.Header.Set(versionHeader, string(v))
 	}
 	req.SetBody(frame)
 	if err := s.client.Do(req, resp); err != nil {
@@ -177,7 +177,7 @@ func (s *Sidecar) heldClientGone(sess *session, d *decided) {
 // withdrawn, and returns the frame to forward without the withdrawn ones,
 // and their deadline replies; data is nil when nothing is left to send.
 func (s *Sidecar) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (data []byte, replies [][]byte) {
-	if sess.protocolVersion() >= "2026-07-28" {
+	if sess.protocolVersion().CancelsByClose() {
 		// Closing the stream is the cancel: one closed while its requests
 		// wait cancels them before dispatch.
 		stop := watchClose(ctx.Conn(), func() { s.heldClientGone(sess, d) })

@@ -102,7 +102,7 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 		s.forwardDetached(ctx, d.data)
 		return false
 	}
-	if d.wantsLate && s.LateWatch > 0 && sess.protocolVersion() < "2026-07-28" {
+	if d.wantsLate && s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
 		// After a cancel the client's stream ends, but the upstream's
 		// answer is still read a while, for the hooks that compensate it.
 		// (In 2026-07-28 closing the upstream's stream is the cancel.)
@@ -464,7 +464,7 @@ func (s *Sidecar) notify(sess *session, msg []byte) {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set(sessionHeader, sess.sessionID())
 	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(versionHeader, v)
+		req.Header.Set(versionHeader, string(v))
 	}
 	req.SetBody(msg)
 	resp := fasthttp.AcquireResponse()

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -225,8 +226,10 @@ func (sess *session) setVersion(v []byte) {
 	sess.version = string(v)
 }
 
-func (sess *session) protocolVersion() string {
+// protocolVersion returns the revision the client named in its headers, if
+// it named one.
+func (sess *session) protocolVersion() framing.Revision {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	return sess.version
+	return framing.Revision(sess.version)
 }

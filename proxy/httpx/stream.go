@@ -346,7 +346,7 @@ func (r *sseRelay) Close() error {
 func (s *Sidecar) clientGone(sess *session, st *stream) {
 	calls := sess.callsOn(st)
 	st.end(errClientGone)
-	if sess.protocolVersion() >= "2026-07-28" {
+	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream was the cancel itself: record it.
 		for _, c := range calls {
 			if sess.t.CancelCall(c, "disconnect", "client closed the stream") != nil {
