@@ -13,6 +13,7 @@
 //	go run ./bench/httpload                 # 5 rounds of 2000 round trips per case
 //	go run ./bench/httpload -idle 4000 -proxy /tmp/mcp-cancel-proxy   # memory per idle stream
 //	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -procs -proxy /tmp/mcp-cancel-proxy -strace 2000
+//	go run ./bench/httpload -sessions       # Streamable HTTP against HTTP+SSE upstreams, with sessions
 package main
 
 import (
@@ -44,6 +45,7 @@ func main() {
 	proxyBin := flag.String("proxy", "", "with -idle or -procs: the mcp-cancel-proxy binary")
 	procs := flag.Bool("procs", false, "instead: run the upstream, the sidecar binary and the reverse proxy as processes, and report CPU per round trip")
 	straceN := flag.Int("strace", 0, "with -procs: also count the sidecar's system calls over this many round trips")
+	sessions := flag.Bool("sessions", false, "instead: clients with a session each, through the sidecar to Streamable HTTP and to HTTP+SSE upstreams")
 	role := flag.String("role", "", "internal to -procs: serve as upstream or reverseproxy")
 	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
 	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
@@ -55,6 +57,8 @@ func main() {
 		err = serveRole(*role, *addr, *upstream, *jsonMode)
 	case *idle > 0:
 		err = idleStreams(*proxyBin, *idle)
+	case *sessions:
+		err = runSessions(*n, *rounds)
 	case *procs:
 		fmt.Printf("%-5s %-13s %5s %10s %14s %15s %7s\n", "body", "target", "conc", "req/s", "proxy µs CPU", "upstream µs CPU", "errors")
 		err = runProcs(*proxyBin, *n, *rounds, *straceN)
@@ -153,14 +157,20 @@ func serveAll(jsonMode bool) ([]target, func(), error) {
 // echoHandler is the upstream: a go-sdk server, stateless, whose echo tool
 // answers its text, with JSON or event-stream answers.
 func echoHandler(jsonMode bool) http.Handler {
+	s := echoServer()
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode})
+}
+
+// echoServer is a go-sdk server whose echo tool answers its text.
+func echoServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "load", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Text string `json:"text"`
 	}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
 	})
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
-		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: jsonMode})
+	return s
 }
 
 // medianOf returns the median of v.
@@ -203,7 +213,11 @@ type result struct {
 }
 
 // drive runs n tools/call round trips against url from conc workers.
-func drive(url string, conc, n int) result {
+func drive(url string, conc, n int) result { return driveWith(url, conc, n, nil) }
+
+// driveWith is drive with each worker's headers made by open (a session
+// opened for it, say), if not nil.
+func driveWith(url string, conc, n int, open func(*http.Client) (http.Header, error)) result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"}}}`)
 	lat := make([]time.Duration, 0, n)
@@ -215,6 +229,17 @@ func drive(url string, conc, n int) result {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			hdr := http.Header{}
+			if open != nil {
+				var err error
+				if hdr, err = open(client); err != nil {
+					next.Lock()
+					failed++
+					next.Unlock()
+					fmt.Fprintln(os.Stderr, "opening a session:", err)
+					return
+				}
+			}
 			for {
 				next.Lock()
 				k := i
@@ -224,7 +249,7 @@ func drive(url string, conc, n int) result {
 					return
 				}
 				t0 := time.Now()
-				err := roundTrip(client, url, body)
+				err := roundTrip(client, url, body, hdr)
 				d := time.Since(t0)
 				next.Lock()
 				if err != nil {
@@ -249,8 +274,11 @@ func drive(url string, conc, n int) result {
 	return result{rps: float64(ok) / elapsed.Seconds(), p50: lat[ok/2], p99: lat[ok*99/100], errors: failed}
 }
 
-func roundTrip(c *http.Client, url string, body []byte) error {
+func roundTrip(c *http.Client, url string, body []byte, hdr http.Header) error {
 	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
