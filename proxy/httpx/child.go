@@ -73,6 +73,7 @@ type childSession struct {
 	sess *stdio.Session
 	in   *io.PipeWriter // lines toward the session's client side
 	log  *zap.Logger
+	done chan struct{} // closed once the session has ended
 	// grace bounds the waits of stop for a child that does not read: its
 	// term_after.
 	grace time.Duration
@@ -108,10 +109,11 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, copts.TermAfter)
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log,
+	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log, done: make(chan struct{}),
 		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
 		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
 	go func() {
+		defer close(c.done)
 		c.sess.Run(stdio.Conn{In: cin, Out: cout}, proc.Conn())
 		proc.Stop()
 	}()

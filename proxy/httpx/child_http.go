@@ -357,7 +357,7 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 }
 
 // StopAll ends every session: each child's stdin closes and the stop ladder
-// follows; it returns once every child has exited.
+// follows; it returns once every child has exited and its session ended.
 func (cs *Children) StopAll() {
 	cs.mu.Lock()
 	cs.janitor.Do(func() {}) // no sweep starts from now on
@@ -380,6 +380,7 @@ func (cs *Children) StopAll() {
 			defer wg.Done()
 			c.stop("shutdown", "the proxy is shutting down")
 			c.proc.Stop()
+			<-c.done
 		}()
 	}
 	wg.Wait()

@@ -57,6 +57,7 @@ type legacySession struct {
 	in   *io.PipeWriter
 	back Backend
 	log  *zap.Logger
+	done chan struct{} // closed once the session has ended
 }
 
 func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
@@ -130,7 +131,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	sopts.OnClientClosed = back.Stop
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	ls := &legacySession{id: newSessionID(), in: inW, back: back, log: log}
+	ls := &legacySession{id: newSessionID(), in: inW, back: back, log: log, done: make(chan struct{})}
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	st.onAbort = func() { inW.Close() }
 	l.mu.Lock()
@@ -140,6 +141,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	l.sessions[ls.id] = ls
 	l.mu.Unlock()
 	go func() {
+		defer close(ls.done)
 		stdio.NewSession(sopts).Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
 		back.Stop()
 		l.mu.Lock()
@@ -190,7 +192,7 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 }
 
 // StopAll ends every old client's session and its backend, and returns
-// once each backend has ended.
+// once each has ended.
 func (l *Legacy) StopAll() {
 	l.mu.Lock()
 	all := make([]*legacySession, 0, len(l.sessions))
@@ -202,5 +204,6 @@ func (l *Legacy) StopAll() {
 		ls.in.Close()
 		ls.back.Stop()
 		<-ls.back.Exited()
+		<-ls.done
 	}
 }
