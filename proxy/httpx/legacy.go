@@ -56,7 +56,6 @@ type legacySession struct {
 	mu   sync.Mutex // serialises the client's lines
 	in   *io.PipeWriter
 	back Backend
-	log  *zap.Logger
 	done chan struct{} // closed once the session has ended
 }
 
@@ -131,7 +130,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	sopts.OnClientClosed = back.Stop
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	ls := &legacySession{id: newSessionID(), in: inW, back: back, log: log, done: make(chan struct{})}
+	ls := &legacySession{id: newSessionID(), in: inW, back: back, done: make(chan struct{})}
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	st.onAbort = func() { inW.Close() }
 	l.mu.Lock()
