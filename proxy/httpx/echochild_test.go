@@ -171,7 +171,7 @@ func (c *childClient) post(body string, header ...string) (int, string) {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("POST %q: %v", body[:min(len(body), 200)], err)
 	}
@@ -188,7 +188,7 @@ func (c *childClient) delete() {
 	c.t.Helper()
 	req, _ := http.NewRequest("DELETE", c.url, nil)
 	req.Header.Set("Mcp-Session-Id", c.session)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}

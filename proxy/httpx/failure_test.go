@@ -88,7 +88,7 @@ func TestOriginAndHost(t *testing.T) {
 		} else {
 			req.Header.Set(h.name, h.value)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestDeleteCancelsInFlight(t *testing.T) {
 	<-stream
 	req, _ := http.NewRequest("DELETE", c.url, nil)
 	req.Header.Set("Mcp-Session-Id", c.session)
-	del, err := http.DefaultClient.Do(req)
+	del, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestCancelSources(t *testing.T) {
 	call(2)
 	req, _ := http.NewRequest("DELETE", c.url, nil)
 	req.Header.Set("Mcp-Session-Id", c.session)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func TestLegacyEndpointsSayWhatIsWrong(t *testing.T) {
 		{"GET", "/message", "", http.StatusMethodNotAllowed},
 	} {
 		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,6 +124,14 @@ func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 
+// testClient is the tests' HTTP client. The sidecars under test close a
+// keep-alive connection after 100 ms idle (so that their Shutdown does not
+// wait for it); this client lets go of idle connections sooner, so that it
+// never sends a request on one the server is closing at that moment (a
+// POST is not retried: the test would see "use of closed network
+// connection").
+var testClient = &http.Client{Transport: &http.Transport{IdleConnTimeout: 30 * time.Millisecond}}
+
 // rawClient speaks Streamable HTTP by hand, like the TypeScript SDK: it
 // POSTs the cancel and leaves the request's stream open.
 type rawClient struct {
@@ -141,7 +149,7 @@ func (c *rawClient) post(body string) *http.Response {
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := testClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("POST %s: %v", body, err)
 	}
@@ -168,7 +176,7 @@ func (c *rawClient) initializeWith(capabilities string) {
 func (c *rawClient) end() {
 	req, _ := http.NewRequest("DELETE", c.url, nil)
 	req.Header.Set("Mcp-Session-Id", c.session)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
+	if resp, err := testClient.Do(req); err == nil {
 		resp.Body.Close()
 	}
 }
