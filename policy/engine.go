@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // Metrics is told what the policy does, for the admin listener. Its
@@ -59,7 +60,7 @@ func New(o Options) (*Engine, error) {
 		o.Logger = zap.NewNop()
 	}
 	if o.Clock == nil {
-		o.Clock = realClock{}
+		o.Clock = clock.Real
 	}
 	d := Defaults()
 	if o.Policy.LateWindow <= 0 {

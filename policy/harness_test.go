@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"runtime/debug"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 func watchdog(t testing.TB, d time.Duration) {
@@ -20,73 +20,6 @@ func watchdog(t testing.TB, d time.Duration) {
 		panic("test " + t.Name() + " hung")
 	})
 	t.Cleanup(func() { tm.Stop() })
-}
-
-// fakeClock is a Clock that moves only when the test says so; timers due
-// fire, in order, inside Advance.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c       *fakeClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-// Advance moves the clock by d, firing every timer that falls due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	for {
-		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
-		var due *fakeTimer
-		for _, t := range c.timers {
-			if !t.stopped && !t.at.After(end) {
-				due = t
-				break
-			}
-		}
-		if due == nil {
-			break
-		}
-		due.stopped = true
-		c.now = due.at
-		c.mu.Unlock()
-		due.f()
-		c.mu.Lock()
-	}
-	c.now = end
-	c.mu.Unlock()
 }
 
 // action is one thing the governor asked of the fake transport.
@@ -205,12 +138,12 @@ func progress(tok string, n int, msg string) string {
 
 // engine starts an Engine for p with a fake clock; audit records come on
 // the returned channel.
-func engine(t *testing.T, p Policy) (*Engine, *fakeClock, <-chan *Record) {
+func engine(t *testing.T, p Policy) (*Engine, *clock.Fake, <-chan *Record) {
 	t.Helper()
 	if err := p.Validate("policy"); err != nil {
 		t.Fatal(err)
 	}
-	clk := newFakeClock()
+	clk := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	recs := make(chan *Record, 16)
 	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Clock: clk,
 		OnAudit: func(r *Record) { recs <- r }})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -40,6 +41,9 @@ type Children struct {
 	// IdleTimeout stops a session's child after this long without a
 	// request and with no stream open. If zero, 30 minutes.
 	IdleTimeout time.Duration
+	// Clock runs the idle sweep and the graces of cancelled streams. If
+	// nil, the real one.
+	Clock clock.Clock
 
 	mu       sync.Mutex // guards sessions and shared
 	sessions map[string]*childSession
@@ -68,12 +72,13 @@ func (p procBackend) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.
 
 // childSession is one session's child and its routes.
 type childSession struct {
-	id   string
-	proc Backend
-	sess *stdio.Session
-	in   *io.PipeWriter // lines toward the session's client side
-	log  *zap.Logger
-	done chan struct{} // closed once the session has ended
+	id    string
+	proc  Backend
+	sess  *stdio.Session
+	in    *io.PipeWriter // lines toward the session's client side
+	log   *zap.Logger
+	clock clock.Clock   // the Children's
+	done  chan struct{} // closed once the session has ended
 	// grace bounds the waits of stop for a child that does not read: its
 	// term_after.
 	grace time.Duration
@@ -109,7 +114,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, copts.TermAfter)
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log, done: make(chan struct{}),
+	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log, clock: cs.clock(), done: make(chan struct{}),
 		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
 		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
 	go func() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // childPost relays a POST to the session's child.
@@ -81,7 +82,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		// Opted in: a client that leaves the stream and never POSTs a cancel
 		// has its requests cancelled after the grace. (This mode keeps no
 		// event ids, so the client cannot resume the stream meanwhile.)
-		st.onAbort = func() { time.AfterFunc(s.DisconnectCancelAfter, func() { s.cancelAbandoned(c, st) }) }
+		st.onAbort = func() { s.clock.AfterFunc(s.DisconnectCancelAfter, func() { s.cancelAbandoned(c, st) }) }
 	}
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
@@ -138,11 +139,11 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	}
 	cs.janitor.Do(func() {
 		cs.quit = make(chan struct{})
-		go cs.sweepEvery(cs.idleTimeout()/4, cs.quit)
+		cs.sweepEvery(cs.idleTimeout()/4, cs.quit)
 	})
 	if id != "" {
 		if c := cs.sessions[id]; c != nil {
-			c.lastUsed.Store(time.Now().UnixNano())
+			c.lastUsed.Store(cs.clock().Now().UnixNano())
 			return c, 0, ""
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
@@ -156,7 +157,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
-	c.lastUsed.Store(time.Now().UnixNano())
+	c.lastUsed.Store(cs.clock().Now().UnixNano())
 	cs.sessions[c.id] = c
 	go func() { // forget the session once its child is gone
 		<-c.proc.Exited()
@@ -231,24 +232,25 @@ func (cs *Children) Count() int {
 
 // sweepEvery sweeps every period until quit is closed.
 func (cs *Children) sweepEvery(period time.Duration, quit chan struct{}) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
+	cs.clock().AfterFunc(period, func() {
 		select {
-		case <-t.C:
-			cs.sweep()
 		case <-quit:
 			return
+		default:
 		}
-	}
+		cs.sweep()
+		cs.sweepEvery(period, quit)
+	})
 }
+
+func (cs *Children) clock() clock.Clock { return clock.Or(cs.Clock) }
 
 // sweep stops sessions that have had no request for longer than the idle
 // timeout and have no stream open.
 func (cs *Children) sweep() {
 	cs.mu.Lock()
 	var idle []*childSession
-	cutoff := time.Now().Add(-cs.idleTimeout()).UnixNano()
+	cutoff := cs.clock().Now().Add(-cs.idleTimeout()).UnixNano()
 	for _, c := range cs.sessions {
 		if c.lastUsed.Load() < cutoff && !c.streaming() {
 			idle = append(idle, c)
@@ -352,7 +354,7 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	last := st.pending <= 0
 	st.mu.Unlock()
 	if last {
-		time.AfterFunc(grace, st.close)
+		c.clock.AfterFunc(grace, st.close)
 	}
 }
 

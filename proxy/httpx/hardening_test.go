@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
@@ -215,6 +216,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // leaveHanging starts a call the child never answers, and leaves.
 func (c *childClient) leaveHanging() {
 	c.t.Helper()
+	c.hangingCall()()
+}
+
+// hangingCall starts a call that never ends, and returns how to leave it:
+// until then its stream stays open.
+func (c *childClient) hangingCall() (leave func()) {
+	c.t.Helper()
 	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -224,8 +232,10 @@ func (c *childClient) leaveHanging() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	resp.Body.Close() // headers came at once; the client goes away
-	tr.CloseIdleConnections()
+	return func() { // headers came at once; the client goes away
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+	}
 }
 
 // TestChildSessionSlots: only initialize opens a session; a session whose
@@ -260,11 +270,19 @@ func TestChildSessionSlots(t *testing.T) {
 		eventually(t, "a third session", func() bool { status, _ := third.post(init); return status == http.StatusOK })
 	})
 	t.Run("idle sweep whatever is in flight", func(t *testing.T) {
-		cs := &httpx.Children{IdleTimeout: 200 * time.Millisecond}
+		clk := clock.NewFake(time.Now())
+		cs := &httpx.Children{IdleTimeout: time.Hour, Clock: clk}
 		c := &childClient{t: t, url: childSidecar(t, cs)}
 		c.initialize()
-		c.leaveHanging()
-		eventually(t, "the abandoned session reaped", func() bool { return cs.Count() == 0 })
+		leave := c.hangingCall()
+		clk.Advance(2 * time.Hour) // the stream is still open: the session stays
+		if cs.Count() != 1 {
+			t.Fatalf("%d children, want the session's", cs.Count())
+		}
+		leave()
+		// The sweep runs each quarter hour of the fake clock; the stream's
+		// end reaches the sidecar when it reaches it.
+		eventually(t, "the abandoned session reaped", func() bool { clk.Advance(15 * time.Minute); return cs.Count() == 0 })
 	})
 }
 

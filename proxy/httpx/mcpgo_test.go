@@ -9,6 +9,7 @@ import (
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
@@ -55,8 +56,17 @@ func mcpgoCallAndAbandon(t *testing.T, url string, running <-chan struct{}) {
 func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, DisconnectCancelAfter: 100 * time.Millisecond})
+	clk := clock.NewFake(time.Now())
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, DisconnectCancelAfter: time.Minute, Clock: clk})
+	armed := clk.Armed()
 	mcpgoCallAndAbandon(t, url, up.started)
+	<-armed // the sidecar saw the stream dropped: the grace runs
+	select {
+	case key := <-up.sawCancel:
+		t.Fatalf("upstream cancelled %q before the grace passed", key)
+	default:
+	}
+	clk.Advance(time.Minute)
 	if key := <-up.sawCancel; key != "mcpgo" {
 		t.Errorf("upstream cancelled %q", key)
 	}

@@ -50,7 +50,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess.decideMu.Lock()
 	d := s.decideFrame(sess, proxy.Client, &f)
-	st := &stream{}
+	st := s.newStream()
 	for _, c := range d.requests {
 		sess.attach(c, st)
 	}
@@ -378,7 +378,7 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	sess, _ := s.sessionFor(ctx, false)
 	if len(peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
-		sess.resumed()
+		sess.resumed(s.clock.Now())
 	}
 	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
 	if err != nil {
@@ -388,7 +388,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
-	st := &stream{}
+	st := s.newStream()
 	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
 		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)

@@ -11,17 +11,20 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // registry holds the trackers of the sessions the upstream has opened.
 type registry struct {
-	mu   sync.Mutex // guards m
-	m    map[string]*session
-	idle time.Duration // how long an unused session is kept; set by init
+	mu    sync.Mutex // guards m
+	m     map[string]*session
+	idle  time.Duration // how long an unused session is kept; set by init
+	clock clock.Clock
 }
 
-func (r *registry) init(idle time.Duration) {
+func (r *registry) init(idle time.Duration, clk clock.Clock) {
 	r.m = make(map[string]*session)
+	r.clock = clk
 	r.idle = cmp.Or(idle, DefaultSessionIdle)
 }
 
@@ -84,7 +87,7 @@ func (r *registry) lookup(id string) *session {
 	defer r.mu.Unlock()
 	sess := r.m[id]
 	if sess != nil {
-		sess.lastUsed.Store(time.Now().UnixNano())
+		sess.lastUsed.Store(r.clock.Now().UnixNano())
 	}
 	return sess
 }
@@ -94,7 +97,7 @@ func (r *registry) lookup(id string) *session {
 // with a request in flight or a stream open is never idle: a cancel may
 // still come for it.
 func (r *registry) sweepLocked() []*session {
-	cutoff := time.Now().Add(-r.idle).UnixNano()
+	cutoff := r.clock.Now().Add(-r.idle).UnixNano()
 	var swept []*session
 	for id, sess := range r.m {
 		if inFlight, _ := sess.t.InFlight(); sess.lastUsed.Load() < cutoff && inFlight == 0 && sess.open.Load() == 0 {
@@ -125,7 +128,7 @@ func (r *registry) adopt(id string, sess *session) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
-	sess.lastUsed.Store(time.Now().UnixNano())
+	sess.lastUsed.Store(r.clock.Now().UnixNano())
 	swept := r.sweepLocked()
 	r.m[id] = sess
 	r.mu.Unlock()
@@ -200,7 +203,7 @@ func (sess *session) callsOn(st *stream) []*proxy.Call {
 
 // resumed notes that the client resumed a stream (a GET with
 // Last-Event-ID): dropped connections before now were not abandonment.
-func (sess *session) resumed() { sess.lastResume.Store(time.Now().UnixNano()) }
+func (sess *session) resumed(now time.Time) { sess.lastResume.Store(now.UnixNano()) }
 
 // endAll ends every stream of the session.
 func (sess *session) endAll() {

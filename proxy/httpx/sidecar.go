@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // Defaults for Sidecar.
@@ -99,6 +100,9 @@ type Sidecar struct {
 	// the governor wants (a hook compensates it), in the 2025 revisions.
 	// If zero, the upstream's stream ends with the client's.
 	LateWatch time.Duration
+	// Clock runs the sidecar's graces and idle periods. If nil, the real
+	// one.
+	Clock clock.Clock
 
 	once     sync.Once
 	initErr  error
@@ -108,6 +112,7 @@ type Sidecar struct {
 	sessions registry
 	log      *zap.Logger
 	budget   *framing.Budget // EventMemory's
+	clock    clock.Clock
 }
 
 func (s *Sidecar) init() error {
@@ -136,7 +141,8 @@ func (s *Sidecar) init() error {
 			s.log = zap.NewNop()
 		}
 		s.client = upstreamClient(s.MaxBodySize)
-		s.sessions.init(s.SessionIdle)
+		s.clock = clock.Or(s.Clock)
+		s.sessions.init(s.SessionIdle, s.clock)
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 	})
 	return s.initErr

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 var (
@@ -26,10 +27,11 @@ var (
 // sidecar ends it early (closing the upstream body) when the request it was
 // to answer is cancelled.
 type stream struct {
-	mu    sync.Mutex // guards the fields below
+	clock clock.Clock // set by newStream
+	mu    sync.Mutex  // guards the fields below
 	body  fasthttp.ReadCloserWithError
 	ended bool
-	timer *time.Timer
+	timer clock.Timer
 	// final, when set, is the proxy's own answer that ends the stream (a
 	// request's deadline passed).
 	final []byte
@@ -43,6 +45,9 @@ type stream struct {
 	quit     chan struct{}
 	quitOnce sync.Once
 }
+
+// newStream returns a stream whose timers run on the sidecar's clock.
+func (s *Sidecar) newStream() *stream { return &stream{clock: s.clock} }
 
 // lingerFor makes the stream read on for d after its cancel.
 func (st *stream) lingerFor(d time.Duration) {
@@ -58,7 +63,7 @@ func (st *stream) release() {
 	}
 	st.quitOnce.Do(func() {
 		close(st.quit)
-		time.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
+		st.clock.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
 	})
 }
 
@@ -119,7 +124,7 @@ func (st *stream) endAfter(d time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.timer == nil && !st.ended {
-		st.timer = time.AfterFunc(d, st.release)
+		st.timer = st.clock.AfterFunc(d, st.release)
 	}
 }
 
@@ -358,8 +363,8 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	if s.DisconnectCancelAfter <= 0 || len(calls) == 0 || sess.sessionID() == "" {
 		return
 	}
-	gone := time.Now().UnixNano()
-	time.AfterFunc(s.DisconnectCancelAfter, func() {
+	gone := s.clock.Now().UnixNano()
+	s.clock.AfterFunc(s.DisconnectCancelAfter, func() {
 		if sess.lastResume.Load() > gone {
 			return // the client came back for its answers
 		}

@@ -1,0 +1,137 @@
+// Package clock is the time the proxy's timers run on: the real one, or,
+// in tests, a fake that moves only when the test says so.
+package clock
+
+import (
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time and calls functions later.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine after d.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop cancels the call, and reports whether it did.
+	Stop() bool
+}
+
+// Real is the system's clock.
+var Real Clock = real{}
+
+type real struct{}
+
+func (real) Now() time.Time { return time.Now() }
+
+func (real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// Or returns c, or Real when c is nil.
+func Or(c Clock) Clock {
+	if c == nil {
+		return Real
+	}
+	return c
+}
+
+// Fake is a Clock for tests: it moves only in Advance, which runs the
+// functions that fall due, in order, on the caller's goroutine.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+	armed  chan struct{} // closed and replaced when a timer is set
+}
+
+type fakeTimer struct {
+	c       *Fake
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+// NewFake returns a fake clock set to start.
+func NewFake(start time.Time) *Fake {
+	return &Fake{now: start, armed: make(chan struct{})}
+}
+
+// Now implements Clock.
+func (c *Fake) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// AfterFunc implements Clock; f runs inside the Advance that reaches its
+// time, not in a goroutine of its own.
+func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	close(c.armed)
+	c.armed = make(chan struct{})
+	return t
+}
+
+// Stop implements Timer.
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Pending returns how many timers are set and not yet fired or stopped.
+func (c *Fake) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.stopped {
+			n++
+		}
+	}
+	return n
+}
+
+// Armed returns a channel closed when the next timer is set: a test waits
+// on it, in place of sleeping, for the code under test to start a timer.
+func (c *Fake) Armed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.armed
+}
+
+// Advance moves the clock by d, running every function that falls due.
+func (c *Fake) Advance(d time.Duration) {
+	c.mu.Lock()
+	end := c.now.Add(d)
+	for {
+		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
+		var due *fakeTimer
+		for _, t := range c.timers {
+			if !t.stopped && !t.at.After(end) {
+				due = t
+				break
+			}
+		}
+		if due == nil {
+			break
+		}
+		due.stopped = true
+		c.now = due.at
+		c.mu.Unlock()
+		due.f()
+		c.mu.Lock()
+	}
+	c.timers = slices.DeleteFunc(c.timers, func(t *fakeTimer) bool { return t.stopped })
+	c.now = end
+	c.mu.Unlock()
+}
