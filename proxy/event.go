@@ -44,6 +44,18 @@ type Stats struct {
 	Withdrawn           int64 // requests cancelled while still queued in the proxy, never sent
 }
 
+// Add adds o's counts to s.
+func (s *Stats) Add(o Stats) {
+	s.Forwarded += o.Forwarded
+	s.CancelsForwarded += o.CancelsForwarded
+	s.CancelsDropped += o.CancelsDropped
+	s.ResponsesSuppressed += o.ResponsesSuppressed
+	s.ProgressSuppressed += o.ProgressSuppressed
+	s.Dropped += o.Dropped
+	s.ProxyErrors += o.ProxyErrors
+	s.Withdrawn += o.Withdrawn
+}
+
 type stats struct {
 	forwarded, cancelsForwarded, cancelsDropped, responsesSuppressed, progressSuppressed, dropped, proxyErrors, withdrawn atomic.Int64
 }

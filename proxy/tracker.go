@@ -175,8 +175,7 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	p := &t.peers[from]
 	c, v := p.issued.begin(m)
 	if v == Drop {
-		t.dropped(from, p.issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
-		return Outcome{Verdict: Drop, Reply: t.ErrorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)}
+		return Outcome{Verdict: Drop, Reply: t.RefuseDuplicate(from, m)}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
@@ -191,6 +190,15 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 		o.Rewritten = spliceRequest(m, c)
 	}
 	return o
+}
+
+// RefuseDuplicate accounts for a request whose id the sender already has
+// in flight, which is not forwarded, and returns the error owed to it. A
+// transport that routes answers by id before its frames reach Decide (the
+// HTTP front of a stdio server) refuses such a request itself, here.
+func (t *Tracker) RefuseDuplicate(from Peer, m *framing.Message) []byte {
+	t.dropped(from, t.peers[from].issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
+	return t.ErrorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)
 }
 
 // spliceRequest returns a request's bytes with its id and progress token

@@ -87,9 +87,10 @@ type childSession struct {
 	// byID and byToken route answers and progress to their request's stream.
 	byID    map[framing.ID]*outStream
 	byToken map[framing.ID]*outStream
-	get     *outStream // the standalone GET stream, if one is open
-	last    *outStream // the newest POST stream still open
-	closed  bool       // the session ended: streams get EOF
+	get     *outStream   // the standalone GET stream, if one is open
+	streams []*outStream // every POST stream, to be closed when the session ends
+	last    *outStream   // the newest POST stream still open
+	closed  bool         // the session ended: streams get EOF
 	// shared marks the child that serves every sessionless (2026-07-28)
 	// request: there, ids and progress tokens are renamed on the way in, so
 	// that clients can never collide, and named back here on the way out.
@@ -207,10 +208,8 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 func (c *childSession) end() {
 	c.mu.Lock()
 	c.closed = true
-	streams := []*outStream{c.get, c.last}
-	for _, st := range c.byID {
-		streams = append(streams, st)
-	}
+	streams := append(c.streams, c.get)
+	c.streams = nil
 	c.mu.Unlock()
 	for _, st := range streams {
 		if st != nil {

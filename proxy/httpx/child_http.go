@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,11 +28,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		err = f.Parse(body)
 	}
 	if err != nil {
-		code, msg := framing.CodeParseError, "Parse error: "
-		if _, invalid := err.(*framing.InvalidError); invalid {
-			code, msg = framing.CodeInvalidRequest, "Invalid Request: "
-		}
-		writeJSON(ctx, fasthttp.StatusBadRequest, proxy.ErrorReply(framing.ErrorID(err), code, msg+err.Error()))
+		writeJSON(ctx, fasthttp.StatusBadRequest, s.childInvalid(ctx, err))
 		return
 	}
 	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
@@ -51,32 +48,25 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error(why, status)
 		return
 	}
-	var ids, tokens []framing.ID
-	for i := range f.Msgs {
-		if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
-			ids = append(ids, m.ID)
-			if m.Token.IsValid() {
-				tokens = append(tokens, m.Token)
-			}
-		}
-	}
-	var st *outStream
-	if len(ids) > 0 {
-		st = c.open(ids, tokens)
-	}
+	body, refused, st := c.admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
 		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
 			c.cancelled(m.RequestID, s.CancelGrace)
 		}
 	}
-	if _, err := c.in.Write(append(body, '\n')); err != nil {
-		s.log.Warn("the server's session has ended", zap.Error(err))
-		ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
-		return
+	if body != nil {
+		if _, err := c.in.Write(append(body, '\n')); err != nil {
+			s.log.Warn("the server's session has ended", zap.Error(err))
+			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
+			return
+		}
 	}
 	if st == nil {
-		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		s.relayReplies(ctx, refused, false)
 		return
+	}
+	for _, r := range refused {
+		st.send(framing.AppendSSEMessage(nil, "", r), true)
 	}
 	if s.DisconnectCancelAfter > 0 {
 		// Opted in: a client that leaves the stream and never POSTs a cancel
@@ -89,6 +79,21 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	serveEvents(ctx, st)
+}
+
+// childInvalid returns the error owed for a POST body that does not
+// parse, counted by its session when it names one.
+func (s *Sidecar) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
+	if id := peek(ctx.Request.Header.All(), sessionHeader); len(id) > 0 {
+		if c := s.Children.lookup(string(id)); c != nil {
+			return c.sess.Invalid(err, ctx.PostBody())
+		}
+	}
+	code, msg := framing.CodeParseError, "Parse error: "
+	if _, invalid := err.(*framing.InvalidError); invalid {
+		code, msg = framing.CodeInvalidRequest, "Invalid Request: "
+	}
+	return proxy.ErrorReply(framing.ErrorID(err), code, msg+err.Error())
 }
 
 // oneLine returns a POST's body as exactly one line for a child's stdin: a
@@ -230,6 +235,21 @@ func (cs *Children) Count() int {
 	return n
 }
 
+// Stats sums the counters of the sessions that run (those ended no longer
+// count).
+func (cs *Children) Stats() proxy.Stats {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var st proxy.Stats
+	for _, c := range cs.sessions {
+		st.Add(c.sess.Stats())
+	}
+	if cs.shared != nil {
+		st.Add(cs.shared.sess.Stats())
+	}
+	return st
+}
+
 // sweepEvery sweeps every period until quit is closed.
 func (cs *Children) sweepEvery(period time.Duration, quit chan struct{}) {
 	cs.clock().AfterFunc(period, func() {
@@ -319,12 +339,52 @@ func (cs *Children) lookup(id string) *childSession {
 	return cs.sessions[id]
 }
 
-// open registers a POST's requests and returns the stream for their answers.
-func (c *childSession) open(ids, tokens []framing.ID) *outStream {
-	st := newOutStream(len(ids))
-	st.ids = ids
+// admit decides which requests of a POST go to the session: one whose id
+// the client already has in flight here is refused (the session's tracker
+// counts it and words the error), for its answer and the first request's
+// would otherwise be told apart by id alone, and routed wrong. It returns
+// the line to send (nil if nothing is left), the refusals, and the stream
+// for the answers, nil if no request is left.
+func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *outStream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var ids, tokens []framing.ID
+	var kept, refused [][]byte
+	for i := range f.Msgs {
+		m := &f.Msgs[i]
+		if m.Kind == framing.KindRequest && (c.byID[m.ID] != nil || slices.Contains(ids, m.ID)) {
+			refused = append(refused, c.sess.RefuseDuplicate(m))
+			continue
+		}
+		kept = append(kept, m.Raw)
+		if m.Kind == framing.KindRequest {
+			ids = append(ids, m.ID)
+			if m.Token.IsValid() {
+				tokens = append(tokens, m.Token)
+			}
+		}
+	}
+	if refused != nil {
+		line = joinFrame(kept, f.Batch)
+	}
+	if len(ids) == 0 {
+		return line, refused, nil
+	}
+	return line, refused, c.openLocked(ids, tokens)
+}
+
+// open registers a POST's requests and returns the stream for their answers.
+func (c *childSession) open(ids, tokens []framing.ID) *outStream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.openLocked(ids, tokens)
+}
+
+// openLocked is open with c.mu held.
+func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
+	st := newOutStream(len(ids))
+	st.ids = ids
+	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).done), st)
 	if c.closed {
 		st.close()
 		return st

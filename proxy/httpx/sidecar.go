@@ -250,6 +250,18 @@ func (s *Sidecar) InFlight() int {
 	return n
 }
 
+// Stats sums the counters of the sessions the sidecar tracks (sessions it
+// has forgotten no longer count).
+func (s *Sidecar) Stats() proxy.Stats {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	var st proxy.Stats
+	for _, sess := range s.sessions.m {
+		st.Add(sess.t.Stats())
+	}
+	return st
+}
+
 // Ready reports whether the upstream accepts connections.
 func (s *Sidecar) Ready() error {
 	if err := s.init(); err != nil {

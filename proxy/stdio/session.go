@@ -102,6 +102,18 @@ func NewSession(opts Options) *Session {
 // Stats returns the session's counters so far.
 func (s *Session) Stats() proxy.Stats { return s.t.Stats() }
 
+// Invalid accounts for a client's frame that a front refused before it
+// reached the relay (it does not parse), and returns the error owed to the
+// client, as the relay would have answered it.
+func (s *Session) Invalid(err error, raw []byte) []byte { return s.t.Invalid(proxy.Client, err, raw) }
+
+// RefuseDuplicate accounts for a client request that a front refused
+// because its id is already in flight, and returns the error owed to the
+// client, as the relay would have answered it.
+func (s *Session) RefuseDuplicate(m *framing.Message) []byte {
+	return s.t.RefuseDuplicate(proxy.Client, m)
+}
+
 // InFlight returns how many requests are in flight in each direction.
 func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
 

@@ -1,0 +1,126 @@
+// Package transcript holds the golden transcripts that state the proxy's
+// frame rules as exchanges, and reads them for the tests of every
+// transport that replays them.
+//
+// Each transcript (testdata/*.txtar) has a comment saying what it shows,
+// and a file "steps" with one step a line:
+//
+//	c> FRAME   the client sends FRAME
+//	s> FRAME   the server sends FRAME
+//	s< FRAME   the server receives FRAME (compared as JSON)
+//	c< FRAME   the client receives FRAME
+//	sync       every frame sent so far has been decided, and nothing
+//	           else has reached either peer
+//	stats K=N  the session's counters, as many as named (forwarded,
+//	           cancels_forwarded, cancels_dropped, withdrawn,
+//	           responses_suppressed, progress_suppressed, dropped,
+//	           proxy_errors)
+//
+// Blank lines and lines starting with # are skipped. Over stdio, frames
+// reach each peer in the order of the steps; over HTTP a peer may receive
+// what several requests carry in another order, and the replay says so.
+package transcript
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"path"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+//go:embed testdata/*.txtar
+var files embed.FS
+
+// Step is one line of a transcript.
+type Step struct {
+	Op   string // c>, s>, c<, s<, sync or stats
+	Arg  string
+	Line int // in the steps file, from 1
+}
+
+// Transcript is one golden exchange.
+type Transcript struct {
+	Name    string // the file's name without .txtar
+	Comment string
+	Steps   []Step
+}
+
+// All returns every transcript, in the order of their names.
+func All() ([]Transcript, error) {
+	names, err := files.ReadDir("testdata")
+	if err != nil {
+		return nil, err
+	}
+	var all []Transcript
+	for _, n := range names {
+		data, err := files.ReadFile(path.Join("testdata", n.Name()))
+		if err != nil {
+			return nil, err
+		}
+		tr, err := parse(strings.TrimSuffix(n.Name(), ".txtar"), txtar.Parse(data))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, tr)
+	}
+	return all, nil
+}
+
+func parse(name string, a *txtar.Archive) (Transcript, error) {
+	tr := Transcript{Name: name, Comment: string(a.Comment)}
+	for _, f := range a.Files {
+		if f.Name != "steps" {
+			continue
+		}
+		for n, line := range strings.Split(string(f.Data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			op, arg, _ := strings.Cut(line, " ")
+			switch op {
+			case "c>", "s>", "c<", "s<", "sync", "stats":
+			default:
+				return tr, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
+			}
+			tr.Steps = append(tr.Steps, Step{Op: op, Arg: arg, Line: n + 1})
+		}
+	}
+	if len(tr.Steps) == 0 {
+		return tr, fmt.Errorf("%s: no steps", name)
+	}
+	return tr, nil
+}
+
+// CheckStats compares the counters named in arg ("forwarded=3 ...") with
+// st.
+func CheckStats(st proxy.Stats, arg string) error {
+	have := map[string]int64{"forwarded": st.Forwarded, "cancels_forwarded": st.CancelsForwarded,
+		"cancels_dropped": st.CancelsDropped, "withdrawn": st.Withdrawn, "responses_suppressed": st.ResponsesSuppressed,
+		"progress_suppressed": st.ProgressSuppressed, "dropped": st.Dropped, "proxy_errors": st.ProxyErrors}
+	for _, kv := range strings.Fields(arg) {
+		k, v, _ := strings.Cut(kv, "=")
+		want, err := strconv.ParseInt(v, 10, 64)
+		got, known := have[k]
+		if err != nil || !known {
+			return fmt.Errorf("bad counter %q", kv)
+		}
+		if got != want {
+			return fmt.Errorf("%s = %d, want %d (all: %+v)", k, got, want, st)
+		}
+	}
+	return nil
+}
+
+// SameJSON reports whether got and want are the same JSON value.
+func SameJSON(got []byte, want string) bool {
+	var g, w any
+	return json.Unmarshal(got, &g) == nil && json.Unmarshal([]byte(want), &w) == nil && reflect.DeepEqual(g, w)
+}
