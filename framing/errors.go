@@ -63,3 +63,16 @@ func Rewrite(dst, raw []byte, edits ...Edit) []byte {
 	}
 	return append(dst, raw[at:]...)
 }
+
+// AppendCancelled appends a notifications/cancelled for the request id,
+// with the reason when there is one: the one builder of the proxy's own
+// cancels, whatever the transport.
+func AppendCancelled(dst []byte, id ID, reason string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	dst = id.AppendJSON(dst)
+	if reason != "" {
+		dst = append(dst, `,"reason":`...)
+		dst = StringID(reason).AppendJSON(dst)
+	}
+	return append(dst, "}}"...)
+}

@@ -243,3 +243,25 @@ func TestRevisionCancelsByClose(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendCancelled: the proxy's own cancel parses back as a cancel
+// naming the same id, of either type, with its reason (quoted as JSON).
+func TestAppendCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		id     framing.ID
+		reason string
+		want   string
+	}{
+		{framing.IntID(7), "", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`},
+		{framing.StringID("a\"b"), "user \"stop\"\n", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a\"b","reason":"user \"stop\"\n"}}`},
+	} {
+		got := framing.AppendCancelled(nil, tc.id, tc.reason)
+		if string(got) != tc.want {
+			t.Errorf("got  %s\nwant %s", got, tc.want)
+		}
+		var f framing.Frame
+		if err := f.Parse(got); err != nil || f.Msgs[0].Method != framing.MethodCancelled || f.Msgs[0].RequestID != tc.id || f.Msgs[0].Reason != tc.reason {
+			t.Errorf("%s parses back as %+v (%v)", got, f.Msgs, err)
+		}
+	}
+}

@@ -499,7 +499,7 @@ func (t *Tracker) cancelled(c *Call, source, reason string) []byte {
 	if g := t.opts.Governor; g != nil {
 		g.Cancelled(c, source, reason)
 	}
-	return appendCancelled(nil, c.upID, reason)
+	return framing.AppendCancelled(nil, c.upID, reason)
 }
 
 // CancelCall cancels one request of the client on the client's behalf (it
@@ -518,14 +518,3 @@ func (c *Call) ID() framing.ID { return c.id }
 
 // Method returns the request's method.
 func (c *Call) Method() string { return c.method }
-
-// appendCancelled appends a notifications/cancelled for id.
-func appendCancelled(dst []byte, id framing.ID, reason string) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
-	dst = id.AppendJSON(dst)
-	if reason != "" {
-		dst = append(dst, `,"reason":`...)
-		dst = framing.StringID(reason).AppendJSON(dst)
-	}
-	return append(dst, "}}"...)
-}

@@ -125,7 +125,7 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 		}
 		c.mu.Unlock()
 		if mine {
-			c.in.Write(append(appendCancel(nil, id, "client disconnected"), '\n'))
+			c.in.Write(append(framing.AppendCancelled(nil, id, "client disconnected"), '\n'))
 			s.cancelled("disconnect")
 		}
 	}
@@ -469,7 +469,7 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 	st := c.open([]framing.ID{id}, tokens(tok))
 	st.onAbort = func() {
 		c.forgetRename(id, tok)
-		c.in.Write(append(appendCancel(nil, id, "the client closed the stream"), '\n'))
+		c.in.Write(append(framing.AppendCancelled(nil, id, "the client closed the stream"), '\n'))
 	}
 	if _, err := c.in.Write(append(line, '\n')); err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
@@ -495,15 +495,6 @@ func tokens(tok framing.ID) []framing.ID {
 		return []framing.ID{tok}
 	}
 	return nil
-}
-
-// appendCancel appends a notifications/cancelled for id.
-func appendCancel(dst []byte, id framing.ID, reason string) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
-	dst = id.AppendJSON(dst)
-	dst = append(dst, `,"reason":`...)
-	dst = framing.StringID(reason).AppendJSON(dst)
-	return append(dst, "}}"...)
 }
 
 // sharedChild returns the child that serves sessionless requests, starting
