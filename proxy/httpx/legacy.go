@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -56,6 +57,7 @@ type legacySession struct {
 	mu   sync.Mutex // serialises the client's lines
 	in   *io.PipeWriter
 	back Backend
+	sess *stdio.Session
 	done chan struct{} // closed once the session has ended
 }
 
@@ -130,7 +132,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	sopts.OnClientClosed = back.Stop
 	cin, inW := io.Pipe()
 	outR, cout := io.Pipe()
-	ls := &legacySession{id: newSessionID(), in: inW, back: back, done: make(chan struct{})}
+	ls := &legacySession{id: newSessionID(), in: inW, back: back, sess: stdio.NewSession(sopts), done: make(chan struct{})}
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	st.onAbort = func() { inW.Close() }
 	l.mu.Lock()
@@ -141,7 +143,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	l.mu.Unlock()
 	go func() {
 		defer close(ls.done)
-		stdio.NewSession(sopts).Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
+		ls.sess.Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
 		back.Stop()
 		l.mu.Lock()
 		delete(l.sessions, ls.id)
@@ -188,6 +190,17 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetStatusCode(fasthttp.StatusAccepted)
 	ctx.SetBodyString("Accepted")
+}
+
+// Stats sums the counters of the old clients' sessions that run.
+func (l *Legacy) Stats() proxy.Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var st proxy.Stats
+	for _, ls := range l.sessions {
+		st.Add(ls.sess.Stats())
+	}
+	return st
 }
 
 // StopAll ends every old client's session and its backend, and returns

@@ -250,14 +250,21 @@ func (s *Sidecar) InFlight() int {
 	return n
 }
 
-// Stats sums the counters of the sessions the sidecar tracks (sessions it
-// has forgotten no longer count).
+// Stats sums the counters of every session the sidecar serves: those it
+// relays, those of Children and those of Legacy (sessions that ended, or
+// that the sidecar forgot, no longer count).
 func (s *Sidecar) Stats() proxy.Stats {
 	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
 	var st proxy.Stats
 	for _, sess := range s.sessions.m {
 		st.Add(sess.t.Stats())
+	}
+	s.sessions.mu.Unlock()
+	if s.Children != nil {
+		st.Add(s.Children.Stats())
+	}
+	if s.Legacy != nil {
+		st.Add(s.Legacy.Stats())
 	}
 	return st
 }

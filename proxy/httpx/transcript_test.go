@@ -25,40 +25,84 @@ import (
 )
 
 // TestTranscriptsOverHTTP replays every golden transcript (the ones the
-// stdio relay replays) through the sidecar, with a Streamable HTTP client
-// in front, over each kind of upstream: a Streamable HTTP server, and a
-// stdio server behind Children (the path HTTP+SSE upstreams take too). The
+// stdio relay replays) through the sidecar, for each kind of client in
+// front (Streamable HTTP with a session, and the 2024-11-05 HTTP+SSE
+// transport) and each kind of upstream behind (a Streamable HTTP server, a
+// stdio server, an HTTP+SSE server), all of them scripted by the steps. The
 // same frames in must give the same decisions out. Over HTTP a peer gets
 // what several requests carry in no fixed order, so a "c<" or "s<" step
-// takes the matching frame among those that came, and one more rule is
-// checked: an answer reaches the client on the response of the POST that
-// carried its request. The graces run on a fake clock that never moves, so
-// a cancelled request's stream stays open for its late answer.
+// takes the matching frame among those that came; and one more rule is
+// checked: an answer reaches a Streamable HTTP client on the response of
+// the POST that carried its request. The graces run on a fake clock that
+// never moves, so a cancelled request's stream stays open for its late
+// answer.
 func TestTranscriptsOverHTTP(t *testing.T) {
 	all, err := transcript.All()
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstreams := []struct {
-		name  string
-		start func(*replay)
-	}{{"streamable", (*replay).viaStreamable}, {"child", (*replay).viaChild}}
-	for _, up := range upstreams {
-		for _, tr := range all {
-			t.Run(up.name+"/"+tr.Name, func(t *testing.T) {
-				watchdog(t, 30*time.Second)
-				r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1)}
-				r.client.init()
-				r.server.init()
-				up.start(r)
-				r.initialize()
-				for _, st := range tr.Steps {
-					r.step(st)
-				}
-				r.sync()
-			})
+	for _, front := range []string{"streamable", "legacy"} {
+		for _, up := range []string{"streamable", "stdio", "sse"} {
+			for _, tr := range all {
+				t.Run(front+"-to-"+up+"/"+tr.Name, func(t *testing.T) {
+					watchdog(t, 30*time.Second)
+					r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{},
+						moved: make(chan struct{}, 1), legacy: front == "legacy"}
+					r.client.init()
+					r.server.init()
+					r.serve(r.sidecar(up))
+					r.initialize()
+					for _, st := range tr.Steps {
+						r.step(st)
+					}
+					r.sync()
+				})
+			}
 		}
 	}
+}
+
+// sidecar returns the sidecar for the replay's front in front of a
+// scripted upstream of the kind named.
+func (r *replay) sidecar(upstream string) *httpx.Sidecar {
+	opts := stdio.Options{OnEvent: r.onEvent}
+	sc := &httpx.Sidecar{}
+	var cs *httpx.Children
+	switch upstream {
+	case "streamable":
+		url := r.scriptedStreamable()
+		sc.Upstream = url
+		if r.legacy {
+			up, err := httpx.NewStreamableUpstream(url, 0)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			sc.Legacy = &httpx.Legacy{Dial: up.Dial, Session: opts}
+		}
+	case "stdio":
+		b := r.scriptedStdio()
+		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
+	case "sse":
+		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), 0)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		cs = &httpx.Children{Dial: up.Dial}
+		sc.UpstreamTransport = httpx.TransportSSE
+	}
+	if cs != nil {
+		cs.Clock, cs.Session = r.clk, opts
+		sc.Children = cs
+		r.atEnd(cs.StopAll)
+	}
+	if r.legacy && sc.Legacy == nil {
+		sc.Legacy = &httpx.Legacy{}
+	}
+	if sc.Legacy != nil {
+		r.atEnd(sc.Legacy.StopAll)
+	}
+	r.stats = sc.Stats
+	return sc
 }
 
 // replay is one transcript's run: a scripted client POSTing to a sidecar,
@@ -76,11 +120,18 @@ type replay struct {
 	decided  atomic.Int64
 	injected int64
 	moved    chan struct{} // signalled on each decision
+	legacy   bool          // the client speaks HTTP+SSE (2024-11-05)
+	endpoint string        // where it POSTs, once the event stream named it
 	session  string
 	posts    int
 	postOf   map[string][]string // request id -> the POSTs that carried it
 	readers  sync.WaitGroup
+	ends     []func() // what stops the servers, before the sidecar stops
 }
+
+// atEnd has f run when the replay ends, before the sidecar stops; the
+// last given runs first.
+func (r *replay) atEnd(f func()) { r.ends = append(r.ends, f) }
 
 func (r *replay) onEvent(ev proxy.Event) {
 	if ev.From == "client" || ev.From == "server" {
@@ -103,7 +154,9 @@ func (r *replay) step(st transcript.Step) {
 		r.send(st.Arg)
 	case "c<":
 		got := r.client.take(r.t, "client", st.Arg)
-		r.onItsStream(got)
+		if !r.legacy {
+			r.onItsStream(got)
+		}
 	case "s<":
 		r.server.take(r.t, "server", st.Arg)
 	case "sync":
@@ -177,25 +230,55 @@ func (r *replay) onItsStream(got item) {
 func (r *replay) initialize() {
 	r.t.Helper()
 	r.injected += 2
-	resp := r.do(http.MethodPost, `{"jsonrpc":"2.0","id":"harness-init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"replay","version":"1"}}}`)
+	if r.legacy {
+		r.openLegacy()
+		return
+	}
+	resp := r.do(http.MethodPost, r.url, initRequest)
 	r.session = resp.Header.Get("Mcp-Session-Id")
 	if r.session == "" {
 		r.t.Fatalf("initialize: no session (HTTP %d)", resp.StatusCode)
 	}
 	r.readAll("initialize", resp)
-	r.client.take(r.t, "client", `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"replay","version":"1"}}}`)
-	get := r.do(http.MethodGet, "")
+	r.client.take(r.t, "client", initAnswer)
+	get := r.do(http.MethodGet, r.url, "")
 	if get.StatusCode != http.StatusOK {
 		r.t.Fatalf("GET stream: HTTP %d", get.StatusCode)
 	}
 	r.readAll("get", get)
 }
 
+// openLegacy opens an HTTP+SSE session: the event stream, whose first
+// event names where to POST, then the harness's initialize.
+func (r *replay) openLegacy() {
+	r.t.Helper()
+	resp := r.do(http.MethodGet, strings.TrimSuffix(r.url, "/mcp")+"/sse", "")
+	rd := framing.NewSSEReader(resp.Body, 0)
+	ev, err := rd.Next()
+	if err != nil || string(ev.Type) != "endpoint" {
+		r.t.Fatalf("no endpoint event: %v", err)
+	}
+	r.endpoint = strings.TrimSuffix(r.url, "/mcp") + string(ev.Data)
+	r.readEvents("the event stream", resp, rd)
+	r.post(initRequest)
+	r.client.take(r.t, "client", initAnswer)
+}
+
+const initRequest = `{"jsonrpc":"2.0","id":"harness-init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"replay","version":"1"}}}`
+
 const initAnswer = `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"replay","version":"1"}}}`
 
 // post sends a frame of the client's, and reads what answers it.
 func (r *replay) post(frame string) {
 	r.t.Helper()
+	if r.legacy { // answers come on the event stream
+		resp := r.do(http.MethodPost, r.endpoint, frame)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			r.t.Fatalf("POST %s: HTTP %d", frame, resp.StatusCode)
+		}
+		return
+	}
 	r.posts++
 	where := fmt.Sprintf("POST %d", r.posts)
 	var f framing.Frame
@@ -206,18 +289,20 @@ func (r *replay) post(frame string) {
 			}
 		}
 	}
-	r.readAll(where, r.do(http.MethodPost, frame))
+	r.readAll(where, r.do(http.MethodPost, r.url, frame))
 }
 
-func (r *replay) do(method, body string) *http.Response {
+func (r *replay) do(method, url, body string) *http.Response {
 	r.t.Helper()
-	req, err := http.NewRequest(method, r.url, strings.NewReader(body))
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	if !r.legacy {
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	}
 	if r.session != "" {
 		req.Header.Set("Mcp-Session-Id", r.session)
 	}
@@ -239,11 +324,15 @@ func (r *replay) readAll(where string, resp *http.Response) {
 		}
 		return
 	}
+	r.readEvents(where, resp, framing.NewSSEReader(resp.Body, 0))
+}
+
+// readEvents puts each event's data to the client's inbox, as it comes.
+func (r *replay) readEvents(where string, resp *http.Response, rd *framing.SSEReader) {
 	r.readers.Add(1)
 	go func() {
 		defer r.readers.Done()
 		defer resp.Body.Close()
-		rd := framing.NewSSEReader(resp.Body, 0)
 		for {
 			ev, err := rd.Next()
 			if err != nil {
@@ -275,6 +364,9 @@ func (r *replay) serve(sc *httpx.Sidecar) {
 	go srv.Serve(ln)
 	r.url = "http://" + ln.Addr().String() + "/mcp"
 	r.t.Cleanup(func() {
+		for i := len(r.ends) - 1; i >= 0; i-- {
+			r.ends[i]()
+		}
 		srv.Shutdown()
 		r.readers.Wait()
 	})
@@ -336,208 +428,3 @@ func (b *inbox) rest() []item {
 }
 
 func (it item) String() string { return fmt.Sprintf("%s on %s", it.raw, it.where) }
-
-// viaChild serves the session from a scripted stdio server behind
-// Children: its lines are the server's frames.
-func (r *replay) viaChild() {
-	toProxy, fromServer := io.Pipe()
-	fromProxy, toServer := io.Pipe()
-	b := &pipeBackend{in: toProxy, out: toServer, exited: make(chan struct{})}
-	r.send = func(frame string) {
-		if _, err := io.WriteString(fromServer, frame+"\n"); err != nil {
-			r.t.Fatalf("server: %v", err)
-		}
-	}
-	go func() {
-		rd := framing.NewReader(fromProxy, 0)
-		for {
-			line, err := rd.Read(nil)
-			if err != nil {
-				return
-			}
-			if bytes.Contains(line, []byte(`"harness-init"`)) {
-				r.send(initAnswer)
-				continue
-			}
-			r.server.put("stdin", bytes.Clone(line))
-		}
-	}()
-	cs := &httpx.Children{Clock: r.clk, Session: stdio.Options{OnEvent: r.onEvent},
-		Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
-	r.stats = cs.Stats
-	r.serve(&httpx.Sidecar{Children: cs})
-	r.t.Cleanup(func() { cs.StopAll(); fromServer.Close(); fromProxy.Close() })
-}
-
-// pipeBackend is a scripted server as a Children Backend.
-type pipeBackend struct {
-	in     *io.PipeReader // the server's lines
-	out    *io.PipeWriter // lines to the server
-	once   sync.Once
-	exited chan struct{}
-}
-
-func (b *pipeBackend) Conn() stdio.Conn { return stdio.Conn{In: b.in, Out: b.out} }
-
-func (b *pipeBackend) Stop() {
-	b.once.Do(func() {
-		b.in.Close()
-		b.out.Close()
-		close(b.exited)
-	})
-}
-
-func (b *pipeBackend) Exited() <-chan struct{} { return b.exited }
-
-// viaStreamable serves the session from a scripted Streamable HTTP server:
-// each POST that carries requests is answered with an event stream that
-// carries what the server sends about them, and ends once they are all
-// answered; a POST without requests gets 202; the GET stream carries the
-// rest.
-func (r *replay) viaStreamable() {
-	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}}
-	srv := &http.Server{Handler: up}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	r.send = up.send
-	sc := &httpx.Sidecar{Upstream: "http://" + ln.Addr().String() + "/mcp"}
-	r.stats = sc.Stats
-	r.serve(sc)
-	r.t.Cleanup(func() { srv.Close() }) // before the sidecar's shutdown: its streams end
-}
-
-// scriptedUpstream is the server side of a replay over Streamable HTTP.
-type scriptedUpstream struct {
-	r       *replay
-	mu      sync.Mutex
-	byID    map[string]*upStream // request id -> the stream to answer it on
-	byToken map[string]*upStream
-	open    []*upStream // POST streams with requests unanswered, oldest first
-	get     *upStream
-}
-
-// upStream is one response stream of the scripted server.
-type upStream struct {
-	out     chan []byte // events to write; closed when the stream is to end
-	pending int         // requests not yet answered
-}
-
-func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
-	switch {
-	case req.Method == http.MethodDelete:
-		return
-	case req.Method == http.MethodGet:
-		st := &upStream{out: make(chan []byte, 64)}
-		u.mu.Lock()
-		u.get = st
-		u.mu.Unlock()
-		u.stream(w, req, st)
-		return
-	case bytes.Contains(body, []byte(`"harness-init"`)):
-		w.Header().Set("Mcp-Session-Id", "replay-session")
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, initAnswer)
-		return
-	}
-	u.r.server.put("POST", body)
-	var f framing.Frame
-	st := &upStream{out: make(chan []byte, 64)}
-	if f.Parse(body) == nil {
-		u.mu.Lock()
-		for i := range f.Msgs {
-			if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
-				st.pending++
-				u.byID[m.ID.String()] = st
-				if m.Token.IsValid() {
-					u.byToken[m.Token.String()] = st
-				}
-			}
-		}
-		if st.pending > 0 {
-			u.open = append(u.open, st)
-		}
-		u.mu.Unlock()
-	}
-	if st.pending == 0 {
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	u.stream(w, req, st)
-}
-
-// stream writes st's events until it ends or the sidecar leaves.
-func (u *scriptedUpstream) stream(w http.ResponseWriter, req *http.Request, st *upStream) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	w.(http.Flusher).Flush()
-	for {
-		select {
-		case ev, ok := <-st.out:
-			if !ok {
-				return
-			}
-			fmt.Fprintf(w, "data: %s\n\n", ev)
-			w.(http.Flusher).Flush()
-		case <-req.Context().Done():
-			return
-		}
-	}
-}
-
-// send writes a frame of the server's on the stream it belongs on: an
-// answer on its request's, progress on its token's while that is open,
-// anything else on the newest POST stream still open, or the GET stream.
-func (u *scriptedUpstream) send(frame string) {
-	var f framing.Frame
-	if err := f.Parse([]byte(frame)); err != nil {
-		u.r.t.Fatalf("server frame %s: %v", frame, err)
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var st *upStream
-	answers := 0
-	for i := range f.Msgs {
-		m := &f.Msgs[i]
-		switch {
-		case m.Kind == framing.KindResponse && u.byID[m.ID.String()] != nil:
-			st = cmpOr(st, u.byID[m.ID.String()])
-			delete(u.byID, m.ID.String())
-			answers++
-		case m.Method == framing.MethodProgress && u.byToken[m.Token.String()] != nil:
-			st = cmpOr(st, u.byToken[m.Token.String()])
-		}
-	}
-	if st == nil && len(u.open) > 0 {
-		st = u.open[len(u.open)-1]
-	}
-	st = cmpOr(st, u.get)
-	if st == nil {
-		u.r.t.Fatalf("no stream open for %s", frame)
-	}
-	st.out <- []byte(frame)
-	if st.pending -= answers; answers > 0 && st.pending <= 0 {
-		close(st.out)
-		for i, o := range u.open {
-			if o == st {
-				u.open = append(u.open[:i:i], u.open[i+1:]...)
-				break
-			}
-		}
-		for tok, o := range u.byToken {
-			if o == st {
-				delete(u.byToken, tok)
-			}
-		}
-	}
-}
-
-func cmpOr(a, b *upStream) *upStream {
-	if a != nil {
-		return a
-	}
-	return b
-}

@@ -1,0 +1,255 @@
+package httpx_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// The scripted servers of TestTranscriptsOverHTTP: each takes the frames
+// of the "s>" steps and puts what reaches it to the replay's server inbox.
+
+// scriptedStdio returns a scripted stdio server as a Backend: its lines
+// are the server's frames.
+func (r *replay) scriptedStdio() *pipeBackend {
+	toProxy, fromServer := io.Pipe()
+	fromProxy, toServer := io.Pipe()
+	b := &pipeBackend{in: toProxy, out: toServer, exited: make(chan struct{})}
+	r.send = func(frame string) {
+		if _, err := io.WriteString(fromServer, frame+"\n"); err != nil {
+			r.t.Fatalf("server: %v", err)
+		}
+	}
+	go func() {
+		rd := framing.NewReader(fromProxy, 0)
+		for {
+			line, err := rd.Read(nil)
+			if err != nil {
+				return
+			}
+			if bytes.Contains(line, []byte(`"harness-init"`)) {
+				r.send(initAnswer)
+				continue
+			}
+			r.server.put("stdin", bytes.Clone(line))
+		}
+	}()
+	r.atEnd(func() { fromServer.Close(); fromProxy.Close() })
+	return b
+}
+
+// pipeBackend is a scripted server as a Children Backend.
+type pipeBackend struct {
+	in     *io.PipeReader // the server's lines
+	out    *io.PipeWriter // lines to the server
+	once   sync.Once
+	exited chan struct{}
+}
+
+func (b *pipeBackend) Conn() stdio.Conn { return stdio.Conn{In: b.in, Out: b.out} }
+
+func (b *pipeBackend) Stop() {
+	b.once.Do(func() {
+		b.in.Close()
+		b.out.Close()
+		close(b.exited)
+	})
+}
+
+func (b *pipeBackend) Exited() <-chan struct{} { return b.exited }
+
+// scriptedStreamable starts a scripted Streamable HTTP server and returns
+// its URL: each POST that carries requests is answered with an event stream
+// that carries what the server sends about them, and ends once they are
+// all answered; a POST without requests gets 202; the GET stream carries
+// the rest.
+func (r *replay) scriptedStreamable() string {
+	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}}
+	r.send = up.send
+	return r.listen(up)
+}
+
+// listen serves h on a loopback port until the replay ends, and returns
+// its URL.
+func (r *replay) listen(h http.Handler) string {
+	srv := &http.Server{Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	r.atEnd(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// scriptedUpstream is the server side of a replay over Streamable HTTP.
+type scriptedUpstream struct {
+	r       *replay
+	mu      sync.Mutex
+	byID    map[string]*upStream // request id -> the stream to answer it on
+	byToken map[string]*upStream
+	open    []*upStream // POST streams with requests unanswered, oldest first
+	get     *upStream
+}
+
+// upStream is one response stream of the scripted server.
+type upStream struct {
+	out     chan []byte // events to write; closed when the stream is to end
+	pending int         // requests not yet answered
+}
+
+func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	switch {
+	case req.Method == http.MethodDelete:
+		return
+	case req.Method == http.MethodGet:
+		st := &upStream{out: make(chan []byte, 64)}
+		u.mu.Lock()
+		u.get = st
+		u.mu.Unlock()
+		u.stream(w, req, st)
+		return
+	case bytes.Contains(body, []byte(`"harness-init"`)):
+		w.Header().Set("Mcp-Session-Id", "replay-session")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, initAnswer)
+		return
+	}
+	u.r.server.put("POST", body)
+	var f framing.Frame
+	st := &upStream{out: make(chan []byte, 64)}
+	requests := 0
+	if f.Parse(body) == nil {
+		u.mu.Lock()
+		for i := range f.Msgs {
+			if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
+				st.pending++
+				requests++
+				u.byID[m.ID.String()] = st
+				if m.Token.IsValid() {
+					u.byToken[m.Token.String()] = st
+				}
+			}
+		}
+		if st.pending > 0 {
+			u.open = append(u.open, st)
+		}
+		u.mu.Unlock()
+	}
+	if requests == 0 {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	u.stream(w, req, st)
+}
+
+// stream writes st's events until it ends or the sidecar leaves.
+func (u *scriptedUpstream) stream(w http.ResponseWriter, req *http.Request, st *upStream) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case ev, ok := <-st.out:
+			if !ok {
+				return
+			}
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+			w.(http.Flusher).Flush()
+		case <-req.Context().Done():
+			return
+		}
+	}
+}
+
+// send writes a frame of the server's on the stream it belongs on: an
+// answer on its request's, progress on its token's while that is open,
+// anything else on the newest POST stream still open, or the GET stream.
+func (u *scriptedUpstream) send(frame string) {
+	var f framing.Frame
+	if err := f.Parse([]byte(frame)); err != nil {
+		u.r.t.Fatalf("server frame %s: %v", frame, err)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var st *upStream
+	answers := 0
+	for i := range f.Msgs {
+		m := &f.Msgs[i]
+		switch {
+		case m.Kind == framing.KindResponse && u.byID[m.ID.String()] != nil:
+			st = cmpOr(st, u.byID[m.ID.String()])
+			delete(u.byID, m.ID.String())
+			answers++
+		case m.Method == framing.MethodProgress && u.byToken[m.Token.String()] != nil:
+			st = cmpOr(st, u.byToken[m.Token.String()])
+		}
+	}
+	if st == nil && len(u.open) > 0 {
+		st = u.open[len(u.open)-1]
+	}
+	st = cmpOr(st, u.get)
+	if st == nil {
+		u.r.t.Fatalf("no stream open for %s", frame)
+	}
+	st.out <- []byte(frame)
+	if st.pending -= answers; answers > 0 && st.pending <= 0 {
+		close(st.out)
+		for i, o := range u.open {
+			if o == st {
+				u.open = append(u.open[:i:i], u.open[i+1:]...)
+				break
+			}
+		}
+		for tok, o := range u.byToken {
+			if o == st {
+				delete(u.byToken, tok)
+			}
+		}
+	}
+}
+
+func cmpOr(a, b *upStream) *upStream {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// scriptedSSE starts a scripted HTTP+SSE server (protocol 2024-11-05) and
+// returns its event stream's URL: the stream's first event names where
+// messages are POSTed (202), and every frame the server sends comes on it.
+func (r *replay) scriptedSSE() string {
+	out := make(chan []byte, 64)
+	r.send = func(frame string) { out <- []byte(frame) }
+	return r.listen(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "event: endpoint\ndata: /messages?session=replay\n\n")
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case frame := <-out:
+					fmt.Fprintf(w, "event: message\ndata: %s\n\n", frame)
+					w.(http.Flusher).Flush()
+				case <-req.Context().Done():
+					return
+				}
+			}
+		}
+		body, _ := io.ReadAll(req.Body)
+		if bytes.Contains(body, []byte(`"harness-init"`)) {
+			out <- []byte(initAnswer)
+		} else {
+			r.server.put("POST", body)
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+}
