@@ -56,6 +56,44 @@ func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
 	w.logs.waitFor(t, "upstream transport detected", "streamable")
 }
 
+// TestE2EStdioClient2025ToStatelessUpstream: a stdio client of the 2025
+// revisions, bridged to a stateless server (the example server on the
+// go-sdk's stateless handler, which takes a closed stream as the cancel of
+// a 2026-07-28 request only). The bridge finds with server/discover that
+// the server speaks 2026-07-28 and sends the requests as such; the client's
+// cancel closes the request's stream, and the server's tool sees its
+// request cancelled. Nothing late reaches the client; the session goes on.
+func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
+	up := freePort(t)
+	srv := exec.Command(proxyBin, "example-server", "--http", up, "--stateless")
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	server := newLogTail(stderr)
+	waitListening(t, up)
+	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	w.initialize(`{}`)
+	w.logs.waitFor(t, "stateless upstream speaks protocol 2026-07-28")
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"s"},"_meta":{"progressToken":"tok"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
+	server.waitFor(t, "block s: the request was cancelled")
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"s"}}}`)
+	got := w.recvUntil(isResponse(3))
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	got = append(got, w.recvUntil(isResponse(4))...)
+	assertNothingAfter(t, got, 2, "tok")
+	w.stdin.Close()
+	if code := w.wait(); code != 0 {
+		t.Errorf("proxy exit status %d after client EOF, want 0", code)
+	}
+}
+
 // serverIgnoresCancel drives the example server's block tool through w:
 // the cancel is accepted and the late progress and answer held back.
 func serverIgnoresCancel(t *testing.T, w *wrapped) {

@@ -118,6 +118,7 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
+	stateless := fs.Bool("stateless", false, "with --http: serve without sessions; a closed stream cancels its request")
 	stubborn := fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
 		"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)")
 	if err := fs.Parse(args); err != nil {
@@ -134,7 +135,7 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	err := error(nil)
 	if *addr != "" {
-		err = exampleserver.ServeHTTP(ctx, *addr)
+		err = exampleserver.ServeHTTP(ctx, *addr, *stateless)
 	} else {
 		err = exampleserver.Run(ctx)
 	}

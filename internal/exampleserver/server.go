@@ -110,7 +110,12 @@ func (g *gates) gate(key string) chan struct{} {
 
 func (g *gates) block(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
 	progress(ctx, req, 1, 2, "blocked on "+a.Key, a.Key)
-	<-g.gate(a.Key) // ignores ctx on purpose
+	select { // ignores ctx on purpose, but says that it ended
+	case <-g.gate(a.Key):
+	case <-ctx.Done():
+		fmt.Fprintf(os.Stderr, "example server: block %s: the request was cancelled; waiting on regardless\n", a.Key)
+		<-g.gate(a.Key)
+	}
 	progress(ctx, req, 2, 2, "released "+a.Key, a.Key)
 	return nil, JobResult{JobID: a.Key, Status: "released"}, nil
 }
@@ -140,12 +145,14 @@ func Run(ctx context.Context) error {
 	return New().Run(ctx, &mcp.StdioTransport{})
 }
 
-// ServeHTTP serves the example server over Streamable HTTP (stateful, with
-// sessions) at addr, on /mcp, until ctx ends.
-func ServeHTTP(ctx context.Context, addr string) error {
+// ServeHTTP serves the example server over Streamable HTTP at addr, on
+// /mcp, until ctx ends: with sessions, or stateless, where a request whose
+// stream the client closes is cancelled (2026-07-28).
+func ServeHTTP(ctx context.Context, addr string, stateless bool) error {
 	s := New()
+	opts := &mcp.StreamableHTTPOptions{Stateless: stateless, PropagateRequestCancellation: stateless}
 	srv := &http.Server{Addr: addr, Handler: mcp.NewStreamableHTTPHandler(
-		func(*http.Request) *mcp.Server { return s }, nil)}
+		func(*http.Request) *mcp.Server { return s }, opts)}
 	go func() {
 		<-ctx.Done()
 		srv.Close()

@@ -1,6 +1,7 @@
 package httpx_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
@@ -111,5 +113,86 @@ func TestLegacyEndpointsSayWhatIsWrong(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestLegacy2025ClientCancelsOnStatelessUpstream: a client that speaks only
+// the 2025 revisions (as the TypeScript SDK's SSE transport and mcp-remote
+// do) in front of a stateless upstream: a POSTed cancel finds no session
+// there, and the go-sdk takes a closed stream as the cancel only of a
+// 2026-07-28 request. The sidecar, having found with server/discover that
+// the upstream speaks 2026-07-28, sends the session's requests as such,
+// so that closing the stream reaches the tool; the client sees no late
+// answer, and the session goes on.
+func TestLegacy2025ClientCancelsOnStatelessUpstream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up, base := legacyFrontWith(t, false, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	c := openLegacyClient(t, base)
+	c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
+	if m := <-c.msgs; m["id"] != 0.0 || m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"old"},"_meta":{"progressToken":"p"}}}`)
+	<-up.started
+	if m := <-c.msgs; m["method"] != "notifications/progress" {
+		t.Fatalf("want progress, got %v", m)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	if key := <-up.sawCancel; key != "old" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	m := <-c.msgs
+	if m["id"] != 2.0 || m["result"] == nil {
+		t.Errorf("after the cancel, the session answers %v, want the tools/list result", m)
+	}
+}
+
+// legacyClient is a raw client of the HTTP+SSE transport (2024-11-05).
+type legacyClient struct {
+	t        *testing.T
+	endpoint string
+	msgs     chan map[string]any // what the event stream carries
+}
+
+// openLegacyClient opens the event stream and reads the endpoint event.
+func openLegacyClient(t *testing.T, base string) *legacyClient {
+	resp, err := testClient.Get(base + "/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	rd := framing.NewSSEReader(resp.Body, 0)
+	ev, err := rd.Next()
+	if err != nil || string(ev.Type) != "endpoint" {
+		t.Fatalf("no endpoint event: %v", err)
+	}
+	c := &legacyClient{t: t, endpoint: base + string(ev.Data), msgs: make(chan map[string]any, 16)}
+	go func() {
+		defer close(c.msgs)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				return
+			}
+			var m map[string]any
+			if ev.HasData && json.Unmarshal(ev.Data, &m) == nil {
+				c.msgs <- m
+			}
+		}
+	}()
+	return c
+}
+
+func (c *legacyClient) post(msg string) {
+	c.t.Helper()
+	resp, err := testClient.Post(c.endpoint, "application/json", strings.NewReader(msg))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		c.t.Fatalf("POST %s: HTTP %d", msg, resp.StatusCode)
 	}
 }

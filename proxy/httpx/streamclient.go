@@ -68,6 +68,11 @@ type streamBackend struct {
 	mu      sync.Mutex // guards the fields below
 	session string
 	version string
+	// clientInfo is the client's, from its initialize; modern is set when
+	// the upstream, stateless, speaks 2026-07-28 too: the session's
+	// requests are then sent as 2026-07-28 ones (see modernize).
+	clientInfo json.RawMessage
+	modern     bool
 	// streams holds the requests' answer streams, by id. Without a session
 	// (2026-07-28, or a stateless server) a POSTed cancel cannot find its
 	// request, so the request's own stream is closed, which is the cancel
@@ -147,6 +152,14 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 	initialize := isRequest && f.Msgs[0].Method == framing.MethodInitialize
 	b.mu.Lock()
 	session := b.session
+	if initialize {
+		b.clientInfo = clientInfoOf(&f.Msgs[0])
+	}
+	if isRequest && b.modern && modernizable(f.Msgs[0].Method) {
+		if modern, err := modernize(msg, b.clientInfo); err == nil && f.Parse(modern) == nil {
+			msg = modern
+		}
+	}
 	if parsed && f.Msgs[0].Method == framing.MethodCancelled && session == "" {
 		if body := b.streams[f.Msgs[0].RequestID]; body != nil {
 			body.CloseWithError(errStreamCancelled)
@@ -174,7 +187,13 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 		if initialize {
 			b.mu.Lock()
 			b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
+			stateless := b.session == ""
 			b.mu.Unlock()
+			if stateless {
+				// Before the client has its answer, and so before its
+				// next request.
+				b.probeModern()
+			}
 		}
 		var id *framing.ID
 		if isRequest {
