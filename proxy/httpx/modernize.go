@@ -3,8 +3,10 @@ package httpx
 import (
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
@@ -30,6 +32,9 @@ const (
 var discoverRequest = []byte(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-discover","method":"server/discover","params":{"_meta":{"` +
 	metaProtocolVersion + `":"` + string(framing.RevisionStateless) + `","` + metaClientCapabilities + `":{}}}}`)
 
+// discoverWait bounds the wait for an answer to server/discover.
+const discoverWait = 5 * time.Second
+
 // probeModern asks a stateless upstream whether it speaks 2026-07-28, and
 // sets b.modern if it does.
 func (b *streamBackend) probeModern() {
@@ -37,13 +42,17 @@ func (b *streamBackend) probeModern() {
 	if f.Parse(discoverRequest) != nil {
 		return
 	}
-	resp, err := b.request(fasthttp.MethodPost, discoverRequest, "", &f.Msgs[0])
+	resp, err := b.requestWithin(discoverWait, fasthttp.MethodPost, discoverRequest, "", &f.Msgs[0])
 	if err != nil {
+		b.log.Info("stateless upstream: server/discover unanswered", zap.String("error", brief(err)))
 		return
 	}
 	var data []byte
 	if isEventStream(resp.Header.ContentType()) {
-		rd := framing.NewSSEReader(bodyOf(resp), 1<<20)
+		body := bodyOf(resp)
+		cut := time.AfterFunc(discoverWait, func() { body.CloseWithError(errSSEStopped) })
+		defer cut.Stop()
+		rd := framing.NewSSEReader(body, 1<<20)
 		for data == nil {
 			ev, err := rd.Next()
 			if err != nil {

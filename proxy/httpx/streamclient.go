@@ -71,8 +71,9 @@ type streamBackend struct {
 	// clientInfo is the client's, from its initialize; modern is set when
 	// the upstream, stateless, speaks 2026-07-28 too: the session's
 	// requests are then sent as 2026-07-28 ones (see modernize).
-	clientInfo json.RawMessage
-	modern     bool
+	clientInfo  json.RawMessage
+	modern      bool
+	initialized bool // the first initialize was answered: later ones name no session
 	// streams holds the requests' answer streams, by id. Without a session
 	// (2026-07-28, or a stateless server) a POSTed cancel cannot find its
 	// request, so the request's own stream is closed, which is the cancel
@@ -186,8 +187,12 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 	default:
 		if initialize {
 			b.mu.Lock()
-			b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
-			stateless := b.session == ""
+			first := !b.initialized
+			if first {
+				b.initialized = true
+				b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
+			}
+			stateless := first && b.session == ""
 			b.mu.Unlock()
 			if stateless {
 				// Before the client has its answer, and so before its
@@ -318,6 +323,12 @@ func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError, id *framing.I
 // message in body, whose method, name and protocol version go in the
 // headers that 2026-07-28 requires to mirror the body.
 func (b *streamBackend) request(method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
+	return b.requestWithin(0, method, body, session, m)
+}
+
+// requestWithin is request, the wait for the answer's headers bounded by
+// timeout when it is positive.
+func (b *streamBackend) requestWithin(timeout time.Duration, method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(b.u.URL.String())
@@ -340,7 +351,11 @@ func (b *streamBackend) request(method string, body []byte, session string, m *f
 		req.Header.Set(versionHeader, version)
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := b.u.Client.Do(req, resp); err != nil {
+	do := b.u.Client.Do
+	if timeout > 0 {
+		do = func(req *fasthttp.Request, resp *fasthttp.Response) error { return b.u.Client.DoTimeout(req, resp, timeout) }
+	}
+	if err := do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, err
 	}
