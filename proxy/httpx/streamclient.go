@@ -353,7 +353,9 @@ func (b *streamBackend) requestWithin(timeout time.Duration, method string, body
 	resp := fasthttp.AcquireResponse()
 	do := b.u.Client.Do
 	if timeout > 0 {
-		do = func(req *fasthttp.Request, resp *fasthttp.Response) error { return b.u.Client.DoTimeout(req, resp, timeout) }
+		do = func(req *fasthttp.Request, resp *fasthttp.Response) error {
+			return b.u.Client.DoTimeout(req, resp, timeout)
+		}
 	}
 	if err := do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
