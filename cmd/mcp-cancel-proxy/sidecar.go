@@ -43,11 +43,11 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	}
 	defer engine.Shutdown()
 	defer reloadOnChange(cfg.Path, engine, log)()
-	handler, err := sc.Handler()
-	if err != nil {
+	if err := sc.Provision(); err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))
 		return 1
 	}
+	handler, _ := sc.Handler() // provisioned: no error
 	if cfg.HTTP.Admin != "" {
 		stopAdmin, err := admin(cfg.HTTP.Admin, m, sc.Ready, log)
 		if err != nil {
@@ -74,11 +74,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		zap.String("path", cfg.HTTP.Path))
 	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
 	// What the grace did not see finish is cancelled upstream, not abandoned.
-	sc.CancelAll("the proxy is shutting down")
-	sc.Legacy.StopAll()
-	if sc.Children != nil {
-		sc.Children.StopAll()
-	}
+	sc.Cleanup("the proxy is shutting down")
 	return code
 }
 

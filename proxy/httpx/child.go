@@ -121,6 +121,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	go func() {
 		defer close(c.done)
 		c.sess.Run(stdio.Conn{In: cin, Out: cout}, proc.Conn())
+		<-c.sess.ReaderDone() // cin is our pipe: closing it ended the reader
 		proc.Stop()
 	}()
 	go c.route(outR)

@@ -51,7 +51,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	body, refused, st := c.admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
 		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
-			c.cancelled(m.RequestID, s.CancelGrace)
+			c.cancelled(m.RequestID, s.grace)
 		}
 	}
 	if body != nil {

@@ -82,7 +82,7 @@ func (s *Sidecar) detectSSE() bool {
 
 // probe finds out the sidecar's upstream's transport (probeTransport).
 func (s *Sidecar) probe() (sse bool, err error) {
-	return probeTransport(s.client, s.upstream, s.MaxBodySize, s.log)
+	return probeTransport(s.client, s.upstream, s.maxBody, s.log)
 }
 
 // DialUpstream returns a session's backend for the MCP server at rawURL,

@@ -90,7 +90,7 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 	l := s.Legacy
 	children := s.viaChildren()
 	if !children && l.Dial == nil {
-		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.Path, fasthttp.StatusNotImplemented)
+		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.path, fasthttp.StatusNotImplemented)
 		return
 	}
 	l.mu.Lock()
@@ -144,6 +144,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger
 	go func() {
 		defer close(ls.done)
 		ls.sess.Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
+		<-ls.sess.ReaderDone() // cin is our pipe: closing it ended the reader
 		back.Stop()
 		l.mu.Lock()
 		delete(l.sessions, ls.id)

@@ -204,7 +204,7 @@ func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
 		}
 	}
 	if !isEventStream(resp.Header.ContentType()) {
-		put(readBody(resp, s.MaxBodySize))
+		put(readBody(resp, s.maxBody))
 		return
 	}
 	rd := s.newSSEReader(resp)
@@ -265,7 +265,7 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
 	st.setBody(bodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
-		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.MaxBodySize)+1))
+		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.maxBody)+1))
 		st.end(nil)
 		fasthttp.ReleaseResponse(resp)
 		return body, err
@@ -286,8 +286,8 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		s.relayReplies(ctx, replies, true)
 		return
 	}
-	if err != nil || len(body) > s.MaxBodySize {
-		s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", s.MaxBodySize))
+	if err != nil || len(body) > s.maxBody {
+		s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", s.maxBody))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,8 +27,11 @@ const (
 )
 
 // Sidecar relays MCP's Streamable HTTP transport to an upstream MCP server
-// and makes cancellation work on the way. Its fields are its configuration;
-// set them before the first request and do not change them after.
+// and makes cancellation work on the way. Its fields are its configuration:
+// set them, then Provision (which Validates them, and which Handler calls
+// if nobody did), serve Handler's handler, and Cleanup once the server has
+// stopped. Provision leaves the fields as they were set; defaults live
+// apart from them.
 type Sidecar struct {
 	// Upstream is the upstream MCP endpoint's URL. Required, unless
 	// Children serves a stdio server instead.
@@ -113,39 +117,88 @@ type Sidecar struct {
 	log      *zap.Logger
 	budget   *framing.Budget // EventMemory's
 	clock    clock.Clock
+	// path, maxBody and grace are Path, MaxBodySize and CancelGrace, or
+	// their defaults.
+	path    string
+	maxBody int
+	grace   time.Duration
 }
 
-func (s *Sidecar) init() error {
+// Validate checks the configuration, and reports what is wrong with it.
+func (s *Sidecar) Validate() error {
+	var errs []error
+	u, err := url.Parse(s.Upstream)
+	switch {
+	case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil:
+		errs = append(errs, errors.New("no server command for the children"))
+	case s.Children == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
+		errs = append(errs, fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream))
+	}
+	switch s.UpstreamTransport {
+	case "", TransportStreamable, TransportSSE, TransportAuto:
+	default:
+		errs = append(errs, fmt.Errorf("upstream transport %q is none of %s, %s, %s", s.UpstreamTransport,
+			TransportAuto, TransportStreamable, TransportSSE))
+	}
+	path := cmp.Or(s.Path, DefaultPath)
+	if !strings.HasPrefix(path, "/") {
+		errs = append(errs, fmt.Errorf("path %q does not start with /", path))
+	}
+	if l := s.Legacy; l != nil {
+		for _, p := range []string{l.sseRoute(), l.msgRoute()} {
+			if !strings.HasPrefix(p, "/") || p == path {
+				errs = append(errs, fmt.Errorf("legacy path %q must start with / and differ from the path %q", p, path))
+			}
+		}
+		if l.sseRoute() == l.msgRoute() {
+			errs = append(errs, fmt.Errorf("the legacy event stream and message paths are both %q", l.sseRoute()))
+		}
+	}
+	if s.MaxBodySize < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
+		errs = append(errs, errors.New("a size or a duration is negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Provision validates the configuration and sets up what serving needs:
+// the upstream's client, the session registry and its clock, the event
+// memory budget. It does its work once; later calls return its result.
+func (s *Sidecar) Provision() error {
 	s.once.Do(func() {
-		u, err := url.Parse(s.Upstream)
-		switch {
-		case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil:
-			s.initErr = errors.New("no server command for the children")
-			return
-		case s.Children == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
-			s.initErr = fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream)
+		if s.initErr = s.Validate(); s.initErr != nil {
 			return
 		}
-		s.upstream = u
-		if s.Path == "" {
-			s.Path = DefaultPath
-		}
-		if s.MaxBodySize <= 0 {
-			s.MaxBodySize = framing.DefaultMaxFrameSize
-		}
-		if s.CancelGrace <= 0 {
-			s.CancelGrace = DefaultCancelGrace
-		}
+		s.upstream, _ = url.Parse(s.Upstream)
+		s.path = cmp.Or(s.Path, DefaultPath)
+		s.maxBody = cmp.Or(s.MaxBodySize, framing.DefaultMaxFrameSize)
+		s.grace = cmp.Or(s.CancelGrace, DefaultCancelGrace)
 		s.log = s.Logger
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		s.client = upstreamClient(s.MaxBodySize)
+		s.client = upstreamClient(s.maxBody)
 		s.clock = clock.Or(s.Clock)
 		s.sessions.init(s.SessionIdle, s.clock)
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 	})
 	return s.initErr
+}
+
+// init is Provision, for the methods that need it done.
+func (s *Sidecar) init() error { return s.Provision() }
+
+// Cleanup ends what the sidecar started, once its server has stopped
+// serving: requests still in flight are cancelled upstream, as a client
+// cancel would, with reason; old clients' sessions and the children end,
+// and Cleanup returns once they have.
+func (s *Sidecar) Cleanup(reason string) {
+	s.CancelAll(reason)
+	if s.Legacy != nil {
+		s.Legacy.StopAll()
+	}
+	if s.Children != nil {
+		s.Children.StopAll()
+	}
 }
 
 // ErrNoUpstream is returned by Handler when the Upstream URL is invalid.
@@ -163,7 +216,7 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if s.Legacy != nil && s.serveLegacy(ctx) {
 		return
 	}
-	if string(ctx.Path()) != s.Path {
+	if string(ctx.Path()) != s.path {
 		ctx.Error("not found", fasthttp.StatusNotFound)
 		return
 	}

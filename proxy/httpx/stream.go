@@ -272,7 +272,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	case errors.Is(err, framing.ErrBudgetSpent):
 		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", r.s.budgetSize())
 	case errors.Is(err, framing.ErrEventTooLarge):
-		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.MaxBodySize)
+		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.maxBody)
 	case err == nil && ev.Cut && ev.HasData:
 		r.broken = errors.New("the upstream's stream ended in the middle of an event")
 	case err != nil && !errors.Is(err, io.EOF):
@@ -302,7 +302,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 // newSSEReader reads an upstream response's event stream, within the
 // sidecar's limits.
 func (s *Sidecar) newSSEReader(resp *fasthttp.Response) *framing.SSEReader {
-	rd := framing.NewSSEReader(resp.BodyStream(), s.MaxBodySize)
+	rd := framing.NewSSEReader(resp.BodyStream(), s.maxBody)
 	rd.SetBudget(s.budget)
 	return rd
 }
@@ -462,7 +462,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 				continue
 			}
 			d.cancels++
-			sess.cancelled(o.Cancelled, s.CancelGrace)
+			sess.cancelled(o.Cancelled, s.grace)
 		}
 		if o.Request != nil {
 			d.requests = append(d.requests, o.Request)

@@ -85,11 +85,12 @@ type Session struct {
 	// clientClosed is set once the client's input has ended; serverGone
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
+	readerDone               chan struct{} // see ReaderDone
 }
 
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	s := &Session{opts: opts, held: map[*proxy.Call]*buf{}}
+	s := &Session{opts: opts, held: map[*proxy.Call]*buf{}, readerDone: make(chan struct{})}
 	if opts.Governor != nil {
 		s.gov = opts.Governor(s)
 	}
@@ -114,6 +115,11 @@ func (s *Session) RefuseDuplicate(m *framing.Message) []byte {
 	return s.t.RefuseDuplicate(proxy.Client, m)
 }
 
+// ReaderDone is closed once Run's reader of the client has stopped, which
+// may be after Run returns: a caller whose client.In wakes when closed (a
+// pipe of its own) waits on it to know that the session is wholly over.
+func (s *Session) ReaderDone() <-chan struct{} { return s.readerDone }
+
 // InFlight returns how many requests are in flight in each direction.
 func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
 
@@ -124,7 +130,7 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // the client still in flight is answered with a CodeServerGone error, and
 // Run returns ErrServerGone. Either way Run closes client.Out and
 // server.Out, and closes client.In to stop the client's reader without
-// waiting for it.
+// waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
@@ -132,6 +138,7 @@ func (s *Session) Run(client, server Conn) error {
 	go toClient.run()
 	go toServer.run()
 	go func() {
+		defer close(s.readerDone)
 		s.relay(s.sides[proxy.Client], client.In)
 		s.clientClosed.Store(true)
 		toServer.close()
