@@ -65,7 +65,19 @@ func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
 // request cancelled. Nothing late reaches the client; the session goes on.
 func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
 	up := freePort(t)
-	srv := exec.Command(proxyBin, "example-server", "--http", up, "--stateless")
+	server := startExampleStateless(t, up)
+	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	statelessCancel(t, w, w.logs, server)
+	w.stdin.Close()
+	if code := w.wait(); code != 0 {
+		t.Errorf("proxy exit status %d after client EOF, want 0", code)
+	}
+}
+
+// startExampleStateless serves the example server, stateless, at addr,
+// and returns its log.
+func startExampleStateless(t *testing.T, addr string) *logTail {
+	srv := exec.Command(proxyBin, "example-server", "--http", addr, "--stateless")
 	stderr, err := srv.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +86,17 @@ func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	server := newLogTail(stderr)
-	waitListening(t, up)
-	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	waitListening(t, addr)
+	return newLogTail(stderr)
+}
+
+// statelessCancel cancels the example server's block tool through w, in
+// front of a stateless example server whose log is server: the proxy
+// (logs) sends the requests as 2026-07-28 ones, and the tool sees its
+// request cancelled; nothing of the call reaches the client after.
+func statelessCancel(t *testing.T, w *wrapped, logs, server *logTail) {
 	w.initialize(`{}`)
-	w.logs.waitFor(t, "stateless upstream speaks protocol 2026-07-28")
+	logs.waitFor(t, "stateless upstream speaks protocol 2026-07-28")
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"s"},"_meta":{"progressToken":"tok"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
@@ -88,10 +106,6 @@ func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
 	w.send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 	got = append(got, w.recvUntil(isResponse(4))...)
 	assertNothingAfter(t, got, 2, "tok")
-	w.stdin.Close()
-	if code := w.wait(); code != 0 {
-		t.Errorf("proxy exit status %d after client EOF, want 0", code)
-	}
 }
 
 // serverIgnoresCancel drives the example server's block tool through w:
@@ -551,4 +565,52 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 	}
 	call.Body.Close() // the client leaves without a word
 	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client disconnected"`)
+}
+
+// TestE2EGoSDKClientToStatelessUpstream: the go-sdk client, which finds
+// 2026-07-28 with server/discover, through the sidecar to a stateless
+// server (the example server on the go-sdk's stateless handler): the
+// client cancels by closing the request's stream, the sidecar closes the
+// upstream's, and the tool sees its request cancelled; the client gets no
+// progress after, and calls on.
+func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	up, front := freePort(t), freePort(t)
+	server := startExampleStateless(t, up)
+	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	sc.logs.waitFor(t, "sidecar listening")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	progressed := make(chan struct{}, 8)
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-go-sdk", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
+	})
+	ctx := context.Background()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	callCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "g"}}
+		p.SetProgressToken("g-tok")
+		_, err := cs.CallTool(callCtx, p)
+		errc <- err
+	}()
+	<-progressed
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
+	}
+	server.waitFor(t, "block g: the request was cancelled")
+	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client closed the stream"`)
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-progressed:
+		t.Error("progress reached the client after its cancel")
+	default:
+	}
 }
