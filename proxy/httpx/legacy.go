@@ -204,8 +204,11 @@ func (l *Legacy) Stats() proxy.Stats {
 	return st
 }
 
-// StopAll ends every old client's session and its backend, and returns
-// once each has ended.
+// StopAll ends every old client's session: its requests in flight are
+// cancelled upstream (with their hooks and audit, as from "shutdown"; the
+// client gets an error for each), then its input closes, and its backend
+// stops once the cancels are written (the session's drain wait at most).
+// It returns once each session has ended.
 func (l *Legacy) StopAll() {
 	l.mu.Lock()
 	all := make([]*legacySession, 0, len(l.sessions))
@@ -213,10 +216,13 @@ func (l *Legacy) StopAll() {
 		all = append(all, ls)
 	}
 	l.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, ls := range all {
-		ls.in.Close()
-		ls.back.Stop()
-		<-ls.back.Exited()
-		<-ls.done
+		wg.Go(func() {
+			ls.sess.CancelAll("shutdown", "the proxy is shutting down")
+			ls.in.Close() // the session stops the backend after draining
+			<-ls.done
+		})
 	}
+	wg.Wait()
 }

@@ -2,6 +2,7 @@ package httpx_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,55 @@ func TestDisconnectIsNotACancelByDefault(t *testing.T) {
 	case key := <-up.sawCancel:
 		t.Errorf("upstream cancelled %q on a mere disconnect", key)
 	case <-time.After(300 * time.Millisecond): // a bounded look for something that must not happen
+	}
+}
+
+// TestLegacyStopCancelsInFlight: mcp-go's HTTP+SSE client gives up on a
+// call without telling anyone (it sends no cancel over HTTP, and the call
+// has no stream of its own to close), so the call runs on upstream. When
+// the sidecar stops, such calls of old clients are cancelled upstream, as
+// the stdio servers' are, rather than left running: the upstream sees the
+// cancel, and StopAll returns though the upstream holds its answer to the
+// session's DELETE until its calls end.
+func TestLegacyStopCancelsInFlight(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	streamable, err := httpx.NewStreamableUpstream(up.url, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := &httpx.Legacy{Dial: streamable.Dial}
+	base := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Upstream: up.url, Legacy: legacy}), "/mcp")
+	c, err := mcpgoclient.NewSSEMCPClient(base + "/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcpgo.InitializeRequest{}
+	init.Params.ProtocolVersion = "2025-06-18"
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		req := mcpgo.CallToolRequest{}
+		req.Params.Name = "wait_cancel"
+		req.Params.Arguments = map[string]any{"key": "sse"}
+		_, err := c.CallTool(callCtx, req)
+		done <- err
+	}()
+	<-up.started
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("CallTool returned no error after its context was cancelled")
+	}
+	legacy.StopAll()
+	if key := <-up.sawCancel; key != "sse" {
+		t.Errorf("upstream cancelled %q", key)
 	}
 }

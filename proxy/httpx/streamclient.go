@@ -31,6 +31,10 @@ import (
 // answers only when done (JSON) does not hold up the rest.
 const postHeadStart = 100 * time.Millisecond
 
+// deleteWait bounds the wait for the answer to the DELETE that ends an
+// upstream session.
+const deleteWait = 5 * time.Second
+
 // StreamableUpstream dials sessions of a Streamable HTTP server.
 type StreamableUpstream struct {
 	// URL is the server's MCP endpoint. Required.
@@ -103,7 +107,8 @@ func (b *streamBackend) Stop() {
 		b.mu.Unlock()
 		go func() {
 			if session != "" {
-				if resp, err := b.request(fasthttp.MethodDelete, nil, session, nil); err == nil {
+				// Bounded: a server may hold its answer until its calls end.
+				if resp, err := b.requestWithin(deleteWait, fasthttp.MethodDelete, nil, session, nil); err == nil {
 					readHead(resp)
 				}
 			}
