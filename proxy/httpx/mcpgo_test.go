@@ -24,6 +24,14 @@ func mcpgoCallAndAbandon(t *testing.T, url string, running <-chan struct{}) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mcpgoAbandon(t, c, "mcpgo", running)
+}
+
+// mcpgoAbandon starts c, initializes, calls wait_cancel with key, and gives
+// the call up once it is running (running receives); c is closed when the
+// test ends.
+func mcpgoAbandon(t *testing.T, c *mcpgoclient.Client, key string, running <-chan struct{}) {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
@@ -40,7 +48,7 @@ func mcpgoCallAndAbandon(t *testing.T, url string, running <-chan struct{}) {
 	go func() {
 		req := mcpgo.CallToolRequest{}
 		req.Params.Name = "wait_cancel"
-		req.Params.Arguments = map[string]any{"key": "mcpgo"}
+		req.Params.Arguments = map[string]any{"key": key}
 		_, err := c.CallTool(callCtx, req)
 		done <- err
 	}()
@@ -107,30 +115,7 @@ func TestLegacyStopCancelsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcpgo.InitializeRequest{}
-	init.Params.ProtocolVersion = "2025-06-18"
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	callCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		req := mcpgo.CallToolRequest{}
-		req.Params.Name = "wait_cancel"
-		req.Params.Arguments = map[string]any{"key": "sse"}
-		_, err := c.CallTool(callCtx, req)
-		done <- err
-	}()
-	<-up.started
-	cancel()
-	if err := <-done; err == nil {
-		t.Fatal("CallTool returned no error after its context was cancelled")
-	}
+	mcpgoAbandon(t, c, "sse", up.started)
 	legacy.StopAll()
 	if key := <-up.sawCancel; key != "sse" {
 		t.Errorf("upstream cancelled %q", key)
