@@ -76,7 +76,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), watchDelay, st.abort)
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	serveEvents(ctx, st)
 }
@@ -475,7 +475,7 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), watchDelay, st.abort)
 	serveEvents(ctx, st)
 }
 

@@ -182,7 +182,7 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = watchClose(conn, func() { s.clientGone(sess, st) })
+	r.stopWatch = watchCloseAfter(conn, watchDelay, func() { s.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
 		go r.pump()

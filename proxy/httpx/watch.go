@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // watchClose calls onClose, from a goroutine of its own, if the peer of
@@ -41,6 +42,39 @@ func watchClose(conn net.Conn, onClose func()) (stop func()) {
 		closeWatcher.remove(key)
 		// Control runs only while conn is open, so fd is still conn's own.
 		raw.Control(func(fd uintptr) { closeWatcher.unregister(fd, key) })
+	}
+}
+
+// watchDelay is how long a response stream runs before its connection is
+// watched (watchCloseAfter): most calls are answered sooner, and a stream
+// that never registers costs no system call. A close meanwhile is seen
+// when the watch begins, the kernel reporting a hang-up that came before.
+const watchDelay = 10 * time.Millisecond
+
+// watchCloseAfter is watchClose, begun only once delay has passed and stop
+// has not been called.
+func watchCloseAfter(conn net.Conn, delay time.Duration, onClose func()) (stop func()) {
+	var (
+		mu      sync.Mutex // guards stopped and unwatch
+		stopped bool
+		unwatch func()
+	)
+	t := time.AfterFunc(delay, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped { // stop not yet called: conn is still this stream's
+			unwatch = watchClose(conn, onClose)
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		u := unwatch
+		mu.Unlock()
+		if u != nil {
+			u()
+		}
 	}
 }
 

@@ -66,3 +66,34 @@ func TestWatchCloseSeesTheHangUp(t *testing.T) {
 		t.Errorf("the live peer's byte: %q, %v", b[:k], err)
 	}
 }
+
+// TestWatchCloseAfterSeesAnEarlierHangUp: a peer that hangs up before the
+// delayed watch begins is reported once it begins (the kernel keeps the
+// hang-up), and a watch stopped before its delay never begins: a later
+// hang-up is not reported.
+func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
+	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchCloseAfterSeesAnEarlierHangUp hung") })
+	defer tm.Stop()
+	early, earlyPeer := pipeTCP(t)
+	stopped, stoppedPeer := pipeTCP(t)
+	fired := make(chan string, 2)
+	earlyPeer.Close() // before the watch begins
+	stopEarly := watchCloseAfter(early, time.Millisecond, func() { fired <- "early" })
+	defer stopEarly()
+	stop := watchCloseAfter(stopped, time.Hour, func() { fired <- "stopped" })
+	stop()
+	stoppedPeer.Close()
+	if got := <-fired; got != "early" {
+		t.Fatalf("%s fired, want early", got)
+	}
+	// A third watch, begun after the stopped one's peer hung up, fires:
+	// the watcher has looked at the kernel's events since, and the stopped
+	// watch, never registered, had none.
+	last, lastPeer := pipeTCP(t)
+	lastPeer.Close()
+	stopLast := watchCloseAfter(last, time.Millisecond, func() { fired <- "last" })
+	defer stopLast()
+	if got := <-fired; got != "last" {
+		t.Errorf("%s fired, want last", got)
+	}
+}
