@@ -23,27 +23,45 @@ var (
 	errClientGone      = errors.New("the client closed the stream")
 )
 
-// stream is one upstream response being relayed to the client. The
-// sidecar ends it early (closing the upstream body) when the request it was
-// to answer is cancelled.
+// streamState is where a relayed response stands.
+type streamState uint8
+
+const (
+	// streamOpen: the upstream's response is relayed as it comes.
+	streamOpen streamState = iota
+	// streamGrace: every request it was to answer was cancelled; it stays
+	// open for the grace, so that the server's cancels of its own nested
+	// requests reach the client, then is released.
+	streamGrace
+	// streamLingering: released, the client's side is over (quit is
+	// closed), and the upstream's is still read for the linger, so that a
+	// late answer reaches the tracker and the policy's hooks.
+	streamLingering
+	// streamEnded: the upstream's body is closed, or was never taken.
+	streamEnded
+)
+
+// stream is one upstream response being relayed to the client; its state
+// moves only forward, open to ended, under mu. The sidecar ends it early
+// (closing the upstream body) when the request it was to answer is
+// cancelled.
 type stream struct {
 	clock clock.Clock // set by newStream
-	mu    sync.Mutex  // guards the fields below
+	// linger, when set, is how long the upstream's answer is still read
+	// after the client's stream ends for a cancel; quit is closed when the
+	// stream starts to linger. Both are set before the stream is shared.
+	linger time.Duration
+	quit   chan struct{}
+
+	mu    sync.Mutex // guards the fields below
+	state streamState
 	body  fasthttp.ReadCloserWithError
-	ended bool
-	timer clock.Timer
+	timer clock.Timer // the grace's
 	// final, when set, is the proxy's own answer that ends the stream (a
 	// request's deadline passed).
 	final []byte
 	done  chan struct{} // closed when the stream is ended; made by watched
 	cut   bool          // ended by the sidecar, not at the upstream's end
-	// linger, when set, is how long the upstream's answer is still read
-	// after the client's stream ends for a cancel, so that a late answer
-	// reaches the tracker (and the policy's hooks); quit is closed when the
-	// client's stream is to end. Set before the stream is shared.
-	linger   time.Duration
-	quit     chan struct{}
-	quitOnce sync.Once
 }
 
 // newStream returns a stream whose timers run on the sidecar's clock.
@@ -61,10 +79,14 @@ func (st *stream) release() {
 		st.end(errStreamCancelled)
 		return
 	}
-	st.quitOnce.Do(func() {
-		close(st.quit)
-		st.clock.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
-	})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.state >= streamLingering {
+		return
+	}
+	st.state = streamLingering
+	close(st.quit)
+	st.clock.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
 }
 
 // watched returns a channel closed when the stream is ended.
@@ -73,7 +95,7 @@ func (st *stream) watched() <-chan struct{} {
 	defer st.mu.Unlock()
 	if st.done == nil {
 		st.done = make(chan struct{})
-		if st.ended {
+		if st.state == streamEnded {
 			close(st.done)
 		}
 	}
@@ -83,7 +105,7 @@ func (st *stream) watched() <-chan struct{} {
 // finish ends the stream with the proxy's own last message.
 func (st *stream) finish(msg []byte) {
 	st.mu.Lock()
-	if !st.ended {
+	if st.state != streamEnded {
 		st.final = msg
 	}
 	st.mu.Unlock()
@@ -111,7 +133,7 @@ func (st *stream) takeFinal() []byte {
 func (st *stream) setBody(rc fasthttp.ReadCloserWithError) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.ended {
+	if st.state == streamEnded {
 		rc.CloseWithError(errStreamCancelled)
 		return false
 	}
@@ -119,11 +141,12 @@ func (st *stream) setBody(rc fasthttp.ReadCloserWithError) bool {
 	return true
 }
 
-// endAfter ends the stream after d, once.
+// endAfter starts the grace of an open stream: it is released after d.
 func (st *stream) endAfter(d time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.timer == nil && !st.ended {
+	if st.state == streamOpen {
+		st.state = streamGrace
 		st.timer = st.clock.AfterFunc(d, st.release)
 	}
 }
@@ -131,11 +154,11 @@ func (st *stream) endAfter(d time.Duration) {
 // end closes the upstream body, which ends the relay.
 func (st *stream) end(why error) {
 	st.mu.Lock()
-	if st.ended {
+	if st.state == streamEnded {
 		st.mu.Unlock()
 		return
 	}
-	st.ended = true
+	st.state = streamEnded
 	st.cut = why != nil && why != io.EOF
 	body := st.body
 	if st.timer != nil {

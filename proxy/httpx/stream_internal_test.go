@@ -1,0 +1,87 @@
+package httpx
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+)
+
+// fakeBody records how it was closed.
+type fakeBody struct{ closed []error }
+
+func (b *fakeBody) Read([]byte) (int, error)      { return 0, nil }
+func (b *fakeBody) CloseWithError(err error) error { b.closed = append(b.closed, err); return nil }
+
+// TestStreamStates: a cancelled stream stays open for the grace, then ends
+// (or, lingering, lets its client go and ends after the linger); it moves
+// only forward, an end stops its grace, and a body that comes after the
+// end is closed at once.
+func TestStreamStates(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	newSt := func(linger time.Duration) (*stream, *fakeBody) {
+		st := &stream{clock: clk}
+		if linger > 0 {
+			st.lingerFor(linger)
+		}
+		b := &fakeBody{}
+		if !st.setBody(b) {
+			t.Fatal("setBody on an open stream refused")
+		}
+		return st, b
+	}
+	state := func(st *stream) streamState { st.mu.Lock(); defer st.mu.Unlock(); return st.state }
+
+	st, b := newSt(0)
+	st.endAfter(time.Second)
+	st.endAfter(time.Hour) // a second cancel does not move the grace
+	clk.Advance(999 * time.Millisecond)
+	if state(st) != streamGrace || len(b.closed) != 0 {
+		t.Fatalf("in the grace: state %d, closes %v", state(st), b.closed)
+	}
+	clk.Advance(time.Millisecond)
+	if state(st) != streamEnded || len(b.closed) != 1 || !errors.Is(b.closed[0], errStreamCancelled) || !st.wasCut() {
+		t.Fatalf("after the grace: state %d, closes %v, cut %v", state(st), b.closed, st.wasCut())
+	}
+	select {
+	case <-st.watched():
+	default:
+		t.Error("watched not closed at the end")
+	}
+
+	st, b = newSt(time.Minute)
+	st.endAfter(time.Second)
+	clk.Advance(time.Second)
+	select {
+	case <-st.quit:
+	default:
+		t.Fatal("a lingering stream's quit not closed after the grace")
+	}
+	if state(st) != streamLingering || len(b.closed) != 0 {
+		t.Fatalf("lingering: state %d, closes %v", state(st), b.closed)
+	}
+	st.release() // once only
+	clk.Advance(time.Minute)
+	if state(st) != streamEnded || len(b.closed) != 1 {
+		t.Fatalf("after the linger: state %d, closes %v", state(st), b.closed)
+	}
+
+	st, b = newSt(0)
+	st.endAfter(time.Second)
+	st.end(nil) // the answer came in the grace
+	if n := clk.Pending(); n != 0 {
+		t.Errorf("%d timers left after the end", n)
+	}
+	if st.wasCut() || len(b.closed) != 1 {
+		t.Errorf("ended cleanly: cut %v, closes %v", st.wasCut(), b.closed)
+	}
+	late := &fakeBody{}
+	if st.setBody(late) || len(late.closed) != 1 {
+		t.Errorf("a body after the end: taken, or not closed (%v)", late.closed)
+	}
+	st.endAfter(time.Second)
+	if state(st) != streamEnded || clk.Pending() != 0 {
+		t.Error("an ended stream went back to its grace")
+	}
+}
