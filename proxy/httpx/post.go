@@ -248,8 +248,9 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	ctx.SetStatusCode(status)
 	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		ctx.Response.ImmediateHeaderFlush = true // the upstream's headers reach the client now, not with the first event
-		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies), -1)
+		relay := s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies)
+		relay.lazyHead = true // the headers go with the first event: one write, not two
+		ctx.SetBodyStream(relay, -1)
 		return true
 	}
 	defer sess.detach(st)

@@ -416,3 +416,37 @@ func TestEventStreamsReuseUpstreamConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentCallStillGetsItsHeaders: the headers of an event-stream
+// answer go out with its first event, in one write; a call whose upstream
+// sends no event for a while still gets them, with a comment, so that a
+// client with a timeout on headers does not give up on a long call.
+func TestSilentCallStillGetsItsHeaders(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush() // headers, then silence
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n")
+	}))
+	t.Cleanup(up.Close)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.URL})}
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`) // returns with the headers
+	defer resp.Body.Close()
+	head := make([]byte, 3)
+	if _, err := io.ReadFull(resp.Body, head); err != nil || string(head) != ":\n\n" {
+		t.Fatalf("first bytes %q (%v), want the comment", head, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), `"result"`) {
+		t.Errorf("then %q, want the answer", rest)
+	}
+}

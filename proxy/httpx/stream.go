@@ -194,6 +194,12 @@ type sseRelay struct {
 	// reads, so that the client's side can end while the upstream's is
 	// still read; closed at the upstream's end.
 	evs chan []byte
+	// lazyHead is set when the response's headers were not flushed on
+	// their own: they go out with the first event, in one write, or, if
+	// none comes within watchDelay, with a comment (see WriteTo).
+	lazyHead bool
+	headMu   sync.Mutex // held by the first write, and by the comment's
+	headOut  bool       // something was written, or WriteTo returned
 }
 
 // newSSERelay starts relaying resp's events for a client on conn.
@@ -247,9 +253,19 @@ func (r *sseRelay) Read(p []byte) (int, error) {
 // chunk, which fasthttp flushes at once), until the stream ends. fasthttp's
 // server prefers it to Read, which spares a copy buffer per open stream.
 func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
+	if r.lazyHead {
+		// Clients must not wait for the headers of a long call (some give
+		// up on a response without them): a comment, which no client takes
+		// for an event, sends them if no event does first.
+		t := time.AfterFunc(watchDelay, func() { r.flushHead(w) })
+		defer func() {
+			t.Stop()
+			r.flushHead(nil) // from now on w is not ours
+		}()
+	}
 	var total int64
 	for r.next() {
-		n, err := w.Write(r.pending)
+		n, err := r.write(w, r.pending)
 		total += int64(n)
 		r.pending = nil
 		if err != nil {
@@ -257,6 +273,32 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// keepAlive is an SSE comment: it carries no event.
+var keepAlive = []byte(":\n\n")
+
+// write writes an event to w; while the head timer may run, under headMu,
+// so that its comment and the first event never cross.
+func (r *sseRelay) write(w io.Writer, p []byte) (int, error) {
+	if !r.lazyHead {
+		return w.Write(p)
+	}
+	r.headMu.Lock()
+	defer r.headMu.Unlock()
+	r.headOut = true
+	return w.Write(p)
+}
+
+// flushHead sends the headers with a comment, unless something was written
+// already; a nil w only marks the head as out.
+func (r *sseRelay) flushHead(w io.Writer) {
+	r.headMu.Lock()
+	defer r.headMu.Unlock()
+	if !r.headOut && w != nil {
+		w.Write(keepAlive)
+	}
+	r.headOut = true
 }
 
 // SupportsBodyWriteTo tells fasthttp that WriteTo writes what Read would.
