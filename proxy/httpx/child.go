@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -70,18 +69,11 @@ type procBackend struct{ *child.Process }
 
 func (p procBackend) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.Stdin} }
 
-// childSession is one session's child and its routes.
+// childSession is one session's server and the routes of what it sends
+// to the client's HTTP streams.
 type childSession struct {
-	id    string
-	proc  Backend
-	sess  *stdio.Session
-	in    *io.PipeWriter // lines toward the session's client side
-	log   *zap.Logger
-	clock clock.Clock   // the Children's
-	done  chan struct{} // closed once the session has ended
-	// grace bounds the waits of stop for a child that does not read: its
-	// term_after.
-	grace time.Duration
+	*lineSession
+	clock clock.Clock // the Children's
 
 	mu sync.Mutex // guards the fields below
 	// byID and byToken route answers and progress to their request's stream.
@@ -109,22 +101,9 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	sopts := cs.Session
-	sopts.Logger = log
-	sopts.OnClientClosed = func() { go proc.Stop() }
-	sopts.DrainWait = cmp.Or(sopts.DrainWait, copts.TermAfter)
-	cin, inW := io.Pipe()
-	outR, cout := io.Pipe()
-	c := &childSession{id: newSessionID(), proc: proc, sess: stdio.NewSession(sopts), in: inW, log: log, clock: cs.clock(), done: make(chan struct{}),
-		grace: cmp.Or(copts.TermAfter, child.DefaultTermAfter),
-		byID:  map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
-	go func() {
-		defer close(c.done)
-		c.sess.Run(stdio.Conn{In: cin, Out: cout}, proc.Conn())
-		<-c.sess.ReaderDone() // cin is our pipe: closing it ended the reader
-		proc.Stop()
-	}()
-	go c.route(outR)
+	c := &childSession{lineSession: startLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
+		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
+	go c.route(c.out)
 	return c, nil
 }
 

@@ -55,7 +55,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if body != nil {
-		if _, err := c.in.Write(append(body, '\n')); err != nil {
+		if err := c.send(body); err != nil {
 			s.log.Warn("the server's session has ended", zap.Error(err))
 			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
 			return
@@ -125,7 +125,7 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 		}
 		c.mu.Unlock()
 		if mine {
-			c.in.Write(append(framing.AppendCancelled(nil, id, "client disconnected"), '\n'))
+			c.send(framing.AppendCancelled(nil, id, "client disconnected"))
 			s.cancelled("disconnect")
 		}
 	}
@@ -165,7 +165,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	c.lastUsed.Store(cs.clock().Now().UnixNano())
 	cs.sessions[c.id] = c
 	go func() { // forget the session once its child is gone
-		<-c.proc.Exited()
+		<-c.back.Exited()
 		cs.mu.Lock()
 		delete(cs.sessions, c.id)
 		cs.mu.Unlock()
@@ -202,26 +202,6 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 	}
 	c.stop("session_end", "session deleted")
 	ctx.SetStatusCode(fasthttp.StatusOK)
-}
-
-// stop ends a session: its requests in flight are cancelled first (on the
-// child, with their hooks and audit, as from source; each client gets an
-// error), then the child's stdin closes, and the stop ladder follows. It
-// returns within two graces whatever the child does.
-func (c *childSession) stop(source, reason string) {
-	done := make(chan struct{})
-	go func() { c.sess.CancelAll(source, reason); close(done) }()
-	grace := time.NewTimer(c.grace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C: // the relay is held back by a server that does not read its stdin
-	}
-	c.in.Close()
-	// The session stops the child once it has written what it holds; a
-	// child that does not read its stdin would hold it for ever, so the
-	// ladder starts after the grace regardless.
-	time.AfterFunc(c.grace, func() { c.proc.Stop() })
 }
 
 // Count returns how many children run: one per session, and the shared one.
@@ -440,9 +420,7 @@ func (cs *Children) StopAll() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.stop("shutdown", "the proxy is shutting down")
-			c.proc.Stop()
-			<-c.done
+			c.stopAndWait("shutdown", "the proxy is shutting down")
 		}()
 	}
 	wg.Wait()
@@ -469,9 +447,9 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 	st := c.open([]framing.ID{id}, tokens(tok))
 	st.onAbort = func() {
 		c.forgetRename(id, tok)
-		c.in.Write(append(framing.AppendCancelled(nil, id, "the client closed the stream"), '\n'))
+		c.send(framing.AppendCancelled(nil, id, "the client closed the stream"))
 	}
-	if _, err := c.in.Write(append(line, '\n')); err != nil {
+	if err := c.send(line); err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
@@ -504,7 +482,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 	defer cs.mu.Unlock()
 	if cs.shared != nil {
 		select {
-		case <-cs.shared.proc.Exited():
+		case <-cs.shared.back.Exited():
 		default:
 			return cs.shared, nil
 		}

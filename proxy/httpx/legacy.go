@@ -3,9 +3,9 @@ package httpx
 import (
 	"cmp"
 	"fmt"
-	"io"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -52,14 +52,7 @@ type Legacy struct {
 }
 
 // legacySession is one old client's session.
-type legacySession struct {
-	id   string
-	mu   sync.Mutex // serialises the client's lines
-	in   *io.PipeWriter
-	back Backend
-	sess *stdio.Session
-	done chan struct{} // closed once the session has ended
-}
+type legacySession struct{ *lineSession }
 
 func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
 func (l *Legacy) msgRoute() string { return cmp.Or(l.MessagePath, DefaultLegacyMessagePath) }
@@ -103,12 +96,12 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
 	var back Backend
 	var err error
-	sopts := l.Session
+	sopts, grace := l.Session, time.Duration(0)
 	if children {
 		copts := s.Children.Child
 		copts.Logger = log
 		back, err = s.Children.backend(copts)
-		sopts = s.Children.Session
+		sopts, grace = s.Children.Session, copts.TermAfter
 	} else {
 		back, err = l.Dial(log)
 	}
@@ -117,7 +110,7 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
 		return
 	}
-	ls, st := s.startLegacy(back, sopts, log)
+	ls, st := s.startLegacy(back, sopts, grace, log)
 	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
 	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	log.Info("HTTP+SSE client session opened")
@@ -126,32 +119,25 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 
 // startLegacy runs a session between an old client's lines and back, and
 // returns it with its event stream.
-func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, log *zap.Logger) (*legacySession, *outStream) {
+func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) (*legacySession, *outStream) {
 	l := s.Legacy
-	sopts.Logger = log
-	sopts.OnClientClosed = back.Stop
-	cin, inW := io.Pipe()
-	outR, cout := io.Pipe()
-	ls := &legacySession{id: newSessionID(), in: inW, back: back, sess: stdio.NewSession(sopts), done: make(chan struct{})}
+	ls := &legacySession{startLineSession(back, sopts, grace, log)}
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
-	st.onAbort = func() { inW.Close() }
+	st.onAbort = func() { ls.in.Close() }
 	l.mu.Lock()
 	if l.sessions == nil {
 		l.sessions = map[string]*legacySession{}
 	}
 	l.sessions[ls.id] = ls
 	l.mu.Unlock()
-	go func() {
-		defer close(ls.done)
-		ls.sess.Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
-		<-ls.sess.ReaderDone() // cin is our pipe: closing it ended the reader
-		back.Stop()
+	go func() { // forget the session once it has ended
+		<-ls.done
 		l.mu.Lock()
 		delete(l.sessions, ls.id)
 		l.mu.Unlock()
 	}()
 	go func() { // the session's lines to the client, as message events
-		rd := framing.NewReader(outR, 0)
+		rd := framing.NewReader(ls.out, 0)
 		var f framing.Frame
 		for {
 			line, err := rd.Read(nil)
@@ -182,10 +168,7 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return
 	}
-	ls.mu.Lock()
-	_, err = ls.in.Write(append(line, '\n'))
-	ls.mu.Unlock()
-	if err != nil {
+	if err := ls.send(line); err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)
 		return
 	}
@@ -204,11 +187,9 @@ func (l *Legacy) Stats() proxy.Stats {
 	return st
 }
 
-// StopAll ends every old client's session: its requests in flight are
-// cancelled upstream (with their hooks and audit, as from "shutdown"; the
-// client gets an error for each), then its input closes, and its backend
-// stops once the cancels are written (the session's drain wait at most).
-// It returns once each session has ended.
+// StopAll ends every old client's session as lineSession.stop does (its
+// requests in flight cancelled upstream first, as from "shutdown"), all at
+// once, and returns once each has ended.
 func (l *Legacy) StopAll() {
 	l.mu.Lock()
 	all := make([]*legacySession, 0, len(l.sessions))
@@ -218,11 +199,7 @@ func (l *Legacy) StopAll() {
 	l.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, ls := range all {
-		wg.Go(func() {
-			ls.sess.CancelAll("shutdown", "the proxy is shutting down")
-			ls.in.Close() // the session stops the backend after draining
-			<-ls.done
-		})
+		wg.Go(func() { ls.stopAndWait("shutdown", "the proxy is shutting down") })
 	}
 	wg.Wait()
 }

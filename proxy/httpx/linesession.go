@@ -1,0 +1,84 @@
+package httpx
+
+import (
+	"cmp"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// lineSession is one client session of an HTTP front that speaks to its
+// server in lines (a stdio child, an HTTP+SSE upstream's session, a
+// Streamable HTTP upstream reached as a client): a stdio.Session between
+// the front, which writes the client's lines to in and reads what the
+// session sends the client from out, and the session's Backend. Both fronts
+// of that kind (Children for Streamable HTTP clients, Legacy for HTTP+SSE
+// ones) start, feed and stop their sessions here, so that cancellation is
+// the stdio relay's, exactly.
+type lineSession struct {
+	id   string
+	back Backend
+	sess *stdio.Session
+	in   *io.PipeWriter // the client's lines toward the session
+	out  *io.PipeReader // what the session sends the client
+	log  *zap.Logger
+	done chan struct{} // closed once the session has ended
+	// grace bounds the waits of stop for a server that does not read.
+	grace time.Duration
+}
+
+// startLineSession runs a session between a front and back; grace is the
+// server's term_after, or zero for the default.
+func startLineSession(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) *lineSession {
+	sopts.Logger = log
+	sopts.OnClientClosed = func() { go back.Stop() }
+	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
+	cin, inW := io.Pipe()
+	outR, cout := io.Pipe()
+	ls := &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: inW, out: outR, log: log,
+		done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+	go func() {
+		defer close(ls.done)
+		ls.sess.Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
+		<-ls.sess.ReaderDone() // cin is ours: closing it ended the reader
+		back.Stop()
+	}()
+	return ls
+}
+
+// send hands the session one line of the client's (without its newline).
+func (ls *lineSession) send(line []byte) error {
+	_, err := ls.in.Write(append(line, '\n'))
+	return err
+}
+
+// stop ends the session: its requests in flight are cancelled first (on
+// the server, with their hooks and audit, as from source; the client gets
+// an error for each), then the client's side closes, and the backend stops
+// once the session has written what it holds. It returns within two graces
+// whatever the server does.
+func (ls *lineSession) stop(source, reason string) {
+	done := make(chan struct{})
+	go func() { ls.sess.CancelAll(source, reason); close(done) }()
+	grace := time.NewTimer(ls.grace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C: // the relay is held back by a server that does not read its stdin
+	}
+	ls.in.Close()
+	// The session stops the backend once it has written what it holds; a
+	// server that does not read would hold it for ever, so the backend's
+	// stop (a process's ladder) starts after the grace regardless.
+	time.AfterFunc(ls.grace, ls.back.Stop)
+}
+
+// stopAndWait stops the session and waits until it has ended.
+func (ls *lineSession) stopAndWait(source, reason string) {
+	ls.stop(source, reason)
+	<-ls.done
+}
