@@ -11,7 +11,7 @@ import (
 // fakeBody records how it was closed.
 type fakeBody struct{ closed []error }
 
-func (b *fakeBody) Read([]byte) (int, error)      { return 0, nil }
+func (b *fakeBody) Read([]byte) (int, error)       { return 0, nil }
 func (b *fakeBody) CloseWithError(err error) error { b.closed = append(b.closed, err); return nil }
 
 // TestStreamStates: a cancelled stream stays open for the grace, then ends
