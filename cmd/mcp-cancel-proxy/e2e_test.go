@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -577,7 +578,43 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	up, front := freePort(t), freePort(t)
 	server := startExampleStateless(t, up)
-	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
+	goSDKClientCancelsThroughSidecar(t, front, "http://"+up+"/mcp", server,
+		&mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, `"reason":"client closed the stream"`, false)
+}
+
+// TestE2EGoSDKSSEClientToGoSDKSSEServer: the HTTP+SSE transport on both
+// sides, the go-sdk's at each end: its SSE client through the sidecar's
+// legacy endpoints to the example server on its SSE handler (--sse), in a
+// process of its own; the client's POSTed cancel is POSTed on, and the
+// tool sees its request cancelled.
+func TestE2EGoSDKSSEClientToGoSDKSSEServer(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	up, front := freePort(t), freePort(t)
+	srv := exec.Command(proxyBin, "example-server", "--sse", up)
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	server := newLogTail(stderr)
+	waitListening(t, up)
+	goSDKClientCancelsThroughSidecar(t, front, "http://"+up+"/sse", server,
+		&mcp.SSEClientTransport{Endpoint: "http://" + front + "/sse"}, `"cancel accepted"`, true)
+}
+
+// goSDKClientCancelsThroughSidecar runs the sidecar at front in front of
+// upstream (the example server, whose log is server) and has the go-sdk
+// client, on transport tr, call block and cancel it once it reports
+// progress: the tool sees its request cancelled, the sidecar's log says
+// how (accepted), the client gets no progress after, and calls on. With
+// late, the server answers the cancelled call once released (a stateful
+// server; a stateless one lost it with its stream), and the sidecar holds
+// the answer back.
+func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, server *logTail, tr mcp.Transport, accepted string, late bool) {
+	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", upstream)
 	sc.logs.waitFor(t, "sidecar listening")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	progressed := make(chan struct{}, 8)
@@ -585,7 +622,7 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
 	})
 	ctx := context.Background()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, nil)
+	cs, err := client.Connect(ctx, tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,13 +641,58 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
 	}
 	server.waitFor(t, "block g: the request was cancelled")
-	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client closed the stream"`)
+	sc.logs.waitFor(t, `"cancel accepted"`, accepted)
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
 		t.Fatal(err)
+	}
+	if late {
+		sc.logs.waitFor(t, `"late response to a cancelled request"`)
 	}
 	select {
 	case <-progressed:
 		t.Error("progress reached the client after its cancel")
 	default:
+	}
+}
+
+// TestE2EStdioClientToGoSDKSSEServer: the go-sdk's HTTP+SSE server handler
+// (the example server, --sse) behind the bridge, in a process of its own:
+// a server-to-client request (sampling) travels on the upstream's event
+// stream to the client and its answer back as a POST; then the upstream
+// dies mid-call, its stream drops, and the call in flight gets the proxy's
+// error at once, and the bridge ends saying so (exit 1).
+func TestE2EStdioClientToGoSDKSSEServer(t *testing.T) {
+	up := freePort(t)
+	srv := exec.Command(proxyBin, "example-server", "--sse", up)
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	waitListening(t, up)
+	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
+	w.initialize(`{"sampling":{}}`)
+	w.logs.waitFor(t, "upstream transport detected", "sse")
+
+	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ask_sampling"}}`)
+	got := w.recvUntil(func(m map[string]any) bool { return m["method"] == "sampling/createMessage" })
+	id, _ := json.Marshal(got[len(got)-1]["id"])
+	w.send(`{"jsonrpc":"2.0","id":` + string(id) + `,"result":{"role":"assistant","content":{"type":"text","text":"hi"},"model":"e2e-model"}}`)
+	res := w.recvUntil(isResponse(5))
+	if b, _ := json.Marshal(res[len(res)-1]); !strings.Contains(string(b), "sampled by e2e-model") {
+		t.Errorf("ask_sampling answered %s, want the sampled result", b)
+	}
+
+	w.send(`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"block","arguments":{"key":"d"},"_meta":{"progressToken":"t6"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "t6") })
+	srv.Process.Kill() // the upstream dies mid-call: its event stream drops
+	srv.Wait()
+	res = w.recvUntil(isResponse(6))
+	errObj, _ := res[len(res)-1]["error"].(map[string]any)
+	if errObj == nil || errObj["code"] != float64(-32000) {
+		t.Errorf("the call in flight got %v, want the proxy's -32000 error", res[len(res)-1])
+	}
+	if code := w.wait(); code != 1 {
+		t.Errorf("bridge exit status %d after the upstream died, want 1", code)
 	}
 }

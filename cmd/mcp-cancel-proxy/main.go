@@ -119,6 +119,7 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
 	stateless := fs.Bool("stateless", false, "with --http: serve without sessions; a closed stream cancels its request")
+	sse := fs.String("sse", "", "serve the 2024-11-05 HTTP+SSE transport on this `address` (event stream on /sse) instead of stdio")
 	stubborn := fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
 		"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)")
 	if err := fs.Parse(args); err != nil {
@@ -134,9 +135,12 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "example server pids: %d %d\n", os.Getpid(), helper.Process.Pid)
 	}
 	err := error(nil)
-	if *addr != "" {
+	switch {
+	case *addr != "":
 		err = exampleserver.ServeHTTP(ctx, *addr, *stateless)
-	} else {
+	case *sse != "":
+		err = exampleserver.ServeSSE(ctx, *sse)
+	default:
 		err = exampleserver.Run(ctx)
 	}
 	if err != nil {

@@ -151,13 +151,26 @@ func Run(ctx context.Context) error {
 func ServeHTTP(ctx context.Context, addr string, stateless bool) error {
 	s := New()
 	opts := &mcp.StreamableHTTPOptions{Stateless: stateless, PropagateRequestCancellation: stateless}
-	srv := &http.Server{Addr: addr, Handler: mcp.NewStreamableHTTPHandler(
-		func(*http.Request) *mcp.Server { return s }, opts)}
+	return serve(ctx, addr, "Streamable HTTP on http://"+addr+"/mcp", mcp.NewStreamableHTTPHandler(
+		func(*http.Request) *mcp.Server { return s }, opts))
+}
+
+// ServeSSE serves the example server over the 2024-11-05 HTTP+SSE
+// transport at addr (the event stream on /sse) until ctx ends.
+func ServeSSE(ctx context.Context, addr string) error {
+	s := New()
+	return serve(ctx, addr, "HTTP+SSE on http://"+addr+"/sse", mcp.NewSSEHandler(
+		func(*http.Request) *mcp.Server { return s }, nil))
+}
+
+// serve serves h at addr until ctx ends.
+func serve(ctx context.Context, addr, what string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h}
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	fmt.Fprintf(os.Stderr, "example server: serving Streamable HTTP on http://%s/mcp\n", addr)
+	fmt.Fprintf(os.Stderr, "example server: serving %s\n", what)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
