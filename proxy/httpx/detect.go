@@ -39,6 +39,13 @@ type detection struct {
 	sse  bool // set before done
 }
 
+// modernity remembers whether the upstream speaks 2026-07-28.
+type modernity struct {
+	mu   sync.Mutex // held while asking: one question at a time
+	done atomic.Bool
+	yes  bool // set before done
+}
+
 // viaChildren reports whether requests go to Children: a stdio server, or
 // an HTTP+SSE upstream (as told, or as detected).
 func (s *Sidecar) viaChildren() bool {

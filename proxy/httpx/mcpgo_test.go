@@ -121,3 +121,23 @@ func TestLegacyStopCancelsInFlight(t *testing.T) {
 		t.Errorf("upstream cancelled %q", key)
 	}
 }
+
+// TestMcpGoClientCancelsOnStatelessUpstream: mcp-go's Streamable HTTP
+// client speaks 2025 and cancels only by closing the request's stream; in
+// front of a stateless upstream it has no session, so nobody could resume
+// that stream, and the sidecar, having found with server/discover that the
+// upstream speaks 2026-07-28, sent the request as such: the close reaches
+// the tool as its cancel, and the sidecar records it.
+func TestMcpGoClientCancelsOnStatelessUpstream(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	cancels := make(chan string, 4)
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, OnCancel: func(source string) { cancels <- source }})
+	mcpgoCallAndAbandon(t, url, up.started)
+	if key := <-up.sawCancel; key != "mcpgo" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	if source := <-cancels; source != "disconnect" {
+		t.Errorf("the sidecar recorded a cancel from %q, want disconnect", source)
+	}
+}

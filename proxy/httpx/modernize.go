@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"encoding/json"
+	"net/url"
 	"slices"
 	"time"
 
@@ -38,30 +39,48 @@ const discoverWait = 5 * time.Second
 // probeModern asks a stateless upstream whether it speaks 2026-07-28, and
 // sets b.modern if it does.
 func (b *streamBackend) probeModern() {
-	var f framing.Frame
-	if f.Parse(discoverRequest) != nil {
+	if ok, _ := speaksModern(b.u.Client, b.u.URL, b.log); !ok {
 		return
 	}
-	resp, err := b.requestWithin(discoverWait, fasthttp.MethodPost, discoverRequest, "", &f.Msgs[0])
-	if err != nil {
-		b.log.Info("stateless upstream: server/discover unanswered", zap.String("error", brief(err)))
-		return
+	b.mu.Lock()
+	b.modern = true
+	b.mu.Unlock()
+	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them")
+}
+
+// speaksModern asks the server at u, with server/discover, whether it
+// speaks 2026-07-28; each wait is bounded by discoverWait. An error says
+// the server could not be asked.
+func speaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(u.String())
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(versionHeader, string(framing.RevisionStateless))
+	req.Header.Set("Mcp-Method", "server/discover")
+	req.SetBody(discoverRequest)
+	if err := c.DoTimeout(req, resp, discoverWait); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		log.Info("stateless upstream: server/discover unanswered", zap.String("error", brief(err)))
+		return false, err
 	}
 	var data []byte
 	if isEventStream(resp.Header.ContentType()) {
 		body := bodyOf(resp)
 		cut := time.AfterFunc(discoverWait, func() { body.CloseWithError(errSSEStopped) })
-		defer cut.Stop()
 		rd := framing.NewSSEReader(body, 1<<20)
-		for data == nil {
+		for { // to the end, which gives the connection back for reuse
 			ev, err := rd.Next()
 			if err != nil {
 				break
 			}
-			if ev.HasData {
+			if ev.HasData && data == nil {
 				data = append([]byte(nil), ev.Data...)
 			}
 		}
+		cut.Stop()
 		rd.Release()
 		resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
@@ -74,13 +93,57 @@ func (b *streamBackend) probeModern() {
 		} `json:"result"`
 	}
 	if json.Unmarshal(data, &r) != nil || !slices.Contains(r.Result.SupportedVersions, string(framing.RevisionStateless)) {
-		b.log.Info("stateless upstream without protocol 2026-07-28: a cancel closes the request's stream, which it may not take as one")
+		log.Info("stateless upstream without protocol 2026-07-28: a cancel closes the request's stream, which it may not take as one")
+		return false, nil
+	}
+	return true, nil
+}
+
+// modernizeSessionless sends a request that a client of the 2025
+// revisions POSTs without a session (its upstream, stateless, gave it
+// none) as a 2026-07-28 one, when the upstream speaks that revision: the
+// client's cancel cannot be matched without a session, and nobody can
+// resume such a stream, so closing it is the only cancel there is, and
+// only a 2026-07-28 request is cancelled by it (the go-sdk's stateless
+// handler, for one). The session, the request's own, then takes the
+// stream's close as the cancel too.
+func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
+	v := sess.protocolVersion()
+	if v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !s.upstreamModern() {
 		return
 	}
-	b.mu.Lock()
-	b.modern = true
-	b.mu.Unlock()
-	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them")
+	modern, err := modernize(d.data, nil)
+	var f framing.Frame
+	if err != nil || f.Parse(modern) != nil {
+		return
+	}
+	d.data = modern
+	version := string(framing.RevisionStateless)
+	mirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
+	ctx.Request.Header.Set(versionHeader, version)
+	sess.setVersion([]byte(version))
+}
+
+// upstreamModern reports whether the upstream speaks 2026-07-28, asking it
+// once (again after a failure to ask).
+func (s *Sidecar) upstreamModern() bool {
+	m := &s.modern
+	if m.done.Load() {
+		return m.yes
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.done.Load() {
+		yes, err := speaksModern(s.client, s.upstream, s.log)
+		if err == nil {
+			m.yes = yes
+			m.done.Store(true)
+		}
+		if yes {
+			s.log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them")
+		}
+	}
+	return m.yes
 }
 
 // modernizable reports whether a request of the 2025 revisions exists in

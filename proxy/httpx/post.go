@@ -55,6 +55,9 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		sess.attach(c, st)
 	}
 	sess.decideMu.Unlock()
+	if !known && !f.Batch && len(d.requests) == 1 {
+		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
+	}
 	if !s.admit(ctx, sess, st, &d) {
 		return
 	}

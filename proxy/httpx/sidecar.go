@@ -111,6 +111,7 @@ type Sidecar struct {
 	once     sync.Once
 	initErr  error
 	detected detection
+	modern   modernity
 	client   *fasthttp.Client
 	upstream *url.URL
 	sessions registry
