@@ -27,7 +27,8 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 	defer log.Sync()
 	ignoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
-	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, int(cfg.Limits.MaxFrameSize), log)
+	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, int(cfg.Limits.MaxFrameSize),
+		!cfg.HTTP.UpgradeStateless, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

@@ -108,6 +108,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			if err != nil {
 				return nil, err
 			}
+			up.KeepRevision = !cfg.HTTP.UpgradeStateless
 			sc.Legacy.Dial = up.Dial
 		}
 		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
@@ -134,7 +135,8 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		Legacy:    &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath},
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		SessionIdle: cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),
+		KeepRevision: !cfg.HTTP.UpgradeStateless,
+		SessionIdle:  cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}
 	m := metrics.New(metrics.Gauges{

@@ -78,6 +78,12 @@ type HTTP struct {
 	// within it: for clients that close streams and never POST a cancel.
 	// Default 0: off, as the spec says a disconnect is not a cancel.
 	DisconnectCancelAfter time.Duration `yaml:"disconnect_cancel_after"`
+	// UpgradeStateless sends the requests of a 2025 client that a stateless
+	// upstream gave no session as 2026-07-28 requests, when the upstream
+	// says (server/discover) it speaks that revision, so that closing a
+	// request's stream, such a client's only cancel there, cancels it.
+	// Default true.
+	UpgradeStateless bool `yaml:"upgrade_stateless"`
 	// MaxSessions caps the sessions, each with its own child, when a stdio
 	// server is served over HTTP; initialize beyond it gets 503. Default 64.
 	MaxSessions int `yaml:"max_sessions"`
@@ -138,7 +144,7 @@ func Defaults() Config {
 		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
 		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		HTTP:   HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy: policy.Defaults(),
 		Audit:  policy.Audit{Path: "stderr"},
 	}

@@ -95,7 +95,7 @@ func (s *Sidecar) probe() (sse bool, err error) {
 // DialUpstream returns a session's backend for the MCP server at rawURL,
 // speaking transport (TransportAuto: found out first, by probeTransport):
 // what a stdio client needs to reach an HTTP server.
-func DialUpstream(rawURL, transport string, maxBody int, log *zap.Logger) (Backend, error) {
+func DialUpstream(rawURL, transport string, maxBody int, keepRevision bool, log *zap.Logger) (Backend, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func DialUpstream(rawURL, transport string, maxBody int, log *zap.Logger) (Backe
 	if transport == TransportSSE {
 		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
 	}
-	return (&StreamableUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
+	return (&StreamableUpstream{URL: u, Client: client, MaxBodySize: maxBody, KeepRevision: keepRevision}).Dial(log)
 }
 
 // probeTransport POSTs initialize to the upstream; on 400, 404 or 405 it

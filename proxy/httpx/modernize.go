@@ -109,7 +109,7 @@ func speaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error)
 // stream's close as the cancel too.
 func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
 	v := sess.protocolVersion()
-	if v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !s.upstreamModern() {
+	if s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !s.upstreamModern() {
 		return
 	}
 	modern, err := modernize(d.data, nil)

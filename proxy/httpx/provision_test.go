@@ -1,8 +1,14 @@
 package httpx_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
@@ -45,4 +51,54 @@ func TestSidecarValidate(t *testing.T) {
 		t.Errorf("Provision changed the configuration: path %q, max body %d, grace %v", good.Path, good.MaxBodySize, good.CancelGrace)
 	}
 	good.Cleanup("test") // nothing started: returns at once
+}
+
+// TestUpgradeStateless: a 2025 client's sessionless call to a stateless
+// upstream that says it speaks 2026-07-28 goes as a 2026-07-28 request
+// (header and _meta), unless KeepRevision is set; a call in a session, and
+// initialize, go as they are.
+func TestUpgradeStateless(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("KeepRevision=%v", keep), func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			seen := make(chan string, 8) // method, header version, _meta version of each request
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var m struct {
+					ID     any    `json:"id"`
+					Method string `json:"method"`
+					Params struct {
+						Meta map[string]any `json:"_meta"`
+					} `json:"params"`
+				}
+				json.NewDecoder(r.Body).Decode(&m)
+				w.Header().Set("Content-Type", "application/json")
+				if m.Method == "server/discover" {
+					fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%q,"result":{"supportedVersions":["2026-07-28","2025-06-18"],"capabilities":{}}}`, m.ID)
+					return
+				}
+				seen <- fmt.Sprintf("%s %s %v", m.Method, r.Header.Get("MCP-Protocol-Version"), m.Params.Meta["io.modelcontextprotocol/protocolVersion"])
+				id, _ := json.Marshal(m.ID)
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+			}))
+			t.Cleanup(up.Close)
+			c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.URL, KeepRevision: keep})}
+			for _, body := range []string{
+				`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`,
+				`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+			} {
+				resp := c.post(body)
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			want := []string{"initialize 2025-06-18 <nil>", "tools/list 2026-07-28 2026-07-28"}
+			if keep {
+				want[1] = "tools/list 2025-06-18 <nil>"
+			}
+			for _, w := range want {
+				if got := <-seen; got != w {
+					t.Errorf("upstream saw %q, want %q", got, w)
+				}
+			}
+		})
+	}
 }

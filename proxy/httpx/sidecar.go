@@ -107,6 +107,11 @@ type Sidecar struct {
 	// Clock runs the sidecar's graces and idle periods. If nil, the real
 	// one.
 	Clock clock.Clock
+	// KeepRevision, when set, relays a 2025 client's requests without a
+	// session in its revision, even when the stateless upstream speaks
+	// 2026-07-28 (see modernize.go); closing such a request's stream then
+	// may not cancel it.
+	KeepRevision bool
 
 	once     sync.Once
 	initErr  error

@@ -44,6 +44,11 @@ type StreamableUpstream struct {
 	// MaxBodySize bounds a JSON answer or an event. If zero,
 	// framing.DefaultMaxFrameSize.
 	MaxBodySize int
+	// KeepRevision, when set, sends the requests of a session the upstream
+	// opened without a session id (a stateless server) in the client's
+	// revision, even when the server speaks 2026-07-28 (see modernize.go);
+	// a cancel then may not reach it.
+	KeepRevision bool
 }
 
 // Dial returns a session's backend; nothing is sent until its first line.
@@ -197,7 +202,7 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 				b.initialized = true
 				b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
 			}
-			stateless := first && b.session == ""
+			stateless := first && b.session == "" && !b.u.KeepRevision
 			b.mu.Unlock()
 			if stateless {
 				// Before the client has its answer, and so before its
