@@ -196,22 +196,11 @@ func TestE2EGoSDKClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callCtx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		params := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "g"}}
-		params.SetProgressToken("go-sdk-tok")
-		_, err := cs.CallTool(callCtx, params)
-		errc <- err
-	}()
-	<-firstProgress
-	mu.Lock()
-	cancelled = true
-	mu.Unlock()
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
-	}
+	blockAndCancel(t, cs, "go-sdk-tok", firstProgress, func() {
+		mu.Lock()
+		cancelled = true
+		mu.Unlock()
+	})
 	// The go-sdk sends its cancel asynchronously: release the blocked tool
 	// only once the proxy has it, or the release could overtake it.
 	logs.waitFor(t, `"cancel accepted"`)
@@ -627,19 +616,7 @@ func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, serv
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	callCtx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		p := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "g"}}
-		p.SetProgressToken("g-tok")
-		_, err := cs.CallTool(callCtx, p)
-		errc <- err
-	}()
-	<-progressed
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
-	}
+	blockAndCancel(t, cs, "g-tok", progressed, func() {})
 	server.waitFor(t, "block g: the request was cancelled")
 	sc.logs.waitFor(t, `"cancel accepted"`, accepted)
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
@@ -694,5 +671,27 @@ func TestE2EStdioClientToGoSDKSSEServer(t *testing.T) {
 	}
 	if code := w.wait(); code != 1 {
 		t.Errorf("bridge exit status %d after the upstream died, want 1", code)
+	}
+}
+
+// blockAndCancel calls the example server's block tool (key "g") through
+// cs with progress token tok, and cancels the call once progress comes
+// (started receives or closes), after calling before: the call must end
+// with context.Canceled.
+func blockAndCancel(t *testing.T, cs *mcp.ClientSession, tok string, started <-chan struct{}, before func()) {
+	t.Helper()
+	callCtx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		p := &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "g"}}
+		p.SetProgressToken(tok)
+		_, err := cs.CallTool(callCtx, p)
+		errc <- err
+	}()
+	<-started
+	before()
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
 	}
 }

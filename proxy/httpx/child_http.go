@@ -220,10 +220,7 @@ func (cs *Children) Count() int {
 func (cs *Children) Stats() proxy.Stats {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	var st proxy.Stats
-	for _, c := range cs.sessions {
-		st.Add(c.sess.Stats())
-	}
+	st := sumStats(cs.sessions)
 	if cs.shared != nil {
 		st.Add(cs.shared.sess.Stats())
 	}

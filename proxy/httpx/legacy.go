@@ -180,11 +180,7 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 func (l *Legacy) Stats() proxy.Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var st proxy.Stats
-	for _, ls := range l.sessions {
-		st.Add(ls.sess.Stats())
-	}
-	return st
+	return sumStats(l.sessions)
 }
 
 // StopAll ends every old client's session as lineSession.stop does (its

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -48,6 +49,18 @@ func startLineSession(back Backend, sopts stdio.Options, grace time.Duration, lo
 		back.Stop()
 	}()
 	return ls
+}
+
+// stats returns the session's counters.
+func (ls *lineSession) stats() proxy.Stats { return ls.sess.Stats() }
+
+// sumStats sums the counters of line sessions, by id.
+func sumStats[S interface{ stats() proxy.Stats }](sessions map[string]S) proxy.Stats {
+	var st proxy.Stats
+	for _, s := range sessions {
+		st.Add(s.stats())
+	}
+	return st
 }
 
 // send hands the session one line of the client's (without its newline).
