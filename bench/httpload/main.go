@@ -192,7 +192,7 @@ func serveSidecar(sc *httpx.Sidecar) (string, func(), error) {
 	}
 	fs := &fasthttp.Server{Handler: handler, CloseOnShutdown: true, IdleTimeout: time.Second}
 	go fs.Serve(ln)
-	return "http://" + ln.Addr().String() + "/mcp", func() { fs.Shutdown() }, nil
+	return "http://" + ln.Addr().String() + "/mcp", func() { sc.Cleanup("done"); fs.Shutdown() }, nil
 }
 
 func listen(h http.Handler) (*http.Server, string, error) {

@@ -39,7 +39,6 @@ func runSessions(n, rounds int) error {
 		return err
 	}
 	children := &httpx.Children{Dial: up.Dial}
-	defer children.StopAll()
 	viaSSE, stop2, err := serveSidecar(&httpx.Sidecar{Upstream: sseURL, UpstreamTransport: httpx.TransportSSE, Children: children})
 	if err != nil {
 		return err

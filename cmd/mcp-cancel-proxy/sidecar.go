@@ -99,7 +99,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		Governor: func(a proxy.Actions) proxy.Governor {
 			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
 		}}
-	sc.Legacy.Session, sc.Legacy.MaxSessions = sopts, cfg.HTTP.MaxSessions
+	sc.Legacy.Session = sopts
 	var dial func(*zap.Logger) (httpx.Backend, error)
 	if len(argv) == 0 {
 		maxBody := int(cfg.Limits.MaxFrameSize)
@@ -120,7 +120,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		}
 	}
 	if len(argv) > 0 || dial != nil { // a child per session, or an HTTP+SSE session per session
-		sc.Children = &httpx.Children{Argv: argv, Dial: dial, MaxSessions: cfg.HTTP.MaxSessions, IdleTimeout: cfg.HTTP.SessionIdle,
+		sc.Children = &httpx.Children{Argv: argv, Dial: dial,
 			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
 			Session: sopts,
 		}
@@ -136,7 +136,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		KeepRevision: !cfg.HTTP.UpgradeStateless,
-		SessionIdle:  cfg.HTTP.SessionIdle, EventMemory: int64(cfg.Limits.EventMemory),
+		SessionIdle:  cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}
 	m := metrics.New(metrics.Gauges{

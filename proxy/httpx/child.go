@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,22 +33,21 @@ type Children struct {
 	Child child.Options
 	// Session configures each session; its OnClientClosed is the sidecar's.
 	Session stdio.Options
-	// MaxSessions caps the sessions (children) at once; beyond, initialize
-	// gets 503. If zero, 64.
-	MaxSessions int
-	// IdleTimeout stops a session's child after this long without a
-	// request and with no stream open. If zero, 30 minutes.
-	IdleTimeout time.Duration
-	// Clock runs the idle sweep and the graces of cancelled streams. If
-	// nil, the real one.
-	Clock clock.Clock
+	// (How many sessions at once, how long one may idle, and the clock are
+	// the Sidecar's: MaxSessions, SessionIdle, Clock.)
 
-	mu       sync.Mutex // guards sessions and shared
-	sessions map[string]*childSession
-	shared   *childSession // serves every sessionless request
-	janitor  sync.Once     // starts the idle sweep
-	quit     chan struct{} // closed by StopAll: the sweep ends
+	sessions sessionTable[*childSession] // set up by the Sidecar's Provision
+	mu       sync.Mutex                  // guards shared; held while a session starts
+	shared   *childSession               // serves every sessionless request
+	retiring sync.WaitGroup              // the sessions idle or evicted, stopping
 }
+
+// provision sets up the session table: idle, the cap, the clock.
+func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock) {
+	cs.sessions.init(idle, most, clk)
+}
+
+func (cs *Children) clock() clock.Clock { return cs.sessions.clock }
 
 // Backend is one session's server as a child session talks to it: its
 // lines in and out, a way to end it, and a channel closed once it has.
@@ -73,7 +71,8 @@ func (p procBackend) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.
 // to the client's HTTP streams.
 type childSession struct {
 	*lineSession
-	clock clock.Clock // the Children's
+	clock    clock.Clock     // the Children's
+	retiring *sync.WaitGroup // the Children's: counts the session while it stops, once retired
 
 	mu sync.Mutex // guards the fields below
 	// byID and byToken route answers and progress to their request's stream.
@@ -86,11 +85,10 @@ type childSession struct {
 	// shared marks the child that serves every sessionless (2026-07-28)
 	// request: there, ids and progress tokens are renamed on the way in, so
 	// that clients can never collide, and named back here on the way out.
-	shared   bool
-	lastUsed atomic.Int64              // when the session last saw a request, in UnixNano
-	origID   map[framing.ID]framing.ID // renamed id -> the client's
-	origTok  map[framing.ID]framing.ID // renamed token -> the client's
-	renames  uint64
+	shared  bool
+	origID  map[framing.ID]framing.ID // renamed id -> the client's
+	origTok map[framing.ID]framing.ID // renamed token -> the client's
+	renames uint64
 }
 
 // start opens a session: the child, the stdio.Session and its router.
@@ -102,7 +100,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 		return nil, err
 	}
 	c := &childSession{lineSession: startLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
-		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}}
+		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}, retiring: &cs.retiring}
 	go c.route(c.out)
 	return c, nil
 }

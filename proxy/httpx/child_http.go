@@ -15,7 +15,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // childPost relays a POST to the session's child.
@@ -68,12 +67,10 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	for _, r := range refused {
 		st.send(framing.AppendSSEMessage(nil, "", r), true)
 	}
-	if s.DisconnectCancelAfter > 0 {
-		// Opted in: a client that leaves the stream and never POSTs a cancel
-		// has its requests cancelled after the grace. (This mode keeps no
-		// event ids, so the client cannot resume the stream meanwhile.)
-		st.onAbort = func() { s.clock.AfterFunc(s.DisconnectCancelAfter, func() { s.cancelAbandoned(c, st) }) }
-	}
+	// With the disconnect grace, a client that leaves the stream and never
+	// POSTs a cancel has its requests cancelled after it. (This mode keeps
+	// no event ids, so the client cannot resume the stream meanwhile.)
+	st.onAbort = func() { s.afterDisconnect(nil, func() { s.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.stopWatch = watchCloseAfter(ctx.Conn(), watchDelay, st.abort)
@@ -85,7 +82,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 // parse, counted by its session when it names one.
 func (s *Sidecar) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 	if id := peek(ctx.Request.Header.All(), sessionHeader); len(id) > 0 {
-		if c := s.Children.lookup(string(id)); c != nil {
+		if c, ok := s.Children.sessions.lookup(string(id)); ok {
 			return c.sess.Invalid(err, ctx.PostBody())
 		}
 	}
@@ -136,25 +133,16 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 // answer.
 func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
 	cs := s.Children
-	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.sessions == nil {
-		cs.sessions = make(map[string]*childSession)
-	}
-	cs.janitor.Do(func() {
-		cs.quit = make(chan struct{})
-		cs.sweepEvery(cs.idleTimeout()/4, cs.quit)
-	})
-	if id != "" {
-		if c := cs.sessions[id]; c != nil {
-			c.lastUsed.Store(cs.clock().Now().UnixNano())
+	if id := string(peek(ctx.Request.Header.All(), sessionHeader)); id != "" {
+		if c, ok := cs.sessions.lookup(id); ok {
 			return c, 0, ""
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
 	}
-	if !cs.makeRoomLocked(s.log) {
-		s.log.Warn("session refused: too many sessions, none idle", zap.Int("sessions", len(cs.sessions)))
+	cs.mu.Lock() // one session starts at a time: the cap holds
+	defer cs.mu.Unlock()
+	if !cs.sessions.roomFor() {
+		s.log.Warn("session refused: too many sessions, none idle", zap.Int("sessions", cs.sessions.len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	c, err := cs.start(s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1)))))
@@ -162,21 +150,22 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
-	c.lastUsed.Store(cs.clock().Now().UnixNano())
-	cs.sessions[c.id] = c
-	go func() { // forget the session once its child is gone
+	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
+		go c.stop("session_end", "too many sessions")
+		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
+	}
+	// Forget the session once its child is gone.
+	go func() {
 		<-c.back.Exited()
-		cs.mu.Lock()
-		delete(cs.sessions, c.id)
-		cs.mu.Unlock()
+		cs.sessions.removeIf(c.id, c)
 	}()
 	return c, 0, ""
 }
 
 // childGet opens the session's standalone stream.
 func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
-	c := s.Children.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
-	if c == nil {
+	c, ok := s.Children.sessions.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
+	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
@@ -195,8 +184,8 @@ func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
 // ladder follows.
 func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	c := s.Children.lookup(id)
-	if c == nil {
+	c, ok := s.Children.sessions.lookup(id)
+	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
@@ -206,66 +195,28 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 
 // Count returns how many children run: one per session, and the shared one.
 func (cs *Children) Count() int {
+	n := cs.sessions.len()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	n := len(cs.sessions)
 	if cs.shared != nil {
 		n++
 	}
 	return n
 }
 
-// Stats sums the counters of the sessions that run (those ended no longer
-// count).
-func (cs *Children) Stats() proxy.Stats {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	st := sumStats(cs.sessions)
-	if cs.shared != nil {
-		st.Add(cs.shared.sess.Stats())
+// retire stops the server of a session the sidecar forgot.
+func (c *childSession) retire(why string) {
+	switch why {
+	case retireIdle:
+		c.log.Info("session idle: stopping its server")
+	case retireEvicted:
+		c.log.Info("session evicted: the least recently used idle session makes room for a new one")
 	}
-	return st
+	c.retiring.Go(func() { c.stopAndWait("session_end", "session "+why) })
 }
 
-// sweepEvery sweeps every period until quit is closed.
-func (cs *Children) sweepEvery(period time.Duration, quit chan struct{}) {
-	cs.clock().AfterFunc(period, func() {
-		select {
-		case <-quit:
-			return
-		default:
-		}
-		cs.sweep()
-		cs.sweepEvery(period, quit)
-	})
-}
-
-func (cs *Children) clock() clock.Clock { return clock.Or(cs.Clock) }
-
-// sweep stops sessions that have had no request for longer than the idle
-// timeout and have no stream open.
-func (cs *Children) sweep() {
-	cs.mu.Lock()
-	var idle []*childSession
-	cutoff := cs.clock().Now().Add(-cs.idleTimeout()).UnixNano()
-	for _, c := range cs.sessions {
-		if c.lastUsed.Load() < cutoff && !c.streaming() {
-			idle = append(idle, c)
-		}
-	}
-	cs.mu.Unlock()
-	for _, c := range idle {
-		c.log.Info("session idle: stopping its server", zap.Duration("idle", cs.idleTimeout()))
-		c.stop("session_end", "session idle")
-	}
-}
-
-func (cs *Children) idleTimeout() time.Duration {
-	if cs.IdleTimeout > 0 {
-		return cs.IdleTimeout
-	}
-	return 30 * time.Minute
-}
+// busy reports whether a stream of the session is open.
+func (c *childSession) busy() bool { return c.streaming() }
 
 // streaming reports whether a stream of the session is open: a request
 // whose client has left, its answer still unwritten, does not count.
@@ -281,39 +232,6 @@ func (c *childSession) streaming() bool {
 		}
 	}
 	return false
-}
-
-// maxSessions is MaxSessions, or its default.
-func (cs *Children) maxSessions() int { return cmp.Or(max(cs.MaxSessions, 0), 64) }
-
-// makeRoomLocked reports whether another session may start: below the cap,
-// or once the least recently used session with no stream open has been
-// stopped to make room. cs.mu is held.
-func (cs *Children) makeRoomLocked(log *zap.Logger) bool {
-	max := cs.maxSessions()
-	if len(cs.sessions) < max {
-		return true
-	}
-	var lru *childSession
-	for _, c := range cs.sessions {
-		if !c.streaming() && (lru == nil || c.lastUsed.Load() < lru.lastUsed.Load()) {
-			lru = c
-		}
-	}
-	if lru == nil {
-		return false
-	}
-	delete(cs.sessions, lru.id)
-	lru.log.Info("session evicted: the least recently used idle session makes room for a new one",
-		zap.Int("max_sessions", max))
-	go lru.stop("session_end", "session evicted to make room")
-	return true
-}
-
-func (cs *Children) lookup(id string) *childSession {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	return cs.sessions[id]
 }
 
 // admit decides which requests of a POST go to the session: one whose id
@@ -395,32 +313,21 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	}
 }
 
-// StopAll ends every session: each child's stdin closes and the stop ladder
+// stopAll ends every session: each child's stdin closes and the stop ladder
 // follows; it returns once every child has exited and its session ended.
-func (cs *Children) StopAll() {
+func (cs *Children) stopAll(reason string) {
+	all := cs.sessions.all()
 	cs.mu.Lock()
-	cs.janitor.Do(func() {}) // no sweep starts from now on
-	if cs.quit != nil {
-		close(cs.quit)
-		cs.quit = nil
-	}
-	all := make([]*childSession, 0, len(cs.sessions)+1)
-	for _, c := range cs.sessions {
-		all = append(all, c)
-	}
 	if cs.shared != nil {
 		all = append(all, cs.shared)
 	}
 	cs.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.stopAndWait("shutdown", "the proxy is shutting down")
-		}()
+		wg.Go(func() { c.stopAndWait("shutdown", reason) })
 	}
 	wg.Wait()
+	cs.retiring.Wait() // the sessions stopped for being idle or evicted
 }
 
 // sharedPost serves a request without a session (protocol 2026-07-28) on the

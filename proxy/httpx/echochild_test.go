@@ -116,9 +116,10 @@ func (m *echoMessage) answer(out io.Writer, result any) {
 }
 
 // childSidecar serves a Sidecar whose sessions are echo children (unless
-// cs names another command) until the test ends.
-func childSidecar(t testing.TB, cs *httpx.Children) string {
-	url, stop, err := serveChildSidecar(cs)
+// cs names another command) until the test ends; tune, if given, sets the
+// sidecar's fields.
+func childSidecar(t testing.TB, cs *httpx.Children, tune ...func(*httpx.Sidecar)) string {
+	url, stop, err := serveChildSidecar(cs, tune...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func childSidecar(t testing.TB, cs *httpx.Children) string {
 
 // serveChildSidecar serves a Sidecar whose sessions are echo children, on
 // a loopback port, and returns its URL and how to stop it.
-func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) {
+func serveChildSidecar(cs *httpx.Children, tune ...func(*httpx.Sidecar)) (url string, stop func(), err error) {
 	if cs.Argv == nil {
 		cs.Argv = []string{os.Args[0], echoChildArg}
 	}
@@ -136,6 +137,9 @@ func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) 
 		cs.Child = child.Options{TermAfter: time.Second, KillAfter: time.Second}
 	}
 	sc := &httpx.Sidecar{Children: cs, CheckHost: true, CancelGrace: 50 * time.Millisecond, Logger: zap.NewNop()}
+	for _, f := range tune {
+		f(sc)
+	}
 	h, err := sc.Handler()
 	if err != nil {
 		return "", nil, err
@@ -147,8 +151,8 @@ func serveChildSidecar(cs *httpx.Children) (url string, stop func(), err error) 
 	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond, MaxRequestBodySize: 16 << 20}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String() + "/mcp", func() {
+		sc.Cleanup("the test ends")
 		srv.Shutdown()
-		cs.StopAll()
 	}, nil
 }
 

@@ -245,8 +245,8 @@ func (c *childClient) hangingCall() (leave func()) {
 func TestChildSessionSlots(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	t.Run("only initialize opens a session", func(t *testing.T) {
-		cs := &httpx.Children{MaxSessions: 1}
-		c := &childClient{t: t, url: childSidecar(t, cs)}
+		cs := &httpx.Children{}
+		c := &childClient{t: t, url: childSidecar(t, cs, func(sc *httpx.Sidecar) { sc.MaxSessions = 1 })}
 		if status, _ := c.post(`[{"jsonrpc":"2.0","method":"notifications/initialized"}]`); status != http.StatusBadRequest {
 			t.Errorf("a sessionless batch: %d, want 400", status)
 		}
@@ -258,8 +258,7 @@ func TestChildSessionSlots(t *testing.T) {
 		}
 	})
 	t.Run("evict the least recently used idle session", func(t *testing.T) {
-		cs := &httpx.Children{MaxSessions: 2, IdleTimeout: time.Hour}
-		url := childSidecar(t, cs)
+		url := childSidecar(t, &httpx.Children{}, func(sc *httpx.Sidecar) { sc.MaxSessions, sc.SessionIdle = 2, time.Hour })
 		for range 2 {
 			c := &childClient{t: t, url: url}
 			c.initialize()
@@ -271,13 +270,14 @@ func TestChildSessionSlots(t *testing.T) {
 	})
 	t.Run("idle sweep whatever is in flight", func(t *testing.T) {
 		clk := clock.NewFake(time.Now())
-		cs := &httpx.Children{IdleTimeout: time.Hour, Clock: clk}
-		c := &childClient{t: t, url: childSidecar(t, cs)}
+		cs := &httpx.Children{}
+		var sc *httpx.Sidecar
+		c := &childClient{t: t, url: childSidecar(t, cs, func(s *httpx.Sidecar) { sc, s.SessionIdle, s.Clock = s, time.Hour, clk })}
 		c.initialize()
 		leave := c.hangingCall()
 		clk.Advance(2 * time.Hour) // the stream is still open: the session stays
-		if cs.Count() != 1 {
-			t.Fatalf("%d children, want the session's", cs.Count())
+		if cs.Count() != 1 || sc.Sessions() != 1 || sc.InFlight() != 1 {
+			t.Fatalf("%d children, %d sessions, %d in flight; want the session's call", cs.Count(), sc.Sessions(), sc.InFlight())
 		}
 		leave()
 		// The sweep runs each quarter hour of the fake clock; the stream's
@@ -342,26 +342,41 @@ func TestChildThatStopsReadingIsStopped(t *testing.T) {
 }
 
 // TestSessionWithACallInFlightIsKept: however idle a session is by the
-// clock, one with a call in flight is not forgotten when the sweep runs
-// (a new session's adoption), so its cancel still reaches the upstream and
-// the late answer is suppressed (issue 8, item 9).
+// clock, one with a call in flight is not forgotten when the idle sweep
+// runs (an idle one is), so its cancel still reaches the upstream and the
+// late answer is suppressed (issue 8, item 9).
 func TestSessionWithACallInFlightIsKept(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, SessionIdle: time.Nanosecond})
+	clk := clock.NewFake(time.Now())
+	sc := &httpx.Sidecar{Upstream: up.url, SessionIdle: time.Minute, Clock: clk}
+	url := serveSidecar(t, sc)
 	a := &rawClient{t: t, url: url}
 	a.initialize()
+	(&rawClient{t: t, url: url}).initialize() // a session that stays idle
 	resp := a.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"kept"},"_meta":{"progressToken":"tok"}}}`)
 	stream := events(resp.Body)
-	<-stream                                  // progress: the call runs
-	(&rawClient{t: t, url: url}).initialize() // a new session: the sweep runs
+	<-stream               // progress: the call runs
+	clk.Advance(time.Hour) // the sweeps run
+	if n := sc.Sessions(); n != 1 {
+		t.Errorf("%d sessions after an hour, want 1: the one with a call in flight", n)
+	}
 	a.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
 	if key := <-up.sawCancel; key != "kept" {
 		t.Errorf("upstream cancelled %q", key)
 	}
-	for m := range stream {
-		t.Errorf("client got %v after cancelling", m)
-	}
+	eventually(t, "the stream ends after the cancel's grace", func() bool {
+		clk.Advance(time.Second)
+		select {
+		case m, ok := <-stream:
+			if ok {
+				t.Errorf("client got %v after cancelling", m)
+			}
+			return !ok
+		default:
+			return false
+		}
+	})
 }
 
 // TestClosedStreamCancelsAWaitingRequest: in protocol 2026-07-28, a client

@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -43,16 +42,28 @@ type Legacy struct {
 	Dial func(log *zap.Logger) (Backend, error)
 	// Session configures the sessions Dial's backends serve.
 	Session stdio.Options
-	// MaxSessions caps the old clients' sessions at once; beyond, the GET
-	// gets 503. If zero, 64.
-	MaxSessions int
+	// (How many sessions at once is the Sidecar's MaxSessions.)
 
-	mu       sync.Mutex
-	sessions map[string]*legacySession
+	sessions sessionTable[*legacySession] // set up by the Sidecar's Provision
+	retiring sync.WaitGroup               // the sessions the sweep stops
 }
 
-// legacySession is one old client's session.
-type legacySession struct{ *lineSession }
+// legacySession is one old client's session, as long as its event stream
+// is open.
+type legacySession struct {
+	*lineSession
+	st       *outStream      // the event stream
+	retiring *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
+}
+
+// busy reports whether the client's event stream is open: an old client's
+// session lasts as long as its stream, so it never idles.
+func (ls *legacySession) busy() bool { return !ls.st.done() }
+
+// retire ends a session the sidecar forgot.
+func (ls *legacySession) retire(why string) {
+	ls.retiring.Go(func() { ls.stopAndWait("session_end", "session "+why) })
+}
 
 func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
 func (l *Legacy) msgRoute() string { return cmp.Or(l.MessagePath, DefaultLegacyMessagePath) }
@@ -81,36 +92,30 @@ func (s *Sidecar) serveLegacy(ctx *fasthttp.RequestCtx) bool {
 // legacyGet opens an old client's session and serves its event stream.
 func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 	l := s.Legacy
-	children := s.viaChildren()
-	if !children && l.Dial == nil {
+	up := s.upstreamNow()
+	if !up.servesLines() {
 		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.path, fasthttp.StatusNotImplemented)
 		return
 	}
-	l.mu.Lock()
-	full := len(l.sessions) >= cmp.Or(max(l.MaxSessions, 0), 64)
-	l.mu.Unlock()
-	if full {
+	if !l.sessions.roomFor() {
+		s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 		return
 	}
 	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
-	var back Backend
-	var err error
-	sopts, grace := l.Session, time.Duration(0)
-	if children {
-		copts := s.Children.Child
-		copts.Logger = log
-		back, err = s.Children.backend(copts)
-		sopts, grace = s.Children.Session, copts.TermAfter
-	} else {
-		back, err = l.Dial(log)
-	}
+	back, sopts, grace, err := up.dialLines(log)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
 		return
 	}
-	ls, st := s.startLegacy(back, sopts, grace, log)
+	ls, err := s.startLegacy(back, sopts, grace, log)
+	if err != nil {
+		log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
+		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
+		return
+	}
+	st := ls.st
 	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
 	st.stopWatch = watchClose(ctx.Conn(), st.abort)
 	log.Info("HTTP+SSE client session opened")
@@ -118,23 +123,20 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 }
 
 // startLegacy runs a session between an old client's lines and back, and
-// returns it with its event stream.
-func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) (*legacySession, *outStream) {
+// returns it with its event stream; or stops it again, and returns
+// errFull, if another session took the last room meanwhile.
+func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) (*legacySession, error) {
 	l := s.Legacy
-	ls := &legacySession{startLineSession(back, sopts, grace, log)}
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
+	ls := &legacySession{startLineSession(back, sopts, grace, log), st, &l.retiring}
 	st.onAbort = func() { ls.in.Close() }
-	l.mu.Lock()
-	if l.sessions == nil {
-		l.sessions = map[string]*legacySession{}
+	if _, err := l.sessions.add(ls.id, ls); err != nil {
+		ls.in.Close()
+		return nil, err
 	}
-	l.sessions[ls.id] = ls
-	l.mu.Unlock()
 	go func() { // forget the session once it has ended
 		<-ls.done
-		l.mu.Lock()
-		delete(l.sessions, ls.id)
-		l.mu.Unlock()
+		l.sessions.removeIf(ls.id, ls)
 	}()
 	go func() { // the session's lines to the client, as message events
 		rd := framing.NewReader(ls.out, 0)
@@ -149,17 +151,14 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 			st.send(framing.AppendSSEMessage(nil, "", line), answer)
 		}
 	}()
-	return ls, st
+	return ls, nil
 }
 
 // legacyPost hands an old client's message to its session: 202 at once;
 // whatever answers it comes on the event stream.
 func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
-	id := string(ctx.QueryArgs().Peek("sessionId"))
-	s.Legacy.mu.Lock()
-	ls := s.Legacy.sessions[id]
-	s.Legacy.mu.Unlock()
-	if ls == nil {
+	ls, ok := s.Legacy.sessions.lookup(string(ctx.QueryArgs().Peek("sessionId")))
+	if !ok {
 		ctx.Error("unknown or ended session: open the event stream anew", fasthttp.StatusNotFound)
 		return
 	}
@@ -176,26 +175,14 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 	ctx.SetBodyString("Accepted")
 }
 
-// Stats sums the counters of the old clients' sessions that run.
-func (l *Legacy) Stats() proxy.Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return sumStats(l.sessions)
-}
-
-// StopAll ends every old client's session as lineSession.stop does (its
+// stopAll ends every old client's session as lineSession.stop does (its
 // requests in flight cancelled upstream first, as from "shutdown"), all at
 // once, and returns once each has ended.
-func (l *Legacy) StopAll() {
-	l.mu.Lock()
-	all := make([]*legacySession, 0, len(l.sessions))
-	for _, ls := range l.sessions {
-		all = append(all, ls)
-	}
-	l.mu.Unlock()
+func (l *Legacy) stopAll(reason string) {
 	var wg sync.WaitGroup
-	for _, ls := range all {
-		wg.Go(func() { ls.stopAndWait("shutdown", "the proxy is shutting down") })
+	for _, ls := range l.sessions.all() {
+		wg.Go(func() { ls.stopAndWait("shutdown", reason) })
 	}
 	wg.Wait()
+	l.retiring.Wait()
 }

@@ -62,8 +62,6 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	legacy := &httpx.Legacy{Dial: streamable.Dial}
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto,
 		Logger: log, Children: cs, Legacy: legacy})
-	t.Cleanup(legacy.StopAll)
-	t.Cleanup(cs.StopAll)
 	return u, url
 }
 

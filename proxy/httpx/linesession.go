@@ -21,13 +21,14 @@ import (
 // ones) start, feed and stop their sessions here, so that cancellation is
 // the stdio relay's, exactly.
 type lineSession struct {
-	id   string
-	back Backend
-	sess *stdio.Session
-	in   *io.PipeWriter // the client's lines toward the session
-	out  *io.PipeReader // what the session sends the client
-	log  *zap.Logger
-	done chan struct{} // closed once the session has ended
+	usage // when the session last saw a request
+	id    string
+	back  Backend
+	sess  *stdio.Session
+	in    *io.PipeWriter // the client's lines toward the session
+	out   *io.PipeReader // what the session sends the client
+	log   *zap.Logger
+	done  chan struct{} // closed once the session has ended
 	// grace bounds the waits of stop for a server that does not read.
 	grace time.Duration
 }
@@ -54,13 +55,10 @@ func startLineSession(back Backend, sopts stdio.Options, grace time.Duration, lo
 // stats returns the session's counters.
 func (ls *lineSession) stats() proxy.Stats { return ls.sess.Stats() }
 
-// sumStats sums the counters of line sessions, by id.
-func sumStats[S interface{ stats() proxy.Stats }](sessions map[string]S) proxy.Stats {
-	var st proxy.Stats
-	for _, s := range sessions {
-		st.Add(s.stats())
-	}
-	return st
+// inFlight counts the client's requests in flight.
+func (ls *lineSession) inFlight() int {
+	n, _ := ls.sess.InFlight()
+	return n
 }
 
 // send hands the session one line of the client's (without its newline).

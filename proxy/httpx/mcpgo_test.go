@@ -100,7 +100,7 @@ func TestDisconnectIsNotACancelByDefault(t *testing.T) {
 // has no stream of its own to close), so the call runs on upstream. When
 // the sidecar stops, such calls of old clients are cancelled upstream, as
 // the stdio servers' are, rather than left running: the upstream sees the
-// cancel, and StopAll returns though the upstream holds its answer to the
+// cancel, and Cleanup returns though the upstream holds its answer to the
 // session's DELETE until its calls end.
 func TestLegacyStopCancelsInFlight(t *testing.T) {
 	watchdog(t, 30*time.Second)
@@ -109,14 +109,14 @@ func TestLegacyStopCancelsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	legacy := &httpx.Legacy{Dial: streamable.Dial}
-	base := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Upstream: up.url, Legacy: legacy}), "/mcp")
+	sc := &httpx.Sidecar{Upstream: up.url, Legacy: &httpx.Legacy{Dial: streamable.Dial}}
+	base := strings.TrimSuffix(serveSidecar(t, sc), "/mcp")
 	c, err := mcpgoclient.NewSSEMCPClient(base + "/sse")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mcpgoAbandon(t, c, "sse", up.started)
-	legacy.StopAll()
+	sc.Cleanup("the proxy is shutting down")
 	if key := <-up.sawCancel; key != "sse" {
 		t.Errorf("upstream cancelled %q", key)
 	}

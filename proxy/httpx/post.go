@@ -26,7 +26,7 @@ const (
 func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if id != "" {
-		if sess := s.sessions.lookup(id); sess != nil {
+		if sess, ok := s.sessions.lookup(id); ok {
 			return sess, true
 		}
 	}
@@ -119,7 +119,7 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
 	switch id := peek(resp.Header.All(), sessionHeader); {
 	case len(id) > 0 && !known:
-		if adopted := s.sessions.adopt(string(id), sess); adopted != sess {
+		if adopted := s.adopt(string(id), sess); adopted != sess {
 			sess.closeGovernor() // the id was known after all: this one is not kept
 			sess = adopted
 		}
@@ -133,10 +133,20 @@ func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response
 	return sess
 }
 
+// adopt registers sess under id, the session id the upstream assigned in
+// its answer to initialize, and returns the registered session.
+func (s *Sidecar) adopt(id string, sess *session) *session {
+	sess.idMu.Lock()
+	sess.id = id
+	sess.idMu.Unlock()
+	adopted, _ := s.sessions.add(id, sess) // no cap: the upstream caps its sessions
+	return adopted
+}
+
 // requestDone ends the governance of a session that was the request's own
 // (no session, or one the upstream did not take), once its answer is done.
 func (s *Sidecar) requestDone(sess *session) {
-	if sess.gov != nil && !s.sessions.registered(sess) {
+	if sess.gov != nil && !s.sessions.holds(sess.sessionID(), sess) {
 		sess.closeGovernor()
 	}
 }
@@ -405,7 +415,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 // first, then the DELETE is relayed.
 func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	if sess := s.sessions.remove(id); sess != nil {
+	if sess, ok := s.sessions.remove(id); ok {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
 		for _, c := range sess.t.CancelInFlight("session_end", "session deleted") {
 			s.cancelled("session_end")

@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,22 +10,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
-
-// registry holds the trackers of the sessions the upstream has opened.
-type registry struct {
-	mu    sync.Mutex // guards m
-	m     map[string]*session
-	idle  time.Duration // how long an unused session is kept; set by init
-	clock clock.Clock
-}
-
-func (r *registry) init(idle time.Duration, clk clock.Clock) {
-	r.m = make(map[string]*session)
-	r.clock = clk
-	r.idle = cmp.Or(idle, DefaultSessionIdle)
-}
 
 // session is one Mcp-Session-Id's state, or one request's when there is no
 // session.
@@ -52,8 +36,7 @@ type session struct {
 	holds map[*proxy.Call]*hold
 	// version is the MCP-Protocol-Version the client last sent.
 	version string
-	// lastUsed is when the session last saw a request, in UnixNano.
-	lastUsed atomic.Int64
+	usage   // when the session last saw a request
 	// lastResume is when the client last resumed a stream, in UnixNano.
 	lastResume atomic.Int64
 	// open counts the session's response streams being relayed (GET
@@ -81,70 +64,26 @@ var scopes atomic.Int64
 // (a client that never sends DELETE), when Sidecar.SessionIdle is zero.
 const DefaultSessionIdle = 30 * time.Minute
 
-// lookup returns the session with the given id, if the sidecar knows it.
-func (r *registry) lookup(id string) *session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sess := r.m[id]
-	if sess != nil {
-		sess.lastUsed.Store(r.clock.Now().UnixNano())
-	}
-	return sess
+// DefaultMaxSessions caps the sessions of each kind that run a server of
+// their own, when Sidecar.MaxSessions is zero.
+const DefaultMaxSessions = 64
+
+// busy reports whether the session has a request in flight or a stream
+// open: a cancel may still come for it.
+func (sess *session) busy() bool {
+	inFlight, _ := sess.t.InFlight()
+	return inFlight > 0 || sess.open.Load() > 0
 }
 
-// sweepLocked forgets sessions idle for longer than r.idle, and returns
-// them, for the caller to close their governors once unlocked. A session
-// with a request in flight or a stream open is never idle: a cancel may
-// still come for it.
-func (r *registry) sweepLocked() []*session {
-	cutoff := r.clock.Now().Add(-r.idle).UnixNano()
-	var swept []*session
-	for id, sess := range r.m {
-		if inFlight, _ := sess.t.InFlight(); sess.lastUsed.Load() < cutoff && inFlight == 0 && sess.open.Load() == 0 {
-			delete(r.m, id)
-			swept = append(swept, sess)
-		}
-	}
-	return swept
-}
+// retire ends the governance of a session the sidecar forgot; the
+// upstream keeps it (a client may still DELETE it there).
+func (sess *session) retire(string) { sess.closeGovernor() }
 
-// registered reports whether sess is the session the registry holds
-// under its id.
-func (r *registry) registered(sess *session) bool {
-	id := sess.sessionID()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return id != "" && r.m[id] == sess
-}
+func (sess *session) stats() proxy.Stats { return sess.t.Stats() }
 
-// adopt registers sess under id, the session id the upstream assigned in
-// its answer to initialize, and returns the registered session.
-func (r *registry) adopt(id string, sess *session) *session {
-	r.mu.Lock()
-	if old, ok := r.m[id]; ok {
-		r.mu.Unlock()
-		return old
-	}
-	sess.idMu.Lock()
-	sess.id = id
-	sess.idMu.Unlock()
-	sess.lastUsed.Store(r.clock.Now().UnixNano())
-	swept := r.sweepLocked()
-	r.m[id] = sess
-	r.mu.Unlock()
-	for _, old := range swept {
-		old.closeGovernor()
-	}
-	return sess
-}
-
-// remove forgets a session.
-func (r *registry) remove(id string) *session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sess := r.m[id]
-	delete(r.m, id)
-	return sess
+func (sess *session) inFlight() int {
+	n, _ := sess.t.InFlight()
+	return n
 }
 
 // attach notes that the answer to c will come on st.

@@ -90,10 +90,17 @@ type Sidecar struct {
 	// per-request policy (package policy's Engine.Governor); scope names
 	// the session.
 	Governor func(scope string) func(proxy.Actions) proxy.Governor
-	// SessionIdle is how long a session may go without a request, with
-	// nothing in flight and no stream open, before the sidecar forgets it.
-	// If zero, DefaultSessionIdle.
+	// SessionIdle is how long a session of any kind may go without a
+	// request, with nothing in flight and no stream open, before the
+	// sidecar forgets it (and stops its server, if it runs one). If zero,
+	// DefaultSessionIdle.
 	SessionIdle time.Duration
+	// MaxSessions caps, per kind, the sessions that run a server or an
+	// upstream connection of their own (Children's, Legacy's); at the cap
+	// the least recently used one with nothing in flight and no stream
+	// open is stopped to make room, or, if there is none, the new session
+	// is refused with 503. If zero, DefaultMaxSessions.
+	MaxSessions int
 	// EventMemory bounds the memory that all upstream event streams
 	// together may hold for events larger than 64 KiB (about twice each
 	// such event's size); a stream whose event does not fit ends with the
@@ -104,8 +111,8 @@ type Sidecar struct {
 	// the governor wants (a hook compensates it), in the 2025 revisions.
 	// If zero, the upstream's stream ends with the client's.
 	LateWatch time.Duration
-	// Clock runs the sidecar's graces and idle periods. If nil, the real
-	// one.
+	// Clock runs the sidecar's graces, idle periods and idle sweep, its
+	// Children's included. If nil, the real one.
 	Clock clock.Clock
 	// KeepRevision, when set, relays a 2025 client's requests without a
 	// session in its revision, even when the stateless upstream speaks
@@ -114,12 +121,14 @@ type Sidecar struct {
 	KeepRevision bool
 
 	once     sync.Once
+	cleanup  sync.Once
 	initErr  error
 	detected detection
 	modern   modernity
 	client   *fasthttp.Client
 	upstream *url.URL
-	sessions registry
+	sessions sessionTable[*session] // the sessions relayed upstream
+	sweeper  sweeper
 	log      *zap.Logger
 	budget   *framing.Budget // EventMemory's
 	clock    clock.Clock
@@ -160,15 +169,16 @@ func (s *Sidecar) Validate() error {
 			errs = append(errs, fmt.Errorf("the legacy event stream and message paths are both %q", l.sseRoute()))
 		}
 	}
-	if s.MaxBodySize < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
+	if s.MaxBodySize < 0 || s.MaxSessions < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
 		errs = append(errs, errors.New("a size or a duration is negative"))
 	}
 	return errors.Join(errs...)
 }
 
 // Provision validates the configuration and sets up what serving needs:
-// the upstream's client, the session registry and its clock, the event
-// memory budget. It does its work once; later calls return its result.
+// the upstream's client, the session tables and the idle sweep over them,
+// the event memory budget. It does its work once; later calls return its
+// result.
 func (s *Sidecar) Provision() error {
 	s.once.Do(func() {
 		if s.initErr = s.Validate(); s.initErr != nil {
@@ -184,8 +194,16 @@ func (s *Sidecar) Provision() error {
 		}
 		s.client = upstreamClient(s.maxBody)
 		s.clock = clock.Or(s.Clock)
-		s.sessions.init(s.SessionIdle, s.clock)
+		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
+		s.sessions.init(idle, 0, s.clock) // the upstream caps the sessions it opens
+		if s.Children != nil {
+			s.Children.provision(idle, most, s.clock)
+		}
+		if s.Legacy != nil {
+			s.Legacy.sessions.init(idle, most, s.clock)
+		}
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
+		s.sweepEvery(max(idle/4, time.Second))
 	})
 	return s.initErr
 }
@@ -194,17 +212,24 @@ func (s *Sidecar) Provision() error {
 func (s *Sidecar) init() error { return s.Provision() }
 
 // Cleanup ends what the sidecar started, once its server has stopped
-// serving: requests still in flight are cancelled upstream, as a client
-// cancel would, with reason; old clients' sessions and the children end,
-// and Cleanup returns once they have.
+// serving: the idle sweep stops; requests still in flight are cancelled
+// upstream, as a client cancel would, with reason; old clients' sessions
+// and the children end, and Cleanup returns once they have. Calls after
+// the first do nothing.
 func (s *Sidecar) Cleanup(reason string) {
-	s.CancelAll(reason)
-	if s.Legacy != nil {
-		s.Legacy.StopAll()
+	if s.init() != nil {
+		return
 	}
-	if s.Children != nil {
-		s.Children.StopAll()
-	}
+	s.cleanup.Do(func() {
+		s.stopSweeping()
+		s.CancelAll(reason)
+		if s.Legacy != nil {
+			s.Legacy.stopAll(reason)
+		}
+		if s.Children != nil {
+			s.Children.stopAll(reason)
+		}
+	})
 }
 
 // ErrNoUpstream is returned by Handler when the Upstream URL is invalid.
@@ -229,26 +254,14 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if !s.allowed(ctx) {
 		return
 	}
-	child := s.viaChildren()
+	up := s.upstreamNow()
 	switch string(ctx.Method()) {
 	case fasthttp.MethodPost:
-		if child {
-			s.childPost(ctx)
-		} else {
-			s.post(ctx)
-		}
+		up.post(ctx)
 	case fasthttp.MethodGet:
-		if child {
-			s.childGet(ctx)
-		} else {
-			s.get(ctx)
-		}
+		up.get(ctx)
 	case fasthttp.MethodDelete:
-		if child {
-			s.childDelete(ctx)
-		} else {
-			s.delete(ctx)
-		}
+		up.delete(ctx)
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
 		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
@@ -290,42 +303,52 @@ func (s *Sidecar) originAllowed(origin string) bool {
 	return s.CheckHost && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
 }
 
-// Sessions returns how many sessions the sidecar tracks.
+// Sessions returns how many client sessions the sidecar serves, of every
+// kind (requests without a session are not counted).
 func (s *Sidecar) Sessions() int {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	return len(s.sessions.m)
+	n := 0
+	for _, t := range s.tables() {
+		n += t.len()
+	}
+	return n
 }
 
-// InFlight returns how many client requests of tracked sessions are in flight.
+// InFlight returns how many client requests are in flight in the sessions
+// the sidecar serves, of every kind, and on the shared child.
 func (s *Sidecar) InFlight() int {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
 	n := 0
-	for _, sess := range s.sessions.m {
-		c2s, _ := sess.t.InFlight()
-		n += c2s
+	for _, t := range s.tables() {
+		n += t.inFlight()
+	}
+	if sh := s.shared(); sh != nil {
+		n += sh.inFlight()
 	}
 	return n
 }
 
 // Stats sums the counters of every session the sidecar serves: those it
-// relays, those of Children and those of Legacy (sessions that ended, or
-// that the sidecar forgot, no longer count).
+// relays, those of Children (the shared child's included) and those of
+// Legacy (sessions that ended, or that the sidecar forgot, no longer
+// count).
 func (s *Sidecar) Stats() proxy.Stats {
-	s.sessions.mu.Lock()
 	var st proxy.Stats
-	for _, sess := range s.sessions.m {
-		st.Add(sess.t.Stats())
+	for _, t := range s.tables() {
+		st.Add(t.stats())
 	}
-	s.sessions.mu.Unlock()
-	if s.Children != nil {
-		st.Add(s.Children.Stats())
-	}
-	if s.Legacy != nil {
-		st.Add(s.Legacy.Stats())
+	if sh := s.shared(); sh != nil {
+		st.Add(sh.stats())
 	}
 	return st
+}
+
+// shared returns the child serving sessionless requests, if one runs.
+func (s *Sidecar) shared() *childSession {
+	if s.Children == nil {
+		return nil
+	}
+	s.Children.mu.Lock()
+	defer s.Children.mu.Unlock()
+	return s.Children.shared
 }
 
 // Ready reports whether the upstream accepts connections.
@@ -354,13 +377,7 @@ func (s *Sidecar) CancelAll(reason string) {
 	if s.init() != nil {
 		return
 	}
-	s.sessions.mu.Lock()
-	all := make([]*session, 0, len(s.sessions.m))
-	for _, sess := range s.sessions.m {
-		all = append(all, sess)
-	}
-	s.sessions.mu.Unlock()
-	for _, sess := range all {
+	for _, sess := range s.sessions.all() {
 		for _, c := range sess.t.CancelInFlight("shutdown", reason) {
 			s.cancelled("shutdown")
 			s.notify(sess, c.Notice)

@@ -120,7 +120,10 @@ func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
 	// which clients keep open.
 	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
+	t.Cleanup(func() {
+		sc.Cleanup("the test ends") // old clients' streams end: Shutdown waits for them
+		srv.Shutdown()
+	})
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 

@@ -44,7 +44,6 @@ func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*up
 	}
 	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Logger: zaptest.NewLogger(t), Children: cs})
-	t.Cleanup(cs.StopAll) // the upstream's streams end before the upstream does
 	return u, srv, url
 }
 

@@ -425,14 +425,11 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 		}
 		return
 	}
-	if s.DisconnectCancelAfter <= 0 || len(calls) == 0 || sess.sessionID() == "" {
+	if len(calls) == 0 || sess.sessionID() == "" {
 		return
 	}
-	gone := s.clock.Now().UnixNano()
-	s.clock.AfterFunc(s.DisconnectCancelAfter, func() {
-		if sess.lastResume.Load() > gone {
-			return // the client came back for its answers
-		}
+	came := func(left int64) bool { return sess.lastResume.Load() > left } // for its answers
+	s.afterDisconnect(came, func() {
 		for _, c := range calls {
 			if cancel := sess.t.CancelCall(c, "disconnect", "client disconnected"); cancel != nil {
 				s.cancelled("disconnect")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -70,7 +71,7 @@ func (b *pipeBackend) Exited() <-chan struct{} { return b.exited }
 // all answered; a POST without requests gets 202; the GET stream carries
 // the rest.
 func (r *replay) scriptedStreamable() string {
-	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}}
+	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}, getOpen: make(chan struct{})}
 	r.send = up.send
 	return r.listen(up)
 }
@@ -96,6 +97,7 @@ type scriptedUpstream struct {
 	byToken map[string]*upStream
 	open    []*upStream // POST streams with requests unanswered, oldest first
 	get     *upStream
+	getOpen chan struct{} // closed once the sidecar has opened the GET stream
 }
 
 // upStream is one response stream of the scripted server.
@@ -112,6 +114,9 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case req.Method == http.MethodGet:
 		st := &upStream{out: make(chan []byte, 64)}
 		u.mu.Lock()
+		if u.get == nil {
+			close(u.getOpen)
+		}
 		u.get = st
 		u.mu.Unlock()
 		u.stream(w, req, st)
@@ -195,10 +200,19 @@ func (u *scriptedUpstream) send(frame string) {
 	if st == nil && len(u.open) > 0 {
 		st = u.open[len(u.open)-1]
 	}
-	st = cmpOr(st, u.get)
-	if st == nil {
+	if st == nil && u.get == nil {
+		// The sidecar opens its GET stream on its own time: wait for it.
+		u.mu.Unlock()
+		select {
+		case <-u.getOpen:
+		case <-time.After(10 * time.Second): // a bound, not a wait
+		}
+		u.mu.Lock()
+	}
+	if st == nil && u.get == nil {
 		u.r.t.Fatalf("no stream open for %s", frame)
 	}
+	st = cmpOr(st, u.get)
 	st.out <- []byte(frame)
 	if st.pending -= answers; answers > 0 && st.pending <= 0 {
 		close(st.out)

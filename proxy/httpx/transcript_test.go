@@ -91,16 +91,13 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		sc.UpstreamTransport = httpx.TransportSSE
 	}
 	if cs != nil {
-		cs.Clock, cs.Session = r.clk, opts
+		cs.Session = opts
 		sc.Children = cs
-		r.atEnd(cs.StopAll)
 	}
 	if r.legacy && sc.Legacy == nil {
 		sc.Legacy = &httpx.Legacy{}
 	}
-	if sc.Legacy != nil {
-		r.atEnd(sc.Legacy.StopAll)
-	}
+	r.atEnd(func() { sc.Cleanup("the replay ends") })
 	r.stats = sc.Stats
 	return sc
 }

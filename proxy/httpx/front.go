@@ -1,0 +1,353 @@
+package httpx
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// The sidecar's front keeps every client session in a sessionTable, one per
+// kind of session (those it relays to a Streamable HTTP upstream, those of
+// Children, those of old clients), under the same rules: looked up by id,
+// swept once idle by the one sweep the Sidecar runs from Provision to
+// Cleanup, capped where the session runs a server of its own.
+
+// upstream is what the front hands a client's request to once it has
+// checked it (path, Origin, Host): the relay to a Streamable HTTP upstream,
+// whose sessions and streams are the upstream's own, each cancel decided
+// by the session's tracker on the way; or sessions of lines, each with a
+// server of its own (a stdio child, an HTTP+SSE upstream's session), whose
+// cancels the stdio relay decides. Old clients' sessions are always of
+// lines: their backend comes from dialLines.
+type upstream interface {
+	post(ctx *fasthttp.RequestCtx)
+	get(ctx *fasthttp.RequestCtx)
+	delete(ctx *fasthttp.RequestCtx)
+	// servesLines reports whether dialLines can serve an old client.
+	servesLines() bool
+	// dialLines starts or dials the server of an old client's session,
+	// and returns it with the options of the session between them and the
+	// grace its stop allows the server.
+	dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error)
+}
+
+// upstreamNow returns the upstream requests go to: Children's, when there
+// are children and the upstream is not (known or detected to be) a
+// Streamable HTTP one; else the relay.
+func (s *Sidecar) upstreamNow() upstream {
+	if s.viaChildren() {
+		return lineUpstream{s}
+	}
+	return relayUpstream{s}
+}
+
+// relayUpstream relays to a Streamable HTTP upstream (post.go, stream.go).
+type relayUpstream struct{ s *Sidecar }
+
+func (u relayUpstream) post(ctx *fasthttp.RequestCtx)   { u.s.post(ctx) }
+func (u relayUpstream) get(ctx *fasthttp.RequestCtx)    { u.s.get(ctx) }
+func (u relayUpstream) delete(ctx *fasthttp.RequestCtx) { u.s.delete(ctx) }
+func (u relayUpstream) servesLines() bool               { return u.s.Legacy.Dial != nil }
+
+func (u relayUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+	back, err := u.s.Legacy.Dial(log)
+	return back, u.s.Legacy.Session, 0, err
+}
+
+// lineUpstream serves sessions of lines: Children's (child_http.go).
+type lineUpstream struct{ s *Sidecar }
+
+func (u lineUpstream) post(ctx *fasthttp.RequestCtx)   { u.s.childPost(ctx) }
+func (u lineUpstream) get(ctx *fasthttp.RequestCtx)    { u.s.childGet(ctx) }
+func (u lineUpstream) delete(ctx *fasthttp.RequestCtx) { u.s.childDelete(ctx) }
+func (u lineUpstream) servesLines() bool               { return true }
+
+func (u lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+	cs := u.s.Children
+	copts := cs.Child
+	copts.Logger = log
+	back, err := cs.backend(copts)
+	return back, cs.Session, copts.TermAfter, err
+}
+
+// usage is when a session last saw a request.
+type usage struct{ last atomic.Int64 }
+
+func (u *usage) touch(now time.Time) { u.last.Store(now.UnixNano()) }
+func (u *usage) usedAt() int64       { return u.last.Load() }
+
+// member is what a sessionTable needs of a session.
+type member interface {
+	comparable
+	touch(now time.Time)
+	usedAt() int64
+	// busy reports whether the session has a request in flight or a
+	// stream open; a busy session is never idle, nor evicted.
+	busy() bool
+	// retire ends what the session runs once the table has forgotten it,
+	// for why (retireIdle or retireEvicted). It must not block.
+	retire(why string)
+	stats() proxy.Stats
+	// inFlight counts the client's requests in flight.
+	inFlight() int
+}
+
+// Why a table forgets a session on its own.
+const (
+	retireIdle    = "idle"
+	retireEvicted = "evicted"
+)
+
+// errFull is add's answer at the cap, with no session to evict.
+var errFull = errors.New("too many sessions, none idle")
+
+// sessionTable holds one kind of client session by id.
+type sessionTable[S member] struct {
+	mu    sync.Mutex // guards m
+	m     map[string]S
+	idle  time.Duration // how long a session may go unused, not busy
+	max   int           // the cap on sessions; zero for none
+	clock clock.Clock
+}
+
+func (t *sessionTable[S]) init(idle time.Duration, max int, clk clock.Clock) {
+	t.m, t.idle, t.max, t.clock = make(map[string]S), idle, max, clk
+}
+
+// lookup returns the session registered under id, and marks it used.
+func (t *sessionTable[S]) lookup(id string) (S, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.m[id]
+	if ok {
+		s.touch(t.clock.Now())
+	}
+	return s, ok
+}
+
+// add registers s under id and returns it, or the session already
+// registered under id. At the cap it first evicts the least recently used
+// session that is not busy, or, if every one is, returns errFull.
+func (t *sessionTable[S]) add(id string, s S) (S, error) {
+	var zero S
+	t.mu.Lock()
+	if old, ok := t.m[id]; ok {
+		t.mu.Unlock()
+		return old, nil
+	}
+	evicted, ok := t.makeRoomLocked()
+	if !ok {
+		t.mu.Unlock()
+		return zero, errFull
+	}
+	s.touch(t.clock.Now())
+	t.m[id] = s
+	t.mu.Unlock()
+	if evicted != zero {
+		evicted.retire(retireEvicted)
+	}
+	return s, nil
+}
+
+// roomFor reports whether add would find room, evicting as add does.
+func (t *sessionTable[S]) roomFor() bool {
+	t.mu.Lock()
+	evicted, ok := t.makeRoomLocked()
+	t.mu.Unlock()
+	if evicted != *new(S) {
+		evicted.retire(retireEvicted)
+	}
+	return ok
+}
+
+// makeRoomLocked makes room for one more session, below the cap or by
+// forgetting the least recently used one not busy, which it returns for
+// the caller to retire once unlocked. t.mu is held.
+func (t *sessionTable[S]) makeRoomLocked() (evicted S, ok bool) {
+	if t.max <= 0 || len(t.m) < t.max {
+		return evicted, true
+	}
+	lru := ""
+	for id, s := range t.m {
+		if !s.busy() && (lru == "" || s.usedAt() < t.m[lru].usedAt()) {
+			lru = id
+		}
+	}
+	if lru == "" {
+		return evicted, false
+	}
+	evicted = t.m[lru]
+	delete(t.m, lru)
+	return evicted, true
+}
+
+// remove forgets the session registered under id, and returns it.
+func (t *sessionTable[S]) remove(id string) (S, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.m[id]
+	delete(t.m, id)
+	return s, ok
+}
+
+// removeIf forgets s, if it is still the session registered under id.
+func (t *sessionTable[S]) removeIf(id string, s S) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m[id] == s {
+		delete(t.m, id)
+	}
+}
+
+// holds reports whether s is the session registered under id.
+func (t *sessionTable[S]) holds(id string, s S) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return id != "" && t.m[id] == s
+}
+
+// sweep forgets and retires the sessions unused for longer than the idle
+// period that are not busy (a cancel may still come for a busy one).
+func (t *sessionTable[S]) sweep() {
+	cutoff := t.clock.Now().Add(-t.idle).UnixNano()
+	var idle []S
+	t.mu.Lock()
+	for id, s := range t.m {
+		if s.usedAt() < cutoff && !s.busy() {
+			delete(t.m, id)
+			idle = append(idle, s)
+		}
+	}
+	t.mu.Unlock()
+	for _, s := range idle {
+		s.retire(retireIdle)
+	}
+}
+
+// all returns the sessions registered now.
+func (t *sessionTable[S]) all() []S {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all := make([]S, 0, len(t.m))
+	for _, s := range t.m {
+		all = append(all, s)
+	}
+	return all
+}
+
+// len returns how many sessions are registered.
+func (t *sessionTable[S]) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// stats sums the counters of the sessions registered.
+func (t *sessionTable[S]) stats() proxy.Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var st proxy.Stats
+	for _, s := range t.m {
+		st.Add(s.stats())
+	}
+	return st
+}
+
+// inFlight counts the client requests in flight in the sessions registered.
+func (t *sessionTable[S]) inFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, s := range t.m {
+		n += s.inFlight()
+	}
+	return n
+}
+
+// sweeper runs the idle sweep of every session table of the sidecar, each
+// quarter of the idle period, from Provision until Cleanup stops it.
+type sweeper struct {
+	mu      sync.Mutex // guards the fields below
+	timer   clock.Timer
+	stopped bool
+}
+
+// sweepEvery sweeps the sidecar's tables every period until Cleanup.
+func (s *Sidecar) sweepEvery(period time.Duration) {
+	s.sweeper.mu.Lock()
+	defer s.sweeper.mu.Unlock()
+	if s.sweeper.stopped {
+		return
+	}
+	s.sweeper.timer = s.clock.AfterFunc(period, func() {
+		s.sweep()
+		s.sweepEvery(period)
+	})
+}
+
+// sweep retires the idle sessions of every kind.
+func (s *Sidecar) sweep() {
+	for _, t := range s.tables() {
+		t.sweep()
+	}
+}
+
+// table is what the sidecar does with each of its session tables.
+type table interface {
+	len() int
+	inFlight() int
+	stats() proxy.Stats
+	sweep()
+}
+
+// tables returns the sidecar's session tables, one per kind of session;
+// none before Provision.
+func (s *Sidecar) tables() []table {
+	if s.init() != nil {
+		return nil
+	}
+	t := []table{&s.sessions}
+	if s.Children != nil {
+		t = append(t, &s.Children.sessions)
+	}
+	if s.Legacy != nil {
+		t = append(t, &s.Legacy.sessions)
+	}
+	return t
+}
+
+// stopSweeping ends the idle sweep.
+func (s *Sidecar) stopSweeping() {
+	s.sweeper.mu.Lock()
+	defer s.sweeper.mu.Unlock()
+	s.sweeper.stopped = true
+	if s.sweeper.timer != nil {
+		s.sweeper.timer.Stop()
+	}
+}
+
+// afterDisconnect is the opt-in disconnect grace (DisconnectCancelAfter),
+// for every kind of session: once a client has left a stream whose requests
+// are unanswered, cancel runs after the grace, unless came reports, given
+// when the client left (UnixNano), that it came back for its answers
+// meanwhile (came may be nil). It reports whether the grace is on.
+func (s *Sidecar) afterDisconnect(came func(left int64) bool, cancel func()) bool {
+	if s.DisconnectCancelAfter <= 0 {
+		return false
+	}
+	left := s.clock.Now().UnixNano()
+	s.clock.AfterFunc(s.DisconnectCancelAfter, func() {
+		if came == nil || !came(left) {
+			cancel()
+		}
+	})
+	return true
+}
