@@ -38,8 +38,14 @@ const (
 	StatusCompensated     = "late result compensated"
 	StatusHookRan         = "upstream notified; compensating hook ran"
 	StatusOrphan          = "compensation failed: orphan"
-	StatusTaskCancelled   = "task cancelled"
-	StatusTaskNotCancel   = "task cancel not confirmed"
+	// StatusCompensationPending: the proxy stopped before a hook succeeded;
+	// the hook store keeps it, and the next start resumes it.
+	StatusCompensationPending = "compensation pending: resumes when the proxy starts again"
+	// StatusResumedOK: a hook resumed after a restart succeeded (a line of
+	// its own: the request's was written before).
+	StatusResumedOK     = "compensating hook ran after a restart"
+	StatusTaskCancelled = "task cancelled"
+	StatusTaskNotCancel = "task cancel not confirmed"
 )
 
 // Record is one line of the audit trail: the whole story of one request
@@ -65,7 +71,9 @@ type Record struct {
 	Hooks      []HookResult               `json:"hooks,omitempty"`
 	Arguments  json.RawMessage            `json:"arguments,omitempty"`
 	Restarted  bool                       `json:"server_restarted,omitempty"`
-	Status     string                     `json:"status"`
+	// Resumed marks the line of a hook resumed after a restart.
+	Resumed bool   `json:"resumed,omitempty"`
+	Status  string `json:"status"`
 }
 
 // Late is a response that came after the cancel and was kept from the client.

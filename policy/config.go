@@ -111,8 +111,15 @@ type HookLimits struct {
 	// MaxRunning caps hooks running at once; more wait their turn. Default 8.
 	MaxRunning int `yaml:"max_running"`
 	// ShutdownWait is how long shutdown waits for running and queued
-	// hooks; what is left is recorded as orphaned. Default 30s.
+	// hooks; what is left is recorded as orphaned, or, with a Store, kept
+	// pending there for the next start. Default 30s.
 	ShutdownWait time.Duration `yaml:"shutdown_wait"`
+	// Store is the hook store's directory: each hook invocation is written
+	// there before its first attempt and kept until it succeeds, so that
+	// a restart resumes it, and one whose retries ran out stays as an
+	// orphan (mcp-cancel-proxy hooks list). Empty or "off": none, hooks
+	// live in memory only. It takes effect at start, not on reload.
+	Store string `yaml:"store"`
 }
 
 // Defaults returns the policy used when the file has none: no deadline,

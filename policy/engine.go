@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
@@ -16,6 +17,8 @@ type Metrics interface {
 	DeadlineFired()
 	HookRan(phase string, ok bool)
 	Orphan()
+	// Orphans says how many orphaned jobs the hook store holds.
+	Orphans(n int)
 	Waiting(delta int)
 	// CancelSettled says whether the upstream honoured a cancel: no answer
 	// came within the late window.
@@ -36,6 +39,10 @@ type Options struct {
 	// LogPayloads logs a failed hook's output, at debug level. Default
 	// false: logs tell sizes and kinds, not payloads.
 	LogPayloads bool
+	// DefaultStore is the hook store's directory when the policy names
+	// none (Policy.Hooks.Store empty). Unlike a store the policy names, one
+	// that cannot be opened here is logged, and hooks live in memory.
+	DefaultStore string
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -50,8 +57,10 @@ type Engine struct {
 	clock   Clock
 	wg      sync.WaitGroup // records not yet written
 
-	mu        sync.Mutex // guards governors
+	mu        sync.Mutex // guards governors and adopting
 	governors map[*governor]bool
+	adopting  Timer // the next look for jobs of proxies that ended
+	stopped   bool
 }
 
 // New starts an Engine.
@@ -76,13 +85,39 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: o, log: o.Logger, run: newRunner(o.Policy.Hooks.MaxRunning), audit: aw,
-		metrics: o.Metrics, clock: o.Clock}
+	e := &Engine{opts: o, log: o.Logger, audit: aw, metrics: o.Metrics, clock: o.Clock}
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
+	jobsKept := &durable{log: o.Logger, metrics: e.metrics}
+	if jobsKept.store, err = openStore(o); err != nil {
+		aw.close()
+		return nil, err
+	}
+	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept)
 	e.m.Store(compile(&o.Policy))
+	e.startJobs()
 	return e, nil
+}
+
+// openStore opens the hook store the options name, if any.
+func openStore(o Options) (*jobs.Store, error) {
+	switch dir := o.Policy.Hooks.Store; dir {
+	case "off":
+		return nil, nil
+	case "":
+		if o.DefaultStore == "" {
+			return nil, nil
+		}
+		st, err := jobs.Open(o.DefaultStore)
+		if err != nil {
+			o.Logger.Warn("no hook store: hooks live in memory, and a restart loses those not done (set policy.hooks.store)",
+				zap.Error(err))
+		}
+		return st, nil
+	default:
+		return jobs.Open(dir)
+	}
 }
 
 // Reload puts a new policy in force for requests that start from now on;
@@ -111,8 +146,12 @@ func (e *Engine) Shutdown() {
 	for _, g := range live {
 		g.Close()
 	}
+	e.stopJobs()
 	e.run.shutdown(e.opts.Policy.Hooks.ShutdownWait)
 	e.wg.Wait()
+	if st := e.run.jobs.store; st != nil {
+		st.Close()
+	}
 	e.audit.close()
 }
 
@@ -135,6 +174,7 @@ type noMetrics struct{}
 func (noMetrics) DeadlineFired()       {}
 func (noMetrics) HookRan(string, bool) {}
 func (noMetrics) Orphan()              {}
+func (noMetrics) Orphans(int)          {}
 func (noMetrics) Waiting(int)          {}
 func (noMetrics) CancelSettled(bool)   {}
 func (noMetrics) AuditFailed()         {}

@@ -34,46 +34,55 @@ type HookResult struct {
 	Output   string        `json:"output,omitempty"` // the last attempt's output (exec) or body (http), cut at 4 KiB
 	Duration time.Duration `json:"-"`
 	Took     string        `json:"took"`
+	// Pending says that the hook had not succeeded when the proxy stopped,
+	// and stays in the hook store, to be resumed when it starts again.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // runner runs hooks off the forwarding path: at most max at once, the rest
 // waiting in turn; each attempt bounded by its timeout, failures retried
-// with doubling backoff.
+// with doubling backoff. With a store, each invocation is a job written
+// before its first attempt and kept until it succeeds (see durable.go).
 type runner struct {
 	sem    chan struct{}
 	client *fasthttp.Client
 	ctx    context.Context // cancelled when shutdown gives up waiting
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
+	jobs   *durable
 }
 
-func newRunner(max int) *runner {
+func newRunner(max int, jobs *durable) *runner {
 	ctx, stop := context.WithCancel(context.Background())
-	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop,
+	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs,
 		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}}
 }
 
 // run starts h for an event document in the background; done gets the
 // result, on the hook's goroutine.
 func (r *runner) run(phase string, h *Hook, ev *HookEvent, done func(HookResult)) {
+	j := r.jobs.begin(phase, h, ev)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		done(r.attempts(phase, h, ev))
+		done(r.attempts(j, h, ev))
 	}()
 }
 
-func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
-	res := HookResult{Phase: phase, Target: h.target()}
+// attempts runs h until it succeeds or its retries run out, from the
+// attempts j has had (a job resumed after a restart has had some), the
+// next at j's NextAt.
+func (r *runner) attempts(j *job, h *Hook, ev *HookEvent) HookResult {
+	res := HookResult{Phase: j.Phase, Target: h.target(), Attempts: j.Attempts}
 	start := time.Now()
-	backoff := cmp.Or(h.Backoff, DefaultHookBackoff)
-	for attempt := 0; attempt <= h.Retries; attempt++ {
-		if attempt > 0 {
+	base := cmp.Or(h.Backoff, DefaultHookBackoff)
+	wait := time.Until(j.NextAt)
+	for res.Attempts <= h.Retries {
+		if wait > 0 {
 			select {
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			case <-r.ctx.Done():
 			}
-			backoff *= 2
 		}
 		if r.ctx.Err() != nil {
 			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
@@ -83,8 +92,9 @@ func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
 		case r.sem <- struct{}{}:
 		case <-r.ctx.Done():
 			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
-			res.Duration, res.Took = time.Since(start), time.Since(start).Round(time.Millisecond).String()
-			return res
+		}
+		if r.ctx.Err() != nil {
+			break
 		}
 		res.Attempts++
 		ev.Attempt = res.Attempts
@@ -96,7 +106,10 @@ func (r *runner) attempts(phase string, h *Hook, ev *HookEvent) HookResult {
 			break
 		}
 		res.Error = err.Error()
+		wait = base << (res.Attempts - 1) // doubling
+		r.jobs.failed(j, res.Attempts, res.Error, time.Now().Add(wait))
 	}
+	res.Pending = r.jobs.end(j, res, r.ctx.Err() != nil)
 	res.Duration = time.Since(start)
 	res.Took = res.Duration.Round(time.Millisecond).String()
 	return res

@@ -120,9 +120,10 @@ func (g *governor) recordLocked(r *record) *Record {
 
 // status says in plain words what happened to r.
 func (r *record) status() string {
-	failed, lateHook := false, false
+	failed, lateHook, pending := false, false, false
 	for _, h := range r.hooks {
-		failed = failed || !h.OK
+		pending = pending || h.Pending
+		failed = failed || (!h.OK && !h.Pending)
 		lateHook = lateHook || h.Phase == "on_late_result" || h.Phase == "on_late_error"
 	}
 	switch {
@@ -130,6 +131,8 @@ func (r *record) status() string {
 		return StatusNotDispatched
 	case failed:
 		return StatusOrphan
+	case pending:
+		return StatusCompensationPending
 	case r.taskID != "" && r.taskCancel == "cancelled":
 		return StatusTaskCancelled
 	case r.taskID != "" && r.taskCancel != "":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -9,12 +10,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 )
 
 // admin serves the operations endpoints, apart from the MCP listener:
 // /healthz (the process serves), /readyz (ready() reports nil: the upstream
-// is reachable) and /metrics (Prometheus). It returns a function that stops it.
-func admin(addr string, m *metrics.Metrics, ready func() error, log *zap.Logger) (stop func(), err error) {
+// is reachable), /metrics (Prometheus) and /hooks (the hook store's jobs,
+// once engine holds the policy engine). It returns a function that stops it.
+func admin(addr string, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -34,6 +37,8 @@ func admin(addr string, m *metrics.Metrics, ready func() error, log *zap.Logger)
 				ctx.SetBodyString("ready\n")
 			case "/metrics":
 				prom(ctx)
+			case "/hooks", "/hooks/retry", "/hooks/drop":
+				serveHooks(ctx, engine)
 			default:
 				ctx.Error("not found", fasthttp.StatusNotFound)
 			}

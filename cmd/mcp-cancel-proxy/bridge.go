@@ -33,7 +33,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1
 	}
-	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads})
+	engine, err := policy.New(policyOptions(cfg, log))
 	if err != nil {
 		log.Error("cannot start the policy", zap.Error(err))
 		back.Stop()

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	proxyBin = filepath.Join(dir, "mcp-cancel-proxy")
+	// The proxies under test keep their hook stores here, not in the
+	// user's state directory.
+	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
 	// MCP_TEST_TAGS builds the binary with build tags (portable: the relay
 	// path of macOS and Windows).
 	build := exec.Command("go", "build", "-race", "-tags", os.Getenv("MCP_TEST_TAGS"), "-o", proxyBin, ".")

@@ -86,6 +86,8 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			return exampleServer(ctx, args[1:], stderr)
 		case "validate":
 			return validate(args[1:], stdout, stderr)
+		case "hooks":
+			return hooksCommand(args[1:], stdout, stderr)
 		case "help":
 			fmt.Fprint(stdout, usage)
 			fmt.Fprintln(stdout, "\nRun mcp-cancel-proxy --help for the flags.")
@@ -172,6 +174,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --upstream URL [flags]
        mcp-cancel-proxy demo | example-server | validate FILE | help | version
+       mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
 the client on stdin/stdout, making cancellation work; or, with --listen,

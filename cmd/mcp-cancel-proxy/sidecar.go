@@ -49,7 +49,9 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	}
 	handler, _ := sc.Handler() // provisioned: no error
 	if cfg.HTTP.Admin != "" {
-		stopAdmin, err := admin(cfg.HTTP.Admin, m, sc.Ready, log)
+		var running atomic.Pointer[policy.Engine]
+		running.Store(engine)
+		stopAdmin, err := admin(cfg.HTTP.Admin, m, sc.Ready, &running, log)
 		if err != nil {
 			log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 			return 1
@@ -87,8 +89,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) > 0 {
 		upstream = filepath.Base(argv[0])
 	}
-	engine, err := policy.New(policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, Metrics: m.NewPolicy(upstream),
-		LogPayloads: cfg.Log.Payloads})
+	popts := policyOptions(cfg, log)
+	popts.Metrics = m.NewPolicy(upstream)
+	engine, err := policy.New(popts)
 	if err != nil {
 		return nil, err
 	}

@@ -41,9 +41,10 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	st := &stopper{current: link.current, log: log, grace: cfg.Child.TermAfter}
 	defer st.watch(ctx)()
 
-	pm, stopAdmin := wrapperAdmin(cfg, link, log)
+	var running atomic.Pointer[policy.Engine]
+	pm, stopAdmin := wrapperAdmin(cfg, link, &running, log)
 	defer stopAdmin()
-	popts := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads}
+	popts := policyOptions(cfg, log)
 	if pm != nil {
 		popts.Metrics = pm
 		link.onRestart = pm.Restarted
@@ -54,6 +55,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		link.current().Stop()
 		return 1
 	}
+	running.Store(engine)
 	defer reloadOnChange(cfg.Path, engine, log)()
 	sess := stdio.NewSession(stdio.Options{
 		Logger:         log,
@@ -203,7 +205,7 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 // wrapperAdmin serves the admin listener for the stdio wrapper, when one is
 // configured: /healthz, /readyz (the server runs) and /metrics with the
 // policy's counters. It returns nil metrics when there is none.
-func wrapperAdmin(cfg config.Config, link *serverLink, log *zap.Logger) (*metrics.Policy, func()) {
+func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Policy, func()) {
 	if cfg.HTTP.Admin == "" {
 		return nil, func() {}
 	}
@@ -217,12 +219,19 @@ func wrapperAdmin(cfg config.Config, link *serverLink, log *zap.Logger) (*metric
 			return nil
 		}
 	}
-	stop, err := admin(cfg.HTTP.Admin, m, ready, log)
+	stop, err := admin(cfg.HTTP.Admin, m, ready, engine, log)
 	if err != nil {
 		log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 		return pm, func() {}
 	}
 	return pm, stop
+}
+
+// policyOptions returns the policy engine's options the configuration
+// sets; the hook store is the platform's unless policy.hooks.store says.
+func policyOptions(cfg config.Config, log *zap.Logger) policy.Options {
+	return policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads,
+		DefaultStore: config.DefaultHookStore()}
 }
 
 // escalates reports whether a rule of the policy may restart the server:

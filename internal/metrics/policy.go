@@ -10,6 +10,7 @@ type Policy struct {
 	deadlines     prometheus.Counter
 	hooks         *prometheus.CounterVec
 	orphans       prometheus.Counter
+	stored        prometheus.Gauge
 	waiting       prometheus.Gauge
 	restarts      prometheus.Counter
 	settled       *prometheus.CounterVec
@@ -28,6 +29,8 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 			[]string{"phase", "outcome"}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "orphans_total",
 			Help: "Requests whose compensation failed: work left running or results left in place."}),
+		stored: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "hook_orphans",
+			Help: "Orphaned hook jobs the hook store holds now: retries ran out, kept for mcp-cancel-proxy hooks retry or drop."}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "requests_waiting",
 			Help: "Requests waiting in the proxy for a slot of their rule's max_concurrent."}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "restarts_total",
@@ -38,7 +41,7 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
 	}
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.waiting, p.restarts, p.settled, p.auditFailures)
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.waiting, p.restarts, p.settled, p.auditFailures)
 	return p
 }
 
@@ -56,6 +59,9 @@ func (p *Policy) HookRan(phase string, ok bool) {
 
 // Orphan counts a failed compensation.
 func (p *Policy) Orphan() { p.orphans.Inc() }
+
+// Orphans sets the gauge of orphaned jobs in the hook store.
+func (p *Policy) Orphans(n int) { p.stored.Set(float64(n)) }
 
 // Waiting moves the waiting gauge.
 func (p *Policy) Waiting(delta int) { p.waiting.Add(float64(delta)) }

@@ -108,6 +108,7 @@ type waitMetrics struct{ waiting chan struct{} }
 func (w *waitMetrics) DeadlineFired()       {}
 func (w *waitMetrics) HookRan(string, bool) {}
 func (w *waitMetrics) Orphan()              {}
+func (w *waitMetrics) Orphans(int)          {}
 func (w *waitMetrics) CancelSettled(bool)   {}
 func (w *waitMetrics) AuditFailed()         {}
 func (w *waitMetrics) Waiting(delta int) {

@@ -1,0 +1,186 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
+)
+
+// adoptEvery is how often a running proxy looks in the hook store for the
+// jobs of proxies that have ended (and for jobs an operator retried there).
+const adoptEvery = time.Minute
+
+// startJobs takes over what the hook store holds at start (the jobs of
+// earlier runs, adopted by jobs.Open) and looks again every adoptEvery.
+func (e *Engine) startJobs() {
+	st := e.run.jobs.store
+	if st == nil {
+		return
+	}
+	all, err := st.List()
+	if err != nil {
+		e.log.Error("hook store: cannot read its jobs", zap.String("store", st.Path()), zap.Error(err))
+	}
+	e.take(all)
+	e.adoptLater()
+}
+
+// adoptLater arms the next look for jobs of proxies that ended.
+func (e *Engine) adoptLater() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopped {
+		return
+	}
+	e.adopting = e.clock.AfterFunc(adoptEvery, func() {
+		adopted, err := e.run.jobs.store.Adopt()
+		if err != nil {
+			e.log.Warn("hook store: cannot adopt the jobs of a proxy that ended", zap.Error(err))
+		}
+		e.take(adopted)
+		e.adoptLater()
+	})
+}
+
+// stopJobs ends the looks and the resumptions; what runs finishes under
+// the runner's shutdown.
+func (e *Engine) stopJobs() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopped = true
+	if e.adopting != nil {
+		e.adopting.Stop()
+	}
+}
+
+// take resumes the pending jobs of all, and counts its orphans.
+func (e *Engine) take(all []jobs.Job) {
+	orphans := 0
+	for _, j := range all {
+		if j.State == jobs.Orphaned {
+			orphans++
+			continue
+		}
+		e.resume(j)
+	}
+	if len(all) > 0 {
+		e.run.jobs.countOrphans(orphans)
+		e.log.Info("hook store: jobs of an earlier run taken over", zap.Int("resumed", len(all)-orphans),
+			zap.Int("orphaned", orphans))
+	}
+}
+
+// resume runs a stored job from where it stopped, and writes an audit
+// line of its own once it ends (its request's line was written long ago,
+// perhaps by another process).
+func (e *Engine) resume(j jobs.Job) {
+	var h Hook
+	var ev HookEvent
+	if err := json.Unmarshal(j.Hook, &h); err != nil || json.Unmarshal(j.Event, &ev) != nil || (len(h.Exec) == 0 && h.HTTP == nil) {
+		e.log.Error("hook store: a job cannot be read; kept as an orphan", zap.String("job", j.ID))
+		j.State = jobs.Orphaned
+		e.run.jobs.put(&job{j}, nil)
+		e.run.jobs.countOrphans(1)
+		return
+	}
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return
+	}
+	e.run.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.run.wg.Done()
+		res := e.run.attempts(&job{j}, &h, &ev)
+		e.metrics.HookRan(j.Phase, res.OK)
+		e.resumed(&ev, res)
+	}()
+}
+
+// resumed logs and audits how a resumed job ended.
+func (e *Engine) resumed(ev *HookEvent, res HookResult) {
+	rec := &Record{Time: e.clock.Now(), Session: ev.Session, Direction: ev.Direction, ID: ev.RequestID, Method: ev.Method,
+		Tool: ev.Tool, Source: ev.Source, Reason: ev.Reason, Dispatched: ev.Dispatched, Captured: ev.Captured,
+		Hooks: []HookResult{res}, Resumed: true, Status: StatusResumedOK}
+	if !e.opts.Audit.IncludeHookOutput {
+		rec.Hooks[0].Output = ""
+	}
+	log := e.log.With(zap.String("phase", res.Phase), zap.String("hook", res.Target), zap.Int("attempts", res.Attempts),
+		zap.String("tool", ev.Tool), zap.String("job", ev.IdempotencyKey))
+	switch {
+	case res.OK:
+		log.Info("resumed hook ran")
+	case res.Pending:
+		rec.Status = StatusCompensationPending
+		log.Warn("resumed hook still pending at shutdown: kept for the next start", zap.String("error", res.Error))
+	default:
+		rec.Status = StatusOrphan
+		e.metrics.Orphan()
+		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", zap.String("error", res.Error))
+	}
+	if err := e.audit.write(rec); err != nil {
+		e.metrics.AuditFailed()
+	}
+	if e.opts.OnAudit != nil {
+		e.opts.OnAudit(rec)
+	}
+}
+
+// Jobs returns the jobs of the hook store: pending and orphaned.
+func (e *Engine) Jobs() ([]jobs.Job, error) {
+	if e.run.jobs.store == nil {
+		return nil, errNoStore
+	}
+	return e.run.jobs.store.List()
+}
+
+// RetryJobs runs again, from now, the orphaned job with the given id, or
+// every orphaned job if id is empty, with the hook's retries anew and the
+// same idempotency key; it returns how many it started.
+func (e *Engine) RetryJobs(id string) (int, error) {
+	var again []jobs.Job
+	if err := e.editOrphans(id, func(j jobs.Job) *jobs.Job {
+		j.State, j.Attempts, j.NextAt = jobs.Pending, 0, time.Time{}
+		again = append(again, j)
+		return &j
+	}); err != nil {
+		return 0, err
+	}
+	for _, j := range again {
+		e.resume(j)
+	}
+	return len(again), nil
+}
+
+// DropJobs removes from the store the orphaned job with the given id, or
+// every orphaned job if id is empty; it returns how many. (A pending job
+// is running or about to: it cannot be dropped.)
+func (e *Engine) DropJobs(id string) (int, error) {
+	n := 0
+	err := e.editOrphans(id, func(jobs.Job) *jobs.Job { n++; return nil })
+	return n, err
+}
+
+// editOrphans applies f to the orphaned jobs id names (all, if empty).
+func (e *Engine) editOrphans(id string, f func(jobs.Job) *jobs.Job) error {
+	st := e.run.jobs.store
+	if st == nil {
+		return errNoStore
+	}
+	n, err := st.Edit(func(j jobs.Job) *jobs.Job {
+		if j.State != jobs.Orphaned || (id != "" && j.ID != id) {
+			return &j
+		}
+		return f(j)
+	})
+	e.run.jobs.countOrphans(-n)
+	if err == nil && n == 0 && id != "" {
+		err = fmt.Errorf("no orphaned job %q", id)
+	}
+	return err
+}
