@@ -27,6 +27,9 @@ type Audit struct {
 	// IncludeHookOutput writes what a hook printed (or a webhook answered)
 	// into the line. Default false: it may echo secrets.
 	IncludeHookOutput bool `yaml:"include_hook_output"`
+	// NATSSubject, with a fleet (cluster.nats), publishes each line to this
+	// subject too, so that a fleet has one audit feed.
+	NATSSubject string `yaml:"nats_subject"`
 }
 
 // Statuses of an audit line, in plain words.
@@ -43,7 +46,12 @@ const (
 	StatusCompensationPending = "compensation pending: resumes when the proxy starts again"
 	// StatusResumedOK: a hook resumed after a restart succeeded (a line of
 	// its own: the request's was written before).
-	StatusResumedOK     = "compensating hook ran after a restart"
+	StatusResumedOK = "compensating hook ran after a restart"
+	// StatusQueued: the hooks went to the fleet's work queue (cluster.nats);
+	// the replica that runs each writes a line of its own.
+	StatusQueued = "compensation queued to the fleet"
+	// StatusFleetOK: a hook taken from the fleet's work queue succeeded.
+	StatusFleetOK       = "compensating hook ran (fleet)"
 	StatusTaskCancelled = "task cancelled"
 	StatusTaskNotCancel = "task cancel not confirmed"
 )

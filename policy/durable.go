@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
 
@@ -20,13 +21,15 @@ type job struct{ jobs.Job }
 // succeeded; kept, orphaned, when its retries ran out; kept pending when
 // shutdown stopped it). Without a store it keeps nothing, as before.
 type durable struct {
-	store   *jobs.Store // nil: jobs live in memory only
+	store   *jobs.Store  // nil: jobs live in memory only
+	fleet   *fleet.Queue // nil: this process runs its own jobs
 	log     *zap.Logger
 	metrics Metrics
 
 	mu      sync.Mutex // guards the fields below
 	orphans int        // orphaned jobs in the store
 	broken  bool       // a write failed: logged once
+	cut     bool       // the fleet could not be reached: logged once until it can
 }
 
 // begin returns the job of a hook about to run for ev, written to the
@@ -34,15 +37,45 @@ type durable struct {
 func (d *durable) begin(phase string, h *Hook, ev *HookEvent) *job {
 	j := &job{jobs.Job{ID: ev.IdempotencyKey, Phase: phase, Target: h.target(), Tool: ev.Tool, Captured: ev.Captured,
 		State: jobs.Pending, Created: time.Now()}}
-	if d.store == nil {
+	if d.store == nil && d.fleet == nil {
 		return j
 	}
 	var err error
 	if j.Hook, err = json.Marshal(h); err == nil {
 		j.Event, err = ev.marshal()
 	}
-	d.put(j, err)
+	if d.store != nil {
+		d.put(j, err)
+	}
 	return j
+}
+
+// forward hands a job to the fleet, and reports whether the fleet has it
+// (then the local store forgets it). While the fleet cannot be reached the
+// job stays in the local store, to be forwarded later; without a local
+// store it is run here.
+func (d *durable) forward(j *job) bool {
+	err := d.fleet.Publish(j.Job)
+	d.mu.Lock()
+	first := err != nil && !d.cut
+	back := err == nil && d.cut
+	d.cut = err != nil
+	d.mu.Unlock()
+	switch {
+	case first:
+		d.log.Warn("the fleet's job queue cannot be reached: hook jobs are kept in the local store and forwarded once it can (logged once until then)",
+			zap.Bool("local_store", d.store != nil), zap.Error(err))
+	case back:
+		d.log.Info("the fleet's job queue is reachable again: kept hook jobs are forwarded")
+	}
+	d.metrics.Forwarded(err == nil)
+	if err != nil {
+		return d.store != nil
+	}
+	if d.store != nil {
+		d.put(nil, d.store.Delete(j.ID))
+	}
+	return true
 }
 
 // failed notes a failed attempt, and when the next one is due.

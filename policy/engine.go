@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
@@ -19,6 +20,9 @@ type Metrics interface {
 	Orphan()
 	// Orphans says how many orphaned jobs the hook store holds.
 	Orphans(n int)
+	// Forwarded counts a hook job handed to the fleet's queue (ok), or
+	// kept in the local store because the queue could not be reached.
+	Forwarded(ok bool)
 	Waiting(delta int)
 	// CancelSettled says whether the upstream honoured a cancel: no answer
 	// came within the late window.
@@ -43,6 +47,10 @@ type Options struct {
 	// none (Policy.Hooks.Store empty). Unlike a store the policy names, one
 	// that cannot be opened here is logged, and hooks live in memory.
 	DefaultStore string
+	// Fleet, if set, is the fleet's job queue (cluster.nats): hooks go to
+	// it, and this process's worker runs the fleet's jobs. The Engine
+	// closes it at Shutdown.
+	Fleet *fleet.Queue
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -61,6 +69,7 @@ type Engine struct {
 	governors map[*governor]bool
 	adopting  Timer // the next look for jobs of proxies that ended
 	stopped   bool
+	stopWork  func() // stops taking the fleet's jobs
 }
 
 // New starts an Engine.
@@ -89,7 +98,7 @@ func New(o Options) (*Engine, error) {
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
-	jobsKept := &durable{log: o.Logger, metrics: e.metrics}
+	jobsKept := &durable{log: o.Logger, metrics: e.metrics, fleet: o.Fleet}
 	if jobsKept.store, err = openStore(o); err != nil {
 		aw.close()
 		return nil, err
@@ -149,6 +158,9 @@ func (e *Engine) Shutdown() {
 	e.stopJobs()
 	e.run.shutdown(e.opts.Policy.Hooks.ShutdownWait)
 	e.wg.Wait()
+	if e.opts.Fleet != nil {
+		e.opts.Fleet.Close()
+	}
 	if st := e.run.jobs.store; st != nil {
 		st.Close()
 	}
@@ -175,6 +187,7 @@ func (noMetrics) DeadlineFired()       {}
 func (noMetrics) HookRan(string, bool) {}
 func (noMetrics) Orphan()              {}
 func (noMetrics) Orphans(int)          {}
+func (noMetrics) Forwarded(bool)       {}
 func (noMetrics) Waiting(int)          {}
 func (noMetrics) CancelSettled(bool)   {}
 func (noMetrics) AuditFailed()         {}

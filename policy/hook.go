@@ -37,6 +37,9 @@ type HookResult struct {
 	// Pending says that the hook had not succeeded when the proxy stopped,
 	// and stays in the hook store, to be resumed when it starts again.
 	Pending bool `json:"pending,omitempty"`
+	// Queued says that the hook went to the fleet's work queue, to be run
+	// by whichever replica takes it.
+	Queued bool `json:"queued,omitempty"`
 }
 
 // runner runs hooks off the forwarding path: at most max at once, the rest
@@ -65,6 +68,10 @@ func (r *runner) run(phase string, h *Hook, ev *HookEvent, done func(HookResult)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		if r.jobs.fleet != nil && r.jobs.forward(j) {
+			done(HookResult{Phase: phase, Target: j.Target, Queued: true})
+			return
+		}
 		done(r.attempts(j, h, ev))
 	}()
 }

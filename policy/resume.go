@@ -14,9 +14,18 @@ import (
 // jobs of proxies that have ended (and for jobs an operator retried there).
 const adoptEvery = time.Minute
 
+// forwardEvery is how often, with a fleet, the jobs kept in the local
+// store while the fleet could not be reached are forwarded again.
+const forwardEvery = 5 * time.Second
+
 // startJobs takes over what the hook store holds at start (the jobs of
-// earlier runs, adopted by jobs.Open) and looks again every adoptEvery.
+// earlier runs, adopted by jobs.Open) and looks again every adoptEvery
+// (forwardEvery with a fleet); with a fleet, it starts taking the fleet's
+// jobs.
 func (e *Engine) startJobs() {
+	if q := e.opts.Fleet; q != nil {
+		e.stopWork = q.Work(e.work)
+	}
 	st := e.run.jobs.store
 	if st == nil {
 		return
@@ -36,10 +45,17 @@ func (e *Engine) adoptLater() {
 	if e.stopped {
 		return
 	}
-	e.adopting = e.clock.AfterFunc(adoptEvery, func() {
+	every := adoptEvery
+	if e.opts.Fleet != nil {
+		every = forwardEvery
+	}
+	e.adopting = e.clock.AfterFunc(every, func() {
 		adopted, err := e.run.jobs.store.Adopt()
 		if err != nil {
 			e.log.Warn("hook store: cannot adopt the jobs of a proxy that ended", zap.Error(err))
+		}
+		if e.opts.Fleet != nil {
+			adopted, _ = e.run.jobs.store.List() // adopted or kept: forward what is pending
 		}
 		e.take(adopted)
 		e.adoptLater()
@@ -50,24 +66,34 @@ func (e *Engine) adoptLater() {
 // the runner's shutdown.
 func (e *Engine) stopJobs() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.stopped = true
 	if e.adopting != nil {
 		e.adopting.Stop()
 	}
+	stopWork := e.stopWork
+	e.mu.Unlock()
+	if stopWork != nil {
+		stopWork()
+	}
 }
 
-// take resumes the pending jobs of all, and counts its orphans.
+// take resumes the pending jobs of all (with a fleet: forwards them to
+// it), and counts its orphans.
 func (e *Engine) take(all []jobs.Job) {
 	orphans := 0
 	for _, j := range all {
-		if j.State == jobs.Orphaned {
+		switch {
+		case j.State == jobs.Orphaned:
 			orphans++
-			continue
+		case e.opts.Fleet != nil:
+			if !e.run.jobs.forward(&job{j}) {
+				return // still unreachable: the next look tries again
+			}
+		default:
+			e.resume(j)
 		}
-		e.resume(j)
 	}
-	if len(all) > 0 {
+	if len(all) > 0 && e.opts.Fleet == nil {
 		e.run.jobs.countOrphans(orphans)
 		e.log.Info("hook store: jobs of an earlier run taken over", zap.Int("resumed", len(all)-orphans),
 			zap.Int("orphaned", orphans))
@@ -98,15 +124,17 @@ func (e *Engine) resume(j jobs.Job) {
 		defer e.run.wg.Done()
 		res := e.run.attempts(&job{j}, &h, &ev)
 		e.metrics.HookRan(j.Phase, res.OK)
-		e.resumed(&ev, res)
+		e.resumed(&ev, res, StatusResumedOK)
 	}()
 }
 
-// resumed logs and audits how a resumed job ended.
-func (e *Engine) resumed(ev *HookEvent, res HookResult) {
+// resumed logs and audits how a job run apart from its request ended (a
+// resumed one, a retried orphan, one from the fleet's queue); ok is the
+// status if it succeeded.
+func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
 	rec := &Record{Time: e.clock.Now(), Session: ev.Session, Direction: ev.Direction, ID: ev.RequestID, Method: ev.Method,
 		Tool: ev.Tool, Source: ev.Source, Reason: ev.Reason, Dispatched: ev.Dispatched, Captured: ev.Captured,
-		Hooks: []HookResult{res}, Resumed: true, Status: StatusResumedOK}
+		Hooks: []HookResult{res}, Resumed: true, Status: ok}
 	if !e.opts.Audit.IncludeHookOutput {
 		rec.Hooks[0].Output = ""
 	}
@@ -123,12 +151,7 @@ func (e *Engine) resumed(ev *HookEvent, res HookResult) {
 		e.metrics.Orphan()
 		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", zap.String("error", res.Error))
 	}
-	if err := e.audit.write(rec); err != nil {
-		e.metrics.AuditFailed()
-	}
-	if e.opts.OnAudit != nil {
-		e.opts.OnAudit(rec)
-	}
+	e.writeAudit(rec, log)
 }
 
 // Jobs returns the jobs of the hook store: pending and orphaned.
@@ -183,4 +206,25 @@ func (e *Engine) editOrphans(id string, f func(jobs.Job) *jobs.Job) error {
 		err = fmt.Errorf("no orphaned job %q", id)
 	}
 	return err
+}
+
+// writeAudit writes an audit line, publishes it to the fleet's audit
+// subject if one is set, and hands it to OnAudit.
+func (e *Engine) writeAudit(rec *Record, log *zap.Logger) {
+	if err := e.audit.write(rec); err != nil {
+		e.metrics.AuditFailed()
+		if first, count := e.audit.failed(e.clock.Now()); first {
+			log.Error("audit trail: a line could not be written (logged once a minute)", zap.Error(err), zap.Int("failures", count))
+		}
+	}
+	if q, subject := e.opts.Fleet, e.opts.Audit.NATSSubject; q != nil && subject != "" {
+		if line, err := json.Marshal(rec); err == nil {
+			if err := q.PublishAudit(subject, line); err != nil {
+				log.Debug("audit line not published to the fleet", zap.Error(err))
+			}
+		}
+	}
+	if e.opts.OnAudit != nil {
+		e.opts.OnAudit(rec)
+	}
 }

@@ -28,15 +28,23 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	}
 	g.mu.Unlock()
 	g.e.run.run(phase, h, ev, func(res HookResult) {
-		g.e.metrics.HookRan(phase, res.OK)
-		if !res.OK {
+		switch {
+		case res.Queued:
+			g.log.Info("hook queued to the fleet", zap.String("phase", phase), zap.String("hook", res.Target),
+				zap.ByteString("id", r.id), zap.String("tool", r.tool))
+		case res.Pending:
+			g.log.Warn("hook stopped at shutdown: kept in the hook store for the next start", zap.String("phase", phase),
+				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+		case !res.OK:
+			g.e.metrics.HookRan(phase, false)
 			g.log.Error("hook failed: the work it was to undo or stop is orphaned", zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
 				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), zap.String("tool", r.tool))
 			if g.e.opts.LogPayloads {
 				g.log.Debug("failed hook's output", zap.String("phase", phase), zap.String("output", res.Output))
 			}
-		} else {
+		default:
+			g.e.metrics.HookRan(phase, true)
 			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
 		}
@@ -81,15 +89,7 @@ func (g *governor) settle(r *record) {
 	if r.dispatched && r.answered.IsZero() && r.taskID == "" {
 		g.e.metrics.CancelSettled(r.late == nil)
 	}
-	if err := g.e.audit.write(rec); err != nil {
-		g.e.metrics.AuditFailed()
-		if log, count := g.e.audit.failed(g.e.clock.Now()); log {
-			g.log.Error("audit trail: a line could not be written (logged once a minute)", zap.Error(err), zap.Int("failures", count))
-		}
-	}
-	if g.e.opts.OnAudit != nil {
-		g.e.opts.OnAudit(rec)
-	}
+	g.e.writeAudit(rec, g.log)
 }
 
 // recordLocked builds r's audit line.
@@ -120,10 +120,11 @@ func (g *governor) recordLocked(r *record) *Record {
 
 // status says in plain words what happened to r.
 func (r *record) status() string {
-	failed, lateHook, pending := false, false, false
+	failed, lateHook, pending, queued := false, false, false, false
 	for _, h := range r.hooks {
 		pending = pending || h.Pending
-		failed = failed || (!h.OK && !h.Pending)
+		queued = queued || h.Queued
+		failed = failed || (!h.OK && !h.Pending && !h.Queued)
 		lateHook = lateHook || h.Phase == "on_late_result" || h.Phase == "on_late_error"
 	}
 	switch {
@@ -133,6 +134,8 @@ func (r *record) status() string {
 		return StatusOrphan
 	case pending:
 		return StatusCompensationPending
+	case queued:
+		return StatusQueued
 	case r.taskID != "" && r.taskCancel == "cancelled":
 		return StatusTaskCancelled
 	case r.taskID != "" && r.taskCancel != "":

@@ -33,7 +33,13 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1
 	}
-	engine, err := policy.New(policyOptions(cfg, log))
+	popts, err := policyOptions(cfg, log)
+	if err != nil {
+		log.Error("cannot join the fleet", zap.Error(err))
+		back.Stop()
+		return 1
+	}
+	engine, err := policy.New(popts)
 	if err != nil {
 		log.Error("cannot start the policy", zap.Error(err))
 		back.Stop()

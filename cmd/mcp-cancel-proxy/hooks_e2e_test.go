@@ -11,6 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 )
 
 // hookReceiver is a webhook receiver that fails while failing is set.
@@ -172,5 +177,59 @@ func TestE2EHooksCommand(t *testing.T) {
 	}
 	if out := hooksCLI(t, "list", "--store", store, "--json"); len(listed(t, out)) != 0 {
 		t.Errorf("store after drop: %s", out)
+	}
+}
+
+// TestE2EFleetHooks: two wrappers in one fleet (a real NATS server with
+// JetStream): a cancel through the first puts its hook on the fleet's
+// queue (its audit line says so, and reaches the fleet's audit subject),
+// the hook runs once, on one replica, which audits it.
+func TestE2EFleetHooks(t *testing.T) {
+	ns := natstest.Run(t, -1)
+	feed, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feed.Close()
+	lines, _ := feed.SubscribeSync("fleet.audit")
+	feed.Flush()
+	rc, url := newHookReceiver(t)
+	rc.set(false)
+	cfg, _ := writeConfig(t, `
+cluster:
+  nats: "`+ns.ClientURL()+`"
+audit:
+  path: stderr
+  nats_subject: fleet.audit
+policy:
+  late_window: 1s
+  hooks:
+    store: $DIR/hooks
+  rules:
+    - tool: block
+      on_cancel:
+        http: {url: "`+url+`"}
+`)
+	a := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
+	b := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
+	a.initialize(`{}`)
+	b.initialize(`{}`)
+	cancelBlock(t, a, "1", "k1")
+	<-rc.hit
+	a.logs.waitFor(t, "fleet member")
+	statuses := map[string]bool{}
+	for !statuses["compensating hook ran (fleet)"] || !statuses["compensation queued to the fleet"] {
+		msg, err := lines.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("fleet audit feed: %v (got %v)", err, statuses)
+		}
+		var rec struct{ Status string }
+		json.Unmarshal(msg.Data, &rec)
+		statuses[rec.Status] = true
+	}
+	select {
+	case <-rc.hit:
+		t.Error("the hook ran twice")
+	default:
 	}
 }

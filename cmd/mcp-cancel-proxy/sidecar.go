@@ -89,7 +89,10 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) > 0 {
 		upstream = filepath.Base(argv[0])
 	}
-	popts := policyOptions(cfg, log)
+	popts, err := policyOptions(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	popts.Metrics = m.NewPolicy(upstream)
 	engine, err := policy.New(popts)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -44,7 +46,12 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	var running atomic.Pointer[policy.Engine]
 	pm, stopAdmin := wrapperAdmin(cfg, link, &running, log)
 	defer stopAdmin()
-	popts := policyOptions(cfg, log)
+	popts, err := policyOptions(cfg, log)
+	if err != nil {
+		log.Error("cannot join the fleet", zap.Error(err))
+		link.current().Stop()
+		return 1
+	}
 	if pm != nil {
 		popts.Metrics = pm
 		link.onRestart = pm.Restarted
@@ -228,10 +235,21 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 }
 
 // policyOptions returns the policy engine's options the configuration
-// sets; the hook store is the platform's unless policy.hooks.store says.
-func policyOptions(cfg config.Config, log *zap.Logger) policy.Options {
-	return policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads,
+// sets: the hook store is the platform's unless policy.hooks.store says;
+// with cluster.nats, the fleet's job queue (its token from the environment).
+func policyOptions(cfg config.Config, log *zap.Logger) (policy.Options, error) {
+	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads,
 		DefaultStore: config.DefaultHookStore()}
+	if c := cfg.Cluster; c.NATS != "" {
+		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait,
+			Token: os.Getenv("MCP_CANCEL_PROXY_NATS_TOKEN"), Name: "mcp-cancel-proxy", Logger: log})
+		if err != nil {
+			return o, fmt.Errorf("cluster.nats %s: %w", fleet.Redacted(c.NATS), err)
+		}
+		log.Info("fleet member: hook jobs go to the fleet's queue", zap.String("nats", fleet.Redacted(c.NATS)))
+		o.Fleet = q
+	}
+	return o, nil
 }
 
 // escalates reports whether a rule of the policy may restart the server:

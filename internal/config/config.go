@@ -35,12 +35,30 @@ type Config struct {
 	Policy policy.Policy `yaml:"policy"`
 	// Audit is where the audit trail goes.
 	Audit policy.Audit `yaml:"audit"`
+	// Cluster makes the proxy a member of a fleet. Default: none.
+	Cluster Cluster `yaml:"cluster"`
 	// Path is the file the configuration was loaded from, if any (for a
 	// reload on SIGHUP).
 	Path string `yaml:"-"`
 	// Warnings are what Parse found valid but likely wrong (a rule an
 	// earlier one shadows), each as "name:line:column: setting: warning: what".
 	Warnings []string `yaml:"-"`
+}
+
+// Cluster configures the fleet the proxy is a member of: off unless NATS
+// is set.
+type Cluster struct {
+	// NATS is the NATS server URL (several, comma-separated), with
+	// JetStream: hook jobs go to a work queue there that every replica
+	// takes jobs from. A password in the URL is never logged; better, use
+	// CredentialsFile or the MCP_CANCEL_PROXY_NATS_TOKEN variable.
+	NATS string `yaml:"nats"`
+	// CredentialsFile is a NATS credentials (.creds) file.
+	CredentialsFile string `yaml:"credentials_file"`
+	// AckWait is how long a replica may hold a hook job without a word
+	// (it says one every third of it while it works) before the others
+	// get it. Default 60s.
+	AckWait time.Duration `yaml:"ack_wait"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -140,13 +158,14 @@ type Child struct {
 // Defaults returns the configuration used when no file is given.
 func Defaults() Config {
 	return Config{
-		Log:    Log{Level: "info", Format: "json"},
-		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
-		Ledger: Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
-		Child:  Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
-		HTTP:   HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
-		Policy: policy.Defaults(),
-		Audit:  policy.Audit{Path: "stderr"},
+		Log:     Log{Level: "info", Format: "json"},
+		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
+		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
+		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
+		Policy:  policy.Defaults(),
+		Audit:   policy.Audit{Path: "stderr"},
+		Cluster: Cluster{AckWait: 60 * time.Second},
 	}
 }
 
@@ -255,6 +274,20 @@ func (c *Config) Validate() error {
 	if c.Audit.Path == "" {
 		bad("audit.path", "empty: name a file, stderr, or off")
 	}
+	if n := c.Cluster.NATS; n != "" {
+		for _, one := range strings.Split(n, ",") {
+			if u, err := url.Parse(strings.TrimSpace(one)); err != nil || u.Host == "" ||
+				(u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss") {
+				bad("cluster.nats", "%q is not a nats://, tls://, ws:// or wss:// URL with a host", redactURL(one))
+			}
+		}
+	}
+	if c.Cluster.AckWait < 0 {
+		bad("cluster.ack_wait", "must not be negative, got %v", c.Cluster.AckWait)
+	}
+	if c.Audit.NATSSubject != "" && c.Cluster.NATS == "" {
+		bad("audit.nats_subject", "needs cluster.nats")
+	}
 	return errors.Join(append(errs, c.Policy.Validate("policy"))...)
 }
 
@@ -289,6 +322,14 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 			bad("http.upstream", "%q names no host", h.Upstream)
 		}
 	}
+}
+
+// redactURL returns a URL without its password, for messages.
+func redactURL(s string) string {
+	if u, err := url.Parse(strings.TrimSpace(s)); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 // validHostname reports whether s could be a DNS name.

@@ -11,6 +11,7 @@ type Policy struct {
 	hooks         *prometheus.CounterVec
 	orphans       prometheus.Counter
 	stored        prometheus.Gauge
+	forwarded     *prometheus.CounterVec
 	waiting       prometheus.Gauge
 	restarts      prometheus.Counter
 	settled       *prometheus.CounterVec
@@ -31,6 +32,9 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 			Help: "Requests whose compensation failed: work left running or results left in place."}),
 		stored: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "hook_orphans",
 			Help: "Orphaned hook jobs the hook store holds now: retries ran out, kept for mcp-cancel-proxy hooks retry or drop."}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hook_jobs_forwarded_total",
+			Help: "Hook jobs handed to the fleet's queue (outcome ok), or kept in the local store because it could not be reached (kept_local)."},
+			[]string{"outcome"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "requests_waiting",
 			Help: "Requests waiting in the proxy for a slot of their rule's max_concurrent."}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "restarts_total",
@@ -41,7 +45,7 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
 	}
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.waiting, p.restarts, p.settled, p.auditFailures)
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.restarts, p.settled, p.auditFailures)
 	return p
 }
 
@@ -62,6 +66,15 @@ func (p *Policy) Orphan() { p.orphans.Inc() }
 
 // Orphans sets the gauge of orphaned jobs in the hook store.
 func (p *Policy) Orphans(n int) { p.stored.Set(float64(n)) }
+
+// Forwarded counts a hook job forwarded to the fleet, or kept locally.
+func (p *Policy) Forwarded(ok bool) {
+	outcome := "ok"
+	if !ok {
+		outcome = "kept_local"
+	}
+	p.forwarded.WithLabelValues(outcome).Inc()
+}
 
 // Waiting moves the waiting gauge.
 func (p *Policy) Waiting(delta int) { p.waiting.Add(float64(delta)) }

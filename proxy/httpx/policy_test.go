@@ -109,6 +109,7 @@ func (w *waitMetrics) DeadlineFired()       {}
 func (w *waitMetrics) HookRan(string, bool) {}
 func (w *waitMetrics) Orphan()              {}
 func (w *waitMetrics) Orphans(int)          {}
+func (w *waitMetrics) Forwarded(bool)       {}
 func (w *waitMetrics) CancelSettled(bool)   {}
 func (w *waitMetrics) AuditFailed()         {}
 func (w *waitMetrics) Waiting(delta int) {

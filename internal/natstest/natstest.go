@@ -1,0 +1,27 @@
+// Package natstest runs a real NATS server with JetStream in a test's
+// process: the fleet's tests use it in place of a mock. Only tests import it.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Run starts a NATS server with JetStream on 127.0.0.1:port (-1: any free
+// port), its store in a temporary directory, until the test ends.
+func Run(t testing.TB, port int) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}

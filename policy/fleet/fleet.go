@@ -1,0 +1,230 @@
+// Package fleet shares the hook jobs of a fleet of proxies through NATS
+// JetStream: each job goes to a work-queue stream (deduplicated by its
+// idempotency key), and every replica's worker takes jobs from the one
+// durable consumer, so that any replica runs a job, and the job of a
+// replica that died mid-attempt is delivered to another once its ack wait
+// has passed. The audit trail can be published to a subject as well.
+//
+// Nothing here runs unless the configuration names a NATS server.
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
+)
+
+// Names in NATS.
+const (
+	StreamName   = "MCP_CANCEL_PROXY_HOOKS"
+	JobSubject   = "mcp-cancel-proxy.hooks.job"
+	ConsumerName = "hook-workers"
+)
+
+// DefaultAckWait is how long a replica may hold a job without a word before
+// the others get it.
+const DefaultAckWait = 60 * time.Second
+
+// publishWait bounds a publish (its acknowledgement by the stream).
+const publishWait = 5 * time.Second
+
+// Options configures a Queue.
+type Options struct {
+	// URL names the NATS server(s), comma-separated.
+	URL string
+	// CredentialsFile is a NATS credentials (.creds) file, if any.
+	CredentialsFile string
+	// Token authenticates, if set (taken from the environment, never from
+	// the configuration file).
+	Token string
+	// Name names the connection in the server's monitoring.
+	Name string
+	// AckWait: DefaultAckWait if zero.
+	AckWait time.Duration
+	Logger  *zap.Logger
+}
+
+// Queue is a replica's connection to the fleet's jobs.
+type Queue struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts Options
+	log  *zap.Logger
+
+	mu   sync.Mutex // guards cons
+	cons jetstream.Consumer
+}
+
+// Dial connects to NATS. It succeeds while NATS is unreachable too: the
+// connection is retried in the background, and Publish fails until then.
+func Dial(o Options) (*Queue, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = DefaultAckWait
+	}
+	log := o.Logger.With(zap.String("nats", Redacted(o.URL)))
+	opts := []nats.Option{nats.Name(o.Name), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS connection lost: hook jobs stay in the local store until it is back", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back") }),
+	}
+	if o.CredentialsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredentialsFile))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Queue{nc: nc, js: js, opts: o, log: log}, nil
+}
+
+// Redacted returns the server URLs without their passwords.
+func Redacted(urls string) string {
+	u, err := url.Parse(urls)
+	if err != nil || u.User == nil {
+		return urls
+	}
+	return u.Redacted()
+}
+
+// consumer creates the stream and the workers' consumer once (and again
+// after a failure).
+func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cons != nil {
+		return q.cons, nil
+	}
+	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{JobSubject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	cons, err := q.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{Durable: ConsumerName,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait, MaxDeliver: -1})
+	if err != nil {
+		return nil, err
+	}
+	q.cons = cons
+	return cons, nil
+}
+
+// Publish hands a job to the fleet, and returns once the stream has it;
+// a job published twice (a crash between publishing and forgetting it)
+// is kept once.
+func (q *Queue) Publish(j jobs.Job) error {
+	ctx, cancel := context.WithTimeout(context.Background(), publishWait)
+	defer cancel()
+	if _, err := q.consumer(ctx); err != nil {
+		return err
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	_, err = q.js.Publish(ctx, JobSubject, b, jetstream.WithMsgID(j.ID))
+	return err
+}
+
+// Delivery is one job as a worker got it.
+type Delivery struct {
+	Job jobs.Job
+	// Attempt counts the deliveries of the job, this one included.
+	Attempt int
+	msg     jetstream.Msg
+}
+
+// Done says the job succeeded: no replica gets it again.
+func (d *Delivery) Done() error { return d.msg.Ack() }
+
+// Retry has the job delivered again after the delay, to any replica.
+func (d *Delivery) Retry(after time.Duration) error { return d.msg.NakWithDelay(after) }
+
+// GiveUp ends the job: no replica gets it again.
+func (d *Delivery) GiveUp() error { return d.msg.TermWithReason("retries ran out") }
+
+// Working tells the stream the job is still being worked on.
+func (d *Delivery) Working() error { return d.msg.InProgress() }
+
+// Work hands the fleet's jobs to handle, each on its own goroutine, until
+// the returned stop is called; while the stream cannot be reached it tries
+// again every few seconds.
+func (q *Queue) Work(handle func(*Delivery)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			cc, err := q.startConsuming(ctx, handle)
+			if err == nil {
+				<-ctx.Done()
+				cc.Stop()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Second): // NATS not there yet
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (q *Queue) startConsuming(ctx context.Context, handle func(*Delivery)) (jetstream.ConsumeContext, error) {
+	wait, cancel := context.WithTimeout(ctx, publishWait)
+	defer cancel()
+	cons, err := q.consumer(wait)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Consume(func(msg jetstream.Msg) {
+		d := &Delivery{msg: msg}
+		if md, err := msg.Metadata(); err == nil {
+			d.Attempt = int(md.NumDelivered)
+		}
+		if err := json.Unmarshal(msg.Data(), &d.Job); err != nil {
+			q.log.Error("a fleet job cannot be read: dropped", zap.Error(err))
+			msg.Term()
+			return
+		}
+		go handle(d)
+	})
+}
+
+// PublishAudit publishes one audit line to subject.
+func (q *Queue) PublishAudit(subject string, line []byte) error {
+	if q.nc.Status() != nats.CONNECTED {
+		return errors.New("NATS is not connected")
+	}
+	return q.nc.Publish(subject, line)
+}
+
+// Close ends the connection.
+func (q *Queue) Close() { q.nc.Close() }
+
+// AckWait returns the ack wait in force.
+func (q *Queue) AckWait() time.Duration { return q.opts.AckWait }
