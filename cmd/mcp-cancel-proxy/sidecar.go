@@ -94,6 +94,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		return nil, err
 	}
 	popts.Metrics = m.NewPolicy(upstream)
+	if popts.Fleet != nil { // cancels find the replica holding their request
+		sc.Fleet = popts.Fleet
+	}
 	engine, err := policy.New(popts)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +29,16 @@ const (
 	StreamName   = "MCP_CANCEL_PROXY_HOOKS"
 	JobSubject   = "mcp-cancel-proxy.hooks.job"
 	ConsumerName = "hook-workers"
+	// CancelSubject, followed by a session's key, carries the cancels one
+	// replica asks the others to accept.
+	CancelSubject = "mcp-cancel-proxy.cancel"
 )
+
+// AskWait bounds the wait for the replica that holds a cancelled request.
+const AskWait = 500 * time.Millisecond
+
+// accepted is the answer of the replica that accepted a cancel.
+var accepted = []byte("accepted")
 
 // DefaultAckWait is how long a replica may hold a job without a word before
 // the others get it.
@@ -213,6 +223,29 @@ func (q *Queue) startConsuming(ctx context.Context, handle func(*Delivery)) (jet
 		}
 		go handle(d)
 	})
+}
+
+// AskCancel asks the fleet to accept a cancel of the session named by key;
+// it reports whether a replica did within AskWait. Only the replica that
+// holds the request answers: the cancel is accepted once, fleet-wide.
+func (q *Queue) AskCancel(key string, cancel []byte) bool {
+	msg, err := q.nc.Request(CancelSubject+"."+key, cancel, AskWait)
+	return err == nil && string(msg.Data) == string(accepted)
+}
+
+// ServeCancels hands accept the cancels other replicas ask about, until
+// stop; a replica answers only when accept does.
+func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool) (stop func()) {
+	sub, err := q.nc.Subscribe(CancelSubject+".*", func(m *nats.Msg) {
+		if accept(strings.TrimPrefix(m.Subject, CancelSubject+"."), m.Data) {
+			m.Respond(accepted)
+		}
+	})
+	if err != nil {
+		q.log.Error("cannot serve the fleet's cancels", zap.Error(err))
+		return func() {}
+	}
+	return func() { sub.Unsubscribe() }
 }
 
 // PublishAudit publishes one audit line to subject.

@@ -55,6 +55,9 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		sess.attach(c, st)
 	}
 	sess.decideMu.Unlock()
+	if len(d.strays) > 0 {
+		s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
+	}
 	if !known && !f.Batch && len(d.requests) == 1 {
 		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
 	}
@@ -139,6 +142,7 @@ func (s *Sidecar) adopt(id string, sess *session) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
+	sess.key = sessionKey(id)              // before it is registered: read unlocked
 	adopted, _ := s.sessions.add(id, sess) // no cap: the upstream caps its sessions
 	return adopted
 }

@@ -20,6 +20,7 @@ type session struct {
 	scope string
 	idMu  sync.Mutex // guards id, which adopt sets once
 	id    string
+	key   string // names the session to a fleet; set by adopt
 	t     *proxy.Tracker
 	// gov applies the policy to the session's requests, if there is one.
 	gov     proxy.Governor

@@ -114,6 +114,9 @@ type Sidecar struct {
 	// Clock runs the sidecar's graces, idle periods and idle sweep, its
 	// Children's included. If nil, the real one.
 	Clock clock.Clock
+	// Fleet, when set, lets cancels find the replica holding their request
+	// (see Fleet): the sidecar can run without session affinity.
+	Fleet Fleet
 	// KeepRevision, when set, relays a 2025 client's requests without a
 	// session in its revision, even when the stateless upstream speaks
 	// 2026-07-28 (see modernize.go); closing such a request's stream then
@@ -129,9 +132,11 @@ type Sidecar struct {
 	upstream *url.URL
 	sessions sessionTable[*session] // the sessions relayed upstream
 	sweeper  sweeper
-	log      *zap.Logger
-	budget   *framing.Budget // EventMemory's
-	clock    clock.Clock
+	// stopFleet stops answering the fleet's cancels.
+	stopFleet func()
+	log       *zap.Logger
+	budget    *framing.Budget // EventMemory's
+	clock     clock.Clock
 	// path, maxBody and grace are Path, MaxBodySize and CancelGrace, or
 	// their defaults.
 	path    string
@@ -204,6 +209,9 @@ func (s *Sidecar) Provision() error {
 		}
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		s.sweepEvery(max(idle/4, time.Second))
+		if s.Fleet != nil {
+			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel)
+		}
 	})
 	return s.initErr
 }
@@ -222,6 +230,9 @@ func (s *Sidecar) Cleanup(reason string) {
 	}
 	s.cleanup.Do(func() {
 		s.stopSweeping()
+		if s.stopFleet != nil {
+			s.stopFleet()
+		}
 		s.CancelAll(reason)
 		if s.Legacy != nil {
 			s.Legacy.stopAll(reason)

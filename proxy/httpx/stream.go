@@ -493,6 +493,11 @@ type decided struct {
 	batch     bool
 	timed     bool // a request has a deadline: the wait for the upstream may be cut short
 	wantsLate bool // a request's late answer is wanted after a cancel
+	// strays are the client's cancels of requests not in flight here,
+	// which another replica of a fleet may hold; withdrawn counts the
+	// cancels of requests held back here (never sent).
+	strays    [][]byte
+	withdrawn int
 }
 
 type heldCall struct {
@@ -521,6 +526,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 			s.cancelled("client")
 			if sess.withdrawIfHeld(o.Cancelled) {
 				d.same = false // never sent, and neither is its cancel
+				d.withdrawn++
 				continue
 			}
 			d.cancels++
@@ -539,6 +545,9 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		if o.Verdict != proxy.Forward {
 			if o.Verdict == proxy.Suppress {
 				d.suppressed++
+			}
+			if from == proxy.Client && o.Cancelled == nil && m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
+				d.strays = append(d.strays, m.Raw)
 			}
 			d.same = false
 			continue

@@ -1,0 +1,81 @@
+package httpx
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// Fleet lets a client's cancel find the replica that holds its request,
+// when replicas of the sidecar run without session affinity in front of
+// servers that share their sessions: a cancel for a request not in flight
+// here is asked of the fleet, and the replica that holds it accepts it as
+// if it had been POSTed there. Sessions are named by a key (a hash of
+// their id), never by the id itself.
+type Fleet interface {
+	// AskCancel asks the fleet to accept cancel, a notifications/cancelled
+	// of the session with the given key; it reports whether a replica
+	// accepted it within a short bound.
+	AskCancel(key string, cancel []byte) bool
+	// ServeCancels hands accept each cancel another replica asks about,
+	// until stop; accept reports whether this replica held the request
+	// and accepted its cancel.
+	ServeCancels(accept func(key string, cancel []byte) bool) (stop func())
+}
+
+// sessionKey names a session to the fleet: the id's SHA-256, so that the
+// id, as good as a credential, never travels.
+func sessionKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:16])
+}
+
+// askFleet asks the fleet about the client's cancels of requests not in
+// flight here (in the background: the client has its 202).
+func (s *Sidecar) askFleet(sessionID string, strays [][]byte) {
+	if s.Fleet == nil || sessionID == "" {
+		return
+	}
+	key := sessionKey(sessionID)
+	for _, c := range strays {
+		go func() {
+			if s.Fleet.AskCancel(key, c) {
+				s.log.Info("cancel handed to the replica that holds its request")
+			} else {
+				s.log.Debug("cancel dropped: no replica holds its request")
+			}
+		}()
+	}
+}
+
+// acceptFleetCancel accepts, for another replica, a cancel of a request
+// this replica holds: decided, counted, forwarded upstream and its stream
+// ended exactly as if the client had POSTed it here.
+func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
+	var sess *session
+	for _, x := range s.sessions.all() {
+		if x.key == key {
+			sess = x
+			break
+		}
+	}
+	var f framing.Frame
+	if sess == nil || f.Parse(cancel) != nil || f.Batch || f.Msgs[0].Method != framing.MethodCancelled {
+		return false
+	}
+	sess.decideMu.Lock()
+	d := s.decideFrame(sess, proxy.Client, &f)
+	sess.decideMu.Unlock()
+	if d.cancels == 0 && d.withdrawn == 0 {
+		return false
+	}
+	s.log.Info("cancel accepted for another replica", zap.String("scope", sess.scope))
+	if d.cancels > 0 {
+		go s.notify(sess, d.data)
+	}
+	return true
+}

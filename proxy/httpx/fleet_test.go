@@ -1,0 +1,64 @@
+package httpx_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// TestFleetCancelFindsItsReplica: two sidecar replicas in front of one
+// server, no session affinity. A client's call runs through replica A; its
+// cancel, POSTed to replica B, which does not hold the request, is asked
+// of the fleet (a real NATS server), accepted by A as if POSTed there: the
+// server sees the cancel, and A's stream ends with no late answer. Without
+// the fleet B drops it, and the server never hears of it.
+func TestFleetCancelFindsItsReplica(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	ns := natstest.Run(t, -1)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	replica := func(withFleet bool) string {
+		sc := &httpx.Sidecar{Upstream: up.url}
+		if withFleet {
+			q, err := fleet.Dial(fleet.Options{URL: ns.ClientURL(), Logger: zaptest.NewLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(q.Close)
+			sc.Fleet = q
+		}
+		return serveSidecar(t, sc)
+	}
+	for _, withFleet := range []bool{true, false} {
+		a, b := replica(withFleet), replica(withFleet)
+		onA := &rawClient{t: t, url: a}
+		onA.initialize()
+		stream := events(onA.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"far"},"_meta":{"progressToken":"tok"}}}`).Body)
+		<-stream // progress: the call runs
+		<-up.started
+		onB := &rawClient{t: t, url: b, session: onA.session}
+		onB.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`).Body.Close()
+		if !withFleet {
+			select {
+			case key := <-up.sawCancel:
+				t.Errorf("without a fleet the server saw a cancel of %q", key)
+			case <-time.After(fleet.AskWait): // a bound on something that must not happen
+			}
+			up.release <- struct{}{}
+			continue
+		}
+		if key := <-up.sawCancel; key != "far" {
+			t.Errorf("server cancelled %q", key)
+		}
+		for m := range stream {
+			if m["id"] != nil {
+				t.Errorf("client got %v after its cancel", m)
+			}
+		}
+	}
+}
