@@ -142,7 +142,9 @@ func TestHookResumesAfterSIGKILL(t *testing.T) {
 	rc.mu.Unlock()
 	e, recs := storeEngine(t, p, dir)
 	r := waitRecord(t, recs)
-	if r.Status != StatusResumedOK || r.Tool != "job" || r.Hooks[0].Attempts != before+1 {
+	// The count is the store's: an attempt whose failure the killed proxy
+	// had not yet written down is counted again.
+	if r.Status != StatusResumedOK || r.Tool != "job" || r.Hooks[0].Attempts < 1 || r.Hooks[0].Attempts > before+1 {
 		t.Fatalf("audit of the resumed hook: %+v (the killed proxy made %d attempts)", r, before)
 	}
 	rc.mu.Lock()

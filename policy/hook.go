@@ -61,13 +61,14 @@ func newRunner(max int, jobs *durable) *runner {
 		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}}
 }
 
-// run starts h for an event document in the background; done gets the
-// result, on the hook's goroutine.
+// run starts h for an event document in the background, its job written
+// to the store (if any) before the first attempt; done gets the result, on
+// the hook's goroutine.
 func (r *runner) run(phase string, h *Hook, ev *HookEvent, done func(HookResult)) {
-	j := r.jobs.begin(phase, h, ev)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		j := r.jobs.begin(phase, h, ev) // a synced write: never on the relay's path
 		if r.jobs.fleet != nil && r.jobs.forward(j) {
 			done(HookResult{Phase: phase, Target: j.Target, Queued: true})
 			return

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -163,5 +164,22 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "jobs-*.db")); len(files) != 1 {
 		t.Errorf("files left: %v, want the new store's only", files)
+	}
+}
+
+// BenchmarkStorePut: one job written durably (each Put is a synced bbolt
+// transaction): what a hook invocation costs before its first attempt.
+func BenchmarkStorePut(b *testing.B) {
+	s, err := jobs.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	j := job("bench", time.Now())
+	for i := 0; b.Loop(); i++ {
+		j.ID = "bench-" + strconv.Itoa(i)
+		if err := s.Put(j); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
