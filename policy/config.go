@@ -76,6 +76,11 @@ type Rule struct {
 	// MaxConcurrent caps the matching requests in flight at once; more wait
 	// in the proxy, in arrival order. 0 means no cap.
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxConcurrentScope is what max_concurrent counts: "process" (this
+	// proxy's requests; the default) or "cluster" (the fleet's, with
+	// cluster.nats: a slot is a lease in NATS that a replica that dies
+	// gives up when the lease passes).
+	MaxConcurrentScope string `yaml:"max_concurrent_scope"`
 	// Escalate "restart" (stdio wrapper only) restarts the server after a
 	// cancel of a matching request that was not answered within the grace.
 	Escalate string `yaml:"escalate"`
@@ -152,8 +157,8 @@ func (p *Policy) Validate(prefix string) error {
 	if d.Tool != "" || d.Method != "" {
 		bad(".defaults", "defaults match every request: tool and method have no place here")
 	}
-	if d.MaxConcurrent != 0 || d.Escalate != "" {
-		bad(".defaults", "max_concurrent and escalate belong to a rule, not the defaults")
+	if d.MaxConcurrent != 0 || d.MaxConcurrentScope != "" || d.Escalate != "" {
+		bad(".defaults", "max_concurrent, max_concurrent_scope and escalate belong to a rule, not the defaults")
 	}
 	d.validate(".defaults", bad)
 	for i := range p.Rules {
@@ -172,6 +177,9 @@ func (p *Policy) Validate(prefix string) error {
 		}
 		if r.MaxConcurrent < 0 {
 			bad(at+".max_concurrent", "must not be negative, got %d", r.MaxConcurrent)
+		}
+		if sc := r.MaxConcurrentScope; sc != "" && sc != "process" && sc != "cluster" {
+			bad(at+".max_concurrent_scope", "%q is not process or cluster", sc)
 		}
 		if r.Escalate != "" && r.Escalate != "restart" {
 			bad(at+".escalate", "%q is not restart (or empty)", r.Escalate)
@@ -269,13 +277,15 @@ type Effective struct {
 	OnLateResult    *Hook
 	OnLateError     *Hook
 	MaxConcurrent   int
+	Cluster         bool // MaxConcurrent counts the fleet's requests
 	Escalate        string
 	slot            *slots // the rule's queue when MaxConcurrent > 0
 }
 
 // resolve fills r's unset fields from d.
 func resolve(name string, r, d *Rule) *Effective {
-	e := &Effective{Name: name, Interruptible: true, MaxConcurrent: r.MaxConcurrent, Escalate: r.Escalate}
+	e := &Effective{Name: name, Interruptible: true, MaxConcurrent: r.MaxConcurrent, Escalate: r.Escalate,
+		Cluster: r.MaxConcurrentScope == "cluster"}
 	pick := func(rv, dv *time.Duration) time.Duration {
 		if rv != nil {
 			return *rv
@@ -330,13 +340,18 @@ type matcher struct {
 	defaults *Effective
 }
 
-func compile(p *Policy) *matcher {
+// compile compiles p; fleet, if set, counts the slots of rules whose
+// max_concurrent_scope is cluster.
+func compile(p *Policy, fleet func(name string, n int) distSlots) *matcher {
 	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults)}
 	for i := range p.Rules {
 		g, _ := compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method)) // validated
 		m.globs = append(m.globs, g)
 		e := resolve(fmt.Sprintf("rules[%d]", i), &p.Rules[i], &p.Defaults)
-		if e.MaxConcurrent > 0 {
+		switch {
+		case e.MaxConcurrent > 0 && e.Cluster && fleet != nil:
+			e.slot = newFleetSlots(fleet(fmt.Sprintf("%d %s", i, cmp.Or(p.Rules[i].Tool, p.Rules[i].Method)), e.MaxConcurrent))
+		case e.MaxConcurrent > 0:
 			e.slot = newSlots(e.MaxConcurrent)
 		}
 		m.eff = append(m.eff, e)

@@ -104,9 +104,25 @@ func New(o Options) (*Engine, error) {
 		return nil, err
 	}
 	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept)
-	e.m.Store(compile(&o.Policy))
+	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil
+}
+
+// fleetSlots returns what counts rules' slots fleet-wide, or nil without
+// a fleet (such rules then count this process's requests: said once).
+func (e *Engine) fleetSlots() func(string, int) distSlots {
+	q := e.opts.Fleet
+	if q == nil {
+		for _, r := range e.opts.Policy.Rules {
+			if r.MaxConcurrentScope == "cluster" {
+				e.log.Warn("max_concurrent_scope: cluster without cluster.nats: counted per process")
+				break
+			}
+		}
+		return nil
+	}
+	return func(name string, n int) distSlots { return q.Semaphore(name, n) }
 }
 
 // openStore opens the hook store the options name, if any.
@@ -132,7 +148,7 @@ func openStore(o Options) (*jobs.Store, error) {
 // Reload puts a new policy in force for requests that start from now on;
 // requests in flight keep the rule they started with. p must be valid.
 func (e *Engine) Reload(p Policy) {
-	e.m.Store(compile(&p))
+	e.m.Store(compile(&p, e.fleetSlots()))
 	e.log.Info("policy reloaded", zap.Int("rules", len(p.Rules)))
 }
 

@@ -20,7 +20,7 @@ import (
 // replica is one proxy of a fleet: its engine, on NATS at url.
 func replica(t *testing.T, url string, p Policy, store string) (*Engine, *fleet.Queue, <-chan *Record) {
 	t.Helper()
-	q, err := fleet.Dial(fleet.Options{URL: url, AckWait: time.Second, Logger: zaptest.NewLogger(t)})
+	q, err := fleet.Dial(fleet.Options{URL: url, AckWait: time.Second, Lease: time.Second, Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +188,41 @@ func TestFleetKeepsJobsWhileNATSIsDown(t *testing.T) {
 	if all, _ := e.Jobs(); len(all) != 0 {
 		t.Errorf("local store once forwarded: %+v", all)
 	}
+}
+
+// TestFleetMaxConcurrent: max_concurrent with scope cluster counts the
+// fleet's requests: a replica's request waits while another replica's holds
+// the one slot, and goes once it is answered; a replica that dies holding
+// the slot gives it up when its lease passes; a request cancelled while it
+// waits is never sent.
+func TestFleetMaxConcurrent(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	ns := natstest.Run(t, -1)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", MaxConcurrent: 1, MaxConcurrentScope: "cluster"}}
+	a, _, _ := replica(t, ns.ClientURL(), p, "")
+	b, qb, _ := replica(t, ns.ClientURL(), p, "")
+	onA, onB := newTransport(t, a), newTransport(t, b)
+	sent := func(ft *fakeTransport, id int) {
+		t.Helper()
+		if act := ft.next(); act.kind != "dispatch" || act.call.ID().String() != fmt.Sprint(id) {
+			t.Fatalf("got %s of %v, want request %d sent", act.kind, act.call, id)
+		}
+	}
+	if o := onA.client(call(1, "job", "")); !o.Hold {
+		t.Fatal("a fleet-counted request was not held for its slot")
+	}
+	sent(onA, 1)
+	onB.client(call(2, "job", ""))
+	onB.none() // the fleet's one slot is A's
+	onA.server(result(1, `{}`))
+	sent(onB, 2)
+	onA.client(call(3, "job", ""))
+	onA.none()
+	qb.Close() // B dies holding the slot: its lease runs out
+	sent(onA, 3)
+	onA.client(call(4, "job", ""))
+	onA.client(cancel(4))
+	onA.server(result(3, `{}`))
+	onA.none() // 4 was cancelled while waiting: never sent
 }

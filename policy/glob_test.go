@@ -45,11 +45,11 @@ func TestGlobMatchesSlashes(t *testing.T) {
 		}
 	}
 	d := time.Second
-	m := compile(&Policy{Rules: []Rule{{Tool: "*", Timeout: &d}}})
+	m := compile(&Policy{Rules: []Rule{{Tool: "*", Timeout: &d}}}, nil)
 	if e := m.match("tools/call", "user-profile/update"); e != m.eff[0] {
 		t.Error(`tool "*" does not apply to tool user-profile/update`)
 	}
-	m = compile(&Policy{Rules: []Rule{{Method: "*", Timeout: &d}}})
+	m = compile(&Policy{Rules: []Rule{{Method: "*", Timeout: &d}}}, nil)
 	if e := m.match("tools/call", "x"); e != m.eff[0] {
 		t.Error(`method "*" does not apply to tools/call`)
 	}

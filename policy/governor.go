@@ -60,8 +60,9 @@ type record struct {
 	gen      int // deadline generation: a timer of an older one is stale
 	captured map[string]json.RawMessage
 
-	held, hasSlot bool // waiting for a slot of its rule; holding one
-	dispatched    bool // sent to the server (false while held, or if withdrawn)
+	held, hasSlot bool   // waiting for a slot of its rule; holding one
+	lease         func() // frees the fleet-wide slot it holds, if its rule's count is the fleet's
+	dispatched    bool   // sent to the server (false while held, or if withdrawn)
 	answered      time.Time
 	taskID        string
 
@@ -221,15 +222,15 @@ func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
 	if r.timer != nil && r.taskID == "" {
 		r.timer.Stop()
 	}
-	slot := r.releaseLocked()
+	free := r.releaseLocked()
 	g.rememberLocked(answered{c: c, tool: r.tool, rec: r})
 	g.mu.Unlock()
-	handOff(slot)
+	free()
 }
 
 // releaseLocked gives up r's place in its rule's queue, or its slot; it
-// returns the slots to hand on, if a slot was freed.
-func (r *record) releaseLocked() *slots {
+// returns what frees the slot, to be called once unlocked.
+func (r *record) releaseLocked() (free func()) {
 	switch {
 	case r.held:
 		r.held = false
@@ -238,34 +239,34 @@ func (r *record) releaseLocked() *slots {
 		}
 	case r.hasSlot:
 		r.hasSlot = false
-		return r.rule.slot
+		s, lease := r.rule.slot, r.lease
+		r.lease = nil
+		return func() { s.free(lease) }
 	}
-	return nil
+	return func() {}
 }
 
 // handOff gives a freed slot to the next waiting request, of whichever
 // session.
 func handOff(s *slots) {
-	if s == nil {
-		return
-	}
 	if next := s.release(); next != nil {
-		next.g.granted(next)
+		next.g.granted(next, nil)
 	}
 }
 
-// granted sends a waiting request that got a slot, unless it was
-// cancelled meanwhile, in which case the slot goes on.
-func (g *governor) granted(r *record) {
+// granted sends a waiting request that got a slot (and, if its rule's
+// count is the fleet's, the lease that frees it), unless it was cancelled
+// meanwhile, in which case the slot goes on.
+func (g *governor) granted(r *record, lease func()) {
 	g.mu.Lock()
 	ok := r.held && r.cancelled.IsZero()
 	r.held = false
 	if ok {
-		r.hasSlot, r.dispatched = true, true
+		r.hasSlot, r.dispatched, r.lease = true, true, lease
 	}
 	g.mu.Unlock()
 	if !ok {
-		handOff(r.rule.slot)
+		r.rule.slot.free(lease)
 		return
 	}
 	g.e.metrics.Waiting(-1)
@@ -322,10 +323,10 @@ func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
 	if r.rule.Escalate == "restart" {
 		r.restartTimer = g.e.clock.AfterFunc(g.e.opts.Policy.RestartAfter, func() { g.work.post(func() { g.escalate(r) }) })
 	}
-	slot := r.releaseLocked()
+	free := r.releaseLocked()
 	g.e.wg.Add(1) // the record is to be written
 	g.mu.Unlock()
-	handOff(slot)
+	free()
 	// Whether the request was withdrawn before it was sent is settled once
 	// the transport has handled the cancel: start the hooks after that.
 	g.work.post(func() { g.act.After(func() { g.afterCancel(r) }) })

@@ -59,6 +59,10 @@ type Cluster struct {
 	// (it says one every third of it while it works) before the others
 	// get it. Default 60s.
 	AckWait time.Duration `yaml:"ack_wait"`
+	// SlotLease is how long a fleet-wide max_concurrent slot stays held
+	// after its replica last renewed it (every third of it): a replica
+	// that dies gives its slots up after this long. Default 30s.
+	SlotLease time.Duration `yaml:"slot_lease"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -165,7 +169,7 @@ func Defaults() Config {
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
-		Cluster: Cluster{AckWait: 60 * time.Second},
+		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second},
 	}
 }
 
@@ -284,6 +288,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Cluster.AckWait < 0 {
 		bad("cluster.ack_wait", "must not be negative, got %v", c.Cluster.AckWait)
+	}
+	if c.Cluster.SlotLease < 0 {
+		bad("cluster.slot_lease", "must not be negative, got %v", c.Cluster.SlotLease)
 	}
 	if c.Audit.NATSSubject != "" && c.Cluster.NATS == "" {
 		bad("audit.nats_subject", "needs cluster.nats")

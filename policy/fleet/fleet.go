@@ -32,6 +32,9 @@ const (
 	// CancelSubject, followed by a session's key, carries the cancels one
 	// replica asks the others to accept.
 	CancelSubject = "mcp-cancel-proxy.cancel"
+	// EndSubject, followed by a session's key, says a client ended the
+	// session (DELETE) through one replica.
+	EndSubject = "mcp-cancel-proxy.session-end"
 )
 
 // AskWait bounds the wait for the replica that holds a cancelled request.
@@ -60,7 +63,10 @@ type Options struct {
 	Name string
 	// AckWait: DefaultAckWait if zero.
 	AckWait time.Duration
-	Logger  *zap.Logger
+	// Lease is how long a fleet-wide slot stays held after its holder last
+	// said so: DefaultLease if zero.
+	Lease  time.Duration
+	Logger *zap.Logger
 }
 
 // Queue is a replica's connection to the fleet's jobs.
@@ -233,10 +239,20 @@ func (q *Queue) AskCancel(key string, cancel []byte) bool {
 	return err == nil && string(msg.Data) == string(accepted)
 }
 
-// ServeCancels hands accept the cancels other replicas ask about, until
-// stop; a replica answers only when accept does.
-func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool) (stop func()) {
-	sub, err := q.nc.Subscribe(CancelSubject+".*", func(m *nats.Msg) {
+// EndSession tells every replica that the client ended the session named
+// by key, and waits (AskWait at most) for a replica that held requests of
+// it to say it has cancelled them: the cancels go upstream before the
+// DELETE does.
+func (q *Queue) EndSession(key string) {
+	q.nc.Request(EndSubject+"."+key, nil, AskWait) // no answer: no replica held any
+}
+
+// ServeCancels hands accept the cancels other replicas ask about, and
+// ended the sessions they were told the client ended, until stop; a
+// replica answers only when accept or ended reports it held the request or
+// the session.
+func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool, ended func(key string) bool) (stop func()) {
+	cancels, err := q.nc.Subscribe(CancelSubject+".*", func(m *nats.Msg) {
 		if accept(strings.TrimPrefix(m.Subject, CancelSubject+"."), m.Data) {
 			m.Respond(accepted)
 		}
@@ -245,7 +261,16 @@ func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool) (stop 
 		q.log.Error("cannot serve the fleet's cancels", zap.Error(err))
 		return func() {}
 	}
-	return func() { sub.Unsubscribe() }
+	ends, err := q.nc.Subscribe(EndSubject+".*", func(m *nats.Msg) {
+		if ended(strings.TrimPrefix(m.Subject, EndSubject+".")) {
+			m.Respond(accepted)
+		}
+	})
+	if err != nil {
+		q.log.Error("cannot serve the fleet's session ends", zap.Error(err))
+		return func() { cancels.Unsubscribe() }
+	}
+	return func() { cancels.Unsubscribe(); ends.Unsubscribe() }
 }
 
 // PublishAudit publishes one audit line to subject.
@@ -258,6 +283,14 @@ func (q *Queue) PublishAudit(subject string, line []byte) error {
 
 // Close ends the connection.
 func (q *Queue) Close() { q.nc.Close() }
+
+// lease returns the slots' lease in force.
+func (q *Queue) lease() time.Duration {
+	if q.opts.Lease > 0 {
+		return q.opts.Lease
+	}
+	return DefaultLease
+}
 
 // AckWait returns the ack wait in force.
 func (q *Queue) AckWait() time.Duration { return q.opts.AckWait }

@@ -21,10 +21,15 @@ type Fleet interface {
 	// of the session with the given key; it reports whether a replica
 	// accepted it within a short bound.
 	AskCancel(key string, cancel []byte) bool
+	// EndSession tells the fleet that the client ended (DELETE) the
+	// session with the given key, and returns once a replica that held
+	// requests of it has cancelled them (or after a short bound).
+	EndSession(key string)
 	// ServeCancels hands accept each cancel another replica asks about,
-	// until stop; accept reports whether this replica held the request
-	// and accepted its cancel.
-	ServeCancels(accept func(key string, cancel []byte) bool) (stop func())
+	// and ended each session another replica was told the client ended,
+	// until stop; each reports whether this replica held the request (and
+	// accepted its cancel) or the session.
+	ServeCancels(accept func(key string, cancel []byte) bool, ended func(key string) bool) (stop func())
 }
 
 // sessionKey names a session to the fleet: the id's SHA-256, so that the
@@ -52,17 +57,35 @@ func (s *Sidecar) askFleet(sessionID string, strays [][]byte) {
 	}
 }
 
+// heldSession returns the registered session with the given fleet key.
+func (s *Sidecar) heldSession(key string) *session {
+	for _, x := range s.sessions.all() {
+		if x.key == key {
+			return x
+		}
+	}
+	return nil
+}
+
+// fleetSessionEnded ends, for another replica that was sent the DELETE,
+// this replica's part of the session: its requests in flight here are
+// cancelled upstream (source session_end) and their streams ended.
+func (s *Sidecar) fleetSessionEnded(key string) bool {
+	sess := s.heldSession(key)
+	if sess == nil {
+		return false
+	}
+	s.sessions.removeIf(sess.sessionID(), sess)
+	s.log.Info("session deleted through another replica", zap.String("scope", sess.scope))
+	s.endSession(sess)
+	return true
+}
+
 // acceptFleetCancel accepts, for another replica, a cancel of a request
 // this replica holds: decided, counted, forwarded upstream and its stream
 // ended exactly as if the client had POSTed it here.
 func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
-	var sess *session
-	for _, x := range s.sessions.all() {
-		if x.key == key {
-			sess = x
-			break
-		}
-	}
+	sess := s.heldSession(key)
 	var f framing.Frame
 	if sess == nil || f.Parse(cancel) != nil || f.Batch || f.Msgs[0].Method != framing.MethodCancelled {
 		return false

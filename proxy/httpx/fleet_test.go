@@ -16,14 +16,16 @@ import (
 // server, no session affinity. A client's call runs through replica A; its
 // cancel, POSTed to replica B, which does not hold the request, is asked
 // of the fleet (a real NATS server), accepted by A as if POSTed there: the
-// server sees the cancel, and A's stream ends with no late answer. Without
-// the fleet B drops it, and the server never hears of it.
+// server sees the cancel, and A's stream ends with no late answer; a
+// DELETE sent to B has A cancel the session's call it holds. Without the
+// fleet B drops the cancel, and the server never hears of it.
 func TestFleetCancelFindsItsReplica(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	ns := natstest.Run(t, -1)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	replica := func(withFleet bool) string {
-		sc := &httpx.Sidecar{Upstream: up.url}
+	sources := make(chan string, 16) // replica A's cancels, by source
+	replica := func(withFleet bool, onCancel func(string)) string {
+		sc := &httpx.Sidecar{Upstream: up.url, OnCancel: onCancel}
 		if withFleet {
 			q, err := fleet.Dial(fleet.Options{URL: ns.ClientURL(), Logger: zaptest.NewLogger(t)})
 			if err != nil {
@@ -35,7 +37,7 @@ func TestFleetCancelFindsItsReplica(t *testing.T) {
 		return serveSidecar(t, sc)
 	}
 	for _, withFleet := range []bool{true, false} {
-		a, b := replica(withFleet), replica(withFleet)
+		a, b := replica(withFleet, func(src string) { sources <- src }), replica(withFleet, nil)
 		onA := &rawClient{t: t, url: a}
 		onA.initialize()
 		stream := events(onA.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"far"},"_meta":{"progressToken":"tok"}}}`).Body)
@@ -59,6 +61,19 @@ func TestFleetCancelFindsItsReplica(t *testing.T) {
 			if m["id"] != nil {
 				t.Errorf("client got %v after its cancel", m)
 			}
+		}
+		if src := <-sources; src != "client" {
+			t.Errorf("replica A counted a cancel from %q, want client", src)
+		}
+		// A DELETE through B: A cancels upstream the session's call it holds.
+		events(onA.post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"deleted"}}}`).Body)
+		<-up.started
+		onB.end()
+		if src := <-sources; src != "session_end" {
+			t.Errorf("replica A counted a cancel from %q, want session_end", src)
+		}
+		if key := <-up.sawCancel; key != "deleted" {
+			t.Errorf("server cancelled %q", key)
 		}
 	}
 }

@@ -421,12 +421,10 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if sess, ok := s.sessions.remove(id); ok {
 		s.log.Info("session deleted", zap.String("scope", sess.scope))
-		for _, c := range sess.t.CancelInFlight("session_end", "session deleted") {
-			s.cancelled("session_end")
-			s.notify(sess, c.Notice)
-		}
-		sess.endAll()
-		sess.closeGovernor()
+		s.endSession(sess)
+	}
+	if s.Fleet != nil && id != "" {
+		s.Fleet.EndSession(sessionKey(id)) // the session's requests held by other replicas
 	}
 	resp, err := s.forward(ctx, fasthttp.MethodDelete, nil)
 	if err != nil {
@@ -436,6 +434,17 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.SetBody(readHead(resp))
+}
+
+// endSession cancels upstream a deleted session's requests in flight
+// (source session_end), ends their streams and its governance.
+func (s *Sidecar) endSession(sess *session) {
+	for _, c := range sess.t.CancelInFlight("session_end", "session deleted") {
+		s.cancelled("session_end")
+		s.notify(sess, c.Notice)
+	}
+	sess.endAll()
+	sess.closeGovernor()
 }
 
 // brief returns an error's message without what fasthttp quotes of the

@@ -210,7 +210,7 @@ func (s *Sidecar) Provision() error {
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		s.sweepEvery(max(idle/4, time.Second))
 		if s.Fleet != nil {
-			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel)
+			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel, s.fleetSessionEnded)
 		}
 	})
 	return s.initErr
