@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -231,5 +232,29 @@ policy:
 	case <-rc.hit:
 		t.Error("the hook ran twice")
 	default:
+	}
+}
+
+// TestDeployFleetConfigValidates: the fleet example's configuration (the
+// ConfigMap in deploy/kubernetes-fleet.yaml) passes validate.
+func TestDeployFleetConfigValidates(t *testing.T) {
+	doc, err := os.ReadFile("../../deploy/kubernetes-fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "config.yaml: |\n")
+	block, _, _ = strings.Cut(block, "\n---")
+	if !ok {
+		t.Fatal("no config.yaml in the ConfigMap")
+	}
+	var cfg strings.Builder
+	for line := range strings.Lines(block) {
+		cfg.WriteString(strings.TrimPrefix(line, "    "))
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(path, []byte(cfg.String()), 0o600)
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"validate", path}, nil, nopWriteCloser{&out}, &errOut); code != 0 {
+		t.Errorf("validate: %d %s%s", code, out.String(), errOut.String())
 	}
 }

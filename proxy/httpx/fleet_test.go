@@ -1,10 +1,15 @@
 package httpx_test
 
 import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
@@ -75,5 +80,53 @@ func TestFleetCancelFindsItsReplica(t *testing.T) {
 		if key := <-up.sawCancel; key != "deleted" {
 			t.Errorf("server cancelled %q", key)
 		}
+	}
+}
+
+// TestFleetCancelLatency is a load driver, not a check: with
+// MCP_FLEET_LATENCY=N it times N cancels from the client's POST to the
+// server's seeing the cancel, POSTed to the replica that holds the call
+// and to the other one (through the fleet), side by side, and logs the
+// median and p99 of each.
+//
+//	MCP_FLEET_LATENCY=300 go test -run TestFleetCancelLatency -v ./proxy/httpx
+func TestFleetCancelLatency(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("MCP_FLEET_LATENCY"))
+	if n <= 0 {
+		t.Skip("a load driver: set MCP_FLEET_LATENCY=N")
+	}
+	ns := natstest.Run(t, -1)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
+	replica := func() string {
+		q, err := fleet.Dial(fleet.Options{URL: ns.ClientURL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(q.Close)
+		return serveSidecar(t, &httpx.Sidecar{Upstream: up.url, Fleet: q, Logger: zap.NewNop()})
+	}
+	a, b := replica(), replica()
+	onA := &rawClient{t: t, url: a}
+	onA.initialize()
+	onB := &rawClient{t: t, url: b, session: onA.session}
+	took := map[string][]time.Duration{}
+	for i := range 2 * n {
+		via, name := onA, "same replica"
+		if i%2 == 1 {
+			via, name = onB, "other replica (fleet)"
+		}
+		id := 10 + i
+		stream := events(onA.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"k"}}}`, id)).Body)
+		<-up.started
+		start := time.Now()
+		via.post(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id)).Body.Close()
+		<-up.sawCancel
+		took[name] = append(took[name], time.Since(start))
+		for range stream {
+		}
+	}
+	for name, d := range took {
+		slices.Sort(d)
+		t.Logf("%-22s n=%d median %v p99 %v", name, len(d), d[len(d)/2], d[len(d)*99/100])
 	}
 }

@@ -120,7 +120,14 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 // noteSession registers the session the upstream opened, or forgets one it
 // no longer knows, and returns the session the answer belongs to.
 func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
-	switch id := peek(resp.Header.All(), sessionHeader); {
+	id := peek(resp.Header.All(), sessionHeader)
+	if len(id) == 0 && !known && sess.sessionID() != "" && resp.StatusCode() < 300 {
+		// A session the upstream knows and this sidecar did not (it runs
+		// without affinity, or was restarted): kept from now on, so that its
+		// cancels find its requests.
+		id = []byte(sess.sessionID())
+	}
+	switch {
 	case len(id) > 0 && !known:
 		if adopted := s.adopt(string(id), sess); adopted != sess {
 			sess.closeGovernor() // the id was known after all: this one is not kept
