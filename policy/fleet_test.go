@@ -74,9 +74,15 @@ func fleetPolicy(url string, retries int) Policy {
 
 // waitStatus waits for an audit record with status.
 func waitStatus(t *testing.T, recs <-chan *Record, status string) *Record {
+	return waitStatusOf(t, recs, status, "")
+}
+
+// waitStatusOf waits for an audit record with status of the request with
+// the given id (any, if empty), passing over others.
+func waitStatusOf(t *testing.T, recs <-chan *Record, status, id string) *Record {
 	t.Helper()
 	for {
-		if r := waitRecord(t, recs); r.Status == status {
+		if r := waitRecord(t, recs); r.Status == status && (id == "" || string(r.ID) == id) {
 			return r
 		}
 	}
@@ -100,17 +106,26 @@ func TestFleetRunsQueuedHooks(t *testing.T) {
 	a, _, recsA := replica(t, ns.ClientURL(), fleetPolicy(url, 2), "")
 	_, _, recsB := replica(t, ns.ClientURL(), fleetPolicy(url, 2), "")
 	cancelled(t, a, 1, "job")
-	if r := waitStatus(t, recsA, StatusQueued); !r.Hooks[0].Queued {
-		t.Fatalf("the request's audit: %+v", r)
+	var queued, ran *Record // from either replica, in either order
+	for queued == nil || ran == nil {
+		var r *Record
+		select {
+		case r = <-recsA:
+		case r = <-recsB:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no audit of the queued hook and of its run")
+		}
+		switch r.Status {
+		case StatusQueued:
+			queued = r
+		case StatusFleetOK:
+			ran = r
+		}
 	}
-	var ran *Record
-	select {
-	case ran = <-recsA:
-	case ran = <-recsB:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no replica ran the hook")
+	if !queued.Hooks[0].Queued {
+		t.Errorf("the request's audit: %+v", queued)
 	}
-	if ran.Status != StatusFleetOK || ran.Hooks[0].Attempts != 2 || ran.Tool != "job" {
+	if ran.Hooks[0].Attempts != 2 || ran.Tool != "job" {
 		t.Fatalf("the run's audit: %+v", ran)
 	}
 	if rc.key(1) != rc.key(2) {
@@ -225,4 +240,32 @@ func TestFleetMaxConcurrent(t *testing.T) {
 	onA.client(cancel(4))
 	onA.server(result(3, `{}`))
 	onA.none() // 4 was cancelled while waiting: never sent
+}
+
+// TestFleetSurvivesNATSRestart: NATS stops mid-run and starts again (same
+// port, same store): a hook of a cancel made meanwhile is kept in the
+// local store, then forwarded and run; nothing is lost.
+func TestFleetSurvivesNATSRestart(t *testing.T) {
+	watchdog(t, 60*time.Second)
+	dir := t.TempDir()
+	ns := natstest.RunIn(t, -1, dir)
+	port := ns.Addr().(*net.TCPAddr).Port
+	rc, url := newFleetReceiver(t, func(int) int { return 200 })
+	e, _, recs := replica(t, ns.ClientURL(), fleetPolicy(url, 0), t.TempDir())
+	cancelled(t, e, 1, "job")
+	waitStatusOf(t, recs, StatusFleetOK, "1")
+	<-rc.got
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	cancelled(t, e, 2, "job")
+	waitStatusOf(t, recs, StatusQueued, "2")
+	if all, _ := e.Jobs(); len(all) != 1 {
+		t.Fatalf("local store while NATS is down: %+v", all)
+	}
+	natstest.RunIn(t, port, dir)
+	waitStatusOf(t, recs, StatusFleetOK, "2")
+	<-rc.got
+	// The forwarder forgets the job once the stream has it, which may be
+	// after a worker has run it.
+	waitFor(t, "the local store emptied", func() bool { all, _ := e.Jobs(); return len(all) == 0 })
 }

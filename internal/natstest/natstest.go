@@ -11,9 +11,13 @@ import (
 
 // Run starts a NATS server with JetStream on 127.0.0.1:port (-1: any free
 // port), its store in a temporary directory, until the test ends.
-func Run(t testing.TB, port int) *server.Server {
+func Run(t testing.TB, port int) *server.Server { return RunIn(t, port, t.TempDir()) }
+
+// RunIn is Run with JetStream's store in dir: a server started again on
+// the same port and dir is the same server restarted.
+func RunIn(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir,
 		NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
