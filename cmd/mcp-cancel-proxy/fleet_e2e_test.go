@@ -54,17 +54,9 @@ func TestE2EFleetNoAffinity(t *testing.T) {
 	defer func() { server.Process.Kill(); server.Wait() }()
 	serverLogs := newLogTail(serverLog)
 	waitListening(t, up)
-	cfg, _ := writeConfig(t, `
+	cfg, _ := webhookConfig(t, hookURL, `
 cluster:
-  nats: "`+ns.ClientURL()+`"
-policy:
-  hooks:
-    store: $DIR/hooks
-  rules:
-    - tool: block
-      on_cancel:
-        http: {url: "`+hookURL+`"}
-`)
+  nats: "`+ns.ClientURL()+`"`, "")
 	var fronts []string
 	var replicas []*wrapped
 	for range 3 {

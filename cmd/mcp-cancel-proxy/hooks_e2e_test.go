@@ -90,19 +90,27 @@ func mustNumber(id string) any {
 	return n
 }
 
-// hookStoreSetup starts a failing webhook receiver and writes a
-// configuration whose block tool's on_cancel POSTs to it (with more of
-// the hook's settings), its hook store in the configuration's directory.
-func hookStoreSetup(t *testing.T, more string) (*hookReceiver, string, string) {
-	rc, url := newHookReceiver(t)
-	cfg, dir := writeConfig(t, `
+// webhookConfig writes a configuration whose block tool's on_cancel POSTs to
+// url (with more of the hook's settings), its hook store in the
+// configuration's directory, the late window short; head holds the
+// sections that go before the policy (cluster, audit).
+func webhookConfig(t *testing.T, url, head, more string) (cfg, dir string) {
+	return writeConfig(t, head+`
 policy:
+  late_window: 1s
   hooks:
     store: $DIR/hooks
   rules:
     - tool: block
       on_cancel:
         http: {url: "`+url+`"}`+more+"\n")
+}
+
+// hookStoreSetup starts a failing webhook receiver and writes webhookConfig
+// for it.
+func hookStoreSetup(t *testing.T, more string) (*hookReceiver, string, string) {
+	rc, url := newHookReceiver(t)
+	cfg, dir := webhookConfig(t, url, "", more)
 	return rc, cfg, dir
 }
 
@@ -196,21 +204,12 @@ func TestE2EFleetHooks(t *testing.T) {
 	feed.Flush()
 	rc, url := newHookReceiver(t)
 	rc.set(false)
-	cfg, _ := writeConfig(t, `
+	cfg, _ := webhookConfig(t, url, `
 cluster:
   nats: "`+ns.ClientURL()+`"
 audit:
   path: stderr
-  nats_subject: fleet.audit
-policy:
-  late_window: 1s
-  hooks:
-    store: $DIR/hooks
-  rules:
-    - tool: block
-      on_cancel:
-        http: {url: "`+url+`"}
-`)
+  nats_subject: fleet.audit`, "")
 	a := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
 	b := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
 	a.initialize(`{}`)

@@ -97,9 +97,12 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.path, fasthttp.StatusNotImplemented)
 		return
 	}
-	if !l.sessions.roomFor() {
+	full := func() {
 		s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
+	}
+	if !l.sessions.roomFor() {
+		full()
 		return
 	}
 	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
@@ -110,9 +113,8 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ls, err := s.startLegacy(back, sopts, grace, log)
-	if err != nil {
-		log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
-		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
+	if err != nil { // another session took the room meanwhile
+		full()
 		return
 	}
 	st := ls.st
