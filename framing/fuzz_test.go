@@ -43,9 +43,16 @@ func FuzzParse(f *testing.F) {
 		}
 		m := fr.Msgs[0]
 		var obj struct {
-			ID json.RawMessage `json:"id"`
+			ID     json.RawMessage `json:"id"`
+			Params json.RawMessage `json:"params"`
 		}
-		if json.Unmarshal(data, &obj) != nil || m.Kind == framing.KindInvalid || !m.ID.IsValid() {
+		if json.Unmarshal(data, &obj) != nil || m.Kind == framing.KindInvalid {
+			return
+		}
+		if span := m.ParamsSpan; !bytes.Equal(m.Raw[span.Start:span.End], bytes.TrimSpace(obj.Params)) {
+			t.Fatalf("ParamsSpan %v covers %q, want %q", span, m.Raw[span.Start:span.End], obj.Params)
+		}
+		if !m.ID.IsValid() {
 			return
 		}
 		var want any

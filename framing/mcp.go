@@ -71,7 +71,10 @@ func parseParams(sc *scanner, m *Message) error {
 			}
 			return err
 		case "_meta":
-			return parseMeta(sc, m)
+			at := sc.pos
+			err := parseMeta(sc, m)
+			m.MetaSpan = Span{at, sc.pos}
+			return err
 		}
 		return sc.skip()
 	})

@@ -59,7 +59,11 @@ type Message struct {
 	// NameSpan is where params.name is in Raw, when it is a string: the tool
 	// of tools/call, the prompt of prompts/get.
 	NameSpan Span
-	tokens   int // progressToken keys seen, top level and under _meta
+	// ParamsSpan and MetaSpan are where params and params._meta are in Raw,
+	// whatever their kind, so that a field can be added without rewriting
+	// the rest of the message.
+	ParamsSpan, MetaSpan Span
+	tokens               int // progressToken keys seen, top level and under _meta
 }
 
 // NameBytes returns params.name's bytes when the string has no escapes
@@ -203,7 +207,10 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 			}
 			return err
 		case "params":
-			return parseParams(sc, m)
+			at := sc.pos
+			err := parseParams(sc, m)
+			m.ParamsSpan = Span{at, sc.pos}
+			return err
 		case "result":
 			hasResult = true
 			return parseResult(sc, m)
@@ -228,6 +235,8 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 	shiftSpan(&m.RequestIDSpan, start)
 	shiftSpan(&m.TokenSpan, start)
 	shiftSpan(&m.NameSpan, start)
+	shiftSpan(&m.ParamsSpan, start)
+	shiftSpan(&m.MetaSpan, start)
 	if invalid != nil {
 		return invalid, nil
 	}

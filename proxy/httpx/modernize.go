@@ -1,7 +1,9 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"slices"
 	"time"
@@ -112,8 +114,11 @@ func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, 
 	if s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !s.upstreamModern() {
 		return
 	}
-	modern, err := modernize(d.data, nil)
 	var f framing.Frame
+	if f.Parse(d.data) != nil || f.Batch {
+		return
+	}
+	modern, err := modernize(&f.Msgs[0], nil)
 	if err != nil || f.Parse(modern) != nil {
 		return
 	}
@@ -157,42 +162,93 @@ func modernizable(method string) bool {
 	return true
 }
 
-// modernize returns a request with the 2026-07-28 fields in its
+// modernize returns the request m with the 2026-07-28 fields in its
 // params._meta: the protocol version, and the client's info and
 // capabilities (empty: a stateless server sends the client no requests)
-// where the request has none.
-func modernize(msg []byte, clientInfo json.RawMessage) ([]byte, error) {
-	var env map[string]json.RawMessage
-	if err := json.Unmarshal(msg, &env); err != nil {
-		return nil, err
-	}
-	params := map[string]json.RawMessage{}
-	if raw, ok := env["params"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &params); err != nil {
-			return nil, err
+// where the request has none. The fields are spliced in: every other byte
+// of the request (its id, method and arguments) goes as the client wrote
+// it. Params or _meta that are not objects (or null) are an error: the
+// request then goes as it is.
+func modernize(m *framing.Message, clientInfo json.RawMessage) ([]byte, error) {
+	raw := m.Raw
+	fields := func(dst []byte) []byte {
+		dst = append(dst, `"`+metaProtocolVersion+`":"`+string(framing.RevisionStateless)+`","`+metaClientCapabilities+`":{}`...)
+		if len(clientInfo) > 0 {
+			dst = append(dst, `,"`+metaClientInfo+`":`...)
+			dst = append(dst, clientInfo...)
 		}
+		return dst
 	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := params["_meta"]; ok && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &meta); err != nil {
-			return nil, err
+	out := make([]byte, 0, len(raw)+160+len(clientInfo))
+	params, meta := m.ParamsSpan, m.MetaSpan
+	switch {
+	case !params.Found(): // before the envelope's closing brace
+		out = append(out, raw[:len(raw)-1]...)
+		out = fields(append(out, `,"params":{"_meta":{`...))
+		return append(out, "}}}"...), nil
+	case isNull(raw, params):
+		out = fields(append(append(out, raw[:params.Start]...), `{"_meta":{`...))
+		return append(append(out, "}}"...), raw[params.End:]...), nil
+	case raw[params.Start] != '{':
+		return nil, errNotObject
+	case !meta.Found(): // first in params
+		out = fields(append(append(out, raw[:params.Start+1]...), `"_meta":{`...))
+		out = append(out, '}')
+		if !isEmptyObject(raw, params) {
+			out = append(out, ',')
 		}
+		return append(out, raw[params.Start+1:]...), nil
+	case isNull(raw, meta):
+		out = fields(append(append(out, raw[:meta.Start]...), '{'))
+		return append(append(out, '}'), raw[meta.End:]...), nil
+	case raw[meta.Start] != '{':
+		return nil, errNotObject
+	case bytes.Contains(raw[meta.Start:meta.End], []byte("modelcontextprotocol")) || bytes.IndexByte(raw[meta.Start:meta.End], '\\') >= 0:
+		return mergeMeta(raw, meta, clientInfo)
 	}
-	meta[metaProtocolVersion] = json.RawMessage(`"` + string(framing.RevisionStateless) + `"`)
-	if _, ok := meta[metaClientCapabilities]; !ok {
-		meta[metaClientCapabilities] = json.RawMessage(`{}`)
+	out = fields(append(out, raw[:meta.Start+1]...))
+	if !isEmptyObject(raw, meta) {
+		out = append(out, ',')
 	}
-	if _, ok := meta[metaClientInfo]; !ok && len(clientInfo) > 0 {
-		meta[metaClientInfo] = clientInfo
-	}
-	var err error
-	if params["_meta"], err = json.Marshal(meta); err != nil {
+	return append(out, raw[meta.Start+1:]...), nil
+}
+
+// errNotObject: params or _meta of a request is neither an object nor null.
+var errNotObject = errors.New("params or _meta is not an object")
+
+// mergeMeta handles a _meta that may already hold some of the 2026-07-28
+// fields (or spells a key with escapes): it is decoded and written again,
+// the protocol version set, the client's own info and capabilities kept.
+func mergeMeta(raw []byte, meta framing.Span, clientInfo json.RawMessage) ([]byte, error) {
+	fields := map[string]json.RawMessage{}
+	if err := json.Unmarshal(raw[meta.Start:meta.End], &fields); err != nil {
 		return nil, err
 	}
-	if env["params"], err = json.Marshal(params); err != nil {
+	fields[metaProtocolVersion] = json.RawMessage(`"` + string(framing.RevisionStateless) + `"`)
+	if _, ok := fields[metaClientCapabilities]; !ok {
+		fields[metaClientCapabilities] = json.RawMessage(`{}`)
+	}
+	if _, ok := fields[metaClientInfo]; !ok && len(clientInfo) > 0 {
+		fields[metaClientInfo] = clientInfo
+	}
+	var b bytes.Buffer
+	b.Write(raw[:meta.Start])
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
 		return nil, err
 	}
-	return json.Marshal(env)
+	b.Truncate(b.Len() - 1) // Encode's newline
+	b.Write(raw[meta.End:])
+	return b.Bytes(), nil
+}
+
+// isNull reports whether the value at span is null.
+func isNull(raw []byte, span framing.Span) bool { return string(raw[span.Start:span.End]) == "null" }
+
+// isEmptyObject reports whether the object at span has no members.
+func isEmptyObject(raw []byte, span framing.Span) bool {
+	return len(bytes.TrimSpace(raw[span.Start+1:span.End-1])) == 0
 }
 
 // clientInfoOf returns the clientInfo of an initialize request, if valid.

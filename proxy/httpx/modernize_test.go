@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -22,19 +23,45 @@ func TestModernize(t *testing.T) {
 			`{"jsonrpc":"2.0","id":"x","method":"tools/list","params":{"_meta":{
 			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
 			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
+		{`{"jsonrpc":"2.0","id":3,"method":"m","params":null}`,
+			`{"jsonrpc":"2.0","id":3,"method":"m","params":{"_meta":{
+			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
+			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
+		{`{"jsonrpc":"2.0","id":4,"method":"m","params":{ }}`,
+			`{"jsonrpc":"2.0","id":4,"method":"m","params":{"_meta":{
+			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
+			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
+		{`{"jsonrpc":"2.0","id":5,"method":"m","params":{"a":1,"_meta":null}}`,
+			`{"jsonrpc":"2.0","id":5,"method":"m","params":{"a":1,"_meta":{
+			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
+			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
+		{`{"jsonrpc":"2.0","id":6,"method":"m","params":{"_meta":{ }}}`,
+			`{"jsonrpc":"2.0","id":6,"method":"m","params":{"_meta":{
+			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
+			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
+		{`{"jsonrpc":"2.0","id":7,"method":"m","params":{"_meta":{"io.modelcontextprotocol\/protocolVersion":"2025-06-18","k":"<&>"}}}`,
+			`{"jsonrpc":"2.0","id":7,"method":"m","params":{"_meta":{"k":"<&>",
+			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},
+			"io.modelcontextprotocol/clientInfo":{"name":"old","version":"1"}}}}`},
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"x":{}},"io.modelcontextprotocol/clientInfo":{"name":"own"}}}}`,
 			`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{
 			"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"x":{}},
 			"io.modelcontextprotocol/clientInfo":{"name":"own"}}}}`},
 	} {
-		out, err := modernize([]byte(tc.in), info)
+		out, err := modernizeBytes([]byte(tc.in), info)
 		var got, want any
 		if err != nil || json.Unmarshal(out, &got) != nil || json.Unmarshal([]byte(tc.want), &want) != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("modernize(%s)\n = %s (%v)\nwant %s", tc.in, out, err, tc.want)
 		}
 	}
-	if _, err := modernize([]byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}`), nil); err == nil {
-		t.Error("positional params: want an error (the request goes as it is)")
+	for _, in := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":[]}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":"x"}}`,
+	} {
+		if _, err := modernizeBytes([]byte(in), nil); err == nil {
+			t.Errorf("%s: want an error (the request goes as it is)", in)
+		}
 	}
 	for _, m := range []string{"initialize", "ping", "logging/setLevel", "resources/subscribe"} {
 		if modernizable(m) {
@@ -43,9 +70,33 @@ func TestModernize(t *testing.T) {
 	}
 }
 
+// modernizeBytes parses a request and modernizes it.
+func modernizeBytes(msg []byte, info json.RawMessage) ([]byte, error) {
+	var f framing.Frame
+	if err := f.Parse(msg); err != nil {
+		return nil, err
+	}
+	return modernize(&f.Msgs[0], info)
+}
+
+// TestModernizeKeepsTheRestAsWritten: the fields are spliced in; every
+// other byte goes as the client wrote it (an escaped ampersand, a byte
+// that is not UTF-8: a found fuzz case).
+func TestModernizeKeepsTheRestAsWritten(t *testing.T) {
+	in := "{\"id\":0,\"method\":\"&\xff\",\"params\":{\"name\":\"\\u0026<\",\"arguments\":{ \"x\" : [1, 2] }}}"
+	out, err := modernizeBytes([]byte(in), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "{\"id\":0,\"method\":\"&\xff\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}},\"name\":\"\\u0026<\",\"arguments\":{ \"x\" : [1, 2] }}}"
+	if string(out) != want {
+		t.Errorf("modernize(%q)\n = %q\nwant %q", in, out, want)
+	}
+}
+
 // FuzzModernize: whatever a client sends, modernize never panics; what it
-// returns is a request with the same id and method, whose params._meta
-// names 2026-07-28, and which framing parses as a request.
+// returns is a request with the same id and method, byte for byte, whose
+// params._meta names 2026-07-28, and which framing parses as a request.
 func FuzzModernize(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":"p"}}}`,
@@ -64,7 +115,7 @@ func FuzzModernize(f *testing.F) {
 		if !json.Valid(info) {
 			info = nil
 		}
-		out, err := modernize(msg, info)
+		out, err := modernize(&in.Msgs[0], info)
 		if err != nil {
 			return // sent as it is
 		}
@@ -72,7 +123,8 @@ func FuzzModernize(f *testing.F) {
 		if err := got.Parse(out); err != nil || got.Batch || got.Msgs[0].Kind != framing.KindRequest {
 			t.Fatalf("modernize(%s) = %s: not a request (%v)", msg, out, err)
 		}
-		if got.Msgs[0].ID != in.Msgs[0].ID || got.Msgs[0].Method != in.Msgs[0].Method {
+		g, w := &got.Msgs[0], &in.Msgs[0]
+		if g.ID != w.ID || g.Method != w.Method || !bytes.Equal(g.Raw[g.IDSpan.Start:g.IDSpan.End], w.Raw[w.IDSpan.Start:w.IDSpan.End]) {
 			t.Fatalf("modernize(%s) = %s: id or method changed", msg, out)
 		}
 		var p struct {

@@ -167,7 +167,7 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 		b.clientInfo = clientInfoOf(&f.Msgs[0])
 	}
 	if isRequest && b.modern && modernizable(f.Msgs[0].Method) {
-		if modern, err := modernize(msg, b.clientInfo); err == nil && f.Parse(modern) == nil {
+		if modern, err := modernize(&f.Msgs[0], b.clientInfo); err == nil && f.Parse(modern) == nil {
 			msg = modern
 		}
 	}
