@@ -465,10 +465,17 @@ func (g *governor) Close() {
 	}
 	g.closed = true
 	idle := !g.work.busy()
+	var frees []func() // slots held or waited for by calls the session ends with
 	for _, r := range g.calls {
 		idle = idle && r.cancelled.IsZero() && r.timer == nil
+		if r.cancelled.IsZero() && (r.held || r.hasSlot) {
+			frees = append(frees, r.releaseLocked())
+		}
 	}
 	g.mu.Unlock()
+	for _, free := range frees {
+		free()
+	}
 	if idle { // nothing to settle, and no action pending: the common end of a request's own session
 		g.work.close()
 		g.e.track(g, false)

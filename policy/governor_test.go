@@ -141,6 +141,27 @@ func TestMaxConcurrent(t *testing.T) {
 	ft.none()
 }
 
+// TestMaxConcurrentSessionEnds: a session that ends with a request holding
+// the only slot, and another waiting, gives both back: the next session's
+// request goes.
+func TestMaxConcurrentSessionEnds(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "db", MaxConcurrent: 1}}
+	e, _, _ := engine(t, p)
+	first, second := newTransport(t, e), newTransport(t, e)
+	first.client(call(1, "db", ""))
+	first.client(call(2, "db", ""))
+	if o := second.client(call(1, "db", "")); !o.Hold {
+		t.Fatal("beyond the cap, not held")
+	}
+	first.gov.Close()
+	if a := second.next(); a.kind != "dispatch" || a.call.ID() != framing.IntID(1) {
+		t.Fatalf("action %s for %v, want the other session's request dispatched", a.kind, a.call.ID())
+	}
+	first.none()
+}
+
 // TestMaxConcurrentDeadlineWhileWaiting: a request whose deadline passes
 // while it waits is answered with the timeout error and never sent.
 func TestMaxConcurrentDeadlineWhileWaiting(t *testing.T) {

@@ -262,6 +262,35 @@ func (l *logTail) waitFor(t testing.TB, parts ...string) string {
 	}
 }
 
+// waitCount blocks until n lines contain every one of parts, and returns
+// the first n.
+func (l *logTail) waitCount(t testing.TB, n int, parts ...string) []string {
+	t.Helper()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		var found []string
+		l.mu.Lock()
+		for _, line := range l.lines {
+			if containsAll(line, parts) && len(found) < n {
+				found = append(found, line)
+			}
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		if len(found) == n {
+			return found
+		}
+		select {
+		case <-wake:
+		case <-l.done:
+			t.Fatalf("proxy stderr ended with %d of %d lines containing %q", len(found), n, parts)
+		case <-deadline.C:
+			t.Fatalf("%d of %d log lines containing %q in 30s", len(found), n, parts)
+		}
+	}
+}
+
 func (l *logTail) all() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -281,17 +310,22 @@ func containsAll(s string, parts []string) bool {
 // MCP client would, in a session if one is given.
 func mcpPost(t testing.TB, url, session, body string) *http.Response {
 	t.Helper()
+	resp, err := http.DefaultClient.Do(mcpRequest(url, session, body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", body, err)
+	}
+	return resp
+}
+
+// mcpRequest is the POST of one JSON-RPC message, as an MCP client sends it.
+func mcpRequest(url, session, body string) *http.Request {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", body, err)
-	}
-	return resp
+	return req
 }
 
 // sseMessages returns the data of each event of a response, in order,

@@ -93,8 +93,9 @@ func slowIgnore(ctx context.Context, req *mcp.CallToolRequest, a SlowArgs) (*mcp
 
 // gates hold block calls until release.
 type gates struct {
-	mu sync.Mutex // guards m
-	m  map[string]chan struct{}
+	mu      sync.Mutex // guards m and running
+	m       map[string]chan struct{}
+	running int // block calls in progress
 }
 
 func (g *gates) gate(key string) chan struct{} {
@@ -108,7 +109,19 @@ func (g *gates) gate(key string) chan struct{} {
 	return c
 }
 
+// block reports progress, then waits for release; it says on stderr when
+// it starts and how many block calls are then in progress (a limit on
+// them is checked against that count).
 func (g *gates) block(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
+	g.mu.Lock()
+	g.running++
+	fmt.Fprintf(os.Stderr, "example server: block %s: started, %d in progress\n", a.Key, g.running)
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.running--
+		g.mu.Unlock()
+	}()
 	progress(ctx, req, 1, 2, "blocked on "+a.Key, a.Key)
 	select { // ignores ctx on purpose, but says that it ended
 	case <-g.gate(a.Key):

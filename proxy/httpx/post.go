@@ -20,17 +20,32 @@ const (
 )
 
 // sessionFor returns the session a request belongs to, and whether the
-// sidecar knew it. A request without a session id, or with one the sidecar
-// never saw (which the upstream will refuse), gets a fresh session of its own.
-// Only a POST's new session is governed: a GET carries no client requests.
+// sidecar knew it. A request without a session id gets a fresh session of
+// its own. Only a POST's new session is governed: a GET carries no client
+// requests. A POST naming a session the sidecar never saw (it runs without
+// affinity, or was restarted) registers it at once, before the upstream
+// says whether it knows it: the session's other requests, which may come
+// at the same moment, must find their calls in the same ledger, or their
+// answers would name no request in flight. noteSession forgets it if the
+// upstream refuses it.
 func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	if id != "" {
-		if sess, ok := s.sessions.lookup(id); ok {
-			return sess, true
-		}
+	if id == "" {
+		return newSession(id, s, governed), false
 	}
-	return newSession(id, s, governed), false
+	if sess, ok := s.sessions.lookup(id); ok {
+		return sess, true
+	}
+	sess := newSession(id, s, governed)
+	if !governed {
+		return sess, false
+	}
+	sess.key = sessionKey(id) // before it is registered: read unlocked
+	if got, err := s.sessions.add(id, sess); err == nil && got != sess {
+		sess.closeGovernor()
+		return got, true // registered by a request of the same moment
+	}
+	return sess, false
 }
 
 // post relays a POST: one JSON-RPC message or a batch from the client.
@@ -134,6 +149,8 @@ func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response
 			sess = adopted
 		}
 		s.log.Info("session opened", zap.String("scope", sess.scope))
+	case !known && resp.StatusCode() >= 300:
+		s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
 		s.sessions.remove(sess.sessionID())
