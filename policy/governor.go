@@ -60,25 +60,19 @@ type record struct {
 	gen      int // deadline generation: a timer of an older one is stale
 	captured map[string]json.RawMessage
 
-	held, hasSlot bool   // waiting for a slot of its rule; holding one
-	lease         func() // frees the fleet-wide slot it holds, if its rule's count is the fleet's
-	dispatched    bool   // sent to the server (false while held, or if withdrawn)
-	answered      time.Time
-	taskID        string
+	st       story  // where its story is: changed only by step (story.go)
+	lease    func() // frees the fleet-wide slot it holds, if its rule's count is the fleet's
+	answered time.Time
+	taskID   string
 
-	source, reason string
-	cancelled      time.Time
-	cancelHandled  bool // hooks for the cancel started (or none to start)
-	late           *Late
-	windowOver     bool
-	lateTimer      Timer
-	restartTimer   Timer
-	restarted      bool
-	taskPending    bool   // a tasks/cancel awaits its answer
-	taskCancel     string // how the tasks/cancel ended
-	hooksPending   int
-	hooks          []HookResult
-	written        bool
+	source       proxy.Source
+	reason       string
+	cancelled    time.Time
+	late         *Late
+	lateTimer    Timer
+	restartTimer Timer
+	restarted    bool
+	hooks        []HookResult
 }
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
@@ -90,8 +84,28 @@ func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 	return g
 }
 
-// Request implements proxy.Governor.
-func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
+// Observe implements proxy.Governor.
+func (g *governor) Observe(ev proxy.Change) {
+	switch ev.Kind {
+	case proxy.ChangeProgress:
+		g.progress(ev.Call, ev.Msg)
+	case proxy.ChangeAnswered:
+		g.answered(ev.Call, ev.Msg)
+	case proxy.ChangeCancelled:
+		g.cancelled(ev.Call, ev.Source, ev.Reason)
+	case proxy.ChangeWithdrawn:
+		g.withdrawn(ev.Call)
+	case proxy.ChangeLate:
+		g.late(ev.Call, ev.Msg)
+	case proxy.ChangeCancelMissed:
+		g.cancelMissed(ev.ID)
+	case proxy.ChangeServerReady:
+		g.serverReady(ev.Msg)
+	}
+}
+
+// Admit implements proxy.Governor.
+func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
 		return proxy.Admission{}
 	}
@@ -118,7 +132,7 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 		}
 	}
 	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
-		started: g.e.clock.Now(), dispatched: true}
+		started: g.e.clock.Now(), st: story{sent: true}}
 	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
 		r.args = field(m.Raw, "params", "arguments")
 	}
@@ -135,12 +149,12 @@ func (g *governor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
 	}
 	if rule.slot != nil {
 		if !rule.slot.acquire(r) {
-			r.held, r.dispatched = true, false
+			r.st.slot, r.st.sent = waitingSlot, false
 			g.e.metrics.Waiting(1)
 			a.Hold = true
 			return a
 		}
-		r.hasSlot = true
+		r.st.slot = holdingSlot
 	}
 	return a
 }
@@ -176,12 +190,12 @@ func (g *governor) armLocked(r *record, at time.Time) {
 	r.timer = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { g.expire(r, gen) }) })
 }
 
-// Progress implements proxy.Governor.
-func (g *governor) Progress(c *proxy.Call, m *framing.Message) {
+// progress is told of progress from the server for a call in flight.
+func (g *governor) progress(c *proxy.Call, m *framing.Message) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.calls[c]
-	if r == nil || !r.cancelled.IsZero() {
+	if r == nil || r.st.phase != phaseInFlight {
 		return
 	}
 	if len(r.rule.Capture) > 0 {
@@ -198,8 +212,8 @@ func (g *governor) Progress(c *proxy.Call, m *framing.Message) {
 	}
 }
 
-// Answered implements proxy.Governor.
-func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
+// answered is told of the server's response to a call in flight.
+func (g *governor) answered(c *proxy.Call, m *framing.Message) {
 	g.mu.Lock()
 	r := g.calls[c]
 	if r == nil {
@@ -210,40 +224,22 @@ func (g *governor) Answered(c *proxy.Call, m *framing.Message) {
 		return
 	}
 	delete(g.calls, c)
-	r.answered = g.e.clock.Now()
+	ev := event{kind: evAnswered, at: g.e.clock.Now()}
 	if m != nil {
 		if len(r.rule.Capture) > 0 {
 			r.capture(field(m.Raw, "result"))
 		}
-		if c.HasTask() && m.TaskID != "" {
-			r.taskID = m.TaskID // the task runs on: its deadline still holds
+		if c.HasTask() {
+			ev.task = m.TaskID
 		}
 	}
+	out := g.stepLocked(r, ev)
 	if r.timer != nil && r.taskID == "" {
 		r.timer.Stop()
 	}
-	free := r.releaseLocked()
 	g.rememberLocked(answered{c: c, tool: r.tool, rec: r})
 	g.mu.Unlock()
-	free()
-}
-
-// releaseLocked gives up r's place in its rule's queue, or its slot; it
-// returns what frees the slot, to be called once unlocked.
-func (r *record) releaseLocked() (free func()) {
-	switch {
-	case r.held:
-		r.held = false
-		if r.rule.slot.remove(r) {
-			r.g.e.metrics.Waiting(-1)
-		}
-	case r.hasSlot:
-		r.hasSlot = false
-		s, lease := r.rule.slot, r.lease
-		r.lease = nil
-		return func() { s.free(lease) }
-	}
-	return func() {}
+	g.run(r, out)
 }
 
 // handOff gives a freed slot to the next waiting request, of whichever
@@ -259,18 +255,9 @@ func handOff(s *slots) {
 // meanwhile, in which case the slot goes on.
 func (g *governor) granted(r *record, lease func()) {
 	g.mu.Lock()
-	ok := r.held && r.cancelled.IsZero()
-	r.held = false
-	if ok {
-		r.hasSlot, r.dispatched, r.lease = true, true, lease
-	}
+	out := g.stepLocked(r, event{kind: evGranted, lease: lease})
 	g.mu.Unlock()
-	if !ok {
-		r.rule.slot.free(lease)
-		return
-	}
-	g.e.metrics.Waiting(-1)
-	g.work.post(func() { g.act.Dispatch(r.c) })
+	g.run(r, out)
 }
 
 // rememberLocked keeps an answered request for a cancel that may follow,
@@ -300,8 +287,8 @@ func (g *governor) forgetLocked(id framing.ID) (answered, bool) {
 	return a, true
 }
 
-// Cancelled implements proxy.Governor.
-func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
+// cancelled is told that a call was cancelled.
+func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) {
 	g.mu.Lock()
 	if g.closed { // the session is over: nothing can be followed up
 		g.mu.Unlock()
@@ -313,133 +300,109 @@ func (g *governor) Cancelled(c *proxy.Call, source, reason string) {
 		delete(g.tools, c)
 		g.calls[c] = r
 	}
-	r.source, r.reason, r.cancelled = source, reason, g.e.clock.Now()
+	if r.st.phase != phaseInFlight {
+		g.mu.Unlock()
+		return
+	}
+	out := g.stepLocked(r, event{kind: evCancelled, at: g.e.clock.Now(), source: source, reason: reason})
 	if r.timer != nil {
 		r.timer.Stop()
 	}
 	// The clocks of the wait for a late answer, and of an escalation, start
 	// with the cancel.
-	r.lateTimer = g.e.clock.AfterFunc(g.e.opts.Policy.LateWindow, func() { g.windowOver(r) })
+	r.lateTimer = g.e.clock.AfterFunc(g.e.opts.Policy.LateWindow, func() { g.event(r, event{kind: evWindowOver}) })
 	if r.rule.Escalate == "restart" {
 		r.restartTimer = g.e.clock.AfterFunc(g.e.opts.Policy.RestartAfter, func() { g.work.post(func() { g.escalate(r) }) })
 	}
-	free := r.releaseLocked()
-	g.e.wg.Add(1) // the record is to be written
 	g.mu.Unlock()
-	free()
+	g.run(r, out)
 	// Whether the request was withdrawn before it was sent is settled once
 	// the transport has handled the cancel: start the hooks after that.
 	g.work.post(func() { g.act.After(func() { g.afterCancel(r) }) })
 }
 
-// Withdrawn implements proxy.Governor.
-func (g *governor) Withdrawn(c *proxy.Call) {
+// withdrawn is told that a cancelled call was never sent.
+func (g *governor) withdrawn(c *proxy.Call) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if r := g.calls[c]; r != nil {
-		r.dispatched = false
+	r := g.calls[c]
+	var out []effect
+	if r != nil {
+		out = g.stepLocked(r, event{kind: evWithdrawn})
 	}
+	g.mu.Unlock()
+	g.run(r, out)
 }
 
 // afterCancel starts what a cancel calls for: the cancel's hook, the wait
 // for a late answer, an escalation.
 func (g *governor) afterCancel(r *record) {
-	g.mu.Lock()
-	phase, hook := "on_cancel", r.rule.OnCancel
-	if r.source == "deadline" && r.rule.OnTimeout != nil {
-		phase, hook = "on_timeout", r.rule.OnTimeout
+	ev := event{kind: evHandled, phase: "on_cancel", hook: r.rule.OnCancel}
+	if r.source == proxy.SourceDeadline && r.rule.OnTimeout != nil {
+		ev.phase, ev.hook = "on_timeout", r.rule.OnTimeout
 	}
-	if !r.dispatched {
-		hook = nil // the server never saw it: nothing to undo
-	}
-	if hook != nil {
-		r.hooksPending++
-	}
-	r.cancelHandled = true
-	g.mu.Unlock()
-	if hook != nil {
-		g.startHook(r, phase, hook, nil)
-	}
-	g.settle(r)
+	g.event(r, ev) // the hook starts only if the server saw the request
 }
 
-// Late implements proxy.Governor.
-func (g *governor) Late(c *proxy.Call, m *framing.Message) {
+// late is told of an answer that came after its call's cancel.
+func (g *governor) late(c *proxy.Call, m *framing.Message) {
 	g.mu.Lock()
 	r := g.calls[c]
 	if r == nil {
 		g.mu.Unlock()
 		return
 	}
-	r.late = &Late{At: g.e.clock.Now(), Error: m.IsError, Suppressed: true}
-	answer := field(m.Raw, "result")
-	phase, hook := "on_late_result", r.rule.OnLateResult
+	ev := event{kind: evLate, late: &Late{At: g.e.clock.Now(), Error: m.IsError, Suppressed: true},
+		answer: field(m.Raw, "result"), phase: "on_late_result", hook: r.rule.OnLateResult}
 	if m.IsError {
-		answer = field(m.Raw, "error")
-		phase, hook = "on_late_error", r.rule.OnLateError
+		ev.answer, ev.phase, ev.hook = field(m.Raw, "error"), "on_late_error", r.rule.OnLateError
 	} else if len(r.rule.Capture) > 0 {
-		r.capture(answer)
+		r.capture(ev.answer)
 	}
 	if g.e.opts.Audit.IncludeResults {
-		r.late.Result = answer
+		ev.late.Result = ev.answer
+	}
+	if c.HasTask() {
+		ev.task = m.TaskID
 	}
 	if r.restartTimer != nil {
 		r.restartTimer.Stop()
 	}
-	if hook != nil {
-		r.hooksPending++
-	}
-	task := c.HasTask() && m.TaskID != "" && r.taskID == ""
-	if task {
-		r.taskID = m.TaskID // created after all: cancel it the way tasks are cancelled
-	}
+	out := g.stepLocked(r, ev)
 	g.mu.Unlock()
-	if task {
-		g.cancelTask(r)
-	}
-	if hook != nil {
-		g.startHook(r, phase, hook, answer)
-	}
-	g.settle(r)
+	g.run(r, out)
 }
 
-// CancelMissed implements proxy.Governor: a cancel for a request already
-// answered. For a task-augmented request the task itself is cancelled.
-func (g *governor) CancelMissed(id framing.ID) {
+// cancelMissed is told of a cancel for a request already answered. For a
+// task-augmented request the task itself is cancelled.
+func (g *governor) cancelMissed(id framing.ID) {
 	g.mu.Lock()
 	a, ok := g.forgetLocked(id)
 	r := a.rec
 	if ok && r == nil {
 		r = g.plainRecordLocked(a.c, a.tool)
-		r.answered = g.e.clock.Now()
+		r.answered, r.st.phase = g.e.clock.Now(), phaseReplied
 	}
-	if r == nil || !r.cancelled.IsZero() || g.closed {
+	if r == nil || r.st.phase >= phaseCancelled || g.closed {
 		g.mu.Unlock()
 		return
 	}
-	r.source, r.reason, r.cancelled, r.cancelHandled = "client", "", g.e.clock.Now(), true
 	if r.timer != nil {
 		r.timer.Stop()
 	}
-	task := r.taskID != ""
-	g.e.wg.Add(1)
+	out := g.stepLocked(r, event{kind: evCancelled, at: g.e.clock.Now(), source: proxy.SourceClient, taskNext: r.taskID != ""})
 	g.mu.Unlock()
-	if task {
-		g.cancelTask(r)
-		return
-	}
-	g.settle(r)
+	g.run(r, out)
 }
 
 // plainRecordLocked makes the record of a request no rule asked anything
 // of, when it comes to need one.
 func (g *governor) plainRecordLocked(c *proxy.Call, tool string) *record {
 	return &record{g: g, c: c, rule: g.e.m.Load().match(c.Method(), tool), method: c.Method(), tool: tool,
-		id: c.ID().AppendJSON(nil), started: time.Unix(0, c.Started()), dispatched: true}
+		id: c.ID().AppendJSON(nil), started: time.Unix(0, c.Started()), st: story{sent: true}}
 }
 
-// ServerInitialized implements proxy.Governor.
-func (g *governor) ServerInitialized(m *framing.Message) {
+// serverReady is told of the server's answer to initialize.
+func (g *governor) serverReady(m *framing.Message) {
 	var res struct {
 		Capabilities struct {
 			Tasks struct {
@@ -465,17 +428,15 @@ func (g *governor) Close() {
 	}
 	g.closed = true
 	idle := !g.work.busy()
-	var frees []func() // slots held or waited for by calls the session ends with
+	var frees []effect // of slots held or waited for by calls the session ends with
 	for _, r := range g.calls {
-		idle = idle && r.cancelled.IsZero() && r.timer == nil
-		if r.cancelled.IsZero() && (r.held || r.hasSlot) {
-			frees = append(frees, r.releaseLocked())
+		idle = idle && r.st.phase == phaseInFlight && r.timer == nil
+		if r.st.phase == phaseInFlight && r.st.slot != noSlot {
+			frees = append(frees, g.stepLocked(r, event{kind: evClosed})...)
 		}
 	}
 	g.mu.Unlock()
-	for _, free := range frees {
-		free()
-	}
+	g.run(nil, frees)
 	if idle { // nothing to settle, and no action pending: the common end of a request's own session
 		g.work.close()
 		g.e.track(g, false)
@@ -485,14 +446,17 @@ func (g *governor) Close() {
 	g.work.post(func() {
 		defer close(done)
 		g.mu.Lock()
-		var pending []*record
+		type todo struct {
+			r   *record
+			out []effect
+		}
+		var pending []todo
 		for _, r := range g.calls {
 			if r.timer != nil {
 				r.timer.Stop()
 			}
-			if !r.cancelled.IsZero() {
-				r.windowOver = true
-				pending = append(pending, r)
+			if r.st.phase == phaseCancelled {
+				pending = append(pending, todo{r, g.stepLocked(r, event{kind: evClosed})})
 			}
 		}
 		for _, a := range g.recent {
@@ -501,8 +465,8 @@ func (g *governor) Close() {
 			}
 		}
 		g.mu.Unlock()
-		for _, r := range pending {
-			g.settle(r)
+		for _, p := range pending {
+			g.run(p.r, p.out)
 		}
 	})
 	<-done
@@ -515,7 +479,7 @@ func (g *governor) Close() {
 // already created is cancelled with tasks/cancel.
 func (g *governor) expire(r *record, gen int) {
 	g.mu.Lock()
-	stale := gen != r.gen || !r.cancelled.IsZero() || g.closed
+	stale := gen != r.gen || r.st.phase >= phaseCancelled || g.closed
 	task := !r.answered.IsZero() && r.taskID != ""
 	if !stale && !r.answered.IsZero() && !task {
 		stale = true
@@ -536,10 +500,9 @@ func (g *governor) expire(r *record, gen int) {
 			return
 		}
 		g.forgetLocked(r.c.ID())
-		r.source, r.reason, r.cancelled, r.cancelHandled = "deadline", reason, g.e.clock.Now(), true
-		g.e.wg.Add(1)
+		out := g.stepLocked(r, event{kind: evCancelled, at: g.e.clock.Now(), source: proxy.SourceDeadline, reason: reason, taskNext: true})
 		g.mu.Unlock()
-		g.cancelTask(r)
+		g.run(r, out)
 		return
 	}
 	g.act.Expire(r.c, reason, proxy.DeadlineReply(r.c.ID(), timeout.String()))
@@ -550,11 +513,7 @@ func (g *governor) expire(r *record, gen int) {
 func (g *governor) cancelTask(r *record) {
 	g.mu.Lock()
 	declared := g.tasksCancel
-	if !declared {
-		r.taskCancel = "not sent: the server did not declare tasks.cancel"
-	} else {
-		r.taskPending = true
-	}
+	out := g.stepLocked(r, event{kind: evTaskSent, declared: declared})
 	g.mu.Unlock()
 	if declared {
 		params, _ := json.Marshal(map[string]string{"taskId": r.taskID})
@@ -562,7 +521,7 @@ func (g *governor) cancelTask(r *record) {
 			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m) })
 		})
 	}
-	g.settle(r)
+	g.run(r, out)
 }
 
 // taskAnswered records the server's answer to the proxy's tasks/cancel.
@@ -578,34 +537,21 @@ func (g *governor) taskAnswered(r *record, m *framing.Message) {
 	} else if json.Unmarshal(field(m.Raw, "result"), &res) == nil && res.Status != "" {
 		outcome = res.Status
 	}
-	g.mu.Lock()
-	r.taskPending, r.taskCancel = false, outcome
-	g.mu.Unlock()
-	g.settle(r)
-}
-
-// windowOver ends the wait for a late answer.
-func (g *governor) windowOver(r *record) {
-	g.mu.Lock()
-	r.windowOver = true
-	g.mu.Unlock()
-	g.settle(r)
+	g.event(r, event{kind: evTaskAnswered, outcome: outcome})
 }
 
 // escalate restarts the server when a cancelled request of an
 // escalate: restart rule is still unanswered.
 func (g *governor) escalate(r *record) {
 	g.mu.Lock()
-	due := r.dispatched && r.late == nil && !g.closed
+	due := r.st.sent && r.late == nil && r.st.phase == phaseCancelled && !g.closed
 	g.mu.Unlock()
 	if !due {
 		return
 	}
 	reason := fmt.Sprintf("request %s (%s) did not stop within %v of its cancel", r.id, cmp.Or(r.tool, r.method), g.e.opts.Policy.RestartAfter)
 	if g.act.Restart(reason) {
-		g.mu.Lock()
-		r.restarted = true
-		g.mu.Unlock()
+		g.event(r, event{kind: evRestarted})
 	}
 }
 

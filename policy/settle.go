@@ -13,8 +13,8 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	kind := map[string]string{"on_cancel": "cancel", "on_timeout": "timeout", "on_late_result": "late_result", "on_late_error": "late_error"}[phase]
 	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server",
 		IdempotencyKey: idempotencyKey(g.session, r.id, r.started, kind),
-		RequestID:      r.id, Method: r.method, Tool: r.tool, Arguments: r.args, Source: r.source, Reason: r.reason,
-		Dispatched: r.dispatched}
+		RequestID:      r.id, Method: r.method, Tool: r.tool, Arguments: r.args, Source: string(r.source), Reason: r.reason,
+		Dispatched: r.st.sent}
 	if len(r.captured) > 0 {
 		ev.Captured = make(map[string]json.RawMessage, len(r.captured))
 		for k, v := range r.captured {
@@ -48,23 +48,36 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
 		}
-		g.mu.Lock()
-		r.hooks = append(r.hooks, res)
-		r.hooksPending--
-		g.mu.Unlock()
-		g.settle(r)
+		g.event(r, event{kind: evHookDone, result: res})
 	})
 }
 
-// settle writes r's audit line once its story is over: the cancel handled,
-// the hooks done, a tasks/cancel answered, and a late answer come (or the
-// wait for one over, or never due).
-func (g *governor) settle(r *record) {
+// event applies ev to r's story and runs what it calls for.
+func (g *governor) event(r *record, ev event) {
 	g.mu.Lock()
-	ready := !r.written && !r.cancelled.IsZero() && r.cancelHandled && r.hooksPending == 0 && !r.taskPending &&
-		(r.late != nil || !r.dispatched || r.windowOver || !r.answered.IsZero())
-	if ready {
-		r.written = true
+	out := g.stepLocked(r, ev)
+	g.mu.Unlock()
+	g.run(r, out)
+}
+
+// stepLocked applies ev to r's story (see story.go): an event the story
+// cannot take is logged and changes nothing. A story that is cancelled is
+// counted until its audit line is written; one that is over leaves the
+// session's calls, its timers stop, and its audit line is built here,
+// under the lock. The caller runs the effects once it has unlocked.
+func (g *governor) stepLocked(r *record, ev event) []effect {
+	was := r.st.phase
+	out, err := r.step(ev)
+	if err != nil {
+		g.log.Error("policy: a request's story cannot take this event", zap.Error(err), zap.ByteString("id", r.id))
+	}
+	if was < phaseCancelled && r.st.phase >= phaseCancelled {
+		g.e.wg.Add(1) // its audit line is to be written
+	}
+	for i := range out {
+		if out[i].kind != doWrite {
+			continue
+		}
 		if g.calls[r.c] == r {
 			delete(g.calls, r.c)
 		}
@@ -73,21 +86,38 @@ func (g *governor) settle(r *record) {
 				t.Stop()
 			}
 		}
+		out[i].rec = g.recordLocked(r)
 	}
-	var rec *Record
-	if ready {
-		rec = g.recordLocked(r)
+	return out
+}
+
+// run does what a story asked for, unlocked.
+func (g *governor) run(r *record, out []effect) {
+	for _, e := range out {
+		switch e.kind {
+		case doDispatch:
+			g.e.metrics.Waiting(-1)
+			g.work.post(func() { g.act.Dispatch(r.c) })
+		case doFree:
+			e.free()
+		case doStartHook:
+			g.startHook(r, e.phase, e.hook, e.answer)
+		case doCancelTask:
+			g.cancelTask(r)
+		case doWrite:
+			g.write(r, e.rec)
+		}
 	}
-	g.mu.Unlock()
-	if !ready {
-		return
-	}
+}
+
+// write writes a story's audit line, and counts how it ended.
+func (g *governor) write(r *record, rec *Record) {
 	defer g.e.wg.Done()
 	if rec.Status == StatusOrphan {
 		g.e.metrics.Orphan()
 	}
-	if r.dispatched && r.answered.IsZero() && r.taskID == "" {
-		g.e.metrics.CancelSettled(r.late == nil)
+	if rec.Dispatched && r.answered.IsZero() && rec.TaskID == "" {
+		g.e.metrics.CancelSettled(rec.Late == nil)
 	}
 	g.e.writeAudit(rec, g.log)
 }
@@ -95,11 +125,11 @@ func (g *governor) settle(r *record) {
 // recordLocked builds r's audit line.
 func (g *governor) recordLocked(r *record) *Record {
 	rec := &Record{Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server", ID: r.id,
-		Method: r.method, Tool: r.tool, Rule: r.rule.Name, Source: r.source, Reason: r.reason,
-		Started: r.started, Dispatched: r.dispatched, Notified: r.dispatched && r.answered.IsZero(),
-		Late: r.late, TaskID: r.taskID, TaskCancel: r.taskCancel, Captured: r.captured, Hooks: r.hooks,
+		Method: r.method, Tool: r.tool, Rule: r.rule.Name, Source: string(r.source), Reason: r.reason,
+		Started: r.started, Dispatched: r.st.sent, Notified: r.st.sent && r.answered.IsZero(),
+		Late: r.late, TaskID: r.taskID, TaskCancel: r.st.taskCancelText(), Captured: r.captured, Hooks: r.hooks,
 		Restarted: r.restarted}
-	if r.taskID != "" && r.taskCancel != "" && r.taskCancel[0] != 'n' {
+	if r.taskID != "" && r.st.task >= taskSent {
 		rec.Notified = true // tasks/cancel was sent
 	}
 	cancelled := r.cancelled
@@ -128,7 +158,7 @@ func (r *record) status() string {
 		lateHook = lateHook || h.Phase == "on_late_result" || h.Phase == "on_late_error"
 	}
 	switch {
-	case !r.dispatched:
+	case !r.st.sent:
 		return StatusNotDispatched
 	case failed:
 		return StatusOrphan
@@ -136,9 +166,9 @@ func (r *record) status() string {
 		return StatusCompensationPending
 	case queued:
 		return StatusQueued
-	case r.taskID != "" && r.taskCancel == "cancelled":
+	case r.taskID != "" && r.st.task == taskAnswered && r.st.outcome == "cancelled":
 		return StatusTaskCancelled
-	case r.taskID != "" && r.taskCancel != "":
+	case r.taskID != "" && r.st.task >= taskNotDeclared:
 		return StatusTaskNotCancel
 	case !r.answered.IsZero():
 		return StatusCompletedBefore

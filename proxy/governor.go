@@ -8,34 +8,67 @@ import (
 
 // A Governor applies per-request policy to one session's client requests:
 // deadlines, queues, compensating hooks, the audit trail (package policy
-// implements it). The tracker tells it what happens to each request, on
-// the goroutine that decided it; no method may block. It acts back through
-// the session's Actions, which it must call from a goroutine of its own,
-// never from inside one of these methods.
+// implements it). The tracker admits each request through it and tells it
+// what happens after, on the goroutine that decided it; no method may
+// block. It acts back through the session's Actions, which it must call
+// from a goroutine of its own, never from inside one of these methods. A
+// transport only makes one and closes it; the rest is the tracker's.
 type Governor interface {
-	// Request is told of a client request the tracker accepted, and says
+	// Admit is told of a client request the tracker accepted, and says
 	// what the transport must do about it.
-	Request(c *Call, m *framing.Message) Admission
-	// Progress is told of progress from the server for a call in flight.
-	Progress(c *Call, m *framing.Message)
-	// Answered is told of the server's response to a call in flight.
-	Answered(c *Call, m *framing.Message)
-	// Cancelled is told that a call was cancelled: source is "client",
-	// "deadline", "disconnect", "session_end" or "shutdown".
-	Cancelled(c *Call, source, reason string)
-	// Withdrawn is told that a cancelled call was never sent to the server.
-	Withdrawn(c *Call)
-	// Late is told of a response that came after the call's cancel, which
-	// the tracker suppressed.
-	Late(c *Call, m *framing.Message)
-	// CancelMissed is told of a client cancel that named no call in flight.
-	CancelMissed(id framing.ID)
-	// ServerInitialized is told of the server's answer to initialize.
-	ServerInitialized(m *framing.Message)
+	Admit(c *Call, m *framing.Message) Admission
+	// Observe is told of everything else that happens to the session's
+	// calls: see ChangeKind.
+	Observe(ev Change)
 	// Close ends the session's governance: timers stop, calls still in
 	// flight are settled.
 	Close()
 }
+
+// ChangeKind is what happened, for Governor.Observe.
+type ChangeKind uint8
+
+const (
+	// ChangeProgress: progress from the server (Msg) for Call, in flight.
+	ChangeProgress ChangeKind = iota
+	// ChangeAnswered: the server's response (Msg) to Call, in flight; Msg
+	// is nil when the tracker ended the call itself.
+	ChangeAnswered
+	// ChangeCancelled: Call was cancelled, by Source, for Reason.
+	ChangeCancelled
+	// ChangeWithdrawn: the cancelled Call was never sent to the server.
+	ChangeWithdrawn
+	// ChangeLate: a response (Msg) came after Call's cancel; the tracker
+	// suppressed it.
+	ChangeLate
+	// ChangeCancelMissed: a client cancel named ID, which no call in flight has.
+	ChangeCancelMissed
+	// ChangeServerReady: the server's answer (Msg) to initialize.
+	ChangeServerReady
+)
+
+// Change is one thing that happened to a session's call, for
+// Governor.Observe; the fields its Kind names are set.
+type Change struct {
+	Kind   ChangeKind
+	Call   *Call
+	Msg    *framing.Message
+	Source Source
+	Reason string
+	ID     framing.ID
+}
+
+// Source says where a cancel came from.
+type Source string
+
+// The sources of a cancel.
+const (
+	SourceClient     Source = "client"      // the client's notifications/cancelled
+	SourceDeadline   Source = "deadline"    // the policy's deadline passed
+	SourceDisconnect Source = "disconnect"  // the client's stream closed (2026-07-28), or its grace ran out
+	SourceSessionEnd Source = "session_end" // the client ended the session (DELETE)
+	SourceShutdown   Source = "shutdown"    // the proxy is stopping
+)
 
 // Admission is what a Governor asks of a request's transport.
 type Admission struct {

@@ -180,7 +180,7 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
 	if g := t.opts.Governor; g != nil && from == Client {
-		a := g.Request(c, m)
+		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
 	}
 	if c.aliased() || c.tokenAliased() {
@@ -229,7 +229,7 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		t.stats.responsesSuppressed.Add(1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
 		if g := t.opts.Governor; g != nil && from == Server {
-			g.Late(c, m)
+			g.Observe(Change{Kind: ChangeLate, Call: c, Msg: m})
 		}
 		return Outcome{Verdict: Suppress}
 	}
@@ -240,9 +240,9 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	t.forwarded(from, m.Kind, c.method, c.id)
 	if g := t.opts.Governor; g != nil && from == Server {
 		if c.method == framing.MethodInitialize {
-			g.ServerInitialized(m)
+			g.Observe(Change{Kind: ChangeServerReady, Msg: m})
 		}
-		g.Answered(c, m)
+		g.Observe(Change{Kind: ChangeAnswered, Call: c, Msg: m})
 	}
 	if c.aliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id)}
@@ -265,14 +265,14 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 		t.stats.cancelsDropped.Add(1)
 		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
 		if g != nil && m.RequestID.IsValid() {
-			g.CancelMissed(m.RequestID)
+			g.Observe(Change{Kind: ChangeCancelMissed, ID: m.RequestID})
 		}
 		return Outcome{Verdict: Drop}
 	}
 	t.stats.cancelsForwarded.Add(1)
 	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
 	if g != nil {
-		g.Cancelled(c, "client", m.Reason)
+		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: m.Reason})
 	}
 	o := Outcome{Cancelled: c}
 	if c.aliased() {
@@ -299,7 +299,7 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	}
 	t.forwarded(from, m.Kind, m.Method, id)
 	if g := t.opts.Governor; g != nil && c != nil && from == Server {
-		g.Progress(c, m)
+		g.Observe(Change{Kind: ChangeProgress, Call: c, Msg: m})
 	}
 	if c != nil && c.tokenAliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token)}
@@ -317,7 +317,7 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
 		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
 	if g := t.opts.Governor; g != nil && from == Client {
-		g.Withdrawn(c)
+		g.Observe(Change{Kind: ChangeWithdrawn, Call: c})
 	}
 }
 
@@ -454,7 +454,7 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 // ended tells the governor of a call that ended without the server's answer.
 func (t *Tracker) ended(c *Call) {
 	if g := t.opts.Governor; g != nil {
-		g.Answered(c, nil)
+		g.Observe(Change{Kind: ChangeAnswered, Call: c})
 	}
 }
 
@@ -479,7 +479,7 @@ type Cancellation struct {
 // the client had cancelled each, and returns them with the cancel
 // notifications to send the server (the session is ending: MCP-NOTES §6b
 // DELETE, or the wrapper is shutting down).
-func (t *Tracker) CancelInFlight(source, reason string) []Cancellation {
+func (t *Tracker) CancelInFlight(source Source, reason string) []Cancellation {
 	var cs []Cancellation
 	for _, c := range t.peers[Client].issued.cancelAll() {
 		cs = append(cs, Cancellation{c, t.cancelled(c, source, reason)})
@@ -493,11 +493,11 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 
 // cancelled accounts for a call the proxy cancelled on the client's behalf
 // and returns the cancel notification for the server.
-func (t *Tracker) cancelled(c *Call, source, reason string) []byte {
+func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	t.stats.cancelsForwarded.Add(1)
 	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
 	if g := t.opts.Governor; g != nil {
-		g.Cancelled(c, source, reason)
+		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: source, Reason: reason})
 	}
 	return framing.AppendCancelled(nil, c.upID, reason)
 }
@@ -506,7 +506,7 @@ func (t *Tracker) cancelled(c *Call, source, reason string) []byte {
 // went away and, by the configuration, that counts as a cancel), if the
 // request is still in flight, and returns the cancel notification to send
 // the server; nil if the request is no longer in flight.
-func (t *Tracker) CancelCall(c *Call, source, reason string) []byte {
+func (t *Tracker) CancelCall(c *Call, source Source, reason string) []byte {
 	if !t.peers[Client].issued.cancelExact(c) {
 		return nil
 	}

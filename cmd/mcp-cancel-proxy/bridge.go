@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -66,7 +67,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 			return
 		}
 		asked.Store(true)
-		sess.CancelAll("shutdown", "the proxy is shutting down")
+		sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")
 		back.Stop()
 	}()
 	log.Info("bridging stdio to the upstream", zap.String("upstream", cfg.HTTP.Upstream))

@@ -76,7 +76,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		OnRestart:      link.restart,
 	})
 	link.sess = sess
-	st.cancelAll.Store(func() { sess.CancelAll("shutdown", "the proxy is shutting down") })
+	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })
 	if hup := hangup(stdin); hup != nil {
 		go func() {
 			<-hup

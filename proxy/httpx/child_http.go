@@ -123,7 +123,7 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 		c.mu.Unlock()
 		if mine {
 			c.send(framing.AppendCancelled(nil, id, "client disconnected"))
-			s.cancelled("disconnect")
+			s.cancelled(proxy.SourceDisconnect)
 		}
 	}
 }
@@ -151,7 +151,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
 	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
-		go c.stop("session_end", "too many sessions")
+		go c.stop(proxy.SourceSessionEnd, "too many sessions")
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	// Forget the session once its child is gone.
@@ -189,7 +189,7 @@ func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	c.stop("session_end", "session deleted")
+	c.stop(proxy.SourceSessionEnd, "session deleted")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
@@ -212,7 +212,7 @@ func (c *childSession) retire(why string) {
 	case retireEvicted:
 		c.log.Info("session evicted: the least recently used idle session makes room for a new one")
 	}
-	c.retiring.Go(func() { c.stopAndWait("session_end", "session "+why) })
+	c.retiring.Go(func() { c.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
 // busy reports whether a stream of the session is open.
@@ -324,7 +324,7 @@ func (cs *Children) stopAll(reason string) {
 	cs.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range all {
-		wg.Go(func() { c.stopAndWait("shutdown", reason) })
+		wg.Go(func() { c.stopAndWait(proxy.SourceShutdown, reason) })
 	}
 	wg.Wait()
 	cs.retiring.Wait() // the sessions stopped for being idle or evicted

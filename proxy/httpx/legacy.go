@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -62,7 +63,7 @@ func (ls *legacySession) busy() bool { return !ls.st.done() }
 
 // retire ends a session the sidecar forgot.
 func (ls *legacySession) retire(why string) {
-	ls.retiring.Go(func() { ls.stopAndWait("session_end", "session "+why) })
+	ls.retiring.Go(func() { ls.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
 func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
@@ -183,7 +184,7 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 func (l *Legacy) stopAll(reason string) {
 	var wg sync.WaitGroup
 	for _, ls := range l.sessions.all() {
-		wg.Go(func() { ls.stopAndWait("shutdown", reason) })
+		wg.Go(func() { ls.stopAndWait(proxy.SourceShutdown, reason) })
 	}
 	wg.Wait()
 	l.retiring.Wait()

@@ -72,7 +72,7 @@ func (ls *lineSession) send(line []byte) error {
 // an error for each), then the client's side closes, and the backend stops
 // once the session has written what it holds. It returns within two graces
 // whatever the server does.
-func (ls *lineSession) stop(source, reason string) {
+func (ls *lineSession) stop(source proxy.Source, reason string) {
 	done := make(chan struct{})
 	go func() { ls.sess.CancelAll(source, reason); close(done) }()
 	grace := time.NewTimer(ls.grace)
@@ -89,7 +89,7 @@ func (ls *lineSession) stop(source, reason string) {
 }
 
 // stopAndWait stops the session and waits until it has ended.
-func (ls *lineSession) stopAndWait(source, reason string) {
+func (ls *lineSession) stopAndWait(source proxy.Source, reason string) {
 	ls.stop(source, reason)
 	<-ls.done
 }

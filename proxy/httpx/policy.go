@@ -36,11 +36,11 @@ func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
 	sess := a.sess
 	sess.decideMu.Lock()
 	defer sess.decideMu.Unlock()
-	cancel := sess.t.CancelCall(c, "deadline", reason)
+	cancel := sess.t.CancelCall(c, proxy.SourceDeadline, reason)
 	if cancel == nil {
 		return // answered or cancelled meanwhile
 	}
-	a.s.cancelled("deadline")
+	a.s.cancelled(proxy.SourceDeadline)
 	if h := sess.takeHold(c); h != nil {
 		sess.t.Withdraw(proxy.Client, c)
 		h.withdrawn, h.reply = true, reply
@@ -167,8 +167,8 @@ func (s *Sidecar) heldClientGone(sess *session, d *decided) {
 	sess.decideMu.Lock()
 	defer sess.decideMu.Unlock()
 	for _, hc := range d.held {
-		if sess.t.CancelCall(hc.c, "disconnect", "client closed the stream") != nil && sess.withdrawIfHeld(hc.c) {
-			s.cancelled("disconnect")
+		if sess.t.CancelCall(hc.c, proxy.SourceDisconnect, "client closed the stream") != nil && sess.withdrawIfHeld(hc.c) {
+			s.cancelled(proxy.SourceDisconnect)
 		}
 	}
 }

@@ -463,8 +463,8 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 // endSession cancels upstream a deleted session's requests in flight
 // (source session_end), ends their streams and its governance.
 func (s *Sidecar) endSession(sess *session) {
-	for _, c := range sess.t.CancelInFlight("session_end", "session deleted") {
-		s.cancelled("session_end")
+	for _, c := range sess.t.CancelInFlight(proxy.SourceSessionEnd, "session deleted") {
+		s.cancelled(proxy.SourceSessionEnd)
 		s.notify(sess, c.Notice)
 	}
 	sess.endAll()

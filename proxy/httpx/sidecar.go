@@ -389,8 +389,8 @@ func (s *Sidecar) CancelAll(reason string) {
 		return
 	}
 	for _, sess := range s.sessions.all() {
-		for _, c := range sess.t.CancelInFlight("shutdown", reason) {
-			s.cancelled("shutdown")
+		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
+			s.cancelled(proxy.SourceShutdown)
 			s.notify(sess, c.Notice)
 		}
 		sess.endAll()
@@ -398,8 +398,8 @@ func (s *Sidecar) CancelAll(reason string) {
 }
 
 // cancelled reports one cancel to OnCancel.
-func (s *Sidecar) cancelled(source string) {
+func (s *Sidecar) cancelled(source proxy.Source) {
 	if s.OnCancel != nil {
-		s.OnCancel(source)
+		s.OnCancel(string(source))
 	}
 }

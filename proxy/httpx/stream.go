@@ -419,8 +419,8 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream was the cancel itself: record it.
 		for _, c := range calls {
-			if sess.t.CancelCall(c, "disconnect", "client closed the stream") != nil {
-				s.cancelled("disconnect")
+			if sess.t.CancelCall(c, proxy.SourceDisconnect, "client closed the stream") != nil {
+				s.cancelled(proxy.SourceDisconnect)
 			}
 		}
 		return
@@ -431,8 +431,8 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	came := func(left int64) bool { return sess.lastResume.Load() > left } // for its answers
 	s.afterDisconnect(came, func() {
 		for _, c := range calls {
-			if cancel := sess.t.CancelCall(c, "disconnect", "client disconnected"); cancel != nil {
-				s.cancelled("disconnect")
+			if cancel := sess.t.CancelCall(c, proxy.SourceDisconnect, "client disconnected"); cancel != nil {
+				s.cancelled(proxy.SourceDisconnect)
 				s.notify(sess, cancel)
 			}
 		}

@@ -18,7 +18,7 @@ type holdingGovernor struct {
 	cancelled chan string
 }
 
-func (g *holdingGovernor) Request(c *proxy.Call, m *framing.Message) proxy.Admission {
+func (g *holdingGovernor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method != "tools/call" {
 		return proxy.Admission{}
 	}
@@ -27,14 +27,15 @@ func (g *holdingGovernor) Request(c *proxy.Call, m *framing.Message) proxy.Admis
 	g.held = append(g.held, c)
 	return proxy.Admission{Hold: true}
 }
-func (g *holdingGovernor) Progress(*proxy.Call, *framing.Message)    {}
-func (g *holdingGovernor) Answered(*proxy.Call, *framing.Message)    {}
-func (g *holdingGovernor) Cancelled(c *proxy.Call, source, _ string) { g.cancelled <- source }
-func (g *holdingGovernor) Withdrawn(c *proxy.Call)                   { g.withdrawn <- c }
-func (g *holdingGovernor) Late(*proxy.Call, *framing.Message)        {}
-func (g *holdingGovernor) CancelMissed(framing.ID)                   {}
-func (g *holdingGovernor) ServerInitialized(*framing.Message)        {}
-func (g *holdingGovernor) Close()                                    {}
+func (g *holdingGovernor) Observe(ev proxy.Change) {
+	switch ev.Kind {
+	case proxy.ChangeCancelled:
+		g.cancelled <- string(ev.Source)
+	case proxy.ChangeWithdrawn:
+		g.withdrawn <- ev.Call
+	}
+}
+func (g *holdingGovernor) Close() {}
 
 // TestSessionHoldsRequestsForTheGovernor: a held request reaches the
 // server only when dispatched; one cancelled while held never does, and

@@ -143,7 +143,7 @@ func (s *Session) reply(to *side, msg []byte) {
 func (s *Session) Expire(c *proxy.Call, reason string, reply []byte) {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
-	cancel := s.t.CancelCall(c, "deadline", reason)
+	cancel := s.t.CancelCall(c, proxy.SourceDeadline, reason)
 	if cancel == nil {
 		return // answered or cancelled meanwhile
 	}
@@ -194,7 +194,7 @@ func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framin
 // audits them, with source), and answers each for the client with a
 // CodeServerGone error saying why: what a shutdown does before it stops the
 // server. It returns how many it cancelled.
-func (s *Session) CancelAll(source, why string) int {
+func (s *Session) CancelAll(source proxy.Source, why string) int {
 	s.clientMu.Lock()
 	defer s.clientMu.Unlock()
 	from := s.sides[proxy.Client]
