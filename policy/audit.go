@@ -59,26 +59,30 @@ const (
 // Record is one line of the audit trail: the whole story of one request
 // that was cancelled, timed out or compensated.
 type Record struct {
-	Time       time.Time                  `json:"time"`
-	Session    string                     `json:"session,omitempty"`
-	Direction  string                     `json:"direction"`
-	ID         json.RawMessage            `json:"id"`
-	Method     string                     `json:"method"`
-	Tool       string                     `json:"tool,omitempty"`
-	Rule       string                     `json:"rule,omitempty"`
-	Source     string                     `json:"source,omitempty"` // client, deadline, disconnect, session_end, shutdown
-	Reason     string                     `json:"reason,omitempty"`
-	Started    time.Time                  `json:"started"`
-	Cancelled  *time.Time                 `json:"cancelled,omitempty"`
-	Dispatched bool                       `json:"dispatched"`
-	Notified   bool                       `json:"upstream_notified"`
-	Late       *Late                      `json:"late_response,omitempty"`
-	TaskID     string                     `json:"task_id,omitempty"`
-	TaskCancel string                     `json:"task_cancel,omitempty"`
-	Captured   map[string]json.RawMessage `json:"captured,omitempty"`
-	Hooks      []HookResult               `json:"hooks,omitempty"`
-	Arguments  json.RawMessage            `json:"arguments,omitempty"`
-	Restarted  bool                       `json:"server_restarted,omitempty"`
+	Time      time.Time       `json:"time"`
+	Session   string          `json:"session,omitempty"`
+	Direction string          `json:"direction"`
+	ID        json.RawMessage `json:"id"`
+	// Correlation holds the values the rule's correlate read from the
+	// request: the client's own run or job id, apart from the MCP request
+	// id (ID, in Session) and the provider's job id (Captured).
+	Correlation map[string]json.RawMessage `json:"correlation,omitempty"`
+	Method      string                     `json:"method"`
+	Tool        string                     `json:"tool,omitempty"`
+	Rule        string                     `json:"rule,omitempty"`
+	Source      string                     `json:"source,omitempty"` // client, deadline, disconnect, session_end, shutdown
+	Reason      string                     `json:"reason,omitempty"`
+	Started     time.Time                  `json:"started"`
+	Cancelled   *time.Time                 `json:"cancelled,omitempty"`
+	Dispatched  bool                       `json:"dispatched"`
+	Notified    bool                       `json:"upstream_notified"`
+	Late        *Late                      `json:"late_response,omitempty"`
+	TaskID      string                     `json:"task_id,omitempty"`
+	TaskCancel  string                     `json:"task_cancel,omitempty"`
+	Captured    map[string]json.RawMessage `json:"captured,omitempty"`
+	Hooks       []HookResult               `json:"hooks,omitempty"`
+	Arguments   json.RawMessage            `json:"arguments,omitempty"`
+	Restarted   bool                       `json:"server_restarted,omitempty"`
 	// Resumed marks the line of a hook resumed after a restart.
 	Resumed bool   `json:"resumed,omitempty"`
 	Status  string `json:"status"`
@@ -176,6 +180,7 @@ type HookEvent struct {
 	Session        string                     `json:"session,omitempty"`
 	Direction      string                     `json:"direction"`
 	RequestID      json.RawMessage            `json:"request_id"`
+	Correlation    map[string]json.RawMessage `json:"correlation,omitempty"`
 	Method         string                     `json:"method"`
 	Tool           string                     `json:"tool,omitempty"`
 	Arguments      json.RawMessage            `json:"arguments,omitempty"`
@@ -190,7 +195,8 @@ type HookEvent struct {
 func (ev *HookEvent) marshal() ([]byte, error) { return json.Marshal(ev) }
 
 // env returns the MCP_CANCEL_* variables an exec hook gets: the event's
-// main fields, and each captured value as MCP_CANCEL_CAPTURE_<NAME>.
+// main fields, each captured value as MCP_CANCEL_CAPTURE_<NAME>, and each
+// correlated one as MCP_CANCEL_CORRELATE_<NAME>.
 func (ev *HookEvent) env() []string {
 	vars := []string{
 		"MCP_CANCEL_EVENT=" + envSafe(ev.Event),
@@ -204,6 +210,9 @@ func (ev *HookEvent) env() []string {
 	}
 	for name, v := range ev.Captured {
 		vars = append(vars, "MCP_CANCEL_CAPTURE_"+envName(name)+"="+plain(v))
+	}
+	for name, v := range ev.Correlation {
+		vars = append(vars, "MCP_CANCEL_CORRELATE_"+envName(name)+"="+plain(v))
 	}
 	return vars
 }

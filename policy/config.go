@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -63,6 +64,13 @@ type Rule struct {
 	// the first that points at something wins), from the request's progress
 	// notifications (their params) and from its result.
 	Capture map[string]Pointers `yaml:"capture"`
+	// Correlate names values to read, by JSON pointer, from the request's
+	// params when it starts: the id of the client's own run or job (say
+	// /_meta/runId), carried apart from the MCP request id and from the
+	// captured values in the audit line, the hook events and the logs.
+	// Only strings and numbers are copied, and never a key that names a
+	// credential (a token, a secret, a password, authorization, a cookie).
+	Correlate map[string]Pointers `yaml:"correlate"`
 	// OnCancel runs when the request is cancelled: by the client, a
 	// disconnect, the session's end or shutdown (and a deadline, unless
 	// OnTimeout is set).
@@ -215,13 +223,19 @@ func (r *Rule) validate(at string, bad func(at, format string, a ...any)) {
 	if r.Timeout != nil && r.MaxTimeout != nil && *r.MaxTimeout > 0 && *r.MaxTimeout < *r.Timeout {
 		bad(at+".max_timeout", "%v is shorter than timeout %v", *r.MaxTimeout, *r.Timeout)
 	}
-	for name, ptrs := range r.Capture {
-		if len(ptrs) == 0 {
-			bad(at+".capture."+name, "no JSON pointer")
-		}
-		for _, ptr := range ptrs {
-			if _, err := parsePointer(ptr); err != nil {
-				bad(at+".capture."+name, "%v", err)
+	for key, m := range map[string]map[string]Pointers{"capture": r.Capture, "correlate": r.Correlate} {
+		for name, ptrs := range m {
+			if len(ptrs) == 0 {
+				bad(at+"."+key+"."+name, "no JSON pointer")
+			}
+			for _, ptr := range ptrs {
+				p, err := parsePointer(ptr)
+				switch {
+				case err != nil:
+					bad(at+"."+key+"."+name, "%v", err)
+				case key == "correlate" && len(p) > 0 && credential.MatchString(p[len(p)-1]):
+					bad(at+"."+key+"."+name, "%s names a credential: it is never copied", ptr)
+				}
 			}
 		}
 	}
@@ -272,6 +286,7 @@ type Effective struct {
 	MaxTimeout      time.Duration
 	Interruptible   bool
 	Capture         map[string][]pointer
+	Correlate       map[string][]pointer
 	OnCancel        *Hook
 	OnTimeout       *Hook
 	OnLateResult    *Hook
@@ -308,22 +323,33 @@ func resolve(name string, r, d *Rule) *Effective {
 			*b.dst = *b.dv
 		}
 	}
-	e.Capture = map[string][]pointer{}
-	for _, src := range []map[string]Pointers{d.Capture, r.Capture} {
-		for k, ptrs := range src {
-			e.Capture[k] = nil
-			for _, v := range ptrs {
-				p, _ := parsePointer(v) // validated
-				e.Capture[k] = append(e.Capture[k], p)
-			}
-		}
-	}
+	e.Capture = pointers(d.Capture, r.Capture)
+	e.Correlate = pointers(d.Correlate, r.Correlate)
 	e.OnCancel = firstHook(r.OnCancel, d.OnCancel)
 	e.OnTimeout = firstHook(r.OnTimeout, d.OnTimeout)
 	e.OnLateResult = firstHook(r.OnLateResult, d.OnLateResult)
 	e.OnLateError = firstHook(r.OnLateError, d.OnLateError)
 	return e
 }
+
+// pointers parses the pointers of the defaults and of a rule, the rule's
+// replacing the defaults' of the same name.
+func pointers(d, r map[string]Pointers) map[string][]pointer {
+	out := map[string][]pointer{}
+	for _, src := range []map[string]Pointers{d, r} {
+		for k, ptrs := range src {
+			out[k] = nil
+			for _, v := range ptrs {
+				p, _ := parsePointer(v) // validated
+				out[k] = append(out[k], p)
+			}
+		}
+	}
+	return out
+}
+
+// credential matches the keys correlate never copies.
+var credential = regexp.MustCompile(`(?i)token|secret|passw|auth|credential|api[-_]?key|cookie|bearer`)
 
 func firstHook(a, b *Hook) *Hook {
 	if a != nil {
@@ -377,7 +403,7 @@ func (m *matcher) match(method, tool string) *Effective {
 
 // active reports whether the effective rule asks anything of a request.
 func (e *Effective) active() bool {
-	return e.Timeout > 0 || len(e.Capture) > 0 || e.OnCancel != nil || e.OnTimeout != nil ||
+	return e.Timeout > 0 || len(e.Capture) > 0 || len(e.Correlate) > 0 || e.OnCancel != nil || e.OnTimeout != nil ||
 		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible
 }
 

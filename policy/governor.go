@@ -59,6 +59,8 @@ type record struct {
 	timer    Timer
 	gen      int // deadline generation: a timer of an older one is stale
 	captured map[string]json.RawMessage
+	// correlation: the client's own ids read by the rule's correlate
+	correlation map[string]json.RawMessage
 
 	st       story  // where its story is: changed only by step (story.go)
 	lease    func() // frees the fleet-wide slot it holds, if its rule's count is the fleet's
@@ -135,6 +137,9 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		started: g.e.clock.Now(), st: story{sent: true}}
 	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
 		r.args = field(m.Raw, "params", "arguments")
+	}
+	if len(rule.Correlate) > 0 {
+		r.correlation = correlate(rule.Correlate, field(m.Raw, "params"))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -492,7 +497,7 @@ func (g *governor) expire(r *record, gen int) {
 	g.e.metrics.DeadlineFired()
 	reason := fmt.Sprintf("deadline of %v passed (rule %s)", timeout, r.rule.Name)
 	g.log.Info("deadline passed: cancelling", zap.String("method", r.method), zap.String("tool", r.tool),
-		zap.ByteString("id", r.id), zap.Duration("timeout", timeout))
+		zap.ByteString("id", r.id), r.correlationField(), zap.Duration("timeout", timeout))
 	if task {
 		g.mu.Lock()
 		if g.closed {
@@ -575,6 +580,42 @@ func (r *record) capture(doc json.RawMessage) {
 			}
 		}
 	}
+}
+
+// correlate reads the values ptrs name from a request's params (the
+// first pointer that points at something wins): strings and numbers of
+// at most correlateMax bytes, nothing else.
+func correlate(ptrs map[string][]pointer, params json.RawMessage) map[string]json.RawMessage {
+	var v any
+	if len(params) == 0 || json.Unmarshal(params, &v) != nil {
+		return nil
+	}
+	var out map[string]json.RawMessage
+	for name, ps := range ptrs {
+		for _, p := range ps {
+			val, ok := p.evalValue(v)
+			if !ok || len(val) > correlateMax || !(val[0] == '"' || val[0] == '-' || (val[0] >= '0' && val[0] <= '9')) {
+				continue
+			}
+			if out == nil {
+				out = map[string]json.RawMessage{}
+			}
+			out[name] = val
+			break
+		}
+	}
+	return out
+}
+
+// correlateMax bounds a correlated value.
+const correlateMax = 256
+
+// correlationField is r's correlated ids, for a log line.
+func (r *record) correlationField() zap.Field {
+	if len(r.correlation) == 0 {
+		return zap.Skip()
+	}
+	return zap.Any("correlation", r.correlation)
 }
 
 // field returns the raw JSON at a path of object keys in doc, or nil.

@@ -229,6 +229,46 @@ func TestClientCancelNotConfirmed(t *testing.T) {
 	}
 }
 
+// TestCorrelate: the client's run id, read from the request's _meta by
+// correlate, the MCP request id and the provider's job id captured from
+// progress stay apart in the audit line; an object is not copied.
+func TestCorrelate(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", Capture: map[string]Pointers{"job_id": {"/message"}},
+		Correlate: map[string]Pointers{"run_id": {"/_meta/runId"}, "whole": {"/_meta/agent"}}}}
+	e, clk, recs := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(7, "job", `,"_meta":{"progressToken":"t","runId":"run-1","agent":{"key":"k"}}`))
+	ft.server(progress("t", 1, "job-42"))
+	ft.client(cancel(7))
+	clk.Advance(p.LateWindow)
+	r := waitRecord(t, recs)
+	if string(r.ID) != "7" || string(r.Correlation["run_id"]) != `"run-1"` || string(r.Captured["job_id"]) != `"job-42"` {
+		t.Errorf("audit: id %s, correlation %s, captured %s", r.ID, r.Correlation, r.Captured)
+	}
+	if _, ok := r.Correlation["whole"]; ok || len(r.Correlation) != 1 {
+		t.Errorf("correlation %s: only strings and numbers are copied", r.Correlation)
+	}
+}
+
+// TestCorrelateRefusesCredentials: a correlate pointer at a token, a
+// secret or the like is a configuration error.
+func TestCorrelateRefusesCredentials(t *testing.T) {
+	for _, ptr := range []string{"/_meta/progressToken", "/_meta/authorization", "/_meta/apiKey", "/_meta/x/clientSecret"} {
+		p := Defaults()
+		p.Rules = []Rule{{Tool: "job", Correlate: map[string]Pointers{"x": {ptr}}}}
+		if err := p.Validate("policy"); err == nil || !strings.Contains(err.Error(), "credential") {
+			t.Errorf("correlate %s: %v, want a credential refused", ptr, err)
+		}
+	}
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", Correlate: map[string]Pointers{"run": {"/_meta/runId"}}}}
+	if err := p.Validate("policy"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestTaskCancel: a cancel for a task-augmented request whose task was
 // created becomes tasks/cancel, sent by the proxy, whose answer never
 // reaches the client; a cancel of a tasks/get call leaves the task alone.

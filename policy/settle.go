@@ -13,7 +13,7 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	kind := map[string]string{"on_cancel": "cancel", "on_timeout": "timeout", "on_late_result": "late_result", "on_late_error": "late_error"}[phase]
 	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server",
 		IdempotencyKey: idempotencyKey(g.session, r.id, r.started, kind),
-		RequestID:      r.id, Method: r.method, Tool: r.tool, Arguments: r.args, Source: string(r.source), Reason: r.reason,
+		RequestID:      r.id, Correlation: r.correlation, Method: r.method, Tool: r.tool, Arguments: r.args, Source: string(r.source), Reason: r.reason,
 		Dispatched: r.st.sent}
 	if len(r.captured) > 0 {
 		ev.Captured = make(map[string]json.RawMessage, len(r.captured))
@@ -31,22 +31,22 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 		switch {
 		case res.Queued:
 			g.log.Info("hook queued to the fleet", zap.String("phase", phase), zap.String("hook", res.Target),
-				zap.ByteString("id", r.id), zap.String("tool", r.tool))
+				zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		case res.Pending:
 			g.log.Warn("hook stopped at shutdown: kept in the hook store for the next start", zap.String("phase", phase),
-				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		case !res.OK:
 			g.e.metrics.HookRan(phase, false)
 			g.log.Error("hook failed: the work it was to undo or stop is orphaned", zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
-				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 			if g.e.opts.LogPayloads {
 				g.log.Debug("failed hook's output", zap.String("phase", phase), zap.String("output", res.Output))
 			}
 		default:
 			g.e.metrics.HookRan(phase, true)
 			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
-				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), zap.String("tool", r.tool))
+				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		}
 		g.event(r, event{kind: evHookDone, result: res})
 	})
@@ -124,7 +124,7 @@ func (g *governor) write(r *record, rec *Record) {
 
 // recordLocked builds r's audit line.
 func (g *governor) recordLocked(r *record) *Record {
-	rec := &Record{Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server", ID: r.id,
+	rec := &Record{Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server", ID: r.id, Correlation: r.correlation,
 		Method: r.method, Tool: r.tool, Rule: r.rule.Name, Source: string(r.source), Reason: r.reason,
 		Started: r.started, Dispatched: r.st.sent, Notified: r.st.sent && r.answered.IsZero(),
 		Late: r.late, TaskID: r.taskID, TaskCancel: r.st.taskCancelText(), Captured: r.captured, Hooks: r.hooks,

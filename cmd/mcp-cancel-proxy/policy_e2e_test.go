@@ -335,3 +335,55 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("a call under the reloaded policy: %v", got[len(got)-1])
 	}
 }
+
+// TestE2ECorrelate: an agent platform's run id travels in the request's
+// _meta; the tool reports its job id in progress. The cancel's audit line,
+// the on_cancel hook's event (and its environment) and the hook's log line
+// carry the run id (correlation), the MCP request id and the job id
+// (captured) apart; a token beside the run id is copied nowhere.
+func TestE2ECorrelate(t *testing.T) {
+	cfg, dir := writeConfig(t, `
+policy:
+  late_window: 1s
+  rules:
+    - tool: block
+      correlate:
+        run_id: /_meta/runId
+      capture:
+        job_id: /_meta/jobId
+      on_cancel:
+        exec: ["sh", "-c", "cat > $DIR/cancel.json; echo $MCP_CANCEL_CORRELATE_RUN_ID > $DIR/run"]
+`)
+	w := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-5"},"_meta":{"progressToken":"p","runId":"run-88","authToken":"s3cret"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, 4, "p") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
+	hookLine := w.logs.waitFor(t, `"hook ran"`)
+	rec := auditLine(t, w.logs, "4", "upstream notified; compensating hook ran")
+	ev := readEvent(t, filepath.Join(dir, "cancel.json"))
+	for what, doc := range map[string]map[string]any{"audit line": rec, "hook event": ev} {
+		corr, _ := doc["correlation"].(map[string]any)
+		capt, _ := doc["captured"].(map[string]any)
+		if corr["run_id"] != "run-88" || capt["job_id"] != "job-5" || len(corr) != 1 || len(capt) != 1 {
+			t.Errorf("%s: correlation %v, captured %v", what, corr, capt)
+		}
+	}
+	if rec["id"] != 4.0 || ev["request_id"] != 4.0 {
+		t.Errorf("request ids: audit %v, event %v", rec["id"], ev["request_id"])
+	}
+	if !strings.Contains(hookLine, `"correlation":{"run_id":"run-88"}`) {
+		t.Errorf("hook log line: %s", hookLine)
+	}
+	if run, _ := os.ReadFile(filepath.Join(dir, "run")); strings.TrimSpace(string(run)) != "run-88" {
+		t.Errorf("MCP_CANCEL_CORRELATE_RUN_ID=%q", run)
+	}
+	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-5"}}}`)
+	w.recvUntil(isResponse(5))
+	w.stdin.Close()
+	<-w.exited
+	event, _ := os.ReadFile(filepath.Join(dir, "cancel.json"))
+	if strings.Contains(w.logs.all(), "s3cret") || strings.Contains(string(event), "s3cret") {
+		t.Error("the token beside the run id was copied")
+	}
+}
