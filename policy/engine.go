@@ -65,6 +65,7 @@ type Engine struct {
 	clock   Clock
 	wg      sync.WaitGroup // records not yet written
 
+	stories   stories    // what the status page shows of past requests
 	mu        sync.Mutex // guards governors and adopting
 	governors map[*governor]bool
 	adopting  Timer // the next look for jobs of proxies that ended

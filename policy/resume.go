@@ -151,6 +151,7 @@ func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
 		e.metrics.Orphan()
 		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", zap.String("error", res.Error))
 	}
+	e.stories.note(rec, false)
 	e.writeAudit(rec, log)
 }
 

@@ -116,9 +116,11 @@ func (g *governor) write(r *record, rec *Record) {
 	if rec.Status == StatusOrphan {
 		g.e.metrics.Orphan()
 	}
-	if rec.Dispatched && r.answered.IsZero() && rec.TaskID == "" {
+	settled := rec.Dispatched && r.answered.IsZero() && rec.TaskID == ""
+	if settled {
 		g.e.metrics.CancelSettled(rec.Late == nil)
 	}
+	g.e.stories.note(rec, settled)
 	g.e.writeAudit(rec, g.log)
 }
 

@@ -3,13 +3,14 @@ package policy
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
 
-// storyOf returns a record of a request to tool under p, sent, or waiting
+// recordOf returns a record of a request to tool under p, sent, or waiting
 // for a slot when waiting is set (its rule's only slot taken by another).
-func storyOf(t *testing.T, p Policy, tool string, waiting bool) *record {
+func recordOf(t *testing.T, p Policy, tool string, waiting bool) *record {
 	e, _, _ := engine(t, p)
 	g := newGovernor(e, "s", nil)
 	rule := e.m.Load().match("tools/call", tool)
@@ -108,7 +109,7 @@ func TestStoryFollowUp(t *testing.T) {
 			[][]effectKind{nil, kinds(doWrite)}, StatusCompletedBefore},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := storyOf(t, p, tc.tool, tc.waiting)
+			r := recordOf(t, p, tc.tool, tc.waiting)
 			got := steps(t, r, tc.events...)
 			if !slices.EqualFunc(got, tc.effects, slices.Equal) {
 				t.Errorf("effects %v, want %v", got, tc.effects)
@@ -143,16 +144,50 @@ func TestStoryRefuses(t *testing.T) {
 			event{kind: evLate, late: &Late{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := storyOf(t, p, "plain", false)
+			r := recordOf(t, p, "plain", false)
 			steps(t, r, tc.before...)
 			if _, err := r.step(tc.bad); !errors.Is(err, errStory) {
 				t.Errorf("err %v, want a refused event", err)
 			}
 		})
 	}
-	r := storyOf(t, p, "plain", false)
+	r := recordOf(t, p, "plain", false)
 	steps(t, r, event{kind: evCancelled}, event{kind: evHandled}, event{kind: evWindowOver})
 	if out, err := r.step(event{kind: evWindowOver}); err != nil || out != nil {
 		t.Errorf("a late window timer after the line: %v %v, want nothing", out, err)
+	}
+}
+
+// TestStatus: the status snapshot has the calls in flight of each session,
+// the cancel stories newest first (the last storiesMax), and, per tool,
+// the cancels honoured or answered anyway.
+func TestStatus(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", Correlate: map[string]Pointers{"run_id": {"/_meta/runId"}}}}
+	e, clk, recs := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "other", ""))
+	ft.client(call(2, "job", `,"_meta":{"runId":"r-2"}`))
+	ft.client(cancel(2))
+	clk.Advance(p.LateWindow)
+	waitRecord(t, recs)
+	st := e.Status()
+	if len(st.Sessions) != 1 || st.Sessions[0].InFlight != 1 || st.Sessions[0].Session != "s1" {
+		t.Errorf("sessions: %+v, want s1 with one call in flight", st.Sessions)
+	}
+	if len(st.Stories) != 1 || st.Stories[0].RunID != "r-2" || st.Stories[0].ID != "2" ||
+		st.Stories[0].Steps[1].What != "cancel read (client)" {
+		t.Errorf("stories: %+v", st.Stories)
+	}
+	if len(st.Tools) != 1 || st.Tools[0] != (ToolHonour{Tool: "job", Honoured: 1}) {
+		t.Errorf("tools: %+v", st.Tools)
+	}
+	for i := range storiesMax + 5 {
+		e.stories.note(&Record{ID: []byte(strconv.Itoa(100 + i)), Started: clk.Now(), Time: clk.Now()}, false)
+	}
+	st = e.Status()
+	if len(st.Stories) != storiesMax || st.Stories[0].ID != strconv.Itoa(100+storiesMax+4) || st.Stories[storiesMax-1].ID != "105" {
+		t.Errorf("stories after %d more: %d, newest %s, oldest %s", storiesMax+5, len(st.Stories), st.Stories[0].ID, st.Stories[storiesMax-1].ID)
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 // admin serves the operations endpoints, apart from the MCP listener:
 // /healthz (the process serves), /readyz (ready() reports nil: the upstream
-// is reachable), /metrics (Prometheus) and /hooks (the hook store's jobs,
-// once engine holds the policy engine). It returns a function that stops it.
+// is reachable), /metrics (Prometheus), /hooks (the hook store's jobs, once
+// engine holds the policy engine) and /status (a page of the cancels). It returns a function that stops it.
 func admin(addr string, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -39,6 +39,8 @@ func admin(addr string, m *metrics.Metrics, ready func() error, engine *atomic.P
 				prom(ctx)
 			case "/hooks", "/hooks/retry", "/hooks/drop":
 				serveHooks(ctx, engine)
+			case "/status":
+				serveStatus(ctx, engine)
 			default:
 				ctx.Error("not found", fasthttp.StatusNotFound)
 			}

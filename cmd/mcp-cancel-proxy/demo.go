@@ -108,6 +108,8 @@ func runDemo(ctx context.Context, argv []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "\nforwarded %d messages; cancels forwarded %d; late responses suppressed %d; late progress suppressed %d\n",
 		st.Forwarded, st.CancelsForwarded, st.ResponsesSuppressed, st.ProgressSuppressed)
 	fmt.Fprintln(stdout, "The client got no answer and no progress after either cancel: no \"unknown message ID\" for it to choke on.")
+	fmt.Fprintln(stdout, "\nTo watch each cancel's story live, run the proxy with an admin listener and open its status page:")
+	fmt.Fprintln(stdout, "  mcp-cancel-proxy --admin 127.0.0.1:9464 -- YOUR-SERVER ARGS...   then http://127.0.0.1:9464/status")
 	return err
 }
 

@@ -59,7 +59,9 @@ func TestDashboardNamesExportedMetrics(t *testing.T) {
 			Title   string
 			Targets []struct{ Expr, LegendFormat string }
 		}
-		Templating struct{ List []struct{ Name, Query string } }
+		Templating struct {
+			List []struct{ Name, Query string }
+		}
 	}
 	if err := json.Unmarshal(data, &dash); err != nil {
 		t.Fatalf("dashboard: %v", err)
