@@ -96,7 +96,6 @@ func (g *governor) run(r *record, out []effect) {
 	for _, e := range out {
 		switch e.kind {
 		case doDispatch:
-			g.e.metrics.Waiting(-1)
 			g.work.post(func() { g.act.Dispatch(r.c) })
 		case doFree:
 			e.free()

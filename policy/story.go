@@ -151,6 +151,7 @@ func (r *record) step(ev event) ([]effect, error) {
 			break
 		}
 		s.slot, s.sent, r.lease = holdingSlot, true, ev.lease
+		r.g.e.metrics.Waiting(-1)
 		out = append(out, effect{kind: doDispatch})
 	case evAnswered:
 		if s.phase != phaseInFlight {
@@ -233,9 +234,10 @@ func (r *record) step(ev event) ([]effect, error) {
 func (r *record) release(out []effect) []effect {
 	switch r.st.slot {
 	case waitingSlot:
-		if r.rule.slot.remove(r) {
-			r.g.e.metrics.Waiting(-1)
-		}
+		// Out of the queue, or already taken from it by a grant on its way
+		// (which then finds it gone and frees the slot): it waits no more.
+		r.rule.slot.remove(r)
+		r.g.e.metrics.Waiting(-1)
 	case holdingSlot:
 		lease := r.lease
 		r.lease = nil

@@ -49,6 +49,14 @@ func steps(t *testing.T, r *record, evs ...event) [][]effectKind {
 
 func kinds(k ...effectKind) []effectKind { return k }
 
+// waitGauge sums what the waiting gauge is moved by.
+type waitGauge struct {
+	noMetrics
+	n int
+}
+
+func (w *waitGauge) Waiting(delta int) { w.n += delta }
+
 // TestStoryFollowUp: the audit line of each kind of story comes with the
 // last of what it waits for, never before, and says how it ended; no
 // timer runs, no hook or transport is called.
@@ -61,56 +69,65 @@ func TestStoryFollowUp(t *testing.T) {
 		name    string
 		tool    string
 		waiting bool
+		popped  bool // taken from the queue by a grant on its way
 		events  []event
 		effects [][]effectKind
 		status  string
 	}{
-		{"no answer came", "plain", false,
+		{"no answer came", "plain", false, false,
 			[]event{{kind: evCancelled, at: now, source: "client"}, {kind: evHandled}, {kind: evWindowOver}},
 			[][]effectKind{nil, nil, kinds(doWrite)}, StatusNotConfirmed},
-		{"answered late", "plain", false,
+		{"answered late", "plain", false, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evLate, late: &Late{}}, {kind: evHandled}},
 			[][]effectKind{nil, nil, kinds(doWrite)}, StatusAnsweredLate},
-		{"slot freed at the cancel", "capped", false,
+		{"slot freed at the cancel", "capped", false, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evHandled}, {kind: evWindowOver}},
 			[][]effectKind{kinds(doFree), nil, kinds(doWrite)}, StatusNotConfirmed},
-		{"withdrawn while waiting: no hook, no late answer", "capped", true,
+		{"withdrawn while waiting: no hook, no late answer", "capped", true, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evWithdrawn}, {kind: evHandled, hook: hook, phase: "on_cancel"}},
 			[][]effectKind{nil, nil, kinds(doWrite)}, StatusNotDispatched},
-		{"granted after its cancel: the slot goes on", "capped", true,
+		{"granted after its cancel: the slot goes on", "capped", true, true,
 			[]event{{kind: evCancelled, at: now}, {kind: evGranted}, {kind: evWithdrawn}, {kind: evHandled}},
 			[][]effectKind{nil, kinds(doFree), nil, kinds(doWrite)}, StatusNotDispatched},
-		{"granted, then answered", "capped", true,
+		{"granted, then answered", "capped", true, false,
 			[]event{{kind: evGranted}, {kind: evAnswered, at: now}},
 			[][]effectKind{kinds(doDispatch), kinds(doFree)}, ""},
-		{"hooks hold the line", "hooked", false,
+		{"hooks hold the line", "hooked", false, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evHandled, hook: hook, phase: "on_cancel"},
 				{kind: evLate, late: &Late{}, hook: hook, phase: "on_late_result"},
 				{kind: evHookDone, result: HookResult{Phase: "on_cancel", OK: true}},
 				{kind: evHookDone, result: HookResult{Phase: "on_late_result", OK: true}}},
 			[][]effectKind{nil, kinds(doStartHook), kinds(doStartHook), nil, kinds(doWrite)}, StatusCompensated},
-		{"a failed hook is an orphan", "hooked", false,
+		{"a failed hook is an orphan", "hooked", false, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evHandled, hook: hook, phase: "on_cancel"}, {kind: evWindowOver},
 				{kind: evHookDone, result: HookResult{Phase: "on_cancel"}}},
 			[][]effectKind{nil, kinds(doStartHook), nil, kinds(doWrite)}, StatusOrphan},
-		{"task cancelled", "plain", false,
+		{"task cancelled", "plain", false, false,
 			[]event{{kind: evAnswered, at: now, task: "t1"}, {kind: evCancelled, at: now, taskNext: true},
 				{kind: evTaskSent, declared: true}, {kind: evTaskAnswered, outcome: "cancelled"}},
 			[][]effectKind{nil, kinds(doCancelTask), nil, kinds(doWrite)}, StatusTaskCancelled},
-		{"task cancel not declared", "plain", false,
+		{"task cancel not declared", "plain", false, false,
 			[]event{{kind: evAnswered, at: now, task: "t1"}, {kind: evCancelled, at: now, taskNext: true}, {kind: evTaskSent}},
 			[][]effectKind{nil, kinds(doCancelTask), kinds(doWrite)}, StatusTaskNotCancel},
-		{"a task created by the late answer", "plain", false,
+		{"a task created by the late answer", "plain", false, false,
 			[]event{{kind: evCancelled, at: now}, {kind: evHandled}, {kind: evLate, late: &Late{}, task: "t2"},
 				{kind: evTaskSent, declared: true}, {kind: evTaskAnswered, outcome: "working"}},
 			[][]effectKind{nil, nil, kinds(doCancelTask), nil, kinds(doWrite)}, StatusTaskNotCancel},
-		{"answered before the cancel", "plain", false,
+		{"answered before the cancel", "plain", false, false,
 			[]event{{kind: evAnswered, at: now}, {kind: evCancelled, at: now}},
 			[][]effectKind{nil, kinds(doWrite)}, StatusCompletedBefore},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := recordOf(t, p, tc.tool, tc.waiting)
+			waiting := &waitGauge{}
+			r.g.e.metrics = waiting
+			if tc.popped {
+				r.rule.slot.remove(r)
+			}
 			got := steps(t, r, tc.events...)
+			if tc.waiting && waiting.n != -1 {
+				t.Errorf("waiting gauge moved by %d, want -1: the request waits no more", waiting.n)
+			}
 			if !slices.EqualFunc(got, tc.effects, slices.Equal) {
 				t.Errorf("effects %v, want %v", got, tc.effects)
 			}
