@@ -93,7 +93,8 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if err != nil {
 		return nil, err
 	}
-	popts.Metrics = m.NewPolicy(upstream)
+	pm := m.NewPolicy(upstream)
+	popts.Metrics, sc.OnNotified = pm, pm.CancelNotified
 	if popts.Fleet != nil { // cancels find the replica holding their request
 		sc.Fleet = popts.Fleet
 	}
@@ -104,7 +105,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
 	var sessions atomic.Int64
 	sopts := stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
-		LogPayloads: cfg.Log.Payloads,
+		LogPayloads: cfg.Log.Payloads, OnNotified: pm.CancelNotified,
 		Governor: func(a proxy.Actions) proxy.Governor {
 			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
 		}}

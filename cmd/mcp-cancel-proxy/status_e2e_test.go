@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +103,16 @@ policy:
 	}
 	if strings.Contains(text, "argument-never-shown") {
 		t.Error("the page shows a call's arguments")
+	}
+	// The cancel's notification, written to the server, was timed.
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "mcp_cancel_proxy_cancel_notify_seconds_count 1\n") {
+		t.Errorf("/metrics: no cancel notification timed:\n%s", metrics)
 	}
 	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"release","arguments":{"key":"running"}}}`)
 	w.recvUntil(isResponse(2))

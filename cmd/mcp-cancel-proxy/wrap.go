@@ -52,9 +52,11 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		link.current().Stop()
 		return 1
 	}
+	var notified func(time.Duration)
 	if pm != nil {
 		popts.Metrics = pm
 		link.onRestart = pm.Restarted
+		notified = pm.CancelNotified
 	}
 	engine, err := policy.New(popts)
 	if err != nil {
@@ -74,6 +76,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		DrainWait:      cfg.Child.TermAfter,
 		Governor:       engine.Governor("stdio"),
 		OnRestart:      link.restart,
+		OnNotified:     notified,
 	})
 	link.sess = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })

@@ -2,10 +2,14 @@ package metrics
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
@@ -21,6 +25,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	p.HookRan("on_cancel", true)
 	p.Forwarded(true)
 	p.CancelSettled(true)
+	p.CancelNotified(time.Millisecond)
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +39,11 @@ func exported(t *testing.T) map[string]map[string]bool {
 			}
 		}
 		out[f.GetName()] = labels
+		if f.GetType() == dto.MetricType_HISTOGRAM { // the series a histogram is queried by
+			bucket := map[string]bool{"le": true}
+			maps.Copy(bucket, labels)
+			out[f.GetName()+"_bucket"], out[f.GetName()+"_sum"], out[f.GetName()+"_count"] = bucket, labels, labels
+		}
 	}
 	return out
 }

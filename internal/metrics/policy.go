@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +18,7 @@ type Policy struct {
 	restarts      prometheus.Counter
 	settled       *prometheus.CounterVec
 	auditFailures prometheus.Counter
+	notify        prometheus.Histogram
 	upstream      string
 }
 
@@ -45,9 +48,17 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
 	}
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.restarts, p.settled, p.auditFailures)
+	p.notify = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "mcp_cancel_proxy", Name: "cancel_notify_seconds",
+		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
+			"server's stdin, or answered by an HTTP upstream.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.restarts, p.settled,
+		p.auditFailures, p.notify)
 	return p
 }
+
+// CancelNotified observes the time from a cancel to the upstream notified.
+func (p *Policy) CancelNotified(d time.Duration) { p.notify.Observe(d.Seconds()) }
 
 // DeadlineFired counts a deadline.
 func (p *Policy) DeadlineFired() { p.deadlines.Inc() }

@@ -215,12 +215,15 @@ func TestHTTPErrorAbandonsRequests(t *testing.T) {
 }
 
 // TestCancelSources: every cancel the sidecar sends upstream is reported
-// with where it came from, for the metrics.
+// with where it came from, for the metrics, and the POSTed one with how
+// long the upstream took to take it.
 func TestCancelSources(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	sources := make(chan string, 8)
-	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.url, OnCancel: func(s string) { sources <- s }})}
+	notified := make(chan time.Duration, 8)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.url, OnCancel: func(s string) { sources <- s },
+		OnNotified: func(d time.Duration) { notified <- d }})}
 	c.initialize()
 	call := func(id int) <-chan map[string]any {
 		resp := c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"k%d"},"_meta":{"progressToken":%d}}}`, id, id, id))
@@ -234,6 +237,9 @@ func TestCancelSources(t *testing.T) {
 		t.Errorf("posted cancel reported as %q, want client", got)
 	}
 	<-up.sawCancel
+	if d := <-notified; d <= 0 {
+		t.Errorf("the upstream took the cancel after %v", d)
+	}
 	call(2)
 	req, _ := http.NewRequest("DELETE", c.url, nil)
 	req.Header.Set("Mcp-Session-Id", c.session)

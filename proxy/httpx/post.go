@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -507,6 +508,7 @@ func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) 
 // notify POSTs a notification of the proxy's own to the upstream, in a
 // session, and waits for the answer (202).
 func (s *Sidecar) notify(sess *session, msg []byte) {
+	start := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(s.upstream.String())
@@ -532,10 +534,12 @@ func (s *Sidecar) notify(sess *session, msg []byte) {
 		return
 	}
 	readHead(resp)
+	s.notified(start)
 }
 
 // forwardDetached sends a POST upstream without waiting for its answer.
 func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
+	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
 	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
 	go func() {
@@ -544,9 +548,20 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
 		if err := s.client.Do(req, resp); err != nil {
 			s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
 		} else {
+			if resp.StatusCode() < 300 {
+				s.notified(start)
+			}
 			readHead(resp)
 		}
 	}()
+}
+
+// notified reports a cancel's notification answered by the upstream, start
+// being when the cancel came.
+func (s *Sidecar) notified(start time.Time) {
+	if s.OnNotified != nil {
+		s.OnNotified(time.Since(start))
+	}
 }
 
 func (s *Sidecar) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestCtx, method string, body []byte) {

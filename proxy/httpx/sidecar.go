@@ -86,6 +86,10 @@ type Sidecar struct {
 	// dropped the stream: 2026-07-28, or the opt-in grace), "session_end"
 	// (DELETE) or "shutdown". For metrics; it must not block.
 	OnCancel func(source string)
+	// OnNotified, if set, is told, for each cancel the sidecar sends the
+	// upstream, how long after the cancel came (or was decided) the
+	// upstream answered its notification.
+	OnNotified func(time.Duration)
 	// Governor, if set, gives each session its governor, which applies the
 	// per-request policy (package policy's Engine.Governor); scope names
 	// the session.

@@ -20,6 +20,9 @@ type buf struct {
 	// sent counts the bytes of b (newline included, once queued) already
 	// written; the outbox finishes the rest.
 	sent int
+	// done, if set, is called once b has been written whole (a cancel's
+	// notification: the upstream is told); never when b is dropped.
+	done func()
 }
 
 const (
@@ -105,8 +108,18 @@ func getBufFor(n int) *buf {
 	return &buf{b: make([]byte, 0, n)}
 }
 
+// written recycles b, written whole, after calling its done.
+func written(b *buf) {
+	if f := b.done; f != nil {
+		b.done = nil
+		f()
+	}
+	putBuf(b)
+}
+
 // putBuf recycles b under a new generation.
 func putBuf(b *buf) {
+	b.done = nil
 	gen := b.st.Load() >> 2
 	b.st.Store((gen + 1) << 2)
 	b.sent = 0

@@ -242,7 +242,11 @@ func (o *outbox) writeAll(batch []*buf) error {
 		}
 		o.gather = o.gather[:0]
 		for _, b := range pending {
-			putBuf(b)
+			if err == nil {
+				written(b)
+			} else {
+				putBuf(b)
+			}
 		}
 		pending = pending[:0]
 	}
@@ -255,7 +259,11 @@ func (o *outbox) writeAll(batch []*buf) error {
 			if err == nil {
 				_, err = o.w.Write(b.b[b.sent:])
 			}
-			putBuf(b)
+			if err == nil {
+				written(b)
+			} else {
+				putBuf(b)
+			}
 		default:
 			if len(o.gather)+len(b.b)-b.sent > gatherMax {
 				flush()

@@ -1,6 +1,8 @@
 package stdio
 
 import (
+	"time"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
@@ -68,9 +70,20 @@ func (s *Session) sendCancel(from *side, c *proxy.Call, b *buf) {
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
 	case ticketOf(c).written():
+		s.timeNotice(from, b)
 		from.out.sendUrgent(b)
 	default:
+		s.timeNotice(from, b)
 		from.out.sendDeferred(b)
+	}
+}
+
+// timeNotice has the notification of a client's cancel report, once
+// written whole to the server, how long after now that was.
+func (s *Session) timeNotice(from *side, b *buf) {
+	if f := s.opts.OnNotified; f != nil && from.peer == proxy.Client {
+		start := time.Now()
+		b.done = func() { f(time.Since(start)) }
 	}
 }
 

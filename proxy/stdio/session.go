@@ -58,6 +58,11 @@ type Options struct {
 	OnRestart func(reason string) bool
 	// LogPayloads: see proxy.TrackerOptions.
 	LogPayloads bool
+	// OnNotified, if set, is told, for each cancel the session sends the
+	// server, how long after the cancel was accepted its notification was
+	// written whole to the server's input (a server that does not read
+	// makes it wait). It runs on the writing goroutine and must not block.
+	OnNotified func(time.Duration)
 }
 
 // Conn is one peer's pair of byte streams.

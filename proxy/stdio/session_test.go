@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -390,5 +391,32 @@ func TestLogsTellSizesNotContents(t *testing.T) {
 		if n := logs.FilterMessage("the refused message begins").Len(); (n == 2) != payloads {
 			t.Errorf("payloads=%v: %d debug lines with the message's start", payloads, n)
 		}
+	}
+}
+
+// TestOnNotifiedTimesTheCancelsWrite: a client's cancel is reported once
+// its notification is written whole to a server that reads it, not
+// before; the proxy's own answers and other frames are not reported.
+func TestOnNotifiedTimesTheCancelsWrite(t *testing.T) {
+	notified := make(chan time.Duration, 4)
+	h := newHarness(t, stdio.Options{OnNotified: func(d time.Duration) { notified <- d }})
+	h.client(callTool)
+	h.serverGets(callTool)
+	h.client(cancel1) // the server does not read yet: the write waits
+	select {
+	case d := <-notified:
+		t.Fatalf("notified after %v, before the server read the cancel", d)
+	default:
+	}
+	h.serverGets(cancel1)
+	if d := <-notified; d < 0 {
+		t.Errorf("notified after %v", d)
+	}
+	h.client(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	h.serverGets(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	select {
+	case d := <-notified:
+		t.Errorf("a ping reported as a cancel notified after %v", d)
+	default:
 	}
 }

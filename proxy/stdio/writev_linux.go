@@ -103,7 +103,7 @@ func advance(batch []*buf, i, n int) int {
 			return i
 		}
 		n -= left
-		putBuf(b)
+		written(b)
 		batch[i] = nil
 	}
 	return i
