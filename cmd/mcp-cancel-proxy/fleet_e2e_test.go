@@ -81,6 +81,17 @@ func startFleet(t *testing.T, cfg string) *replicaSet {
 	return f
 }
 
+// webhookFleet starts a fleet on the NATS server at natsURL whose block
+// tool's on_cancel POSTs to a webhook receiver that succeeds.
+func webhookFleet(t *testing.T, natsURL string) (*hookReceiver, *replicaSet) {
+	rc, hookURL := newHookReceiver(t)
+	rc.set(false)
+	cfg, _ := webhookConfig(t, hookURL, `
+cluster:
+  nats: "`+natsURL+`"`, "")
+	return rc, startFleet(t, cfg)
+}
+
 // open starts a session through the balancer (initialize on one replica,
 // initialized on the next) and returns its id.
 func (f *replicaSet) open(t *testing.T) string {
@@ -117,12 +128,7 @@ func release(t *testing.T, url, session, key string) {
 // the client.
 func TestE2EFleetNoAffinity(t *testing.T) {
 	ns := natstest.Run(t, -1)
-	rc, hookURL := newHookReceiver(t)
-	rc.set(false)
-	cfg, _ := webhookConfig(t, hookURL, `
-cluster:
-  nats: "`+ns.ClientURL()+`"`, "")
-	f := startFleet(t, cfg)
+	rc, f := webhookFleet(t, ns.ClientURL())
 	session := f.open(t)                        // replicas 0 and 1
 	stream := block(t, f.lb, session, 2, "far") // replica 2 holds the call
 	<-stream                                    // progress: the call runs
@@ -311,12 +317,7 @@ func TestE2EFleetNATSRestart(t *testing.T) {
 	natsDir := t.TempDir()
 	ns := natstest.RunIn(t, -1, natsDir)
 	port := ns.Addr().(*net.TCPAddr).Port
-	rc, hookURL := newHookReceiver(t)
-	rc.set(false)
-	cfg, _ := webhookConfig(t, hookURL, `
-cluster:
-  nats: "`+ns.ClientURL()+`"`, "")
-	f := startFleet(t, cfg)
+	rc, f := webhookFleet(t, ns.ClientURL())
 	session := f.open(t)
 	ns.Shutdown()
 	ns.WaitForShutdown()
