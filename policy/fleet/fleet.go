@@ -126,23 +126,31 @@ func Redacted(urls string) string {
 	return u.Redacted()
 }
 
-// consumer creates the stream and the workers' consumer once (and again
-// after a failure).
+// consumer opens the stream and the workers' consumer once (and again
+// after a failure), creating them if they do not exist yet. One that
+// exists is changed only if its settings differ from this replica's: a
+// replica that starts does not rewrite what the fleet already has (nor
+// race another replica's consumer creation with a needless update).
 func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.cons != nil {
 		return q.cons, nil
 	}
-	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: StreamName, Subjects: []string{JobSubject},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute})
-	if err != nil {
-		return nil, err
+	sc := jetstream.StreamConfig{Name: StreamName, Subjects: []string{JobSubject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}
+	st, err := q.js.Stream(ctx, StreamName)
+	if err != nil || st.CachedInfo().Config.Duplicates != sc.Duplicates {
+		if _, err := q.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return nil, err
+		}
 	}
-	cons, err := q.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{Durable: ConsumerName,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait, MaxDeliver: -1})
-	if err != nil {
-		return nil, err
+	cc := jetstream.ConsumerConfig{Durable: ConsumerName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait, MaxDeliver: -1}
+	cons, err := q.js.Consumer(ctx, StreamName, ConsumerName)
+	if err != nil || cons.CachedInfo().Config.AckWait != cc.AckWait {
+		if cons, err = q.js.CreateOrUpdateConsumer(ctx, StreamName, cc); err != nil {
+			return nil, err
+		}
 	}
 	q.cons = cons
 	return cons, nil

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -52,8 +53,16 @@ func (s *Semaphore) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if s.kv != nil {
 		return s.kv, nil
 	}
-	kv, err := s.q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: SlotsBucket, TTL: s.q.lease(),
-		Storage: jetstream.FileStorage})
+	kv, err := s.q.js.KeyValue(ctx, SlotsBucket) // as the fleet has it: not rewritten on every start
+	if err == nil {
+		if st, serr := kv.Status(ctx); serr != nil || st.TTL() != s.q.lease() {
+			err = errors.New("the bucket's lease differs") // this replica's setting wins
+		}
+	}
+	if err != nil {
+		kv, err = s.q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: SlotsBucket, TTL: s.q.lease(),
+			Storage: jetstream.FileStorage})
+	}
 	if err != nil {
 		return nil, err
 	}
