@@ -65,11 +65,7 @@ func parseParams(sc *scanner, m *Message) error {
 			m.HasTask = sc.peek() == '{'
 			return sc.skip()
 		case "name":
-			span, err := sc.value()
-			if err == nil && sc.data[span.Start] == '"' {
-				m.NameSpan = span
-			}
-			return err
+			return scanString(sc, &m.NameSpan)
 		case "_meta":
 			at := sc.pos
 			err := parseMeta(sc, m)
@@ -86,14 +82,37 @@ func parseParams(sc *scanner, m *Message) error {
 
 func parseMeta(sc *scanner, m *Message) error {
 	isObj, err := sc.fields(func(k Span, esc bool) error {
-		if string(keyName(sc.data, k, esc)) == "progressToken" {
+		switch string(keyName(sc.data, k, esc)) {
+		case "progressToken":
 			m.tokens++
 			return scanID(sc, &m.Token, &m.TokenSpan)
+		case "traceparent": // any value: one that is no string is replaced all the same
+			return scanValue(sc, &m.TraceParentSpan)
+		case "tracestate":
+			return scanValue(sc, &m.TraceStateSpan)
 		}
 		return sc.skip()
 	})
 	if err == nil && !isObj {
 		err = sc.skip()
+	}
+	return err
+}
+
+// scanValue scans a value, and notes where it is.
+func scanValue(sc *scanner, at *Span) error {
+	span, err := sc.value()
+	if err == nil {
+		*at = span
+	}
+	return err
+}
+
+// scanString scans a value, and notes where it is when it is a string.
+func scanString(sc *scanner, at *Span) error {
+	span, err := sc.value()
+	if err == nil && sc.data[span.Start] == '"' {
+		*at = span
 	}
 	return err
 }

@@ -63,7 +63,10 @@ type Message struct {
 	// whatever their kind, so that a field can be added without rewriting
 	// the rest of the message.
 	ParamsSpan, MetaSpan Span
-	tokens               int // progressToken keys seen, top level and under _meta
+	// TraceParentSpan and TraceStateSpan are where params._meta.traceparent
+	// and tracestate are in Raw, whatever their kind (W3C trace context).
+	TraceParentSpan, TraceStateSpan Span
+	tokens                          int // progressToken keys seen, top level and under _meta
 }
 
 // NameBytes returns params.name's bytes when the string has no escapes
@@ -237,6 +240,8 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 	shiftSpan(&m.NameSpan, start)
 	shiftSpan(&m.ParamsSpan, start)
 	shiftSpan(&m.MetaSpan, start)
+	shiftSpan(&m.TraceParentSpan, start)
+	shiftSpan(&m.TraceStateSpan, start)
 	if invalid != nil {
 		return invalid, nil
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // Audit configures the audit trail.
@@ -86,6 +88,41 @@ type Record struct {
 	// Resumed marks the line of a hook resumed after a restart.
 	Resumed bool   `json:"resumed,omitempty"`
 	Status  string `json:"status"`
+}
+
+// statusSettled reports whether a status says the request's work is
+// over, stopped or compensated; the others (not confirmed, orphaned,
+// pending) mark its span an error, the status its description.
+func statusSettled(status string) bool {
+	switch status {
+	case StatusNotConfirmed, StatusOrphan, StatusCompensationPending, StatusTaskNotCancel:
+		return false
+	}
+	return true
+}
+
+// spanAttrs are what a request's span learns from its audit line: the
+// outcome and the ids kept apart, the client's run ids (correlation) and
+// the provider's job ids (captured), beside the MCP request id the span
+// has from the start.
+func (rec *Record) spanAttrs() []proxy.Attr {
+	attrs := []proxy.Attr{proxy.String(proxy.AttrOutcome, rec.Status)}
+	if rec.Rule != "" {
+		attrs = append(attrs, proxy.String("mcp_cancel_proxy.rule", rec.Rule))
+	}
+	if rec.Source != "" {
+		attrs = append(attrs, proxy.String(proxy.AttrSource, rec.Source))
+	}
+	for name, v := range rec.Correlation {
+		attrs = append(attrs, proxy.String("mcp_cancel_proxy.correlation."+name, plain(v)))
+	}
+	for name, v := range rec.Captured {
+		attrs = append(attrs, proxy.String("mcp_cancel_proxy.captured."+name, plain(v)))
+	}
+	if rec.TaskID != "" {
+		attrs = append(attrs, proxy.String("mcp_cancel_proxy.task.id", rec.TaskID))
+	}
+	return attrs
 }
 
 // Late is a response that came after the cancel and was kept from the client.
@@ -190,6 +227,9 @@ type HookEvent struct {
 	Dispatched     bool                       `json:"dispatched"`
 	Result         json.RawMessage            `json:"result,omitempty"`
 	Error          json.RawMessage            `json:"error,omitempty"`
+
+	span  proxy.Span         // the request's span, when traced: each attempt is a child
+	trace proxy.TraceContext // the attempt's span, passed on to the hook
 }
 
 func (ev *HookEvent) marshal() ([]byte, error) { return json.Marshal(ev) }
@@ -207,6 +247,9 @@ func (ev *HookEvent) env() []string {
 		"MCP_CANCEL_METHOD=" + envSafe(ev.Method),
 		"MCP_CANCEL_TOOL=" + envSafe(ev.Tool),
 		"MCP_CANCEL_SOURCE=" + envSafe(ev.Source),
+	}
+	if ev.trace.Parent != "" { // the environment carrier of W3C trace context
+		vars = append(vars, "TRACEPARENT="+ev.trace.Parent, "TRACESTATE="+ev.trace.State)
 	}
 	for name, v := range ev.Captured {
 		vars = append(vars, "MCP_CANCEL_CAPTURE_"+envName(name)+"="+plain(v))

@@ -297,6 +297,7 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	g.mu.Lock()
 	if g.closed { // the session is over: nothing can be followed up
 		g.mu.Unlock()
+		c.Span().End("cancelled as its session ended", false)
 		return
 	}
 	r := g.calls[c]
@@ -521,6 +522,7 @@ func (g *governor) cancelTask(r *record) {
 	out := g.stepLocked(r, event{kind: evTaskSent, declared: declared})
 	g.mu.Unlock()
 	if declared {
+		r.c.Span().Event(proxy.EventTasksCancel, proxy.String("mcp_cancel_proxy.task.id", r.taskID))
 		params, _ := json.Marshal(map[string]string{"taskId": r.taskID})
 		g.work.post(func() {
 			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m) })
@@ -555,9 +557,13 @@ func (g *governor) escalate(r *record) {
 		return
 	}
 	reason := fmt.Sprintf("request %s (%s) did not stop within %v of its cancel", r.id, cmp.Or(r.tool, r.method), g.e.opts.Policy.RestartAfter)
+	span := r.c.Span().Child("restart", proxy.String(proxy.AttrReason, reason))
 	if g.act.Restart(reason) {
+		span.End("server restarted", false)
 		g.event(r, event{kind: evRestarted})
+		return
 	}
+	span.End("the transport cannot restart its server", true)
 }
 
 // capture reads the rule's pointers from doc into r; the latest value wins.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 )
 
@@ -106,9 +107,13 @@ func (r *runner) attempts(j *job, h *Hook, ev *HookEvent) HookResult {
 		}
 		res.Attempts++
 		ev.Attempt = res.Attempts
+		span := ev.attemptSpan(j.Phase, res.Target)
 		out, err := r.once(h, ev)
 		<-r.sem
 		res.Output = out
+		if span != nil {
+			span.End(cmp.Or(errText(err), "ran"), err != nil)
+		}
 		if err == nil {
 			res.OK, res.Error = true, ""
 			break
@@ -121,6 +126,27 @@ func (r *runner) attempts(j *job, h *Hook, ev *HookEvent) HookResult {
 	res.Duration = time.Since(start)
 	res.Took = res.Duration.Round(time.Millisecond).String()
 	return res
+}
+
+// attemptSpan starts the span of a hook's attempt under its request's,
+// when traced, and notes its context for the hook.
+func (ev *HookEvent) attemptSpan(phase, target string) proxy.Span {
+	if ev.span == nil {
+		return nil
+	}
+	span := ev.span.Child("hook "+phase, proxy.String("mcp_cancel_proxy.hook.phase", phase),
+		proxy.String("mcp_cancel_proxy.hook.target", target), proxy.Int("mcp_cancel_proxy.hook.attempt", ev.Attempt),
+		proxy.String("mcp_cancel_proxy.hook.idempotency_key", ev.IdempotencyKey))
+	ev.trace = span.Context()
+	return span
+}
+
+// errText is err's text, or "" for none.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // once runs one attempt and returns its output.
@@ -179,6 +205,12 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Idempotency-Key", ev.IdempotencyKey)
+	if ev.trace.Parent != "" {
+		req.Header.Set("traceparent", ev.trace.Parent)
+		if ev.trace.State != "" {
+			req.Header.Set("tracestate", ev.trace.State)
+		}
+	}
 	for k, v := range h.HTTP.Headers {
 		req.Header.Set(k, v)
 	}

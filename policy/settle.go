@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 
 	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // startHook runs a hook for r in the background; answer is the late
@@ -14,7 +16,7 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server",
 		IdempotencyKey: idempotencyKey(g.session, r.id, r.started, kind),
 		RequestID:      r.id, Correlation: r.correlation, Method: r.method, Tool: r.tool, Arguments: r.args, Source: string(r.source), Reason: r.reason,
-		Dispatched: r.st.sent}
+		Dispatched: r.st.sent, span: r.span()}
 	if len(r.captured) > 0 {
 		ev.Captured = make(map[string]json.RawMessage, len(r.captured))
 		for k, v := range r.captured {
@@ -121,6 +123,18 @@ func (g *governor) write(r *record, rec *Record) {
 	}
 	g.e.stories.note(rec, settled)
 	g.e.writeAudit(rec, g.log)
+	if span := r.span(); span != nil {
+		span.Set(rec.spanAttrs()...)
+		span.End(rec.Status, !statusSettled(rec.Status))
+	}
+}
+
+// span is r's request's span, or nil when it is not traced.
+func (r *record) span() proxy.Span {
+	if !r.c.Traced() {
+		return nil
+	}
+	return r.c.Span()
 }
 
 // recordLocked builds r's audit line.

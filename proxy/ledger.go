@@ -54,6 +54,9 @@ type call struct {
 	Transport Slot
 	// onAnswer, set on the proxy's own requests, takes their response.
 	onAnswer func(*framing.Message)
+	// span follows the request in a trace; nil when it is not traced. Set
+	// before the call is shared, by the issuer's side.
+	span Span
 }
 
 func (c *call) aliased() bool { return c.upID != c.id }
@@ -128,11 +131,11 @@ func (l *ledger) update(f func()) {
 	}
 }
 
-// begin records a request. When its id is still held by a cancelled call
+// begin records a request, followed by span (nil if untraced). When its id is still held by a cancelled call
 // whose late response may yet arrive, the request gets a fresh receiver-side
 // id so that the two can never be confused. It reports Drop for an id that
 // is already in flight.
-func (l *ledger) begin(m *framing.Message) (c *call, v Verdict) {
+func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
 		if _, dup := l.inFlight[m.ID]; dup {
 			v = Drop
@@ -140,7 +143,7 @@ func (l *ledger) begin(m *framing.Message) (c *call, v Verdict) {
 		}
 		l.expireLocked()
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, upToken: m.Token,
-			hasTask: m.HasTask, started: l.now()}
+			hasTask: m.HasTask, started: l.now(), span: span}
 		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
 			c.upID = l.aliasLocked("")
 		}

@@ -17,7 +17,7 @@ func TestLedgerCompleteCancelRace(t *testing.T) {
 	wins := [2]int{}
 	for i := range n {
 		m := framing.Message{Kind: framing.KindRequest, ID: framing.IntID(int64(i)), Method: "tools/call"}
-		if _, v := l.begin(&m); v != Forward {
+		if _, v := l.begin(&m, nil); v != Forward {
 			t.Fatalf("begin(%d) = %v", i, v)
 		}
 		var completed, cancelled bool
@@ -47,7 +47,7 @@ func TestLedgerRetiresCancelledCalls(t *testing.T) {
 	l := newLedger(ClientToServer, func() time.Time { return now }, time.Minute, 2)
 	for i := range 3 {
 		m := framing.Message{ID: framing.IntID(int64(i)), Method: "x", Token: framing.IntID(int64(100 + i))}
-		l.begin(&m)
+		l.begin(&m, nil)
 		l.cancel(m.ID)
 	}
 	if _, retired := l.counts(); retired != 2 {
@@ -61,7 +61,7 @@ func TestLedgerRetiresCancelledCalls(t *testing.T) {
 	}
 	now = now.Add(2 * time.Minute)
 	m := framing.Message{ID: framing.IntID(9), Method: "x"}
-	l.begin(&m) // expiry runs on the next change
+	l.begin(&m, nil) // expiry runs on the next change
 	if _, retired := l.counts(); retired != 0 {
 		t.Errorf("retired = %d after the TTL, want 0", retired)
 	}
@@ -77,7 +77,7 @@ func BenchmarkLedgerMemoryPerCall(b *testing.B) {
 		l := newLedger(ClientToServer, time.Now, time.Minute, 1<<16)
 		for i := range n {
 			m := framing.Message{ID: framing.IntID(int64(i)), Method: "tools/call", Token: framing.IntID(int64(i))}
-			l.begin(&m)
+			l.begin(&m, nil)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

@@ -67,6 +67,9 @@ type TrackerOptions struct {
 	Observer Observer
 	// Governor, if set, applies per-request policy to the client's requests.
 	Governor Governor
+	// Tracer, if set, follows each relayed request as a span of a trace,
+	// and passes the trace context on in the request's params._meta.
+	Tracer Tracer
 	// LogPayloads adds, at debug level, the start of each malformed or
 	// oversized message to the log. Default false: logs tell sizes and
 	// kinds, never what a message says (tool arguments may hold secrets).
@@ -112,6 +115,9 @@ type Outcome struct {
 	Request *Call
 	// Cancelled is the call an accepted cancel names.
 	Cancelled *Call
+	// Trace is the trace context the forwarded request carries, when
+	// traced: a transport with headers of its own (HTTP) sets them too.
+	Trace TraceContext
 	// Hold asks the transport to keep the request until the Governor
 	// dispatches it; Timed says it has a deadline; WantsLate that its late
 	// answer is wanted (see Admission).
@@ -155,9 +161,16 @@ func (t *Tracker) InFlight() (clientToServer, serverToClient int) {
 
 // Decide decides one valid message from a peer.
 func (t *Tracker) Decide(from Peer, m *framing.Message) Outcome {
+	return t.DecideIn(from, m, TraceContext{})
+}
+
+// DecideIn decides one valid message from a peer that came in a trace
+// context of the transport's own (an HTTP request's headers): a request
+// with none in its params._meta continues that one.
+func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) Outcome {
 	switch m.Kind {
 	case framing.KindRequest:
-		return t.request(from, m)
+		return t.request(from, m, parent)
 	case framing.KindResponse:
 		return t.response(from, m)
 	}
@@ -171,10 +184,17 @@ func (t *Tracker) Decide(from Peer, m *framing.Message) Outcome {
 	return Outcome{}
 }
 
-func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
+func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Outcome {
 	p := &t.peers[from]
-	c, v := p.issued.begin(m)
+	var span Span
+	if t.opts.Tracer != nil {
+		span = t.opts.Tracer.Start(from, m, parent)
+	}
+	c, v := p.issued.begin(m, span)
 	if v == Drop {
+		if span != nil {
+			span.End("refused: "+reasonDuplicateID, true)
+		}
 		return Outcome{Verdict: Drop, Reply: t.RefuseDuplicate(from, m)}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
@@ -189,7 +209,34 @@ func (t *Tracker) request(from Peer, m *framing.Message) Outcome {
 			zap.Stringer("token", c.token), zap.Stringer("upstream_token", c.upToken))
 		o.Rewritten = spliceRequest(m, c)
 	}
+	if span != nil {
+		o.Trace = span.Context()
+		o.Rewritten = t.passTrace(from, m, o)
+	}
 	return o
+}
+
+// passTrace returns the request's bytes with its span's trace context in
+// params._meta, for the receiver to continue; as they were (Rewritten, or
+// nil) if that cannot be done.
+func (t *Tracker) passTrace(from Peer, m *framing.Message, o Outcome) []byte {
+	if o.Trace.Parent == "" {
+		return o.Rewritten
+	}
+	if o.Rewritten != nil { // renamed (rare): find its fields again
+		var f framing.Frame
+		if f.Parse(o.Rewritten) != nil {
+			return o.Rewritten
+		}
+		m = &f.Msgs[0]
+	}
+	b, err := framing.WithTraceContext(m, o.Trace.Parent, o.Trace.State)
+	if err != nil {
+		t.peers[from].log.Debug("trace context not passed on: the request's params or _meta is no object",
+			zap.String("method", m.Method), zap.Stringer("id", m.ID))
+		return o.Rewritten
+	}
+	return b
 }
 
 // RefuseDuplicate accounts for a request whose id the sender already has
@@ -226,6 +273,7 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		t.dropped(from, p.answers.dir, m, m.ID, reasonUnknownReply, zapcore.WarnLevel)
 		return Outcome{Verdict: Drop}
 	case Suppress:
+		c.Span().Event(EventLateSuppressed)
 		t.stats.responsesSuppressed.Add(1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
 		if g := t.opts.Governor; g != nil && from == Server {
@@ -238,6 +286,9 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		return Outcome{Verdict: Drop}
 	}
 	t.forwarded(from, m.Kind, c.method, c.id)
+	if c.span != nil {
+		c.span.Answered(m, 0, "")
+	}
 	if g := t.opts.Governor; g != nil && from == Server {
 		if c.method == framing.MethodInitialize {
 			g.Observe(Change{Kind: ChangeServerReady, Msg: m})
@@ -271,6 +322,7 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	}
 	t.stats.cancelsForwarded.Add(1)
 	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
+	t.cancelTraced(from, c, SourceClient, m.Reason)
 	if g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: m.Reason})
 	}
@@ -289,6 +341,7 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	p := &t.peers[from]
 	c, v := p.answers.progress(m.Token)
 	if v == Suppress {
+		c.Span().Event(EventProgressDropped)
 		t.stats.progressSuppressed.Add(1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
@@ -316,6 +369,7 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 	t.stats.forwarded.Add(-1) // counted when it was queued; it never left
 	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
 		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
+	c.Span().Event(EventWithdrawn)
 	if g := t.opts.Governor; g != nil && from == Client {
 		g.Observe(Change{Kind: ChangeWithdrawn, Call: c})
 	}
@@ -371,6 +425,7 @@ func (t *Tracker) FailInFlight(why string) [][]byte {
 	for _, c := range t.peers[Client].issued.failAll() {
 		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
 		replies = append(replies, t.ErrorReply(c.id, CodeServerGone, why))
+		c.Span().Answered(nil, CodeServerGone, why)
 		t.ended(c)
 	}
 	return replies
@@ -447,6 +502,7 @@ func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
 	if _, v := t.peers[Server].answers.complete(c.upID); v != Forward {
 		return nil
 	}
+	c.Span().Answered(nil, code, msg)
 	t.ended(c)
 	return t.ErrorReply(c.id, code, msg)
 }
@@ -464,6 +520,7 @@ func (t *Tracker) ended(c *Call) {
 // the upstream's answer, whatever it was; nothing is sent.
 func (t *Tracker) Abandon(c *Call) {
 	if _, v := t.peers[Server].answers.complete(c.upID); v == Forward {
+		c.Span().End("abandoned: the upstream's answer did not answer it", true)
 		t.ended(c)
 	}
 }
@@ -496,6 +553,7 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	t.stats.cancelsForwarded.Add(1)
 	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+	t.cancelTraced(Client, c, source, reason)
 	if g := t.opts.Governor; g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: source, Reason: reason})
 	}
@@ -518,3 +576,19 @@ func (c *Call) ID() framing.ID { return c.id }
 
 // Method returns the request's method.
 func (c *Call) Method() string { return c.method }
+
+// cancelTraced records an accepted cancel on the call's span. A request
+// of the server's ends its span here; a client's ends with its policy
+// story (its audit line), which a governor follows, or here without one.
+func (t *Tracker) cancelTraced(from Peer, c *Call, source Source, reason string) {
+	if c.span == nil {
+		return
+	}
+	if source == SourceDeadline {
+		c.span.Event(EventDeadline)
+	}
+	c.span.Event(EventCancelAccepted, String(AttrSource, string(source)), String(AttrReason, reason))
+	if from == Server || t.opts.Governor == nil {
+		c.span.End("cancelled by the "+from.String(), false)
+	}
+}

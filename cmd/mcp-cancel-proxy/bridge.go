@@ -47,10 +47,18 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		return 1
 	}
 	defer reloadOnChange(cfg.Path, engine, log)()
+	tel, stopTelemetry, err := startTelemetry(cfg, nil, log)
+	if err != nil {
+		log.Error("cannot start tracing", zap.Error(err))
+		back.Stop()
+		return 1
+	}
+	defer stopTelemetry()
 	sess := stdio.NewSession(stdio.Options{
 		Logger: log, LogPayloads: cfg.Log.Payloads, MaxFrameSize: int(cfg.Limits.MaxFrameSize),
 		RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
 		OnClientClosed: back.Stop, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
+		NewTracer: tel.SessionFunc("pipe"),
 	})
 	var asked atomic.Bool
 	sigs := make(chan os.Signal, 1)

@@ -28,6 +28,44 @@ func writeConfig(t *testing.T, text string) (path, dir string) {
 	return path, dir
 }
 
+// sidecarRun is a sidecar in front of the example server over HTTP, with
+// a session open.
+type sidecarRun struct {
+	sc           *wrapped
+	url, session string
+	server       *logTail // the example server's stderr
+}
+
+// startSidecarSession starts the example server over HTTP and a sidecar in
+// front of it, with args (and env as its environment, if not nil), and
+// opens a session (protocol 2025-06-18).
+func startSidecarSession(t *testing.T, env []string, args ...string) sidecarRun {
+	t.Helper()
+	up, front := freePort(t), freePort(t)
+	upstream := exec.Command(proxyBin, "example-server", "--http", up)
+	stderr, err := upstream.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upstream.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { upstream.Process.Kill(); upstream.Wait() })
+	run := sidecarRun{server: newLogTail(stderr), url: "http://" + front + "/mcp"}
+	cmd := exec.Command(proxyBin, append(args, "--listen", front, "--upstream", "http://"+up+"/mcp")...)
+	cmd.Env = env
+	run.sc = startCommand(t, cmd)
+	t.Cleanup(func() { run.sc.cmd.Process.Signal(syscall.SIGTERM) })
+	waitListening(t, up)
+	run.sc.logs.waitFor(t, "sidecar listening")
+	resp := mcpPost(t, run.url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	run.session = resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mcpPost(t, run.url, run.session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	return run
+}
+
 // auditLine finds the audit line (on stderr) of request id with status.
 func auditLine(t *testing.T, logs *logTail, id, status string) map[string]any {
 	t.Helper()
@@ -220,23 +258,9 @@ func TestE2ETaskCancelServerEverything(t *testing.T) {
 // a deadline there, answered with the proxy's timeout error.
 func TestE2EPolicyHooksSidecar(t *testing.T) {
 	cfg, dir := writeConfig(t, hookConfig+"    - tool: slow_ignore\n      timeout: 300ms\n  late_window: 1s\n")
-	up, front, adm := freePort(t), freePort(t), freePort(t)
-	upstream := exec.Command(proxyBin, "example-server", "--http", up)
-	if err := upstream.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { upstream.Process.Kill(); upstream.Wait() }()
-	sc := startWrapped(t, "--config", cfg, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp", "--admin", adm,
-		"--cancel-grace", "100ms")
-	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	waitListening(t, up)
-	sc.logs.waitFor(t, "sidecar listening")
-	url := "http://" + front + "/mcp"
-	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
-	session := resp.Header.Get("Mcp-Session-Id")
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	adm := freePort(t)
+	run := startSidecarSession(t, nil, "--config", cfg, "--log-level", "debug", "--admin", adm, "--cancel-grace", "100ms")
+	sc, url, session := run.sc, run.url, run.session
 
 	call := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-9"},"_meta":{"progressToken":"p"}}}`)
 	msgs := sseMessages(call)

@@ -36,6 +36,13 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		return 1
 	}
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
+	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
+	if err != nil {
+		log.Error("cannot start tracing", zap.Error(err))
+		return 1
+	}
+	defer stopTelemetry()
+	sc.NewTracer = tel.SessionFunc("tcp")
 	engine, err := sidecarPolicy(cfg, sc, m, argv, stderr, log)
 	if err != nil {
 		log.Error("cannot start the policy", zap.Error(err))
@@ -105,7 +112,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	sc.Governor, sc.LateWatch = engine.Governor, cfg.Policy.LateWindow
 	var sessions atomic.Int64
 	sopts := stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
-		LogPayloads: cfg.Log.Payloads, OnNotified: pm.CancelNotified,
+		LogPayloads: cfg.Log.Payloads, OnNotified: pm.CancelNotified, NewTracer: sc.NewTracer,
 		Governor: func(a proxy.Actions) proxy.Governor {
 			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
 		}}

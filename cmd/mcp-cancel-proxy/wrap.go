@@ -44,8 +44,15 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	defer st.watch(ctx)()
 
 	var running atomic.Pointer[policy.Engine]
-	pm, stopAdmin := wrapperAdmin(cfg, link, &running, log)
+	m, pm, stopAdmin := wrapperAdmin(cfg, link, &running, log)
 	defer stopAdmin()
+	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
+	if err != nil {
+		log.Error("cannot start tracing", zap.Error(err))
+		link.current().Stop()
+		return 1
+	}
+	defer stopTelemetry()
 	popts, err := policyOptions(cfg, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))
@@ -77,6 +84,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		Governor:       engine.Governor("stdio"),
 		OnRestart:      link.restart,
 		OnNotified:     notified,
+		NewTracer:      tel.SessionFunc("pipe"),
 	})
 	link.sess = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })
@@ -215,9 +223,9 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 // wrapperAdmin serves the admin listener for the stdio wrapper, when one is
 // configured: /healthz, /readyz (the server runs) and /metrics with the
 // policy's counters. It returns nil metrics when there is none.
-func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Policy, func()) {
+func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func()) {
 	if cfg.HTTP.Admin == "" {
-		return nil, func() {}
+		return nil, nil, func() {}
 	}
 	m := metrics.New(metrics.Gauges{})
 	pm := m.NewPolicy(filepath.Base(link.argv[0]))
@@ -232,9 +240,9 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 	stop, err := admin(cfg.HTTP.Admin, m, ready, engine, log)
 	if err != nil {
 		log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
-		return pm, func() {}
+		return m, pm, func() {}
 	}
-	return pm, stop
+	return m, pm, stop
 }
 
 // policyOptions returns the policy engine's options the configuration

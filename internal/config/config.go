@@ -37,12 +37,36 @@ type Config struct {
 	Audit policy.Audit `yaml:"audit"`
 	// Cluster makes the proxy a member of a fleet. Default: none.
 	Cluster Cluster `yaml:"cluster"`
+	// Tracing exports OpenTelemetry traces. Default: off, unless the
+	// standard OTEL_EXPORTER_OTLP_* environment variables name a collector.
+	Tracing Tracing `yaml:"tracing"`
 	// Path is the file the configuration was loaded from, if any (for a
 	// reload on SIGHUP).
 	Path string `yaml:"-"`
 	// Warnings are what Parse found valid but likely wrong (a rule an
 	// earlier one shadows), each as "name:line:column: setting: warning: what".
 	Warnings []string `yaml:"-"`
+}
+
+// Tracing configures the OpenTelemetry traces: one span per request
+// relayed, continuing the trace context in the request's params._meta.
+// What is not set here is read from the standard OTEL_* environment
+// variables (OTEL_EXPORTER_OTLP_ENDPOINT, _PROTOCOL, _HEADERS,
+// OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER...).
+type Tracing struct {
+	// Endpoint is the OTLP collector's URL: http://host:4318 for
+	// http/protobuf (the /v1/traces path is added to a URL without one),
+	// http://host:4317 for grpc; https:// for TLS. Default empty: the
+	// environment decides, and without an endpoint there, no traces.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is http/protobuf or grpc. Default: the environment's, else
+	// http/protobuf.
+	Protocol string `yaml:"protocol"`
+	// Headers go with every export (a collector's API key, say).
+	Headers map[string]string `yaml:"headers"`
+	// ServiceName is the traces' service.name. Default: OTEL_SERVICE_NAME,
+	// else mcp-cancel-proxy.
+	ServiceName string `yaml:"service_name"`
 }
 
 // Cluster configures the fleet the proxy is a member of: off unless NATS
@@ -291,6 +315,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Cluster.SlotLease < 0 {
 		bad("cluster.slot_lease", "must not be negative, got %v", c.Cluster.SlotLease)
+	}
+	if e := c.Tracing.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			bad("tracing.endpoint", "%q is not an http:// or https:// URL with a host", redactURL(e))
+		}
+	}
+	if p := c.Tracing.Protocol; p != "" && p != "http/protobuf" && p != "grpc" {
+		bad("tracing.protocol", "%q is not one of http/protobuf, grpc", p)
 	}
 	if c.Audit.NATSSubject != "" && c.Cluster.NATS == "" {
 		bad("audit.nats_subject", "needs cluster.nats")

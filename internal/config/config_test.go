@@ -67,6 +67,9 @@ func TestParseErrors(t *testing.T) {
 		{"every problem at once", "log:\n  level: loud\n  format: xml\nledger:\n  retire_max: -1\n",
 			[]string{"log.level", "log.format", "ledger.retire_max"}},
 		{"tiny frames", "limits:\n  max_frame_size: 10\n", []string{"limits.max_frame_size"}},
+		{"tracing", "tracing:\n  endpoint: collector:4318\n  protocol: zipkin\n", []string{
+			`f.yaml:2:3: tracing.endpoint: "collector:4318" is not an http:// or https:// URL with a host`,
+			`f.yaml:3:3: tracing.protocol: "zipkin" is not one of http/protobuf, grpc`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -111,11 +111,11 @@ func (g *gates) gate(key string) chan struct{} {
 
 // block reports progress, then waits for release; it says on stderr when
 // it starts and how many block calls are then in progress (a limit on
-// them is checked against that count).
+// them is checked against that count), and the trace context it got.
 func (g *gates) block(ctx context.Context, req *mcp.CallToolRequest, a KeyArgs) (*mcp.CallToolResult, JobResult, error) {
 	g.mu.Lock()
 	g.running++
-	fmt.Fprintf(os.Stderr, "example server: block %s: started, %d in progress\n", a.Key, g.running)
+	fmt.Fprintf(os.Stderr, "example server: block %s: started, %d in progress%s\n", a.Key, g.running, traceOf(req))
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
@@ -188,4 +188,13 @@ func serve(ctx context.Context, addr, what string, h http.Handler) error {
 		return err
 	}
 	return nil
+}
+
+// traceOf is the W3C traceparent a request carries in its params._meta,
+// as the server's log line says it.
+func traceOf(req *mcp.CallToolRequest) string {
+	if tp, ok := req.Params.Meta["traceparent"].(string); ok {
+		return ", traceparent " + tp
+	}
+	return ""
 }

@@ -3,6 +3,9 @@
 package metrics
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -21,6 +24,10 @@ type Metrics struct {
 	UpstreamErrors prometheus.Counter
 	// Cancels counts requests cancelled upstream, by source.
 	Cancels *prometheus.CounterVec
+	// operations is mcp.server.operation.duration of the semantic
+	// conventions for MCP, as the proxy observes it.
+	operations *prometheus.HistogramVec
+	tools      toolNames
 }
 
 // Gauges are read when scraped.
@@ -47,6 +54,13 @@ func New(g Gauges) *Metrics {
 			Namespace: "mcp_cancel_proxy", Name: "cancels_total",
 			Help: "Requests cancelled upstream, by source: client, disconnect, session_end, shutdown.",
 		}, []string{"source"}),
+		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "mcp_server_operation_duration_seconds",
+			Help: "MCP request duration as the proxy observes it, from the client's request read to its answer relayed or its " +
+				"story over (OpenTelemetry semantic conventions for MCP: mcp.server.operation.duration). error_type is the " +
+				"JSON-RPC error code, cancelled, or _OTHER.",
+			Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
+		}, []string{"mcp_method_name", "gen_ai_tool_name", "error_type", "network_transport", "mcp_protocol_version"}),
 	}
 	m.byAction = make(map[proxy.Action][2]prometheus.Counter)
 	for _, a := range []proxy.Action{proxy.ActForwarded, proxy.ActCancelAccepted, proxy.ActCancelDropped,
@@ -56,7 +70,7 @@ func New(g Gauges) *Metrics {
 			m.decisions.WithLabelValues(string(a), proxy.Server.String()),
 		}
 	}
-	m.Registry.MustRegister(m.decisions, m.UpstreamErrors, m.Cancels,
+	m.Registry.MustRegister(m.decisions, m.UpstreamErrors, m.Cancels, m.operations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if g.InFlight != nil {
 		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -86,3 +100,41 @@ var _ proxy.Observer = (*Metrics)(nil)
 
 // Cancelled counts one request cancelled upstream.
 func (m *Metrics) Cancelled(source string) { m.Cancels.WithLabelValues(source).Inc() }
+
+// Operation records one request's duration (telemetry.Durations). Past
+// maxToolNames distinct tools, a tool is labelled _OTHER: clients choose
+// tool names, and each would be a series.
+func (m *Metrics) Operation(method, tool, errorType, transport, version string, d time.Duration) {
+	if !m.tools.admit(tool) {
+		tool = "_OTHER"
+	}
+	m.operations.WithLabelValues(method, tool, errorType, transport, version).Observe(d.Seconds())
+}
+
+// maxToolNames bounds the tool names mcp_server_operation_duration_seconds
+// labels apart.
+const maxToolNames = 256
+
+// toolNames are the tool names labelled so far.
+type toolNames struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+// admit reports whether tool may be a label: one seen before, or a new
+// one while there is room.
+func (t *toolNames) admit(tool string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.names[tool]; ok || tool == "" {
+		return true
+	}
+	if len(t.names) >= maxToolNames {
+		return false
+	}
+	if t.names == nil {
+		t.names = map[string]struct{}{}
+	}
+	t.names[tool] = struct{}{}
+	return true
+}

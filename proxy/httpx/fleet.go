@@ -91,14 +91,14 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 		return false
 	}
 	sess.decideMu.Lock()
-	d := s.decideFrame(sess, proxy.Client, &f)
+	d := s.decideFrame(sess, proxy.Client, &f, proxy.TraceContext{})
 	sess.decideMu.Unlock()
-	if d.cancels == 0 && d.withdrawn == 0 {
+	if len(d.cancels) == 0 && d.withdrawn == 0 {
 		return false
 	}
 	s.log.Info("cancel accepted for another replica", zap.String("scope", sess.scope))
-	if d.cancels > 0 {
-		go s.notify(sess, d.data)
+	if len(d.cancels) > 0 {
+		go s.notify(sess, d.data, d.cancels...)
 	}
 	return true
 }

@@ -3,7 +3,6 @@ package httpx
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/url"
 	"slices"
 	"time"
@@ -170,51 +169,19 @@ func modernizable(method string) bool {
 // it. Params or _meta that are not objects (or null) are an error: the
 // request then goes as it is.
 func modernize(m *framing.Message, clientInfo json.RawMessage) ([]byte, error) {
-	raw := m.Raw
-	fields := func(dst []byte) []byte {
-		dst = append(dst, `"`+metaProtocolVersion+`":"`+string(framing.RevisionStateless)+`","`+metaClientCapabilities+`":{}`...)
-		if len(clientInfo) > 0 {
-			dst = append(dst, `,"`+metaClientInfo+`":`...)
-			dst = append(dst, clientInfo...)
-		}
-		return dst
-	}
-	out := make([]byte, 0, len(raw)+160+len(clientInfo))
-	params, meta := m.ParamsSpan, m.MetaSpan
-	switch {
-	case !params.Found(): // before the envelope's closing brace
-		out = append(out, raw[:len(raw)-1]...)
-		out = fields(append(out, `,"params":{"_meta":{`...))
-		return append(out, "}}}"...), nil
-	case isNull(raw, params):
-		out = fields(append(append(out, raw[:params.Start]...), `{"_meta":{`...))
-		return append(append(out, "}}"...), raw[params.End:]...), nil
-	case raw[params.Start] != '{':
-		return nil, errNotObject
-	case !meta.Found(): // first in params
-		out = fields(append(append(out, raw[:params.Start+1]...), `"_meta":{`...))
-		out = append(out, '}')
-		if !isEmptyObject(raw, params) {
-			out = append(out, ',')
-		}
-		return append(out, raw[params.Start+1:]...), nil
-	case isNull(raw, meta):
-		out = fields(append(append(out, raw[:meta.Start]...), '{'))
-		return append(append(out, '}'), raw[meta.End:]...), nil
-	case raw[meta.Start] != '{':
-		return nil, errNotObject
-	case bytes.Contains(raw[meta.Start:meta.End], []byte("modelcontextprotocol")) || bytes.IndexByte(raw[meta.Start:meta.End], '\\') >= 0:
+	raw, meta := m.Raw, m.MetaSpan
+	if meta.Found() && raw[meta.Start] == '{' &&
+		(bytes.Contains(raw[meta.Start:meta.End], []byte("modelcontextprotocol")) || bytes.IndexByte(raw[meta.Start:meta.End], '\\') >= 0) {
 		return mergeMeta(raw, meta, clientInfo)
 	}
-	out = fields(append(out, raw[:meta.Start+1]...))
-	if !isEmptyObject(raw, meta) {
-		out = append(out, ',')
+	fields := make([]byte, 0, 120+len(clientInfo))
+	fields = append(fields, `"`+metaProtocolVersion+`":"`+string(framing.RevisionStateless)+`","`+metaClientCapabilities+`":{}`...)
+	if len(clientInfo) > 0 {
+		fields = append(fields, `,"`+metaClientInfo+`":`...)
+		fields = append(fields, clientInfo...)
 	}
-	return append(out, raw[meta.Start+1:]...), nil
+	return framing.AddMeta(m, fields)
 }
-
-// errNotObject: params or _meta of a request is neither an object nor null.
-var errNotObject = errors.New("params or _meta is not an object")
 
 // mergeMeta handles a _meta that may already hold some of the 2026-07-28
 // fields (or spells a key with escapes): it is decoded and written again,
@@ -241,14 +208,6 @@ func mergeMeta(raw []byte, meta framing.Span, clientInfo json.RawMessage) ([]byt
 	b.Truncate(b.Len() - 1) // Encode's newline
 	b.Write(raw[meta.End:])
 	return b.Bytes(), nil
-}
-
-// isNull reports whether the value at span is null.
-func isNull(raw []byte, span framing.Span) bool { return string(raw[span.Start:span.End]) == "null" }
-
-// isEmptyObject reports whether the object at span has no members.
-func isEmptyObject(raw []byte, span framing.Span) bool {
-	return len(bytes.TrimSpace(raw[span.Start+1:span.End-1])) == 0
 }
 
 // clientInfoOf returns the clientInfo of an initialize request, if valid.

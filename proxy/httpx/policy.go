@@ -55,7 +55,7 @@ func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
 		st.finish(reply)
 	}
 	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-		go a.s.notify(sess, cancel) // in 2026-07-28 closing the stream was the cancel
+		go a.s.notify(sess, cancel, c) // in 2026-07-28 closing the stream was the cancel
 	}
 }
 

@@ -65,7 +65,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sess.decideMu.Lock()
-	d := s.decideFrame(sess, proxy.Client, &f)
+	d := s.decideFrame(sess, proxy.Client, &f, s.traceHeaders(&ctx.Request))
 	st := s.newStream()
 	for _, c := range d.requests {
 		sess.attach(c, st)
@@ -76,6 +76,9 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	if !known && !f.Batch && len(d.requests) == 1 {
 		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
+	}
+	if d.trace.Parent != "" {
+		setTraceHeaders(&ctx.Request, d.trace)
 	}
 	if !s.admit(ctx, sess, st, &d) {
 		return
@@ -118,10 +121,10 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 		// Cancelled while waiting: the stream ends without an answer.
 		s.relayReplies(ctx, d.replies, len(d.held) > 0)
 		return false
-	case len(d.requests) == 0 && d.cancels > 0:
+	case len(d.requests) == 0 && len(d.cancels) > 0:
 		// A cancel is answered at once; it goes upstream on its own.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		s.forwardDetached(ctx, d.data)
+		s.forwardDetached(ctx, d.data, d.cancels)
 		return false
 	}
 	if d.wantsLate && s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
@@ -242,7 +245,7 @@ func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
 	var f framing.Frame
 	put := func(data []byte) {
 		if f.Parse(data) == nil {
-			s.decideFrame(sess, proxy.Server, &f)
+			s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
 		}
 	}
 	if !isEventStream(resp.Header.ContentType()) {
@@ -339,7 +342,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		ctx.SetBody(body) // not JSON-RPC (an HTTP error page, a 202): as it is
 		return
 	}
-	d := s.decideFrame(sess, proxy.Server, &f)
+	d := s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
 	out := append(replies, d.data)
 	if d.data == nil {
 		out = replies
@@ -379,7 +382,7 @@ func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, err
 		go func() {
 			var f framing.Frame
 			if a := <-got; a.err == nil && f.Parse(a.body) == nil {
-				s.decideFrame(sess, proxy.Server, &f) // a late answer: suppressed, and seen
+				s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}) // a late answer: suppressed, and seen
 			}
 		}()
 		return nil, errGaveUp
@@ -466,7 +469,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) endSession(sess *session) {
 	for _, c := range sess.t.CancelInFlight(proxy.SourceSessionEnd, "session deleted") {
 		s.cancelled(proxy.SourceSessionEnd)
-		s.notify(sess, c.Notice)
+		s.notify(sess, c.Notice, c.Call)
 	}
 	sess.endAll()
 	sess.closeGovernor()
@@ -506,8 +509,9 @@ func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) 
 }
 
 // notify POSTs a notification of the proxy's own to the upstream, in a
-// session, and waits for the answer (202).
-func (s *Sidecar) notify(sess *session, msg []byte) {
+// session, and waits for the answer (202); the cancels it holds, if any,
+// are of calls.
+func (s *Sidecar) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	start := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -534,11 +538,11 @@ func (s *Sidecar) notify(sess *session, msg []byte) {
 		return
 	}
 	readHead(resp)
-	s.notified(start)
+	s.notified(start, calls)
 }
 
 // forwardDetached sends a POST upstream without waiting for its answer.
-func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
+func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls []*proxy.Call) {
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
 	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
@@ -549,7 +553,7 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
 			s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
 		} else {
 			if resp.StatusCode() < 300 {
-				s.notified(start)
+				s.notified(start, calls)
 			}
 			readHead(resp)
 		}
@@ -557,10 +561,13 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte) {
 }
 
 // notified reports a cancel's notification answered by the upstream, start
-// being when the cancel came.
-func (s *Sidecar) notified(start time.Time) {
+// being when the cancel came, and records it on the cancelled calls' spans.
+func (s *Sidecar) notified(start time.Time, calls []*proxy.Call) {
 	if s.OnNotified != nil {
 		s.OnNotified(time.Since(start))
+	}
+	for _, c := range calls {
+		c.Span().Event(proxy.EventCancelForwarded)
 	}
 }
 
@@ -607,4 +614,23 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// traceHeaders returns the W3C trace context headers of a client's POST,
+// when the sidecar traces requests.
+func (s *Sidecar) traceHeaders(req *fasthttp.Request) proxy.TraceContext {
+	if s.NewTracer == nil {
+		return proxy.TraceContext{}
+	}
+	return proxy.TraceContext{Parent: string(req.Header.Peek("traceparent")), State: string(req.Header.Peek("tracestate"))}
+}
+
+// setTraceHeaders sets a request's W3C trace context headers to tc.
+func setTraceHeaders(req *fasthttp.Request, tc proxy.TraceContext) {
+	req.Header.Set("traceparent", tc.Parent)
+	if tc.State != "" {
+		req.Header.Set("tracestate", tc.State)
+	} else {
+		req.Header.Del("tracestate")
+	}
 }

@@ -53,6 +53,9 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 		sess.gov = s.Governor(sess.scope)(actions{s: s, sess: sess})
 		opts.Governor = sess.gov
 	}
+	if s.NewTracer != nil {
+		opts.Tracer = s.NewTracer()
+	}
 	sess.t = proxy.NewTracker(opts)
 	return sess
 }

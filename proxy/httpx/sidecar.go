@@ -94,6 +94,11 @@ type Sidecar struct {
 	// per-request policy (package policy's Engine.Governor); scope names
 	// the session.
 	Governor func(scope string) func(proxy.Actions) proxy.Governor
+	// NewTracer, if set, makes each session's tracer (see proxy.Tracer):
+	// its requests' spans continue the trace context in their params._meta,
+	// or else the POST's traceparent header, and the upstream gets the
+	// proxy's in both.
+	NewTracer func() proxy.Tracer
 	// SessionIdle is how long a session of any kind may go without a
 	// request, with nothing in flight and no stream open, before the
 	// sidecar forgets it (and stops its server, if it runs one). If zero,
@@ -395,7 +400,7 @@ func (s *Sidecar) CancelAll(reason string) {
 	for _, sess := range s.sessions.all() {
 		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
 			s.cancelled(proxy.SourceShutdown)
-			s.notify(sess, c.Notice)
+			s.notify(sess, c.Notice, c.Call)
 		}
 		sess.endAll()
 	}

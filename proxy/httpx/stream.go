@@ -433,7 +433,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 		for _, c := range calls {
 			if cancel := sess.t.CancelCall(c, proxy.SourceDisconnect, "client disconnected"); cancel != nil {
 				s.cancelled(proxy.SourceDisconnect)
-				s.notify(sess, cancel)
+				s.notify(sess, cancel, c)
 			}
 		}
 	})
@@ -453,7 +453,7 @@ func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame
 		sess.t.Invalid(proxy.Server, err, ev.Data)
 		return nil
 	}
-	d := s.decideFrame(sess, proxy.Server, f)
+	d := s.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
 	data := d.data
 	switch {
 	case d.same:
@@ -480,7 +480,7 @@ type decided struct {
 	same     bool          // the frame passes unchanged (data is the frame)
 	requests []*proxy.Call // requests being forwarded
 	replies  [][]byte      // the proxy's own answers for the sender
-	cancels  int           // accepted cancels being forwarded
+	cancels  []*proxy.Call // requests whose accepted cancels are being forwarded
 	// suppressed counts the messages held back as late (answers or
 	// progress of cancelled requests).
 	suppressed int
@@ -498,6 +498,9 @@ type decided struct {
 	// cancels of requests held back here (never sent).
 	strays    [][]byte
 	withdrawn int
+	// trace is the trace context of the first request forwarded, when
+	// traced: the upstream POST's traceparent header.
+	trace proxy.TraceContext
 }
 
 type heldCall struct {
@@ -505,9 +508,10 @@ type heldCall struct {
 	h *hold
 }
 
-// decideFrame puts each message of a frame to the tracker. Cancels the
+// decideFrame puts each message of a frame to the tracker; parent is the
+// trace context of the HTTP request that brought it, if any. Cancels the
 // client sends end the cancelled request's stream after the grace.
-func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) decided {
+func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, parent proxy.TraceContext) decided {
 	var d decided
 	var kept [][]byte
 	d.same = true
@@ -517,7 +521,10 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 		if f.Batch && f.Errs[i] != nil {
 			o = proxy.Outcome{Verdict: proxy.Drop, Reply: sess.t.Invalid(from, f.Errs[i], m.Raw)}
 		} else {
-			o = sess.t.Decide(from, m)
+			o = sess.t.DecideIn(from, m, parent)
+		}
+		if d.trace.Parent == "" {
+			d.trace = o.Trace
 		}
 		if o.Reply != nil {
 			d.replies = append(d.replies, o.Reply)
@@ -529,7 +536,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame) 
 				d.withdrawn++
 				continue
 			}
-			d.cancels++
+			d.cancels = append(d.cancels, o.Cancelled)
 			sess.cancelled(o.Cancelled, s.grace)
 		}
 		if o.Request != nil {

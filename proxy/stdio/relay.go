@@ -70,20 +70,28 @@ func (s *Session) sendCancel(from *side, c *proxy.Call, b *buf) {
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
 	case ticketOf(c).written():
-		s.timeNotice(from, b)
+		s.timeNotice(from, c, b)
 		from.out.sendUrgent(b)
 	default:
-		s.timeNotice(from, b)
+		s.timeNotice(from, c, b)
 		from.out.sendDeferred(b)
 	}
 }
 
-// timeNotice has the notification of a client's cancel report, once
-// written whole to the server, how long after now that was.
-func (s *Session) timeNotice(from *side, b *buf) {
-	if f := s.opts.OnNotified; f != nil && from.peer == proxy.Client {
-		start := time.Now()
-		b.done = func() { f(time.Since(start)) }
+// timeNotice has the notification of a client's cancel of c report, once
+// written whole to the server, how long after now that was, and note it
+// on c's span.
+func (s *Session) timeNotice(from *side, c *proxy.Call, b *buf) {
+	f := s.opts.OnNotified
+	if from.peer != proxy.Client || (f == nil && !c.Traced()) {
+		return
+	}
+	start := time.Now()
+	b.done = func() {
+		if f != nil {
+			f(time.Since(start))
+		}
+		c.Span().Event(proxy.EventCancelForwarded)
 	}
 }
 

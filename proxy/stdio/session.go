@@ -63,6 +63,8 @@ type Options struct {
 	// written whole to the server's input (a server that does not read
 	// makes it wait). It runs on the writing goroutine and must not block.
 	OnNotified func(time.Duration)
+	// NewTracer, if set, makes the session's tracer (see proxy.Tracer).
+	NewTracer func() proxy.Tracer
 }
 
 // Conn is one peer's pair of byte streams.
@@ -99,9 +101,13 @@ func NewSession(opts Options) *Session {
 	if opts.Governor != nil {
 		s.gov = opts.Governor(s)
 	}
+	var tracer proxy.Tracer
+	if opts.NewTracer != nil {
+		tracer = opts.NewTracer()
+	}
 	s.t = proxy.NewTracker(proxy.TrackerOptions{
 		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
-		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads})
+		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads, Tracer: tracer})
 	return s
 }
 
