@@ -27,6 +27,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -50,7 +51,16 @@ func main() {
 	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
 	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
 	jsonMode := flag.Bool("json", true, "internal to -procs: the upstream answers with JSON (else event streams)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (in-process modes: the sidecar, the upstream and the driver) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		stop, err := profileCPU(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "httpload:", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
 	var err error
 	switch {
 	case *role != "":
@@ -69,6 +79,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "httpload:", err)
 		os.Exit(1)
 	}
+}
+
+// profileCPU starts a CPU profile into path; stop ends and writes it.
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func run(n, rounds int) error {

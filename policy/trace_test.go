@@ -1,0 +1,106 @@
+package policy
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// recSpan records what a span is told; ended gets each span's end.
+type recSpan struct {
+	name     string
+	ended    chan *recSpan
+	mu       sync.Mutex
+	events   []string
+	children []*recSpan
+	attrs    map[string]string
+	outcome  string
+	failed   bool
+}
+
+func (s *recSpan) Start(_ proxy.Peer, m *framing.Message, _ proxy.TraceContext) proxy.Span {
+	return &recSpan{name: m.Method, ended: s.ended, attrs: map[string]string{}}
+}
+
+func (s *recSpan) Event(name string, _ ...proxy.Attr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, name)
+}
+
+func (s *recSpan) Child(name string, _ ...proxy.Attr) proxy.Span {
+	c := &recSpan{name: name, ended: s.ended, attrs: map[string]string{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.children = append(s.children, c)
+	return c
+}
+
+func (s *recSpan) Set(attrs ...proxy.Attr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range attrs {
+		s.attrs[a.Key] = a.String()
+	}
+}
+
+func (s *recSpan) Answered(*framing.Message, int, string) { s.End("answered", false) }
+
+func (s *recSpan) End(outcome string, failed bool) {
+	s.mu.Lock()
+	s.outcome, s.failed = outcome, failed
+	s.mu.Unlock()
+	s.ended <- s
+}
+
+func (s *recSpan) Context() proxy.TraceContext { return proxy.TraceContext{} }
+
+// TestSpanFollowsTheStory: a request's span gets the deadline and the
+// cancel as events and the restart as a child, and ends with the audit
+// line, its status the outcome, an error when the stop is not confirmed.
+func TestSpanFollowsTheStory(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "render", Escalate: "restart", Timeout: dur(time.Minute)}}
+	e, clk, recs := engine(t, p)
+	ended := make(chan *recSpan, 8)
+	ft := &fakeTransport{t: t, acts: make(chan action, 64), restart: true}
+	ft.gov = e.Governor("s1")(ft)
+	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
+	ft.client(call(1, "render", ""))
+	clk.Advance(time.Minute)
+	if a := ft.next(); a.kind != "expire" {
+		t.Fatalf("action %s, want expire", a.kind)
+	}
+	clk.Advance(p.RestartAfter)
+	if a := ft.next(); a.kind != "restart" {
+		t.Fatalf("action %s, want restart", a.kind)
+	}
+	restart := <-ended
+	if restart.name != "restart" || restart.outcome != "server restarted" || restart.failed {
+		t.Errorf("restart span %q: %q, failed %v", restart.name, restart.outcome, restart.failed)
+	}
+	clk.Advance(p.LateWindow)
+	rec := waitRecord(t, recs)
+	span := <-ended
+	span.mu.Lock()
+	defer span.mu.Unlock()
+	if span.name != "tools/call" || span.outcome != rec.Status || rec.Status != StatusNotConfirmed || !span.failed {
+		t.Errorf("span %q ended %q (failed %v); audit status %q", span.name, span.outcome, span.failed, rec.Status)
+	}
+	if want := []string{proxy.EventDeadline, proxy.EventCancelAccepted}; !slices.Equal(span.events, want) {
+		t.Errorf("events %q, want %q", span.events, want)
+	}
+	if len(span.children) != 1 || span.children[0] != restart {
+		t.Errorf("children %v", span.children)
+	}
+	if span.attrs[proxy.AttrOutcome] != rec.Status || span.attrs[proxy.AttrSource] != "deadline" {
+		t.Errorf("attributes %v", span.attrs)
+	}
+}
