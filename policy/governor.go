@@ -30,7 +30,7 @@ type governor struct {
 	calls       map[*proxy.Call]*record
 	tools       map[*proxy.Call]string // the tool of each tools/call in flight that has no record
 	names       map[string]string      // tool names, interned
-	recent      []answered             // the last requests answered, a ring of recentMax, made when first needed
+	recent      []answered             // the last requests answered: grows to a ring of recentMax
 	recentNext  int
 	recentIdx   map[framing.ID]int // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
@@ -268,8 +268,13 @@ func (g *governor) granted(r *record, lease func()) {
 // rememberLocked keeps an answered request for a cancel that may follow,
 // in place of the oldest one.
 func (g *governor) rememberLocked(a answered) {
-	if g.recent == nil {
-		g.recent, g.recentIdx = make([]answered, recentMax), map[framing.ID]int{}
+	if g.recentIdx == nil {
+		g.recentIdx = map[framing.ID]int{}
+	}
+	if len(g.recent) < recentMax { // the ring grows as it fills: most sessions see a few requests
+		g.recent = append(g.recent, a)
+		g.recentIdx[a.c.ID()] = len(g.recent) - 1
+		return
 	}
 	slot := g.recentNext
 	g.recentNext = (g.recentNext + 1) % recentMax
@@ -427,10 +432,27 @@ func (g *governor) serverReady(m *framing.Message) {
 // still waiting for a late answer are written as they stand, once the
 // actions already asked for have run.
 func (g *governor) Close() {
+	if settle := g.beginClose(); settle != nil {
+		settle()
+	}
+}
+
+// CloseSoon is Close without the wait: the governance ends at once, and
+// what is left to settle is settled in the background. The common end of
+// a request's own session (nothing to settle) costs no goroutine.
+func (g *governor) CloseSoon() {
+	if settle := g.beginClose(); settle != nil {
+		go settle()
+	}
+}
+
+// beginClose ends the governance, and returns what settles the requests
+// left, which waits for them; nil when nothing is left.
+func (g *governor) beginClose() (settle func()) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return
+		return nil
 	}
 	g.closed = true
 	idle := !g.work.busy()
@@ -446,8 +468,14 @@ func (g *governor) Close() {
 	if idle { // nothing to settle, and no action pending: the common end of a request's own session
 		g.work.close()
 		g.e.track(g, false)
-		return
+		return nil
 	}
+	return g.settle
+}
+
+// settle writes the requests a closed governor leaves as they stand, once
+// the actions already asked for have run.
+func (g *governor) settle() {
 	done := make(chan struct{})
 	g.work.post(func() {
 		defer close(done)

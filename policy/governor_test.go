@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +386,32 @@ func TestTaskDeadline(t *testing.T) {
 	a.onAnswer(&framing.Message{IsError: true, Raw: []byte(`{"jsonrpc":"2.0","id":"x","error":{"code":-32602,"message":"task already completed"}}`)})
 	if r := waitRecord(t, recs); r.Source != "deadline" || r.Status != StatusTaskNotCancel || !strings.Contains(r.TaskCancel, "already completed") {
 		t.Errorf("audit: %+v", r)
+	}
+}
+
+// TestAnsweredRequestsRemembered: a cancel after the answer finds the
+// request among the last recentMax answered (its audit line says it
+// completed first); an older one is forgotten.
+func TestAnsweredRequestsRemembered(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	e, _, recs := engine(t, Defaults())
+	ft := newTransport(t, e)
+	last := recentMax + 2
+	for i := 1; i <= last; i++ {
+		ft.client(call(i, "t", ""))
+		ft.server(result(i, `{}`))
+	}
+	for _, id := range []int{1, 2, last, 3} { // 1 and 2 left the ring
+		ft.client(cancel(id))
+	}
+	for _, want := range []string{fmt.Sprint(last), "3"} {
+		if r := waitRecord(t, recs); string(r.ID) != want || r.Status != StatusCompletedBefore {
+			t.Errorf("audit %s %q, want %s %q", r.ID, r.Status, want, StatusCompletedBefore)
+		}
+	}
+	select {
+	case r := <-recs:
+		t.Errorf("audit of a request no longer remembered: %+v", r)
+	default:
 	}
 }

@@ -96,7 +96,7 @@ type Tracker struct {
 type peerState struct {
 	issued  *ledger // requests this peer sends
 	answers *ledger // requests this peer answers
-	log     *zap.Logger
+	from    zap.Field
 }
 
 // Call is a request the tracker has seen forwarded.
@@ -141,8 +141,8 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	c2s := newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
 	s2c := newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
 	t := &Tracker{opts: opts}
-	t.peers[Client] = peerState{issued: c2s, answers: s2c, log: opts.Logger.With(zap.String("from", "client"))}
-	t.peers[Server] = peerState{issued: s2c, answers: c2s, log: opts.Logger.With(zap.String("from", "server"))}
+	t.peers[Client] = peerState{issued: c2s, answers: s2c, from: zap.String("from", "client")}
+	t.peers[Server] = peerState{issued: s2c, answers: c2s, from: zap.String("from", "server")}
 	return t
 }
 
@@ -150,7 +150,16 @@ func NewTracker(opts TrackerOptions) *Tracker {
 func (t *Tracker) Stats() Stats { return t.stats.snapshot() }
 
 // Logger returns the logger of one peer's messages.
-func (t *Tracker) Logger(p Peer) *zap.Logger { return t.peers[p].log }
+func (t *Tracker) Logger(p Peer) *zap.Logger { return t.opts.Logger.With(t.peers[p].from) }
+
+// log writes a line about a peer's message at lvl, naming the peer. The
+// peer is a field of each line rather than of a logger made for it: a
+// session (each sessionless HTTP request is one) logs little, if at all.
+func (t *Tracker) log(p Peer, lvl zapcore.Level, msg string, fields ...zap.Field) {
+	if ce := t.opts.Logger.Check(lvl, msg); ce != nil {
+		ce.Write(append(fields, t.peers[p].from)...)
+	}
+}
 
 // InFlight returns how many requests are in flight in each direction.
 func (t *Tracker) InFlight() (clientToServer, serverToClient int) {
@@ -204,7 +213,7 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
 	}
 	if c.aliased() || c.tokenAliased() {
-		p.log.Debug("request id or progress token reused while a cancelled request may still use it; renamed upstream",
+		t.log(from, zapcore.DebugLevel, "request id or progress token reused while a cancelled request may still use it; renamed upstream",
 			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),
 			zap.Stringer("token", c.token), zap.Stringer("upstream_token", c.upToken))
 		o.Rewritten = spliceRequest(m, c)
@@ -232,7 +241,7 @@ func (t *Tracker) passTrace(from Peer, m *framing.Message, o Outcome) []byte {
 	}
 	b, err := framing.WithTraceContext(m, o.Trace.Parent, o.Trace.State)
 	if err != nil {
-		t.peers[from].log.Debug("trace context not passed on: the request's params or _meta is no object",
+		t.log(from, zapcore.DebugLevel, "trace context not passed on: the request's params or _meta is no object",
 			zap.String("method", m.Method), zap.Stringer("id", m.ID))
 		return o.Rewritten
 	}
@@ -381,7 +390,7 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 // line only, and a nil reply.
 func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 	t.stats.dropped.Add(1)
-	t.peers[from].log.Warn("malformed message dropped", zap.Error(err), zap.Int("bytes", len(raw)))
+	t.log(from, zapcore.WarnLevel, "malformed message dropped", zap.Error(err), zap.Int("bytes", len(raw)))
 	t.payload(from, raw)
 	t.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
 	if from != Client {
@@ -402,7 +411,7 @@ func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender, toOther []byte) {
 	t.stats.dropped.Add(1)
 	id, isResponse, ok := framing.PeekID(tl.Head)
-	t.peers[from].log.Error("frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
+	t.log(from, zapcore.ErrorLevel, "frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
 		zap.Stringer("id", id))
 	t.payload(from, tl.Head)
 	t.emit(from, ActDropped, framing.KindInvalid, "", id, tl.Error())
@@ -468,8 +477,8 @@ func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, metho
 	if t.opts.Observer != nil {
 		t.opts.Observer.Observe(a, from)
 	}
-	if ce := t.peers[from].log.Check(lvl, string(a)); ce != nil {
-		ce.Write(zap.String("direction", dir.String()), zap.String("kind", k.String()),
+	if ce := t.opts.Logger.Check(lvl, string(a)); ce != nil {
+		ce.Write(t.peers[from].from, zap.String("direction", dir.String()), zap.String("kind", k.String()),
 			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
 	}
 	t.emit(from, a, k, method, id, why)
@@ -491,7 +500,7 @@ func (t *Tracker) emit(from Peer, a Action, k framing.Kind, method string, id fr
 // when the configuration asks for payloads in logs.
 func (t *Tracker) payload(from Peer, raw []byte) {
 	if t.opts.LogPayloads {
-		t.peers[from].log.Debug("the refused message begins", zap.ByteString("head", raw[:min(len(raw), 200)]))
+		t.log(from, zapcore.DebugLevel, "the refused message begins", zap.ByteString("head", raw[:min(len(raw), 200)]))
 	}
 }
 

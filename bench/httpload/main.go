@@ -52,7 +52,11 @@ func main() {
 	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
 	jsonMode := flag.Bool("json", true, "internal to -procs: the upstream answers with JSON (else event streams)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (in-process modes: the sidecar, the upstream and the driver) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of this process to this file at the end")
 	flag.Parse()
+	if *memProfile != "" {
+		defer writeAllocs(*memProfile)
+	}
 	if *cpuProfile != "" {
 		stop, err := profileCPU(*cpuProfile)
 		if err != nil {
@@ -92,6 +96,17 @@ func profileCPU(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeAllocs writes the allocations made so far to path.
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "httpload:", err)
+		return
+	}
+	defer f.Close()
+	pprof.Lookup("allocs").WriteTo(f, 0)
 }
 
 func run(n, rounds int) error {

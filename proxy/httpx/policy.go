@@ -155,10 +155,22 @@ func (sess *session) withdrawIfHeld(c *proxy.Call) bool {
 
 // closeGovernor ends the session's governance, once.
 func (sess *session) closeGovernor() {
-	if sess.gov != nil {
-		sess.govOnce.Do(func() { go sess.gov.Close() })
+	if sess.gov == nil {
+		return
 	}
+	sess.govOnce.Do(func() {
+		if g, ok := sess.gov.(closerSoon); ok {
+			g.CloseSoon()
+			return
+		}
+		go sess.gov.Close()
+	})
 }
+
+// closerSoon is a governor that can end without making its closer wait
+// (package policy's): most sessions, a request's own, have nothing to
+// settle, and then no goroutine is started.
+type closerSoon interface{ CloseSoon() }
 
 // heldClientGone withdraws the requests of a POST still waiting in the
 // sidecar whose client closed the stream (protocol 2026-07-28): they are
