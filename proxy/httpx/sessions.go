@@ -48,7 +48,7 @@ type session struct {
 func newSession(id string, s *Sidecar, governed bool) *session {
 	sess := &session{id: id, scope: fmt.Sprintf("s%d", scopes.Add(1)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
-	opts.Logger = s.log.With(zap.String("scope", sess.scope))
+	opts.Logger = s.log.WithLazy(zap.String("scope", sess.scope)) // encoded only if the session logs
 	if s.Governor != nil && governed {
 		sess.gov = s.Governor(sess.scope)(actions{s: s, sess: sess})
 		opts.Governor = sess.gov

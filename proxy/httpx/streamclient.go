@@ -382,26 +382,25 @@ func mirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
 		return
 	}
 	req.Header.Set("Mcp-Method", m.Method)
-	var p struct {
-		Name string `json:"name"`
-		URI  string `json:"uri"`
-		Meta struct {
-			Version string `json:"io.modelcontextprotocol/protocolVersion"`
-		} `json:"_meta"`
-	}
-	var env struct {
-		Params *json.RawMessage `json:"params"`
-	}
-	if json.Unmarshal(m.Raw, &env) != nil || env.Params == nil || json.Unmarshal(*env.Params, &p) != nil {
-		return
-	}
 	switch m.Method {
 	case "tools/call", "prompts/get":
-		req.Header.Set("Mcp-Name", p.Name)
+		req.Header.Set("Mcp-Name", m.Name())
 	case "resources/read":
-		req.Header.Set("Mcp-Name", p.URI)
+		var p struct {
+			URI string `json:"uri"`
+		}
+		if m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil {
+			req.Header.Set("Mcp-Name", p.URI)
+		}
 	}
-	if p.Meta.Version != "" {
-		*version = p.Meta.Version
+	meta := m.MetaSpan
+	if !meta.Found() || !bytes.Contains(m.Raw[meta.Start:meta.End], []byte("protocolVersion")) {
+		return
+	}
+	var v struct {
+		Version string `json:"io.modelcontextprotocol/protocolVersion"`
+	}
+	if json.Unmarshal(m.Raw[meta.Start:meta.End], &v) == nil && v.Version != "" {
+		*version = v.Version
 	}
 }

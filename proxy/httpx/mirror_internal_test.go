@@ -1,0 +1,38 @@
+package httpx
+
+import (
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// TestMirrorHeaders: the headers a 2026-07-28 server matches against the
+// body name its method, its tool, prompt or resource, and the protocol
+// version its _meta names.
+func TestMirrorHeaders(t *testing.T) {
+	for _, tc := range []struct{ body, method, name, version string }{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, "tools/call", "echo", "2026-07-28"},
+		{`{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"gr\u00fc\u00dfe"}}`, "prompts/get", "grüße", "old"},
+		{`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"_meta":{"x":1},"uri":"file:///a b"}}`, "resources/read", "file:///a b", "old"},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":7}}}`, "tools/list", "", "old"},
+	} {
+		var f framing.Frame
+		if err := f.Parse([]byte(tc.body)); err != nil {
+			t.Fatal(err)
+		}
+		var req fasthttp.Request
+		version := "old"
+		mirrorHeaders(&req, &f.Msgs[0], &version)
+		if got := string(req.Header.Peek("Mcp-Method")); got != tc.method {
+			t.Errorf("%s: Mcp-Method %q", tc.body, got)
+		}
+		if got := string(req.Header.Peek("Mcp-Name")); got != tc.name {
+			t.Errorf("%s: Mcp-Name %q, want %q", tc.body, got, tc.name)
+		}
+		if version != tc.version {
+			t.Errorf("%s: version %q, want %q", tc.body, version, tc.version)
+		}
+	}
+}
