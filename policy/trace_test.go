@@ -104,3 +104,36 @@ func TestSpanFollowsTheStory(t *testing.T) {
 		t.Errorf("attributes %v", span.attrs)
 	}
 }
+
+// TestSpanOfACancelledTask: a request cancelled in flight whose late
+// answer created a task gets tasks/cancel as an event, and its span ends
+// with the audit line's word that the task was cancelled, not an error.
+func TestSpanOfACancelledTask(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	e, _, recs := engine(t, Defaults())
+	ended := make(chan *recSpan, 8)
+	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
+	ft.gov = e.Governor("s1")(ft)
+	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
+	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
+	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
+	<-ended // initialize's
+	ft.client(call(1, "research", `,"task":{}`))
+	ft.client(cancel(1))
+	ft.server(result(1, `{"task":{"taskId":"task-9","status":"working"}}`)) // late: suppressed, and its task cancelled
+	a := ft.next()
+	if a.kind != "own" {
+		t.Fatalf("action %s, want tasks/cancel", a.kind)
+	}
+	a.onAnswer(&framing.Message{Raw: []byte(`{"jsonrpc":"2.0","id":"x","result":{"taskId":"task-9","status":"cancelled"}}`)})
+	rec := waitRecord(t, recs)
+	span := <-ended
+	span.mu.Lock()
+	defer span.mu.Unlock()
+	if want := []string{proxy.EventCancelAccepted, proxy.EventLateSuppressed, proxy.EventTasksCancel}; !slices.Equal(span.events, want) {
+		t.Errorf("events %q, want %q", span.events, want)
+	}
+	if rec.Status != StatusTaskCancelled || span.outcome != rec.Status || span.failed || span.attrs["mcp_cancel_proxy.task.id"] != "task-9" {
+		t.Errorf("span ended %q (failed %v, attrs %v); audit %q", span.outcome, span.failed, span.attrs, rec.Status)
+	}
+}
