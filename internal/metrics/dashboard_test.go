@@ -26,6 +26,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	p.Forwarded(true)
 	p.CancelSettled(true)
 	p.CancelNotified(time.Millisecond)
+	m.Operation("tools/call", "t", "", "tcp", "2025-11-25", time.Millisecond)
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +50,8 @@ func exported(t *testing.T) map[string]map[string]bool {
 }
 
 var (
-	metricName = regexp.MustCompile(`mcp_cancel_proxy_[a-z0-9_]+`)
-	selector   = regexp.MustCompile(`(mcp_cancel_proxy_[a-z0-9_]+)\{([^}]*)\}`)
+	metricName = regexp.MustCompile(`(?:mcp_cancel_proxy|mcp_server)_[a-z0-9_]+`)
+	selector   = regexp.MustCompile(`((?:mcp_cancel_proxy|mcp_server)_[a-z0-9_]+)\{([^}]*)\}`)
 	matcher    = regexp.MustCompile(`([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)`)
 	grouping   = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
 	legend     = regexp.MustCompile(`\{\{\s*(\w+)\s*\}\}`)
