@@ -111,12 +111,20 @@ type ledger struct {
 	aliases uint64 // counter for receiver-side ids minted on collisions
 }
 
+// newLedger returns an empty ledger. Its maps are made when first written
+// (reading a nil map is reading an empty one): many sessions, each HTTP
+// request without a session, see one request in one direction only.
 func newLedger(dir Direction, now func() time.Time, ttl time.Duration, max int) *ledger {
-	return &ledger{
-		dir: dir, now: now, retireTTL: ttl, retireMax: max,
-		inFlight: make(map[framing.ID]*call),
-		byUp:     make(map[framing.ID]*call),
-		tokens:   make(map[framing.ID]*call),
+	return &ledger{dir: dir, now: now, retireTTL: ttl, retireMax: max}
+}
+
+// makeMapsLocked makes the maps a request is about to be written to.
+func (l *ledger) makeMapsLocked(token bool) {
+	if l.byUp == nil {
+		l.inFlight, l.byUp = make(map[framing.ID]*call), make(map[framing.ID]*call)
+	}
+	if token && l.tokens == nil {
+		l.tokens = make(map[framing.ID]*call)
 	}
 }
 
@@ -131,10 +139,10 @@ func (l *ledger) update(f func()) {
 	}
 }
 
-// begin records a request, followed by span (nil if untraced). When its id is still held by a cancelled call
-// whose late response may yet arrive, the request gets a fresh receiver-side
-// id so that the two can never be confused. It reports Drop for an id that
-// is already in flight.
+// begin records a request, followed by span (nil if untraced). When its
+// id is still held by a cancelled call whose late response may yet arrive,
+// the request gets a fresh receiver-side id so that the two can never be
+// confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
 		if _, dup := l.inFlight[m.ID]; dup {
@@ -144,6 +152,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		l.expireLocked()
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
+		l.makeMapsLocked(c.token.IsValid())
 		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
 			c.upID = l.aliasLocked("")
 		}
@@ -167,6 +176,7 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 	l.update(func() {
 		id := l.aliasLocked("r")
 		c = &call{id: id, upID: id, method: method, started: l.now(), onAnswer: onAnswer}
+		l.makeMapsLocked(false)
 		l.byUp[id] = c
 	})
 	return c

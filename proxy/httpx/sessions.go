@@ -1,7 +1,7 @@
 package httpx
 
 import (
-	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +46,7 @@ type session struct {
 }
 
 func newSession(id string, s *Sidecar, governed bool) *session {
-	sess := &session{id: id, scope: fmt.Sprintf("s%d", scopes.Add(1)), streams: make(map[*proxy.Call]*stream)}
+	sess := &session{id: id, scope: "s" + strconv.FormatInt(scopes.Add(1), 10), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("scope", sess.scope)) // encoded only if the session logs
 	if s.Governor != nil && governed {
