@@ -550,17 +550,23 @@ func (g *governor) cancelTask(r *record) {
 	out := g.stepLocked(r, event{kind: evTaskSent, declared: declared})
 	g.mu.Unlock()
 	if declared {
-		r.c.Span().Event(proxy.EventTasksCancel, proxy.String("mcp_cancel_proxy.task.id", r.taskID))
+		// An event on the request's span, if it is still open, and a span of
+		// its own under it either way (the request's may have ended with
+		// the answer that created the task).
+		task := proxy.String("mcp_cancel_proxy.task.id", r.taskID)
+		r.c.Span().Event(proxy.EventTasksCancel, task)
+		span := r.c.Span().Child(framing.MethodTasksCancel, task)
 		params, _ := json.Marshal(map[string]string{"taskId": r.taskID})
 		g.work.post(func() {
-			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m) })
+			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m, span) })
 		})
 	}
 	g.run(r, out)
 }
 
-// taskAnswered records the server's answer to the proxy's tasks/cancel.
-func (g *governor) taskAnswered(r *record, m *framing.Message) {
+// taskAnswered records the server's answer to the proxy's tasks/cancel,
+// which ends its span.
+func (g *governor) taskAnswered(r *record, m *framing.Message, span proxy.Span) {
 	var res struct {
 		Status  string `json:"status"`
 		Message string `json:"message"`
@@ -572,6 +578,7 @@ func (g *governor) taskAnswered(r *record, m *framing.Message) {
 	} else if json.Unmarshal(field(m.Raw, "result"), &res) == nil && res.Status != "" {
 		outcome = res.Status
 	}
+	span.End(outcome, outcome != "cancelled")
 	g.event(r, event{kind: evTaskAnswered, outcome: outcome})
 }
 

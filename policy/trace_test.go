@@ -22,6 +22,7 @@ type recSpan struct {
 	attrs    map[string]string
 	outcome  string
 	failed   bool
+	done     bool
 }
 
 func (s *recSpan) Start(_ proxy.Peer, m *framing.Message, _ proxy.TraceContext) proxy.Span {
@@ -52,9 +53,14 @@ func (s *recSpan) Set(attrs ...proxy.Attr) {
 
 func (s *recSpan) Answered(*framing.Message, int, string) { s.End("answered", false) }
 
+// End ends the span once, as OpenTelemetry's do: later ends change nothing.
 func (s *recSpan) End(outcome string, failed bool) {
 	s.mu.Lock()
-	s.outcome, s.failed = outcome, failed
+	if s.done {
+		s.mu.Unlock()
+		return
+	}
+	s.outcome, s.failed, s.done = outcome, failed, true
 	s.mu.Unlock()
 	s.ended <- s
 }
@@ -127,6 +133,9 @@ func TestSpanOfACancelledTask(t *testing.T) {
 	}
 	a.onAnswer(&framing.Message{Raw: []byte(`{"jsonrpc":"2.0","id":"x","result":{"taskId":"task-9","status":"cancelled"}}`)})
 	rec := waitRecord(t, recs)
+	if child := <-ended; child.name != "tasks/cancel" {
+		t.Fatalf("first span to end: %q, want tasks/cancel", child.name)
+	}
 	span := <-ended
 	span.mu.Lock()
 	defer span.mu.Unlock()
@@ -135,5 +144,42 @@ func TestSpanOfACancelledTask(t *testing.T) {
 	}
 	if rec.Status != StatusTaskCancelled || span.outcome != rec.Status || span.failed || span.attrs["mcp_cancel_proxy.task.id"] != "task-9" {
 		t.Errorf("span ended %q (failed %v, attrs %v); audit %q", span.outcome, span.failed, span.attrs, rec.Status)
+	}
+	if len(span.children) != 1 || span.children[0].name != "tasks/cancel" || span.children[0].outcome != "cancelled" {
+		t.Errorf("tasks/cancel span: %+v", span.children)
+	}
+}
+
+// TestSpanOfATaskCancelledAfterItsAnswer: the request's span ended with
+// the answer that created the task; the proxy's tasks/cancel, sent for a
+// cancel that came later, is a span of its own under it.
+func TestSpanOfATaskCancelledAfterItsAnswer(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	e, _, recs := engine(t, Defaults())
+	ended := make(chan *recSpan, 8)
+	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
+	ft.gov = e.Governor("s1")(ft)
+	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
+	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
+	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
+	<-ended // initialize's
+	ft.client(call(1, "research", `,"task":{}`))
+	ft.server(result(1, `{"task":{"taskId":"task-9","status":"working"}}`))
+	call := <-ended
+	ft.client(cancel(1))
+	a := ft.next()
+	if a.kind != "own" {
+		t.Fatalf("action %s, want tasks/cancel", a.kind)
+	}
+	a.onAnswer(&framing.Message{IsError: true, Raw: []byte(`{"jsonrpc":"2.0","id":"x","error":{"code":-32602,"message":"task already completed"}}`)})
+	waitRecord(t, recs)
+	task := <-ended
+	call.mu.Lock()
+	defer call.mu.Unlock()
+	if call.outcome != "answered" || len(call.children) != 1 || call.children[0] != task {
+		t.Fatalf("request span %q with children %v", call.outcome, call.children)
+	}
+	if task.name != "tasks/cancel" || task.outcome != "refused: task already completed" || !task.failed {
+		t.Errorf("tasks/cancel span %q ended %q (failed %v)", task.name, task.outcome, task.failed)
 	}
 }
