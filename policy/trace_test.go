@@ -67,6 +67,24 @@ func (s *recSpan) End(outcome string, failed bool) {
 
 func (s *recSpan) Context() proxy.TraceContext { return proxy.TraceContext{} }
 
+// tracedTransport is newTransport with a tracer whose spans go to ended
+// as they end.
+func tracedTransport(t *testing.T, e *Engine) (*fakeTransport, chan *recSpan) {
+	ended := make(chan *recSpan, 8)
+	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
+	ft.gov = e.Governor("s1")(ft)
+	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
+	return ft, ended
+}
+
+// tasksCancelDeclared initializes a session whose server declares
+// tasks.cancel.
+func tasksCancelDeclared(ft *fakeTransport, ended chan *recSpan) {
+	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
+	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
+	<-ended // initialize's
+}
+
 // TestSpanFollowsTheStory: a request's span gets the deadline and the
 // cancel as events and the restart as a child, and ends with the audit
 // line, its status the outcome, an error when the stop is not confirmed.
@@ -75,10 +93,8 @@ func TestSpanFollowsTheStory(t *testing.T) {
 	p := Defaults()
 	p.Rules = []Rule{{Tool: "render", Escalate: "restart", Timeout: dur(time.Minute)}}
 	e, clk, recs := engine(t, p)
-	ended := make(chan *recSpan, 8)
-	ft := &fakeTransport{t: t, acts: make(chan action, 64), restart: true}
-	ft.gov = e.Governor("s1")(ft)
-	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
+	ft, ended := tracedTransport(t, e)
+	ft.restart = true
 	ft.client(call(1, "render", ""))
 	clk.Advance(time.Minute)
 	if a := ft.next(); a.kind != "expire" {
@@ -117,13 +133,8 @@ func TestSpanFollowsTheStory(t *testing.T) {
 func TestSpanOfACancelledTask(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	e, _, recs := engine(t, Defaults())
-	ended := make(chan *recSpan, 8)
-	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
-	ft.gov = e.Governor("s1")(ft)
-	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
-	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
-	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
-	<-ended // initialize's
+	ft, ended := tracedTransport(t, e)
+	tasksCancelDeclared(ft, ended)
 	ft.client(call(1, "research", `,"task":{}`))
 	ft.client(cancel(1))
 	ft.server(result(1, `{"task":{"taskId":"task-9","status":"working"}}`)) // late: suppressed, and its task cancelled
@@ -156,13 +167,8 @@ func TestSpanOfACancelledTask(t *testing.T) {
 func TestSpanOfATaskCancelledAfterItsAnswer(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	e, _, recs := engine(t, Defaults())
-	ended := make(chan *recSpan, 8)
-	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
-	ft.gov = e.Governor("s1")(ft)
-	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov, Tracer: &recSpan{ended: ended}})
-	ft.client(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`)
-	ft.server(result(0, `{"capabilities":{"tasks":{"cancel":{}}}}`))
-	<-ended // initialize's
+	ft, ended := tracedTransport(t, e)
+	tasksCancelDeclared(ft, ended)
 	ft.client(call(1, "research", `,"task":{}`))
 	ft.server(result(1, `{"task":{"taskId":"task-9","status":"working"}}`))
 	call := <-ended
