@@ -86,7 +86,10 @@ type Record struct {
 	Arguments   json.RawMessage            `json:"arguments,omitempty"`
 	Restarted   bool                       `json:"server_restarted,omitempty"`
 	// Resumed marks the line of a hook resumed after a restart.
-	Resumed bool   `json:"resumed,omitempty"`
+	Resumed bool `json:"resumed,omitempty"`
+	// TraceID is the trace the request's span is in, when traced: from the
+	// audit line to the trace.
+	TraceID string `json:"trace_id,omitempty"`
 	Status  string `json:"status"`
 }
 

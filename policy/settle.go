@@ -129,6 +129,14 @@ func (g *governor) write(r *record, rec *Record) {
 	}
 }
 
+// traceID is the trace id of a W3C traceparent (version 00), or "".
+func traceID(tc proxy.TraceContext) string {
+	if p := tc.Parent; len(p) == 55 && p[2] == '-' && p[35] == '-' {
+		return p[3:35]
+	}
+	return ""
+}
+
 // span is r's request's span, or nil when it is not traced.
 func (r *record) span() proxy.Span {
 	if !r.c.Traced() {
@@ -160,6 +168,7 @@ func (g *governor) recordLocked(r *record) *Record {
 		}
 	}
 	rec.Status = r.status()
+	rec.TraceID = traceID(r.c.Span().Context())
 	return rec
 }
 

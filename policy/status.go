@@ -34,6 +34,7 @@ type SessionStatus struct {
 type Story struct {
 	Time                                 time.Time
 	Session, ID, Method, Tool, RunID     string
+	TraceID                              string
 	Source, Reason, Status               string
 	Steps                                []Step
 	Honoured, Dispatched, CompletedFirst bool
@@ -104,6 +105,7 @@ func storyOf(rec *Record) Story {
 	if v, ok := rec.Correlation["run_id"]; ok {
 		st.RunID = plain(v)
 	}
+	st.TraceID = rec.TraceID
 	at := func(t time.Time) time.Duration { return max(t.Sub(rec.Started), 0) }
 	if rec.Dispatched {
 		st.Steps = append(st.Steps, Step{0, "request sent"})

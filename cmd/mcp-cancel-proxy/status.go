@@ -63,7 +63,7 @@ ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
 {{else}}<p class="muted">none</p>{{end}}
 <h2>Last cancel stories</h2>
 {{range .Stories}}<div class="story">
-<h3>{{or .Tool .Method}} <span class="muted">request {{.ID}} · session {{.Session}}{{if .RunID}} · run {{.RunID}}{{end}} · {{clock .Time}}</span></h3>
+<h3>{{or .Tool .Method}} <span class="muted">request {{.ID}} · session {{.Session}}{{if .RunID}} · run {{.RunID}}{{end}}{{if .TraceID}} · trace {{.TraceID}}{{end}} · {{clock .Time}}</span></h3>
 <ol class="timeline">{{range .Steps}}<li><span class="muted">{{ms .At}}</span> {{.What}}</li>{{end}}</ol>
 <p class="{{if or .Honoured .CompletedFirst (not .Dispatched)}}ok{{else}}bad{{end}}">{{.Status}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</p>
 </div>{{else}}<p class="muted">no cancel yet</p>{{end}}

@@ -124,7 +124,9 @@ func TestE2ETraceWrapper(t *testing.T) {
 	w.logs.waitFor(t, `"hook ran"`)
 	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-5"}}}`)
 	w.recvUntil(isResponse(5))
-	auditLine(t, w.logs, "4", "upstream notified; answered after the cancel (suppressed)")
+	if rec := auditLine(t, w.logs, "4", "upstream notified; answered after the cancel (suppressed)"); rec["trace_id"] != otlptest.ClientTrace {
+		t.Errorf("audit line's trace_id %v, want the client's trace", rec["trace_id"])
+	}
 	w.stdin.Close()
 	<-w.exited
 	checkCallTrace(t, rcv, proxySpan, "pipe", dir, "upstream notified; answered after the cancel (suppressed)",
@@ -165,7 +167,9 @@ func TestE2ETraceSidecar(t *testing.T) {
 	rel.Body.Close()
 	// Without a late hook the sidecar stops reading the call's stream after
 	// the grace: the late answer is never seen.
-	auditLine(t, sc.logs, "4", "upstream notified; compensating hook ran")
+	if rec := auditLine(t, sc.logs, "4", "upstream notified; compensating hook ran"); rec["trace_id"] != otlptest.ClientTrace {
+		t.Errorf("audit line's trace_id %v, want the client's trace", rec["trace_id"])
+	}
 	metrics, err := http.Get("http://" + adm + "/metrics")
 	if err != nil {
 		t.Fatal(err)
