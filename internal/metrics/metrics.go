@@ -57,7 +57,7 @@ func New(g Gauges) *Metrics {
 		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "mcp_server_operation_duration_seconds",
 			Help: "MCP request duration as the proxy observes it, from the client's request read to its answer relayed or its " +
-				"story over (OpenTelemetry semantic conventions for MCP: mcp.server.operation.duration). error_type is the " +
+				"cancel (OpenTelemetry semantic conventions for MCP: mcp.server.operation.duration). error_type is the " +
 				"JSON-RPC error code, cancelled, or _OTHER.",
 			Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300},
 		}, []string{"mcp_method_name", "gen_ai_tool_name", "error_type", "network_transport", "mcp_protocol_version"}),

@@ -101,14 +101,17 @@ type span struct {
 	mu        sync.Mutex
 	ended     bool
 	cancelled bool
+	measured  bool // its duration is recorded
 }
 
-// Event implements proxy.Span.
+// Event implements proxy.Span. A cancel ends the request's duration: the
+// client was answered, or freed, then.
 func (sp *span) Event(name string, attrs ...proxy.Attr) {
 	if name == proxy.EventCancelAccepted {
 		sp.mu.Lock()
 		sp.cancelled = true
 		sp.mu.Unlock()
+		sp.measure(errCancelled)
 	}
 	if sp.otel != nil {
 		sp.otel.AddEvent(name, trace.WithAttributes(convert(attrs)...))
@@ -193,23 +196,36 @@ func (sp *span) End(outcome string, failed bool) {
 }
 
 // finish marks the span ended, once, and records the duration of a
-// client's request; it reports whether it was the first end.
+// client's request if no cancel did; it reports whether it was the first
+// end.
 func (sp *span) finish(errType string) bool {
 	sp.mu.Lock()
 	first := !sp.ended
 	sp.ended = true
 	sp.mu.Unlock()
-	if first && !sp.child && sp.from == proxy.Client && sp.s.t.durations != nil {
-		tool, version := "", ""
-		if sp.method == "tools/call" {
-			tool = sp.target
-		}
-		if v := sp.s.version.Load(); v != nil {
-			version = *v
-		}
-		sp.s.t.durations.Operation(sp.method, tool, errType, sp.s.transport, version, time.Since(sp.start))
+	if first {
+		sp.measure(errType)
 	}
 	return first
+}
+
+// measure records, once, the duration of a client's request so far.
+func (sp *span) measure(errType string) {
+	sp.mu.Lock()
+	done := sp.measured
+	sp.measured = true
+	sp.mu.Unlock()
+	if done || sp.child || sp.from != proxy.Client || sp.s.t.durations == nil {
+		return
+	}
+	tool, version := "", ""
+	if sp.method == "tools/call" {
+		tool = sp.target
+	}
+	if v := sp.s.version.Load(); v != nil {
+		version = *v
+	}
+	sp.s.t.durations.Operation(sp.method, tool, errType, sp.s.transport, version, time.Since(sp.start))
 }
 
 // noteVersion keeps the protocol version of a session's initialize answer.

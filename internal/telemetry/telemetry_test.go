@@ -133,3 +133,29 @@ func BenchmarkTracedCall(b *testing.B) {
 type noDurations struct{}
 
 func (noDurations) Operation(string, string, string, string, string, time.Duration) {}
+
+// TestCancelEndsTheDuration: a cancelled request's duration is recorded at
+// its cancel, once, not when its story ends (after the late window, say).
+func TestCancelEndsTheDuration(t *testing.T) {
+	d := &durations{}
+	tel, err := New(context.Background(), Config{}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f framing.Frame
+	f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`))
+	sp := tel.Session("tcp").Start(proxy.Client, &f.Msgs[0], proxy.TraceContext{})
+	sp.Event(proxy.EventCancelAccepted)
+	d.mu.Lock()
+	got := strings.Join(d.ops, ",")
+	d.mu.Unlock()
+	if got != "tools/call|slow|cancelled|tcp|" {
+		t.Fatalf("durations after the cancel: %q", got)
+	}
+	sp.End("upstream notified; stop not confirmed", true)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.ops) != 1 {
+		t.Errorf("durations after the story's end: %q", d.ops)
+	}
+}
