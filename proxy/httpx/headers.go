@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"iter"
 	"net"
-	"slices"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -18,10 +17,30 @@ var hopByHop = map[string]bool{
 }
 
 // skipped reports whether a header, named in any case, is one of the
-// hop-by-hop headers or of the extra names (given in lower case).
+// hop-by-hop headers or of the extra names (given in lower case, none
+// longer than the longest hop-by-hop name). It runs for every header of
+// every relayed request and response, so it lowers the name on the stack.
 func skipped(name []byte, extra ...string) bool {
-	lower := strings.ToLower(string(name))
-	return hopByHop[lower] || slices.Contains(extra, lower)
+	var buf [len("proxy-authorization")]byte
+	if len(name) > len(buf) {
+		return false // longer than any name skipped
+	}
+	lower := buf[:len(name)]
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	if hopByHop[string(lower)] {
+		return true
+	}
+	for _, e := range extra {
+		if string(lower) == e {
+			return true
+		}
+	}
+	return false
 }
 
 // peek returns the value of the first header called name, matched without
@@ -71,9 +90,16 @@ func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
 	}
 }
 
-// isEventStream reports whether a Content-Type is text/event-stream.
+// isEventStream reports whether a Content-Type is text/event-stream, with
+// or without parameters.
 func isEventStream(contentType []byte) bool {
-	return bytes.HasPrefix(bytes.TrimSpace(bytes.ToLower(contentType)), []byte("text/event-stream"))
+	const want = "text/event-stream"
+	ct := bytes.TrimSpace(contentType)
+	if len(ct) < len(want) || !strings.EqualFold(string(ct[:len(want)]), want) {
+		return false
+	}
+	rest := bytes.TrimLeft(ct[len(want):], " \t")
+	return len(rest) == 0 || rest[0] == ';'
 }
 
 // loopbackHost reports whether a Host header names this machine: the only

@@ -46,7 +46,8 @@ type session struct {
 }
 
 func newSession(id string, s *Sidecar, governed bool) *session {
-	sess := &session{id: id, scope: "s" + strconv.FormatInt(scopes.Add(1), 10), streams: make(map[*proxy.Call]*stream)}
+	var scope [24]byte
+	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("scope", sess.scope)) // encoded only if the session logs
 	if s.Governor != nil && governed {

@@ -1,0 +1,38 @@
+package httpx
+
+import "testing"
+
+// TestSkipped: hop-by-hop headers and the extra names are skipped in any
+// case, every other header is relayed, and none costs an allocation.
+func TestSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"Connection", true}, {"TRANSFER-ENCODING", true}, {"proxy-authorization", true}, {"Te", true},
+		{"Host", true}, {"content-length", true},
+		{"Mcp-Session-Id", false}, {"Authorization", false}, {"T", false}, {"", false},
+		{"Proxy-Authorization-And-More", false}, {"Connectio", false}, {"Hosts", false},
+	} {
+		if got := skipped([]byte(tc.name), "host", "content-length"); got != tc.want {
+			t.Errorf("skipped(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	name := []byte("Transfer-Encoding")
+	if n := testing.AllocsPerRun(100, func() { skipped(name, "host") }); n != 0 {
+		t.Errorf("skipped allocates %v times", n)
+	}
+}
+
+// TestIsEventStream: the media type in any case, with parameters and
+// surrounding space; nothing else.
+func TestIsEventStream(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"text/event-stream": true, "Text/Event-Stream; charset=utf-8": true, " text/event-stream ": true,
+		"application/json": false, "text/event": false, "": false, "text/event-streamx": false, "text/event-stream ;x=1": true,
+	} {
+		if got := isEventStream([]byte(ct)); got != want {
+			t.Errorf("isEventStream(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
