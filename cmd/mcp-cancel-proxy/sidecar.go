@@ -174,7 +174,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 // end of ctx asks it to stop (0, after the shutdown grace at most).
 func serveUntilStopped(ctx context.Context, srv *fasthttp.Server, ln net.Listener, grace time.Duration, log *zap.Logger) int {
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(httpx.Listener(ln)) }()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)

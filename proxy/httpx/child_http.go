@@ -73,7 +73,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	st.onAbort = func() { s.afterDisconnect(nil, func() { s.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.stopWatch = watchCloseAfter(ctx.Conn(), watchDelay, st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), soon, st.abort)
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	serveEvents(ctx, st)
 }
@@ -357,7 +357,7 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.stopWatch = watchCloseAfter(ctx.Conn(), watchDelay, st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), soon, st.abort)
 	serveEvents(ctx, st)
 }
 

@@ -119,7 +119,7 @@ func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
 	// A short idle timeout: Shutdown waits for idle keep-alive connections,
 	// which clients keep open.
 	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
-	go srv.Serve(ln)
+	go srv.Serve(httpx.Listener(ln))
 	t.Cleanup(func() {
 		sc.Cleanup("the test ends") // old clients' streams end: Shutdown waits for them
 		srv.Shutdown()

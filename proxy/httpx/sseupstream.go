@@ -79,6 +79,7 @@ func parseUpstream(rawURL string) (*url.URL, error) {
 func upstreamClient(maxBody int) *fasthttp.Client {
 	return &fasthttp.Client{
 		StreamResponseBody:            true,
+		DialTimeout:                   dialUpstream,
 		NoDefaultUserAgentHeader:      true,
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,

@@ -200,6 +200,12 @@ type sseRelay struct {
 	lazyHead bool
 	headMu   sync.Mutex // held by the first write, and by the comment's
 	headOut  bool       // something was written, or WriteTo returned
+	// out and up, when both are known, let each event's write wait for
+	// the next write to the client, as long as the upstream's next bytes
+	// are already read (coalesce.go).
+	out     *heldConn
+	up      *upConn
+	release func()
 }
 
 // newSSERelay starts relaying resp's events for a client on conn.
@@ -211,10 +217,15 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = watchCloseAfter(conn, watchDelay, func() { s.clientGone(sess, st) })
+	r.stopWatch = watchCloseAfter(conn, soon, func() { s.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
 		go r.pump()
+	} else if out, ok := conn.(*heldConn); ok {
+		// A lingering stream's events come through a channel, which its
+		// reader may wait on: those are written at once.
+		r.out, r.up = out, upstreamConnOf(resp)
+		r.release = out.release
 	}
 	return r
 }
@@ -257,14 +268,20 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 		// Clients must not wait for the headers of a long call (some give
 		// up on a response without them): a comment, which no client takes
 		// for an event, sends them if no event does first.
-		t := time.AfterFunc(watchDelay, func() { r.flushHead(w) })
+		t := soon.add(func() { r.flushHead(w) })
 		defer func() {
-			t.Stop()
+			t.stop()
 			r.flushHead(nil) // from now on w is not ours
 		}()
 	}
+	if r.up != nil {
+		// Once the upstream's response is read, its connection serves
+		// other requests: the release is not theirs to run.
+		defer r.up.onRead.CompareAndSwap(&r.release, nil)
+	}
 	var total int64
 	for r.next() {
+		r.holdWrite()
 		n, err := r.write(w, r.pending)
 		total += int64(n)
 		r.pending = nil
@@ -273,6 +290,18 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// holdWrite holds the next write to the client (the event about to be
+// written) until the write after it, or until the relay reads the
+// upstream's connection for more. The write that ends the body, after the
+// last event, takes it along.
+func (r *sseRelay) holdWrite() {
+	if r.up == nil {
+		return
+	}
+	r.out.holdNext()
+	r.up.onRead.Store(&r.release)
 }
 
 // keepAlive is an SSE comment: it carries no event.

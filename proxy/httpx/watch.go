@@ -46,20 +46,20 @@ func watchClose(conn net.Conn, onClose func()) (stop func()) {
 }
 
 // watchDelay is how long a response stream runs before its connection is
-// watched (watchCloseAfter): most calls are answered sooner, and a stream
-// that never registers costs no system call. A close meanwhile is seen
+// watched (watchCloseAfter, with soon): most calls are answered sooner,
+// and a stream that never registers costs no system call. A close meanwhile is seen
 // when the watch begins, the kernel reporting a hang-up that came before.
 const watchDelay = 10 * time.Millisecond
 
-// watchCloseAfter is watchClose, begun only once delay has passed and stop
-// has not been called.
-func watchCloseAfter(conn net.Conn, delay time.Duration, onClose func()) (stop func()) {
+// watchCloseAfter is watchClose, begun once l's delay has passed, unless
+// stop has been called by then.
+func watchCloseAfter(conn net.Conn, l *later, onClose func()) (stop func()) {
 	var (
 		mu      sync.Mutex // guards stopped and unwatch
 		stopped bool
 		unwatch func()
 	)
-	t := time.AfterFunc(delay, func() {
+	lf := l.add(func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped { // stop not yet called: conn is still this stream's
@@ -67,7 +67,7 @@ func watchCloseAfter(conn net.Conn, delay time.Duration, onClose func()) (stop f
 		}
 	})
 	return func() {
-		t.Stop()
+		lf.stop()
 		mu.Lock()
 		stopped = true
 		u := unwatch

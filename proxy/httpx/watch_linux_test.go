@@ -78,9 +78,9 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	stopped, stoppedPeer := pipeTCP(t)
 	fired := make(chan string, 2)
 	earlyPeer.Close() // before the watch begins
-	stopEarly := watchCloseAfter(early, time.Millisecond, func() { fired <- "early" })
+	stopEarly := watchCloseAfter(early, &later{delay: time.Millisecond}, func() { fired <- "early" })
 	defer stopEarly()
-	stop := watchCloseAfter(stopped, time.Hour, func() { fired <- "stopped" })
+	stop := watchCloseAfter(stopped, &later{delay: time.Hour}, func() { fired <- "stopped" })
 	stop()
 	stoppedPeer.Close()
 	if got := <-fired; got != "early" {
@@ -91,7 +91,7 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	// watch, never registered, had none.
 	last, lastPeer := pipeTCP(t)
 	lastPeer.Close()
-	stopLast := watchCloseAfter(last, time.Millisecond, func() { fired <- "last" })
+	stopLast := watchCloseAfter(last, &later{delay: time.Millisecond}, func() { fired <- "last" })
 	defer stopLast()
 	if got := <-fired; got != "last" {
 		t.Errorf("%s fired, want last", got)

@@ -1,0 +1,172 @@
+package httpx
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Fewer writes for relayed event streams. fasthttp flushes each chunk of a
+// streamed response as it is written: an event, then, when the stream
+// ends, the empty chunk that ends the body. That is two writes, and two
+// wake-ups of the client, where the upstream's whole response (event and
+// end) most often came in one read. So the relay holds each event's write
+// on the client's connection (heldConn) while it reads on from what the
+// upstream has already sent: the next write on that connection, the next
+// event or the body's end, goes out with it in one system call. Before the
+// relay's goroutine can wait for the upstream (its next read of the
+// upstream connection, upConn), the held write goes out: nothing the
+// client is owed waits on the upstream.
+
+// Listener returns ln with each connection it accepts able to hold a
+// write, which the sidecar's relayed event streams use; serve the
+// sidecar's Handler on it.
+func Listener(ln net.Listener) net.Listener { return heldListener{ln} }
+
+type heldListener struct{ net.Listener }
+
+func (l heldListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &heldConn{Conn: c}, nil
+}
+
+// maxHeld is the largest write a connection holds; a larger one is written
+// at once (a copy that size, kept per connection, would cost more than the
+// system call it saves).
+const maxHeld = 16 << 10
+
+// heldConn is a client's connection whose next write can be held, to go
+// out with the one after it.
+type heldConn struct {
+	net.Conn
+	mu   sync.Mutex // guards hold and held; held across writes, to keep them in order
+	hold bool       // the next write is to be held
+	held []byte
+}
+
+// holdNext holds the next write, up to maxHeld bytes, until the write
+// after it, release, or Close.
+func (c *heldConn) holdNext() {
+	c.mu.Lock()
+	c.hold = true
+	c.mu.Unlock()
+}
+
+// Write writes p after what is held, in one system call, unless p is to be
+// held itself.
+func (c *heldConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hold && len(c.held)+len(p) <= maxHeld {
+		c.hold = false
+		c.held = append(c.held, p...)
+		return len(p), nil
+	}
+	c.hold = false
+	if len(c.held) == 0 {
+		return c.Conn.Write(p)
+	}
+	bufs := net.Buffers{c.held, p}
+	n, err := bufs.WriteTo(c.Conn)
+	n -= int64(len(c.held))
+	c.held = shrink(c.held)
+	if err != nil {
+		return max(int(n), 0), err
+	}
+	return len(p), nil
+}
+
+// release writes what is held, and holds nothing more.
+func (c *heldConn) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hold = false
+	if len(c.held) > 0 {
+		c.Conn.Write(c.held) // an error shows again at the next write, or the read
+		c.held = shrink(c.held)
+	}
+}
+
+// shrink empties b, and lets go of it if it grew large: an idle
+// connection keeps little.
+func shrink(b []byte) []byte {
+	if cap(b) > 4<<10 {
+		return nil
+	}
+	return b[:0]
+}
+
+// Close writes what is held, then closes the connection.
+func (c *heldConn) Close() error {
+	c.release()
+	return c.Conn.Close()
+}
+
+// SyscallConn gives the connection's own, for watchClose.
+func (c *heldConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// upConn is a connection to the upstream that runs a function, once,
+// before it next reads from the kernel: the relay's release of its
+// client's held write. What the HTTP client has already buffered is read
+// without it.
+type upConn struct {
+	net.Conn
+	local  upAddr
+	onRead atomic.Pointer[func()]
+}
+
+// upAddr is an upConn's local address, which a fasthttp response gives
+// back (Response.LocalAddr): it leads from the response to its connection.
+type upAddr struct {
+	net.Addr
+	c *upConn
+}
+
+func (c *upConn) Read(p []byte) (int, error) {
+	if f := c.onRead.Swap(nil); f != nil {
+		(*f)()
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *upConn) LocalAddr() net.Addr { return &c.local }
+
+// upstreamConnOf returns the connection a response is read from, if it is
+// an upConn.
+func upstreamConnOf(resp *fasthttp.Response) *upConn {
+	if a, ok := resp.LocalAddr().(*upAddr); ok {
+		return a.c
+	}
+	return nil
+}
+
+// dialUpstream dials an upstream connection as fasthttp would (its dialer,
+// with its DNS cache), as an upConn.
+func dialUpstream(addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	var err error
+	if timeout > 0 {
+		c, err = fasthttp.DialTimeout(addr, timeout)
+	} else {
+		c, err = fasthttp.Dial(addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	u := &upConn{Conn: c}
+	u.local = upAddr{Addr: c.LocalAddr(), c: u}
+	return u, nil
+}

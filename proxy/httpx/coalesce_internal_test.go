@@ -1,0 +1,149 @@
+package httpx
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// recConn records what is written to it, write by write.
+type recConn struct {
+	net.Conn
+	mu     sync.Mutex
+	writes []string
+	closed bool
+}
+
+func (c *recConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes = append(c.writes, string(p))
+	return len(p), nil
+}
+
+func (c *recConn) Close() error { c.closed = true; return nil }
+
+func (c *recConn) took() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := strings.Join(c.writes, "|")
+	c.writes = nil
+	return s
+}
+
+// TestHeldConn: a held write goes out with the next one, in order; one
+// over maxHeld is not held; release and Close write what is held.
+func TestHeldConn(t *testing.T) {
+	rec := &recConn{}
+	c := &heldConn{Conn: rec}
+	c.holdNext()
+	c.Write([]byte("event"))
+	if got := rec.took(); got != "" {
+		t.Fatalf("a held write went out: %q", got)
+	}
+	c.Write([]byte("end"))
+	if got := rec.took(); got != "event|end" { // net.Buffers: one writev on a socket
+		t.Fatalf("wrote %q, want the held write, then the next", got)
+	}
+	c.holdNext()
+	big := strings.Repeat("x", maxHeld+1)
+	c.Write([]byte(big))
+	if got := rec.took(); got != big {
+		t.Fatalf("a write over maxHeld was held")
+	}
+	c.Write([]byte("plain"))
+	if got := rec.took(); got != "plain" {
+		t.Fatalf("wrote %q, want plain: only the next write is held", got)
+	}
+	c.holdNext()
+	c.Write([]byte("a"))
+	c.release()
+	c.release()
+	if got := rec.took(); got != "a" {
+		t.Fatalf("release wrote %q, want a, once", got)
+	}
+	c.holdNext()
+	c.Write([]byte("last"))
+	c.Close()
+	if got := rec.took(); got != "last" || !rec.closed {
+		t.Fatalf("Close wrote %q (closed %v), want last, then closed", got, rec.closed)
+	}
+}
+
+// TestUpConn: an upstream connection runs its onRead once, before its next
+// read, and a fasthttp response read from it leads back to it.
+func TestUpConn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+	client := upstreamClient(0)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + ln.Addr().String() + "/")
+	if err := client.Do(req, resp); err != nil {
+		t.Fatal(err)
+	}
+	up := upstreamConnOf(resp)
+	if up == nil {
+		t.Fatal("the response does not lead to its connection")
+	}
+	resp.Body() // read to its end: the connection goes back to the pool
+	resp.CloseBodyStream()
+	ran := 0
+	f := func() { ran++ }
+	up.onRead.Store(&f)
+	for range 2 {
+		if err := client.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		if upstreamConnOf(resp) != up || string(resp.Body()) != "ok" {
+			t.Fatalf("another connection, or body %q", resp.Body())
+		}
+		resp.CloseBodyStream()
+	}
+	if ran != 1 {
+		t.Errorf("onRead ran %d times, want 1", ran)
+	}
+}
+
+// TestLater: functions run once their delay passed (those due together in
+// the order added; a later round may overtake the end of an earlier one);
+// a stopped one does not run; the timer is set again for what is left.
+func TestLater(t *testing.T) {
+	l := &later{delay: time.Millisecond}
+	ran := make(chan int, 10)
+	var stopped *laterFunc
+	for i := range 5 {
+		lf := l.add(func() { ran <- i })
+		if i == 2 {
+			stopped = lf
+		}
+	}
+	stopped.stop()
+	var got []int
+	for len(got) < 4 {
+		got = append(got, <-ran)
+	}
+	// Added after the first round ran: the timer is set again.
+	l.add(func() { ran <- 5 })
+	got = append(got, <-ran)
+	slices.Sort(got)
+	if want := []int{0, 1, 3, 4, 5}; !slices.Equal(got, want) {
+		t.Errorf("ran %v, want %v", got, want)
+	}
+	select {
+	case i := <-ran:
+		t.Errorf("%d ran again, or the stopped one ran", i)
+	default:
+	}
+}
