@@ -51,6 +51,7 @@ func main() {
 	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
 	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
 	jsonMode := flag.Bool("json", true, "internal to -procs: the upstream answers with JSON (else event streams)")
+	flag.BoolVar(&modernLoad, "modern", false, "send 2026-07-28 requests (_meta protocol version, Mcp-Method and Mcp-Name headers) instead of 2025-06-18 ones without a session")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (in-process modes: the sidecar, the upstream and the driver) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of this process to this file at the end")
 	flag.Parse()
@@ -229,7 +230,7 @@ func serveSidecar(sc *httpx.Sidecar) (string, func(), error) {
 		return "", nil, err
 	}
 	fs := &fasthttp.Server{Handler: handler, CloseOnShutdown: true, IdleTimeout: time.Second}
-	go fs.Serve(ln)
+	go fs.Serve(httpx.Listener(ln))
 	return "http://" + ln.Addr().String() + "/mcp", func() { sc.Cleanup("done"); fs.Shutdown() }, nil
 }
 
@@ -251,13 +252,25 @@ type result struct {
 }
 
 // drive runs n tools/call round trips against url from conc workers.
+// The load: a tools/call of the echo tool, as a 2025-06-18 client without a
+// session sends it or, with -modern, as a 2026-07-28 client does.
+var (
+	modernLoad bool
+	loadBody   = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"}}}`)
+	modernBody = []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
+)
+
 func drive(url string, conc, n int) result { return driveWith(url, conc, n, nil) }
 
 // driveWith is drive with each worker's headers made by open (a session
 // opened for it, say), if not nil.
 func driveWith(url string, conc, n int, open func(*http.Client) (http.Header, error)) result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"}}}`)
+	body := loadBody
+	if modernLoad {
+		body = modernBody
+	}
 	lat := make([]time.Duration, 0, n)
 	var next sync.Mutex // guards i, lat and failed
 	i, failed := 0, 0
@@ -319,7 +332,13 @@ func roundTrip(c *http.Client, url string, body []byte, hdr http.Header) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	if modernLoad {
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", "echo")
+	} else {
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Separate processes (-procs): the upstream, the sidecar binary and the
@@ -27,6 +29,8 @@ func serveRole(role, addr, upstream string, jsonMode bool) error {
 	switch role {
 	case "upstream":
 		h = echoHandler(jsonMode)
+	case "fastproxy":
+		return serveFastProxy(addr, upstream)
 	case "reverseproxy":
 		u, err := url.Parse(upstream)
 		if err != nil {
@@ -37,6 +41,24 @@ func serveRole(role, addr, upstream string, jsonMode bool) error {
 		return fmt.Errorf("unknown role %q", role)
 	}
 	return http.ListenAndServe(addr, h)
+}
+
+// serveFastProxy serves the second baseline: the least a fasthttp proxy
+// does, each request forwarded whole and its response read whole before it
+// is sent on (the upstream ends every response with the call's answer), no
+// parsing at all. It is the floor of what the sidecar, written on the same
+// library, could cost.
+func serveFastProxy(addr, upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	client := &fasthttp.HostClient{Addr: u.Host, MaxConns: 1024}
+	return fasthttp.ListenAndServe(addr, func(ctx *fasthttp.RequestCtx) {
+		if err := client.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	})
 }
 
 // proc is a process of -procs and the URL it serves.
@@ -79,8 +101,8 @@ func startProc(name, addr string, argv ...string) (*proc, error) {
 
 // runProcs drives each process in turn, rounds times per concurrency, and
 // prints throughput and the CPU each process spent per round trip; with
-// straceN > 0 it also counts the sidecar's system calls over straceN
-// round trips.
+// straceN > 0 it also counts the system calls of the sidecar and of the
+// fasthttp proxy over straceN round trips.
 func runProcs(proxyBin string, n, rounds, straceN int) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -115,8 +137,11 @@ func runProcs(proxyBin string, n, rounds, straceN int) error {
 			}
 		}
 		if straceN > 0 {
-			if err := countSyscalls(procs[1], straceN); err != nil {
-				fmt.Fprintln(os.Stderr, "strace:", err)
+			for _, p := range []*proc{procs[1], procs[3]} { // the sidecar and the fasthttp proxy
+				fmt.Printf("%s ", mode)
+				if err := countSyscalls(p, straceN); err != nil {
+					fmt.Fprintln(os.Stderr, "strace:", err)
+				}
 			}
 		}
 		for _, p := range procs {
@@ -128,9 +153,10 @@ func runProcs(proxyBin string, n, rounds, straceN int) error {
 }
 
 // startProcs starts the upstream, the sidecar binary in front of it (the
-// default policy, no audit trail) and the reverse proxy: direct first.
+// default policy, no audit trail), the reverse proxy and the fasthttp
+// proxy: direct first.
 func startProcs(self, proxyBin string, jsonMode bool) ([]*proc, error) {
-	addrs := make([]string, 3)
+	addrs := make([]string, 4)
 	for i := range addrs {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -148,6 +174,7 @@ func startProcs(self, proxyBin string, jsonMode bool) ([]*proc, error) {
 		{"direct", addrs[0], self, "-role", "upstream", "-addr", addrs[0], "-json=" + strconv.FormatBool(jsonMode)},
 		{"sidecar", addrs[1], proxyBin, "--config", cfg, "--listen", addrs[1], "--upstream", upURL, "--upstream-transport", "streamable"},
 		{"reverseproxy", addrs[2], self, "-role", "reverseproxy", "-addr", addrs[2], "-upstream", upURL},
+		{"fastproxy", addrs[3], self, "-role", "fastproxy", "-addr", addrs[3], "-upstream", upURL},
 	}
 	var procs []*proc
 	for _, s := range specs {
