@@ -191,7 +191,7 @@ func (c *childSession) end() {
 	c.mu.Unlock()
 	for _, st := range streams {
 		if st != nil {
-			st.close()
+			st.end()
 		}
 	}
 }
@@ -210,7 +210,13 @@ type outStream struct {
 	mu      sync.Mutex    // guards the fields below
 	ids     []framing.ID  // the requests whose answers this stream carries
 	pending int           // requests of this POST not yet answered
-	closed  bool
+	// state moves forward only: open; grace, once every request it
+	// carries was cancelled (the server's cancels of its own nested
+	// requests still reach the client) until the grace ends it; ended,
+	// which ends the body once the queue is read. A line session reads
+	// its server's lines whether or not a stream lingers, so a late
+	// answer reaches the tracker without one: outStream never lingers.
+	state   streamState
 	queue   [][]byte
 	queued  int  // bytes in queue
 	dropped bool // an event was dropped (logged once)
@@ -230,7 +236,7 @@ func newOutStream(pending int) *outStream {
 func (st *outStream) send(ev []byte, answer bool) (ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
+	if st.state == streamEnded {
 		return true
 	}
 	if !answer && st.queued+len(ev) > streamBacklog {
@@ -252,28 +258,39 @@ func (st *outStream) signal() {
 	}
 }
 
-// answered closes the stream once every request it carries is answered.
+// answered ends the stream once every request it carries is answered.
 func (st *outStream) answered() {
 	st.mu.Lock()
 	last := st.pending <= 0
 	st.mu.Unlock()
 	if last {
-		st.close()
+		st.end()
 	}
 }
 
+// done reports whether the stream has ended.
 func (st *outStream) done() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.closed
+	return st.state == streamEnded
 }
 
-// close ends the stream once what is queued has been read.
-func (st *outStream) close() {
+// end ends the stream once what is queued has been read.
+func (st *outStream) end() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.closed = true
+	st.state = streamEnded
 	st.signal()
+}
+
+// endAfter starts the grace of an open stream: it ends after d on c.
+func (st *outStream) endAfter(c clock.Clock, d time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.state == streamOpen {
+		st.state = streamGrace
+		c.AfterFunc(d, st.end)
+	}
 }
 
 // next returns the next queued event, waiting for one; nil once the stream
@@ -289,9 +306,9 @@ func (st *outStream) next() []byte {
 			st.mu.Unlock()
 			return ev
 		}
-		closed := st.closed
+		ended := st.state == streamEnded
 		st.mu.Unlock()
-		if closed {
+		if ended {
 			return nil
 		}
 		<-st.ready
@@ -328,7 +345,7 @@ func (st *outStream) abort() {
 		st.pending = 0
 	}
 	st.mu.Unlock()
-	st.close()
+	st.end()
 	if fire {
 		st.onAbort()
 	}

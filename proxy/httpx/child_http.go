@@ -172,7 +172,7 @@ func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
 	st := newOutStream(0)
 	c.mu.Lock()
 	if c.get != nil {
-		c.get.close()
+		c.get.end()
 	}
 	c.get = st
 	c.mu.Unlock()
@@ -281,7 +281,7 @@ func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
 	st.ids = ids
 	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).done), st)
 	if c.closed {
-		st.close()
+		st.end()
 		return st
 	}
 	for _, id := range ids {
@@ -309,7 +309,7 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	last := st.pending <= 0
 	st.mu.Unlock()
 	if last {
-		c.clock.AfterFunc(grace, st.close)
+		st.endAfter(c.clock, grace)
 	}
 }
 

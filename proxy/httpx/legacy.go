@@ -147,7 +147,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 		for {
 			line, err := rd.Read(nil)
 			if err != nil {
-				st.close()
+				st.end()
 				return
 			}
 			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse

@@ -23,7 +23,9 @@ var (
 	errClientGone      = errors.New("the client closed the stream")
 )
 
-// streamState is where a relayed response stands.
+// streamState is where a response stream to the client stands: one the
+// relay reads from the upstream's response (stream), or one a line
+// session's router feeds (outStream), which never lingers.
 type streamState uint8
 
 const (
