@@ -225,6 +225,10 @@ type outStream struct {
 	// request of the stream is answered.
 	onAbort   func()
 	stopWatch func() // stops watching the client's connection, if watched
+	// out, when the client's connection can hold a write (Listener), has
+	// each event's write wait for the next one while more are queued: the
+	// last goes out with the body's end. It is released before Read waits.
+	out *heldConn
 }
 
 func newOutStream(pending int) *outStream {
@@ -311,6 +315,9 @@ func (st *outStream) next() []byte {
 		if ended {
 			return nil
 		}
+		if st.out != nil {
+			st.out.release()
+		}
 		<-st.ready
 	}
 }
@@ -324,6 +331,9 @@ func (st *outStream) Read(p []byte) (int, error) {
 	}
 	n := copy(p, st.buf)
 	st.buf = st.buf[n:]
+	if st.out != nil {
+		st.out.holdNext() // fasthttp writes what Read returns at once
+	}
 	return n, nil
 }
 

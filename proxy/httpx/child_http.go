@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 	"time"
@@ -364,7 +363,8 @@ func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 // serveEvents answers with an event stream whose headers go out at once,
 // before its first event: clients wait for them (the go-sdk client sends
 // notifications/initialized only once its GET stream has its headers).
-func serveEvents(ctx *fasthttp.RequestCtx, body io.Reader) {
+func serveEvents(ctx *fasthttp.RequestCtx, body *outStream) {
+	body.out, _ = ctx.Conn().(*heldConn)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
