@@ -364,12 +364,13 @@ type matcher struct {
 	globs    []*glob // each rule's tool or method glob
 	eff      []*Effective
 	defaults *Effective
+	hooks    map[string]*Hook // every hook, by digest
 }
 
 // compile compiles p; fleet, if set, counts the slots of rules whose
 // max_concurrent_scope is cluster.
 func compile(p *Policy, fleet func(name string, n int) distSlots) *matcher {
-	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults)}
+	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults), hooks: hooksOf(p)}
 	for i := range p.Rules {
 		g, _ := compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method)) // validated
 		m.globs = append(m.globs, g)

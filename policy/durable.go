@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -40,10 +39,9 @@ func (d *durable) begin(phase string, h *Hook, ev *HookEvent) *job {
 	if d.store == nil && d.fleet == nil {
 		return j
 	}
+	j.HookDigest = h.Digest()
 	var err error
-	if j.Hook, err = json.Marshal(h); err == nil {
-		j.Event, err = ev.marshal()
-	}
+	j.Event, err = ev.marshal()
 	if d.store != nil {
 		d.put(j, err)
 	}

@@ -102,7 +102,7 @@ func TestShutdownKeepsPendingHooks(t *testing.T) {
 	if r.Status != StatusCompensationPending || !r.Hooks[0].Pending {
 		t.Fatalf("audit: %+v", r)
 	}
-	all, held, err := jobs.Read(dir)
+	all, held, err := jobs.Read(dir, nil)
 	if err != nil || held != 0 || len(all) != 1 || all[0].State != jobs.Pending || all[0].Attempts != 1 {
 		t.Fatalf("store after shutdown: %+v, %d held, %v; want the job pending after 1 attempt", all, held, err)
 	}
@@ -115,10 +115,13 @@ const crashDirEnv, crashURLEnv = "POLICY_TEST_CRASH_DIR", "POLICY_TEST_CRASH_URL
 // to success, with the same idempotency key, and audits it.
 func TestHookResumesAfterSIGKILL(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	p := Defaults()
+	withHook := func(url string) Policy {
+		p := Defaults()
+		p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: url}, Retries: 5, Backoff: 300 * time.Millisecond}}}
+		return p
+	}
 	if dir := os.Getenv(crashDirEnv); dir != "" { // the proxy to be killed
-		p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: os.Getenv(crashURLEnv)}, Retries: 5, Backoff: 300 * time.Millisecond}}}
-		e, _ := storeEngine(t, p, dir)
+		e, _ := storeEngine(t, withHook(os.Getenv(crashURLEnv)), dir)
 		cancelled(t, e, 1, "job")
 		select {}
 	}
@@ -140,7 +143,7 @@ func TestHookResumesAfterSIGKILL(t *testing.T) {
 	before := len(rc.keys)
 	key := rc.keys[0]
 	rc.mu.Unlock()
-	e, recs := storeEngine(t, p, dir)
+	e, recs := storeEngine(t, withHook(srv.URL), dir) // the same configuration: the job names its hook by digest
 	r := waitRecord(t, recs)
 	// The count is the store's: an attempt whose failure the killed proxy
 	// had not yet written down is counted again.

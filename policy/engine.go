@@ -29,6 +29,8 @@ type Metrics interface {
 	CancelSettled(honoured bool)
 	// AuditFailed counts an audit line that could not be written.
 	AuditFailed()
+	// StoreDamaged counts a damaged hook store file set aside.
+	StoreDamaged()
 }
 
 // Options configures an Engine.
@@ -100,7 +102,7 @@ func New(o Options) (*Engine, error) {
 		e.metrics = noMetrics{}
 	}
 	jobsKept := &durable{log: o.Logger, metrics: e.metrics, fleet: o.Fleet}
-	if jobsKept.store, err = openStore(o); err != nil {
+	if jobsKept.store, err = openStore(o, StoreDamageReport(o.Logger, e.metrics)); err != nil {
 		aw.close()
 		return nil, err
 	}
@@ -126,8 +128,20 @@ func (e *Engine) fleetSlots() func(string, int) distSlots {
 	return func(name string, n int) distSlots { return q.Semaphore(name, n) }
 }
 
+// StoreDamageReport returns what reports a damaged hook store file: a log
+// line (once: the file is set aside) and the metric.
+func StoreDamageReport(log *zap.Logger, m Metrics) func(jobs.Damage) {
+	return func(d jobs.Damage) {
+		log.Error("hook store: a damaged file was set aside; its jobs are not run (the proxy goes on)",
+			zap.String("file", d.File), zap.String("set_aside_as", d.Aside), zap.Error(d.Err))
+		if m != nil {
+			m.StoreDamaged()
+		}
+	}
+}
+
 // openStore opens the hook store the options name, if any.
-func openStore(o Options) (*jobs.Store, error) {
+func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 	switch dir := o.Policy.Hooks.Store; dir {
 	case "off":
 		return nil, nil
@@ -135,14 +149,14 @@ func openStore(o Options) (*jobs.Store, error) {
 		if o.DefaultStore == "" {
 			return nil, nil
 		}
-		st, err := jobs.Open(o.DefaultStore)
+		st, err := jobs.Open(o.DefaultStore, report)
 		if err != nil {
 			o.Logger.Warn("no hook store: hooks live in memory, and a restart loses those not done (set policy.hooks.store)",
 				zap.Error(err))
 		}
 		return st, nil
 	default:
-		return jobs.Open(dir)
+		return jobs.Open(dir, report)
 	}
 }
 
@@ -208,3 +222,4 @@ func (noMetrics) Forwarded(bool)       {}
 func (noMetrics) Waiting(int)          {}
 func (noMetrics) CancelSettled(bool)   {}
 func (noMetrics) AuditFailed()         {}
+func (noMetrics) StoreDamaged()        {}

@@ -20,13 +20,20 @@ import (
 // replica is one proxy of a fleet: its engine, on NATS at url.
 func replica(t *testing.T, url string, p Policy, store string) (*Engine, *fleet.Queue, <-chan *Record) {
 	t.Helper()
-	q, err := fleet.Dial(fleet.Options{URL: url, AckWait: time.Second, Lease: time.Second, Logger: zaptest.NewLogger(t)})
+	return replicaWith(t, fleet.Options{URL: url, AckWait: time.Second, Lease: time.Second}, p, store)
+}
+
+// replicaWith is replica with the queue's options o.
+func replicaWith(t *testing.T, o fleet.Options, p Policy, store string) (*Engine, *fleet.Queue, <-chan *Record) {
+	t.Helper()
+	o.Logger = zaptest.NewLogger(t)
+	q, err := fleet.Dial(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Hooks.Store = store
 	recs := make(chan *Record, 16)
-	e, err := New(Options{Policy: p, Audit: Audit{Path: "off", NATSSubject: "audit.test"}, Logger: zaptest.NewLogger(t), Fleet: q,
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off", NATSSubject: "mcp-cancel-proxy.audit"}, Logger: zaptest.NewLogger(t), Fleet: q,
 		OnAudit: func(r *Record) { recs <- r }})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +107,7 @@ func TestFleetRunsQueuedHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	feed, _ := sub.SubscribeSync("audit.test")
+	feed, _ := sub.SubscribeSync("mcp-cancel-proxy.audit")
 	sub.Flush()
 	rc, url := newFleetReceiver(t, func(n int) int { return map[bool]int{true: 500, false: 200}[n == 1] })
 	a, _, recsA := replica(t, ns.ClientURL(), fleetPolicy(url, 2), "")

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"cmp"
-	"encoding/json"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,15 +25,12 @@ func (e *Engine) work(d *fleet.Delivery) {
 	e.run.wg.Add(1)
 	e.mu.Unlock()
 	defer e.run.wg.Done()
-	var h Hook
-	var ev HookEvent
-	if json.Unmarshal(d.Job.Hook, &h) != nil || json.Unmarshal(d.Job.Event, &ev) != nil || (len(h.Exec) == 0 && h.HTTP == nil) {
-		e.log.Error("a fleet job cannot be read: kept here as an orphan", zap.String("job", d.Job.ID))
-		d.GiveUp()
-		e.keepOrphan(d.Job, d.Attempt, "the job cannot be read")
+	h, ev, why := e.hookOf(d.Job)
+	if h == nil {
+		e.stray(d, why)
 		return
 	}
-	res, ran := e.attemptFor(d, &h, &ev)
+	res, ran := e.attemptFor(d, h, ev)
 	switch {
 	case !ran: // shutdown came first
 		d.Retry(0)
@@ -52,7 +48,30 @@ func (e *Engine) work(d *fleet.Delivery) {
 		e.keepOrphan(d.Job, d.Attempt, res.Error)
 	}
 	e.metrics.HookRan(res.Phase, res.OK)
-	e.resumed(&ev, res, StatusFleetOK)
+	e.resumed(ev, res, StatusFleetOK)
+}
+
+// strayDelay is how long a fleet job whose hook this replica does not have
+// waits before it is delivered again, to any replica (one whose
+// configuration is newer, say, during a rolling update). Mutable for tests.
+var strayDelay = 5 * time.Second
+
+// stray handles a fleet job this replica does not run (why says why): one
+// that names a hook by a digest goes back to the queue for another replica
+// until its deliveries reach the queue's bound, and then stays here as an
+// orphan; one that cannot name a hook (an earlier version's format, one
+// that cannot be read) is an orphan at once. Every one is logged.
+func (e *Engine) stray(d *fleet.Delivery, why string) {
+	log := e.log.With(zap.String("job", d.Job.ID), zap.String("phase", d.Job.Phase), zap.String("hook_digest", d.Job.HookDigest),
+		zap.Int("delivery", d.Attempt))
+	if d.Job.HookDigest != "" && d.Job.Definition == nil && d.Attempt < e.opts.Fleet.MaxDeliver() {
+		log.Warn("a fleet job is not run here: "+why+"; left to the fleet's other replicas", zap.Int("max_deliver", e.opts.Fleet.MaxDeliver()))
+		d.Retry(strayDelay)
+		return
+	}
+	log.Error("a fleet job is not run: " + why + "; kept here as an orphan")
+	d.GiveUp()
+	e.keepOrphan(d.Job, d.Attempt, why)
 }
 
 // attemptFor runs one attempt of h in its turn, telling the queue the job

@@ -89,8 +89,8 @@ func (e *Engine) take(all []jobs.Job) {
 			if !e.run.jobs.forward(&job{j}) {
 				return // still unreachable: the next look tries again
 			}
-		default:
-			e.resume(j)
+		case !e.resume(j):
+			orphans++
 		}
 	}
 	if len(all) > 0 && e.opts.Fleet == nil {
@@ -102,30 +102,31 @@ func (e *Engine) take(all []jobs.Job) {
 
 // resume runs a stored job from where it stopped, and writes an audit
 // line of its own once it ends (its request's line was written long ago,
-// perhaps by another process).
-func (e *Engine) resume(j jobs.Job) {
-	var h Hook
-	var ev HookEvent
-	if err := json.Unmarshal(j.Hook, &h); err != nil || json.Unmarshal(j.Event, &ev) != nil || (len(h.Exec) == 0 && h.HTTP == nil) {
-		e.log.Error("hook store: a job cannot be read; kept as an orphan", zap.String("job", j.ID))
-		j.State = jobs.Orphaned
+// perhaps by another process). It reports false if the job is not run and
+// was kept as an orphan (the caller counts it).
+func (e *Engine) resume(j jobs.Job) bool {
+	h, ev, why := e.hookOf(j)
+	if h == nil {
+		e.log.Error("hook store: a job is not run: "+why+"; kept as an orphan", zap.String("job", j.ID),
+			zap.String("phase", j.Phase), zap.String("hook_digest", j.HookDigest))
+		j.State, j.LastError = jobs.Orphaned, why
 		e.run.jobs.put(&job{j}, nil)
-		e.run.jobs.countOrphans(1)
-		return
+		return false
 	}
 	e.mu.Lock()
 	if e.stopped {
 		e.mu.Unlock()
-		return
+		return true
 	}
 	e.run.wg.Add(1)
 	e.mu.Unlock()
 	go func() {
 		defer e.run.wg.Done()
-		res := e.run.attempts(&job{j}, &h, &ev)
+		res := e.run.attempts(&job{j}, h, ev)
 		e.metrics.HookRan(j.Phase, res.OK)
-		e.resumed(&ev, res, StatusResumedOK)
+		e.resumed(ev, res, StatusResumedOK)
 	}()
+	return true
 }
 
 // resumed logs and audits how a job run apart from its request ended (a
@@ -155,6 +156,29 @@ func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
 	e.writeAudit(rec, log)
 }
 
+// hookOf returns the hook of this proxy's configuration that a job names
+// by its digest, and the job's event; or nil, and why the job is not run: it
+// is in the format of earlier versions (which carried the definition
+// itself), no hook of the policy in force has its digest (a forged job, or
+// one made under a configuration since changed), or it cannot be read.
+func (e *Engine) hookOf(j jobs.Job) (*Hook, *HookEvent, string) {
+	switch {
+	case j.HookDigest == "" && len(j.Definition) > 0:
+		return nil, nil, "the job is in an earlier version's format, which carries its hook's definition: refused (a job must name a hook of this proxy's configuration by its digest)"
+	case j.HookDigest == "":
+		return nil, nil, "the job names no hook"
+	}
+	h := e.m.Load().hooks[j.HookDigest]
+	if h == nil {
+		return nil, nil, "no hook of this proxy's configuration has the job's digest (a forged job, or one made under a configuration since changed)"
+	}
+	ev := new(HookEvent)
+	if err := json.Unmarshal(j.Event, ev); err != nil {
+		return nil, nil, "the job's event cannot be read"
+	}
+	return h, ev, ""
+}
+
 // Jobs returns the jobs of the hook store: pending and orphaned.
 func (e *Engine) Jobs() ([]jobs.Job, error) {
 	if e.run.jobs.store == nil {
@@ -175,10 +199,18 @@ func (e *Engine) RetryJobs(id string) (int, error) {
 	}); err != nil {
 		return 0, err
 	}
+	n := 0
 	for _, j := range again {
-		e.resume(j)
+		if e.resume(j) {
+			n++
+		} else {
+			e.run.jobs.countOrphans(1)
+		}
 	}
-	return len(again), nil
+	if n == 0 && id != "" {
+		return 0, fmt.Errorf("job %q is not run: its hook is not in this proxy's configuration (kept as an orphan)", id)
+	}
+	return n, nil
 }
 
 // DropJobs removes from the store the orphaned job with the given id, or

@@ -153,10 +153,13 @@ func hooksInStore(dir, verb, id string, asJSON bool, out io.Writer) error {
 	}
 	var held, n int
 	var err error
+	damaged := func(d jobs.Damage) {
+		fmt.Fprintf(out, "a damaged store file was set aside (its jobs cannot be read): %s -> %s: %v\n", d.File, d.Aside, d.Err)
+	}
 	switch verb {
 	case "list":
 		var all []jobs.Job
-		if all, held, err = jobs.Read(dir); err == nil {
+		if all, held, err = jobs.Read(dir, damaged); err == nil {
 			printJobs(out, viewOf(all), asJSON)
 		}
 	default:
@@ -170,7 +173,7 @@ func hooksInStore(dir, verb, id string, asJSON bool, out io.Writer) error {
 			}
 			j.State, j.Attempts, j.NextAt = jobs.Pending, 0, time.Time{}
 			return &j
-		})
+		}, damaged)
 		if err == nil {
 			fmt.Fprintf(out, "%s: %d orphaned job(s)\n", map[string]string{"retry": "retried", "drop": "dropped"}[verb], n)
 		}

@@ -252,7 +252,7 @@ func policyOptions(cfg config.Config, log *zap.Logger) (policy.Options, error) {
 	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads,
 		DefaultStore: config.DefaultHookStore()}
 	if c := cfg.Cluster; c.NATS != "" {
-		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease,
+		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease, MaxDeliver: c.MaxDeliver,
 			Token: os.Getenv("MCP_CANCEL_PROXY_NATS_TOKEN"), Name: "mcp-cancel-proxy", Logger: log})
 		if err != nil {
 			return o, fmt.Errorf("cluster.nats %s: %w", fleet.Redacted(c.NATS), err)

@@ -87,6 +87,12 @@ type Cluster struct {
 	// after its replica last renewed it (every third of it): a replica
 	// that dies gives its slots up after this long. Default 30s.
 	SlotLease time.Duration `yaml:"slot_lease"`
+	// MaxDeliver bounds how often one hook job is delivered to the fleet's
+	// replicas: a job that no replica can run (its hook is in no replica's
+	// configuration: a forged job, or one left over from a changed
+	// configuration) is then kept as an orphan instead of circulating for
+	// ever. It must leave room for every hook's retries. Default 120.
+	MaxDeliver int `yaml:"max_deliver"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -193,7 +199,7 @@ func Defaults() Config {
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
-		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second},
+		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
 	}
 }
 
@@ -315,6 +321,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Cluster.SlotLease < 0 {
 		bad("cluster.slot_lease", "must not be negative, got %v", c.Cluster.SlotLease)
+	}
+	if n, r := c.Cluster.MaxDeliver, c.Policy.MaxRetries(); n <= 0 || (c.Cluster.NATS != "" && n <= r+1) {
+		bad("cluster.max_deliver", "must be more than every hook's attempts (the most retries of a hook is %d, so at least %d), got %d", r, r+2, n)
 	}
 	if e := c.Tracing.Endpoint; e != "" {
 		if u, err := url.Parse(e); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {

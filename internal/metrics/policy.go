@@ -18,6 +18,7 @@ type Policy struct {
 	restarts      prometheus.Counter
 	settled       *prometheus.CounterVec
 	auditFailures prometheus.Counter
+	damaged       prometheus.Counter
 	notify        prometheus.Histogram
 	upstream      string
 }
@@ -47,13 +48,15 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 			[]string{"upstream", "honoured"}),
 		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
+		damaged: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hook_store_damaged_files_total",
+			Help: "Hook store files found damaged (cut short by a crash or a full disk, or not store files) and set aside as NAME.corrupt-TIMESTAMP."}),
 	}
 	p.notify = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "mcp_cancel_proxy", Name: "cancel_notify_seconds",
 		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
 			"server's stdin, or answered by an HTTP upstream.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
 	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.restarts, p.settled,
-		p.auditFailures, p.notify)
+		p.auditFailures, p.damaged, p.notify)
 	return p
 }
 
@@ -77,6 +80,9 @@ func (p *Policy) Orphan() { p.orphans.Inc() }
 
 // Orphans sets the gauge of orphaned jobs in the hook store.
 func (p *Policy) Orphans(n int) { p.stored.Set(float64(n)) }
+
+// StoreDamaged counts a damaged hook store file set aside.
+func (p *Policy) StoreDamaged() { p.damaged.Inc() }
 
 // Forwarded counts a hook job forwarded to the fleet, or kept locally.
 func (p *Policy) Forwarded(ok bool) {

@@ -29,3 +29,27 @@ func RunIn(t testing.TB, port int, dir string) *server.Server {
 	t.Cleanup(s.Shutdown)
 	return s
 }
+
+// RunConfig starts a NATS server from a configuration file, as nats-server
+// -c would (its users and permissions included), on 127.0.0.1 at a free
+// port with JetStream's store in a temporary directory, until the test
+// ends. Variables the file names ($NAME) come from the environment.
+func RunConfig(t testing.TB, file string) *server.Server {
+	t.Helper()
+	o, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Host, o.Port, o.StoreDir, o.NoLog, o.NoSigs = "127.0.0.1", -1, t.TempDir(), true, true
+	o.HTTPPort, o.Cluster.Port, o.LeafNode.Port = 0, 0, 0
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}

@@ -47,6 +47,11 @@ var accepted = []byte("accepted")
 // the others get it.
 const DefaultAckWait = 60 * time.Second
 
+// DefaultMaxDeliver bounds the deliveries of one job: enough for a hook's
+// most retries (100) and the redeliveries of replicas that stop mid-job,
+// while a job no replica can run (a forged one) leaves the queue in time.
+const DefaultMaxDeliver = 120
+
 // publishWait bounds a publish (its acknowledgement by the stream).
 const publishWait = 5 * time.Second
 
@@ -65,8 +70,11 @@ type Options struct {
 	AckWait time.Duration
 	// Lease is how long a fleet-wide slot stays held after its holder last
 	// said so: DefaultLease if zero.
-	Lease  time.Duration
-	Logger *zap.Logger
+	Lease time.Duration
+	// MaxDeliver bounds the deliveries of one job (the queue's consumer
+	// delivers it no more often): DefaultMaxDeliver if zero.
+	MaxDeliver int
+	Logger     *zap.Logger
 }
 
 // Queue is a replica's connection to the fleet's jobs.
@@ -88,6 +96,9 @@ func Dial(o Options) (*Queue, error) {
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = DefaultAckWait
+	}
+	if o.MaxDeliver <= 0 {
+		o.MaxDeliver = DefaultMaxDeliver
 	}
 	log := o.Logger.With(zap.String("nats", Redacted(o.URL)))
 	opts := []nats.Option{nats.Name(o.Name), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
@@ -145,9 +156,10 @@ func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
 			return nil, err
 		}
 	}
-	cc := jetstream.ConsumerConfig{Durable: ConsumerName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait, MaxDeliver: -1}
+	cc := jetstream.ConsumerConfig{Durable: ConsumerName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait,
+		MaxDeliver: q.opts.MaxDeliver}
 	cons, err := q.js.Consumer(ctx, StreamName, ConsumerName)
-	if err != nil || cons.CachedInfo().Config.AckWait != cc.AckWait {
+	if err != nil || cons.CachedInfo().Config.AckWait != cc.AckWait || cons.CachedInfo().Config.MaxDeliver != cc.MaxDeliver {
 		if cons, err = q.js.CreateOrUpdateConsumer(ctx, StreamName, cc); err != nil {
 			return nil, err
 		}
@@ -188,7 +200,7 @@ func (d *Delivery) Done() error { return d.msg.Ack() }
 func (d *Delivery) Retry(after time.Duration) error { return d.msg.NakWithDelay(after) }
 
 // GiveUp ends the job: no replica gets it again.
-func (d *Delivery) GiveUp() error { return d.msg.TermWithReason("retries ran out") }
+func (d *Delivery) GiveUp() error { return d.msg.TermWithReason("given up") }
 
 // Working tells the stream the job is still being worked on.
 func (d *Delivery) Working() error { return d.msg.InProgress() }
@@ -278,6 +290,7 @@ func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool, ended 
 		q.log.Error("cannot serve the fleet's session ends", zap.Error(err))
 		return func() { cancels.Unsubscribe() }
 	}
+	q.nc.Flush() // the server has both subscriptions when this returns
 	return func() { cancels.Unsubscribe(); ends.Unsubscribe() }
 }
 
@@ -299,6 +312,9 @@ func (q *Queue) lease() time.Duration {
 	}
 	return DefaultLease
 }
+
+// MaxDeliver returns the bound on a job's deliveries in force.
+func (q *Queue) MaxDeliver() int { return q.opts.MaxDeliver }
 
 // AckWait returns the ack wait in force.
 func (q *Queue) AckWait() time.Duration { return q.opts.AckWait }

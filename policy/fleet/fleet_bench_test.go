@@ -19,7 +19,7 @@ func BenchmarkPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer q.Close()
-	j := jobs.Job{Phase: "on_cancel", Target: "POST http://127.0.0.1:1/", Hook: []byte(`{}`), Event: []byte(`{"event":"cancel"}`),
+	j := jobs.Job{Phase: "on_cancel", Target: "POST http://127.0.0.1:1/", HookDigest: "sha256:0", Event: []byte(`{"event":"cancel"}`),
 		State: jobs.Pending, Created: time.Now()}
 	for i := 0; b.Loop(); i++ {
 		j.ID = "bench-" + strconv.Itoa(i)

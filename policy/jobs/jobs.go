@@ -45,9 +45,16 @@ type Job struct {
 	Tool   string `json:"tool,omitempty"`
 	// Captured are the values the policy captured (an upstream job's id).
 	Captured map[string]json.RawMessage `json:"captured,omitempty"`
-	// Hook is the hook's definition, Event the document it gets: both
-	// opaque here.
-	Hook      json.RawMessage `json:"hook"`
+	// HookDigest names the hook the job runs (policy.Hook.Digest): a
+	// proxy runs the job only with a hook of its own configuration that
+	// has this digest. A job never carries the hook's definition, so that
+	// whoever can write a job (a store file, the fleet's queue) cannot make
+	// a proxy run a command or call a URL of their choosing.
+	HookDigest string `json:"hook_digest,omitempty"`
+	// Definition is the hook's definition as earlier versions wrote it
+	// into the job: never run; a job that has it and no digest is refused.
+	Definition json.RawMessage `json:"hook,omitempty"`
+	// Event is the document the hook gets: opaque here.
 	Event     json.RawMessage `json:"event"`
 	State     string          `json:"state"`
 	Attempts  int             `json:"attempts"`
@@ -60,30 +67,29 @@ var bucket = []byte("jobs")
 
 // Store is one process's file of jobs in a store directory.
 type Store struct {
-	dir  string
-	path string
-	mu   sync.Mutex // guards db's closing
-	db   *bolt.DB
+	dir    string
+	report func(Damage) // nil: damaged files are set aside quietly
+
+	mu   sync.Mutex // guards the fields below, and serialises the own file's transactions
+	path string     // the own file
+	db   *bolt.DB   // nil once closed
+	file *os.File   // db's, to close with its lock when db faulted (bbolt's locks may then be held)
 }
 
 // Open opens a store in dir (created, mode 0700, if need be) with a file
-// of the process's own, and adopts the jobs of files no process holds.
-func Open(dir string) (*Store, error) {
+// of the process's own, and adopts the jobs of files no process holds. A
+// file of the directory that is damaged (cut short by a crash or a full
+// disk, or not a store file at all) is set aside (renamed
+// NAME.corrupt-TIMESTAMP) and reported to report, if set, never opened:
+// no file in the directory can stop the store from opening.
+func Open(dir string, report func(Damage)) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("hook store: %w", err)
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	path := filepath.Join(dir, "jobs-"+hex.EncodeToString(b)+".db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("hook store %s: %w", path, err)
+	s := &Store{dir: dir, report: report}
+	if err := s.openOwn(); err != nil {
+		return nil, err
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err }); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("hook store %s: %w", path, err)
-	}
-	s := &Store{dir: dir, path: path, db: db}
 	if _, err := s.Adopt(); err != nil {
 		s.Close()
 		return nil, err
@@ -91,22 +97,109 @@ func Open(dir string) (*Store, error) {
 	return s, nil
 }
 
+// openOwn opens a new own file. s.mu is held, or s is not shared yet.
+func (s *Store) openOwn() error {
+	b := make([]byte, 8)
+	rand.Read(b)
+	path := filepath.Join(s.dir, "jobs-"+hex.EncodeToString(b)+".db")
+	db, f, err := openFile(path, time.Second, false)
+	if err == nil {
+		err = guard(func() error {
+			return db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err })
+		})
+		if err != nil {
+			closeFile(db, f, err)
+		}
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("hook store %s: %w", path, err)
+	}
+	s.path, s.db, s.file = path, db, f
+	return nil
+}
+
+// closeFile closes a bbolt file; after a fault (err is ErrDamaged) bbolt's
+// locks may still be held by the transaction it broke, so only the file is
+// closed (and with it the file's lock), the rest left to the collector.
+func closeFile(db *bolt.DB, f *os.File, err error) {
+	if errors.Is(err, ErrDamaged) {
+		f.Close()
+		return
+	}
+	guard(db.Close)
+}
+
+// openFile opens a bbolt file, waiting up to timeout for its lock; a fault
+// while bbolt reads it is ErrDamaged, and the file is then closed.
+func openFile(path string, timeout time.Duration, readOnly bool) (*bolt.DB, *os.File, error) {
+	var f *os.File
+	var db *bolt.DB
+	err := guard(func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: readOnly,
+			OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+				f, err = os.OpenFile(name, flag, mode)
+				return f, err
+			}})
+		return err
+	})
+	if errors.Is(err, ErrDamaged) && f != nil {
+		f.Close() // and with it bbolt's lock
+	}
+	return db, f, err
+}
+
+// do runs f in a transaction of the own file (a write if write is set). A
+// fault while the file is read (it was cut short under the process) sets it
+// aside, reported as damaged, and f runs again once in a new own file: the
+// jobs of the damaged file are lost, the store goes on.
+func (s *Store) do(write bool, f func(*bolt.Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for try := 0; ; try++ {
+		if s.db == nil {
+			return errors.New("hook store: closed")
+		}
+		db := s.db
+		err := guard(func() error {
+			if write {
+				return db.Update(f)
+			}
+			return db.View(f)
+		})
+		if !errors.Is(err, ErrDamaged) || try > 0 {
+			return err
+		}
+		closeFile(db, s.file, err)
+		s.db = nil
+		setAside(s.path, err, s.report)
+		if oerr := s.openOwn(); oerr != nil {
+			return errors.Join(err, oerr)
+		}
+	}
+}
+
 // Path returns the store's own file.
-func (s *Store) Path() string { return s.path }
+func (s *Store) Path() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.path
+}
 
 // Put writes j, durably (the file is synced) before it returns.
 func (s *Store) Put(j *Job) error { return s.putAll([]Job{*j}) }
 
 // Delete removes the job with the given id, if there is one.
 func (s *Store) Delete(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete([]byte(id)) })
+	return s.do(true, func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete([]byte(id)) })
 }
 
 // Get returns the job with the given id.
 func (s *Store) Get(id string) (Job, bool, error) {
 	var j Job
 	found := false
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.do(false, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucket).Get([]byte(id))
 		found = b != nil
 		if !found {
@@ -120,7 +213,7 @@ func (s *Store) Get(id string) (Job, bool, error) {
 // List returns the store's jobs, oldest first.
 func (s *Store) List() ([]Job, error) {
 	var all []Job
-	err := s.db.View(func(tx *bolt.Tx) error { return each(tx, func(j Job) { all = append(all, j) }) })
+	err := s.do(false, func(tx *bolt.Tx) error { return each(tx, func(j Job) { all = append(all, j) }) })
 	sortJobs(all)
 	return all, err
 }
@@ -146,18 +239,20 @@ func sortJobs(all []Job) {
 }
 
 // Adopt moves into the store the jobs of every file of the directory that
-// no process holds, removes those files, and returns the jobs it took.
+// no process holds, removes those files, and returns the jobs it took. A
+// damaged file is set aside and reported, its jobs not taken.
 func (s *Store) Adopt() ([]Job, error) {
 	var adopted []Job
+	own := s.Path()
 	for _, path := range files(s.dir) {
-		if path == s.path {
+		if path == own {
 			continue
 		}
-		jobs, err := take(path, s.putAll)
-		if errors.Is(err, bolterrors.ErrTimeout) {
-			continue // a live process's
-		}
-		if err != nil {
+		jobs, err := take(path, s.putAll, s.report)
+		switch {
+		case errors.Is(err, errBusy):
+			continue // a live process's, or one being created
+		case err != nil:
 			return adopted, err
 		}
 		adopted = append(adopted, jobs...)
@@ -166,34 +261,84 @@ func (s *Store) Adopt() ([]Job, error) {
 	return adopted, nil
 }
 
+// errBusy says a file is not to be taken now: a live process holds it, it
+// is being created, or it was damaged and has been set aside.
+var errBusy = errors.New("hook store file busy")
+
+// openForeign opens a file of the directory other than the own one,
+// checked first (see checkFile); a damaged one is set aside and reported,
+// and errBusy returned, as for one a process holds.
+func openForeign(path string, report func(Damage)) (*bolt.DB, *os.File, error) {
+	if err := checkFile(path); err != nil {
+		if st, serr := os.Stat(path); serr != nil || time.Since(st.ModTime()) < creating {
+			return nil, nil, errBusy // gone, or perhaps a process creating its file
+		} else if st.Size() == 0 {
+			os.Remove(path) // an empty file a process left at its start: nothing in it
+			return nil, nil, errBusy
+		}
+		// Whether a live process holds it: its lock, taken shared and read
+		// only, in case bbolt reads it anyway (guarded).
+		if db, f, lerr := openFile(path, time.Nanosecond, true); errors.Is(lerr, bolterrors.ErrTimeout) {
+			return nil, nil, errBusy
+		} else if db != nil {
+			closeFile(db, f, lerr)
+		}
+		setAside(path, err, report)
+		return nil, nil, errBusy
+	}
+	db, f, err := openFile(path, time.Nanosecond, false)
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, nil, errBusy
+	case err != nil:
+		setAside(path, err, report)
+		return nil, nil, errBusy
+	}
+	return db, f, nil
+}
+
+// creating is how long a file that does not pass the checks is given to
+// be a process's new file still being written, before it counts as damaged.
+const creating = 10 * time.Second
+
 // take hands the jobs of a file no process holds to keep, then empties
 // the file, all under the file's lock, so that no other adopter takes
-// them too; or it returns bolt's ErrTimeout if a process holds the file.
-func take(path string, keep func([]Job) error) ([]Job, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Nanosecond})
+// them too; or it returns errBusy if the file is not to be taken now.
+func take(path string, keep func([]Job) error, report func(Damage)) ([]Job, error) {
+	db, f, err := openForeign(path, report)
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
 	var jobs []Job
-	err = db.Update(func(tx *bolt.Tx) error {
-		if err := each(tx, func(j Job) { jobs = append(jobs, j) }); err != nil {
-			return err
-		}
-		if err := keep(jobs); err != nil {
-			return err
-		}
-		if tx.Bucket(bucket) == nil {
-			return nil
-		}
-		return tx.DeleteBucket(bucket)
+	var kept error // keep's failure is the store's own, not the file's
+	err = guard(func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			if err := each(tx, func(j Job) { jobs = append(jobs, j) }); err != nil {
+				return err
+			}
+			if kept = keep(jobs); kept != nil {
+				return kept
+			}
+			if tx.Bucket(bucket) == nil {
+				return nil
+			}
+			return tx.DeleteBucket(bucket)
+		})
 	})
-	return jobs, err
+	closeFile(db, f, err)
+	switch {
+	case kept != nil:
+		return nil, kept
+	case err != nil:
+		setAside(path, err, report)
+		return nil, errBusy
+	}
+	return jobs, nil
 }
 
 // putAll writes jobs to the store, in one transaction.
 func (s *Store) putAll(jobs []Job) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.do(true, func(tx *bolt.Tx) error {
 		for i := range jobs {
 			b, err := json.Marshal(&jobs[i])
 			if err != nil {
@@ -221,8 +366,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	empty := true
-	s.db.View(func(tx *bolt.Tx) error { empty = tx.Bucket(bucket).Stats().KeyN == 0; return nil })
-	err := s.db.Close()
+	guard(func() error {
+		return s.db.View(func(tx *bolt.Tx) error { empty = tx.Bucket(bucket).Stats().KeyN == 0; return nil })
+	})
+	err := guard(s.db.Close)
 	s.db = nil
 	if empty && err == nil {
 		os.Remove(s.path)
@@ -235,7 +382,7 @@ func (s *Store) Close() error {
 // changed or dropped.
 func (s *Store) Edit(f func(Job) *Job) (int, error) {
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) (err error) { n, err = edit(tx, f); return err })
+	err := s.do(true, func(tx *bolt.Tx) (err error) { n, err = edit(tx, f); return err })
 	return n, err
 }
 
@@ -276,33 +423,40 @@ func same(a, b *Job) bool {
 
 // Read returns the jobs of the files of dir that no process holds, oldest
 // first, and how many files running processes hold (their jobs are theirs
-// to show: through their admin listener).
-func Read(dir string) (jobs []Job, held int, err error) {
-	held, err = EditDir(dir, func(j Job) *Job { jobs = append(jobs, j); return &j })
+// to show: through their admin listener). Damaged files are set aside and
+// reported to report.
+func Read(dir string, report func(Damage)) (jobs []Job, held int, err error) {
+	held, err = EditDir(dir, func(j Job) *Job { jobs = append(jobs, j); return &j }, report)
 	sortJobs(jobs)
 	return jobs, held, err
 }
 
 // EditDir is Store.Edit over the files of dir that no process holds; it
-// returns how many files running processes hold.
-func EditDir(dir string, f func(Job) *Job) (held int, err error) {
+// returns how many files running processes hold. Damaged files are set
+// aside and reported to report.
+func EditDir(dir string, f func(Job) *Job, report func(Damage)) (held int, err error) {
 	for _, path := range files(dir) {
-		db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Nanosecond})
-		if errors.Is(err, bolterrors.ErrTimeout) {
-			held++
+		db, file, err := openForeign(path, report)
+		if errors.Is(err, errBusy) {
+			if _, serr := os.Stat(path); serr == nil {
+				held++ // (a file set aside is gone from its place)
+			}
 			continue
 		}
-		if err != nil {
-			return held, fmt.Errorf("%s: %w", path, err)
-		}
-		err = db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucket) == nil {
-				return nil
-			}
-			_, err := edit(tx, f)
-			return err
+		err = guard(func() error {
+			return db.Update(func(tx *bolt.Tx) error {
+				if tx.Bucket(bucket) == nil {
+					return nil
+				}
+				_, err := edit(tx, f)
+				return err
+			})
 		})
-		db.Close()
+		closeFile(db, file, err)
+		if errors.Is(err, ErrDamaged) {
+			setAside(path, err, report)
+			continue
+		}
 		if err != nil {
 			return held, fmt.Errorf("%s: %w", path, err)
 		}

@@ -14,13 +14,13 @@ import (
 
 func job(id string, created time.Time) *jobs.Job {
 	return &jobs.Job{ID: id, Phase: "on_cancel", Target: "POST http://127.0.0.1:1/hook", Tool: "slow",
-		Hook: []byte(`{"http":{"url":"http://127.0.0.1:1/hook"}}`), Event: []byte(`{"event":"cancel"}`),
+		HookDigest: "sha256:0", Event: []byte(`{"event":"cancel"}`),
 		State: jobs.Pending, Created: created}
 }
 
 func open(t *testing.T, dir string) *jobs.Store {
 	t.Helper()
-	s, err := jobs.Open(dir)
+	s, err := jobs.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestStoresShareADirectory(t *testing.T) {
 	if all, _ := b.List(); len(all) != 1 || all[0].ID != "b1" {
 		t.Errorf("b holds %v, want only b1", ids(all))
 	}
-	jobsRead, held, err := jobs.Read(dir)
+	jobsRead, held, err := jobs.Read(dir, nil)
 	if err != nil || held != 2 || len(jobsRead) != 0 {
 		t.Errorf("Read beside two live stores: %v, %d held, %v; want none, 2 held", ids(jobsRead), held, err)
 	}
@@ -120,11 +120,11 @@ func TestEditDir(t *testing.T) {
 			j.State = jobs.Pending
 		}
 		return &j
-	})
+	}, nil)
 	if err != nil || held != 1 {
 		t.Fatalf("EditDir: %d held, %v; want 1 held", held, err)
 	}
-	all, _, _ := jobs.Read(dir)
+	all, _, _ := jobs.Read(dir, nil)
 	if len(all) != 1 || all[0].ID != "orphan" || all[0].State != jobs.Pending || all[0].LastError != "HTTP 500" {
 		t.Errorf("after the edit: %+v; want the orphan pending again, its history kept", all)
 	}
@@ -136,7 +136,7 @@ const crashEnv = "JOBS_TEST_CRASH_DIR"
 // with SIGKILL; the next store opened in the directory finds the job.
 func TestJobSurvivesSIGKILL(t *testing.T) {
 	if dir := os.Getenv(crashEnv); dir != "" {
-		s, err := jobs.Open(dir)
+		s, err := jobs.Open(dir, nil)
 		if err != nil {
 			os.Exit(2)
 		}
@@ -170,7 +170,7 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 // BenchmarkStorePut: one job written durably (each Put is a synced bbolt
 // transaction): what a hook invocation costs before its first attempt.
 func BenchmarkStorePut(b *testing.B) {
-	s, err := jobs.Open(b.TempDir())
+	s, err := jobs.Open(b.TempDir(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -112,6 +112,7 @@ func (w *waitMetrics) Orphans(int)          {}
 func (w *waitMetrics) Forwarded(bool)       {}
 func (w *waitMetrics) CancelSettled(bool)   {}
 func (w *waitMetrics) AuditFailed()         {}
+func (w *waitMetrics) StoreDamaged()        {}
 func (w *waitMetrics) Waiting(delta int) {
 	if delta > 0 {
 		w.waiting <- struct{}{}

@@ -1,0 +1,120 @@
+package policy
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
+)
+
+// hostileJobs are the jobs an attacker who can write a store file or
+// publish on the fleet's subject would write: one in the format of earlier
+// versions, which carried the hook's definition (here a command that leaves
+// a mark), and one naming a hook by a digest no configuration has.
+func hostileJobs(t *testing.T, mark string) []jobs.Job {
+	def, _ := json.Marshal(map[string]any{"exec": []string{"/bin/sh", "-c", "touch " + mark}})
+	ev := json.RawMessage(`{"event":"cancel","idempotency_key":"x"}`)
+	now := time.Now()
+	return []jobs.Job{
+		{ID: "old-format", Phase: "on_cancel", Target: "sh", Definition: def, Event: ev, State: jobs.Pending, Created: now},
+		{ID: "forged", Phase: "on_cancel", Target: "sh", HookDigest: "sha256:" + strings.Repeat("ab", 32), Event: ev,
+			State: jobs.Pending, Created: now.Add(time.Millisecond)},
+	}
+}
+
+// TestStoreRunsOnlyItsOwnHooks: the jobs of a store file left by another
+// process are run only with hooks of this proxy's configuration, named by
+// digest: a job carrying a definition (an earlier version's format) and a
+// job whose digest no hook has are kept as orphans, never run, while a job
+// of the proxy's own hook runs.
+func TestStoreRunsOnlyItsOwnHooks(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	p := Defaults()
+	own := &Hook{HTTP: &HTTPHook{URL: srv.URL}}
+	p.Rules = []Rule{{Tool: "job", OnCancel: own}}
+	dir := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "ran")
+	other, err := jobs.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(hostileJobs(t, mark), jobs.Job{ID: "own", Phase: "on_cancel", Target: "POST", HookDigest: own.Digest(),
+		Event: json.RawMessage(`{"event":"cancel","tool":"job","idempotency_key":"own"}`), State: jobs.Pending, Created: time.Now()})
+	for i := range all {
+		if err := other.Put(&all[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other.Close() // not empty: the file stays, for the next store to adopt
+	e, recs := storeEngine(t, p, dir)
+	if r := waitRecord(t, recs); r.Status != StatusResumedOK {
+		t.Fatalf("the own hook's job: %+v", r)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a job's own definition was run")
+	}
+	kept, _ := e.Jobs()
+	if len(kept) != 2 {
+		t.Fatalf("store: %+v, want the two hostile jobs as orphans", kept)
+	}
+	for _, j := range kept {
+		if j.State != jobs.Orphaned || j.LastError == "" {
+			t.Errorf("job %s: %+v, want an orphan that says why", j.ID, j)
+		}
+	}
+}
+
+// TestFleetRunsOnlyItsOwnHooks: jobs published on the fleet's subject by
+// anyone who can are run by no replica unless they name one of its hooks:
+// a job in an earlier version's format is refused at once, a job of an
+// unknown digest goes round until its deliveries reach max_deliver; both
+// then stay as orphans in the replica's store, and nothing ran.
+func TestFleetRunsOnlyItsOwnHooks(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	defer func(d time.Duration) { strayDelay = d }(strayDelay)
+	strayDelay = 10 * time.Millisecond
+	ns := natstest.Run(t, -1)
+	rc, url := newFleetReceiver(t, func(int) int { return 200 })
+	e, _, _ := replicaWith(t, fleet.Options{URL: ns.ClientURL(), AckWait: time.Second, MaxDeliver: 3}, fleetPolicy(url, 0), t.TempDir())
+	cancelled(t, e, 1, "job")
+	<-rc.got // the stream and its consumer exist once a job went through
+	mark := filepath.Join(t.TempDir(), "ran")
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, j := range hostileJobs(t, mark) {
+		b, _ := json.Marshal(j)
+		if err := nc.Publish(fleet.JobSubject, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kept []jobs.Job
+	waitFor(t, "two orphans", func() bool { kept, _ = e.Jobs(); return len(kept) == 2 })
+	deliveries := map[string]int{}
+	for _, j := range kept {
+		if j.State != jobs.Orphaned {
+			t.Errorf("job %s: %+v, want an orphan", j.ID, j)
+		}
+		deliveries[j.ID] = j.Attempts
+	}
+	if deliveries["old-format"] != 1 || deliveries["forged"] != 3 {
+		t.Errorf("deliveries %v, want old-format 1 (refused at once), forged 3 (max_deliver)", deliveries)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a job's own definition was run")
+	}
+}
