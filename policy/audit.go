@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
@@ -270,15 +272,20 @@ func plain(v json.RawMessage) string {
 	if json.Unmarshal(v, &s) == nil {
 		return envSafe(s)
 	}
-	return string(v)
+	var b bytes.Buffer
+	if json.Compact(&b, v) == nil { // no newline between a value's tokens either
+		return b.String()
+	}
+	return envSafe(string(v))
 }
 
-// envSafe returns s as it is, or, when it holds a NUL byte (which no
-// environment variable can hold, and which a client can put in its ids and
-// tool names), JSON-encoded with its quotes: a hook then still runs, and
-// the event on its stdin has the exact value.
+// envSafe returns s as it is, or, when it holds a control character (NUL,
+// which no environment variable can hold; CR or LF, which would forge a
+// second line in a hook's `env` output; any other), JSON-encoded with its
+// quotes: a hook then still runs, and the event on its stdin has the exact
+// value. Clients choose ids and tool names, and servers captured values.
 func envSafe(s string) string {
-	if !strings.Contains(s, "\x00") {
+	if !strings.ContainsFunc(s, unicode.IsControl) && !strings.ContainsAny(s, "\u2028\u2029") {
 		return s
 	}
 	b, _ := json.Marshal(s)

@@ -53,6 +53,9 @@ type Options struct {
 	// it, and this process's worker runs the fleet's jobs. The Engine
 	// closes it at Shutdown.
 	Fleet *fleet.Queue
+	// PassEnv names the proxy's own environment variables (MCP_CANCEL_PROXY_*)
+	// that exec hooks get; they get none other.
+	PassEnv []string
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -106,7 +109,7 @@ func New(o Options) (*Engine, error) {
 		aw.close()
 		return nil, err
 	}
-	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept)
+	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv)
 	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil

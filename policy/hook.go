@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -54,11 +53,14 @@ type runner struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	jobs   *durable
+	// passEnv names the proxy's own variables an exec hook gets (see
+	// child.Environ).
+	passEnv []string
 }
 
-func newRunner(max int, jobs *durable) *runner {
+func newRunner(max int, jobs *durable, passEnv []string) *runner {
 	ctx, stop := context.WithCancel(context.Background())
-	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs,
+	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv,
 		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}}
 }
 
@@ -171,7 +173,7 @@ func (r *runner) exec(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	cmd.Stdin = bytes.NewReader(doc)
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.Env = append(os.Environ(), ev.env()...)
+	cmd.Env = append(child.Environ(r.passEnv), ev.env()...)
 	cmd.WaitDelay = time.Second // a grandchild holding the output open does not hold the hook
 	group, err := child.StartGroup(cmd)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
@@ -116,5 +117,53 @@ func TestFleetRunsOnlyItsOwnHooks(t *testing.T) {
 	}
 	if _, err := os.Stat(mark); err == nil {
 		t.Fatal("a job's own definition was run")
+	}
+}
+
+// TestExecHookEnvironment: an exec hook gets none of the proxy's own
+// variables (the NATS token) but those passed by name, and every other
+// (OTEL_*); a request id and a tool name with CR and LF cannot forge a
+// line of its environment.
+func TestExecHookEnvironment(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	t.Setenv("MCP_CANCEL_PROXY_NATS_TOKEN", "s3cret")
+	t.Setenv("MCP_CANCEL_PROXY_PASSED", "yes")
+	t.Setenv("OTEL_SERVICE_NAME", "svc")
+	out := filepath.Join(t.TempDir(), "env")
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job*", OnCancel: &Hook{Exec: []string{"sh", "-c", `env > "$1"`, "hook", out}}}}
+	recs := make(chan *Record, 4)
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), PassEnv: []string{"MCP_CANCEL_PROXY_PASSED"},
+		OnAudit: func(r *Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	ft := newTransport(t, e)
+	ft.client(`{"jsonrpc":"2.0","id":"1\r\nMCP_CANCEL_EVENT=forged","method":"tools/call","params":{"name":"job\nMCP_CANCEL_SOURCE=forged","arguments":{}}}`)
+	ft.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"1\r\nMCP_CANCEL_EVENT=forged"}}`)
+	ft.server(`{"jsonrpc":"2.0","id":"1\r\nMCP_CANCEL_EVENT=forged","result":{}}`)
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("audit: %+v", r)
+	}
+	env, _ := os.ReadFile(out)
+	lines := strings.Split(string(env), "\n")
+	has := func(prefix string) bool {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, bad := range []string{"MCP_CANCEL_EVENT=forged", "MCP_CANCEL_SOURCE=forged", "MCP_CANCEL_PROXY_NATS_TOKEN="} {
+		if has(bad) {
+			t.Errorf("the hook's environment has a line %s...:\n%s", bad, env)
+		}
+	}
+	for _, want := range []string{"MCP_CANCEL_PROXY_PASSED=yes", "OTEL_SERVICE_NAME=svc", `MCP_CANCEL_REQUEST_ID="1\r\nMCP_CANCEL_EVENT=forged"`} {
+		if !has(want) {
+			t.Errorf("the hook's environment lacks %s:\n%s", want, env)
+		}
 	}
 }

@@ -138,7 +138,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	}
 	if len(argv) > 0 || dial != nil { // a child per session, or an HTTP+SSE session per session
 		sc.Children = &httpx.Children{Argv: argv, Dial: dial,
-			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr},
+			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr},
 			Session: sopts,
 		}
 	}

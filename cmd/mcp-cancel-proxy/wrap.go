@@ -33,7 +33,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	defer log.Sync()
 	ignoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
-	copts := child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, Stderr: stderr, Logger: log}
+	copts := child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr, Logger: log}
 	first, err := child.Start(argv, copts)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
@@ -249,7 +249,7 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 // sets: the hook store is the platform's unless policy.hooks.store says;
 // with cluster.nats, the fleet's job queue (its token from the environment).
 func policyOptions(cfg config.Config, log *zap.Logger) (policy.Options, error) {
-	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads,
+	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads, PassEnv: cfg.Child.PassEnv,
 		DefaultStore: config.DefaultHookStore()}
 	if c := cfg.Cluster; c.NATS != "" {
 		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease, MaxDeliver: c.MaxDeliver,

@@ -187,6 +187,10 @@ type Child struct {
 	TermAfter time.Duration `yaml:"term_after"`
 	// KillAfter is the wait after SIGTERM before SIGKILL. Default 5s.
 	KillAfter time.Duration `yaml:"kill_after"`
+	// PassEnv names the proxy's own environment variables
+	// (MCP_CANCEL_PROXY_*, such as the NATS token) that the server and the
+	// exec hooks get: by default none of them, every other variable as is.
+	PassEnv []string `yaml:"pass_env"`
 }
 
 // Defaults returns the configuration used when no file is given.

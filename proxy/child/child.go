@@ -35,6 +35,9 @@ type Options struct {
 	Stderr io.Writer
 	// Logger logs each step. If nil, nothing is logged.
 	Logger *zap.Logger
+	// PassEnv names the proxy's own variables (MCP_CANCEL_PROXY_*) that the
+	// child gets; it gets none other (see Environ).
+	PassEnv []string
 }
 
 // Process is a running child. Its Stdin, Stdout are the pipes to talk to it.
@@ -58,6 +61,7 @@ func Start(argv []string, opts Options) (*Process, error) {
 	}
 	opts = opts.withDefaults()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = Environ(opts.PassEnv)
 	group, stdin, stdout, err := startWithPipes(cmd, opts.Stderr)
 	if err != nil {
 		return nil, fmt.Errorf("starting server %q: %w", argv[0], err)
