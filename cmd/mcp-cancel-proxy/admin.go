@@ -1,7 +1,13 @@
 package main
 
 import (
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
 	"net"
+	"os"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -9,44 +15,158 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
+
+// adminTokenEnv is the environment variable that holds the admin
+// listener's token when http.admin_token_file names no file.
+const adminTokenEnv = "MCP_CANCEL_PROXY_ADMIN_TOKEN"
+
+// adminGuard is who may use the admin listener. Every request meets the
+// MCP endpoint's Host and Origin rules (a web page cannot reach it by DNS
+// rebinding, nor post to it cross-site). /healthz, /readyz and /metrics
+// are open beyond that, for probes and scrapers; /status and /hooks show
+// sessions, tools and jobs, and /hooks/retry and /hooks/drop change
+// state, so they need the token whenever one is set, and always when the
+// listener binds beyond loopback; state changes are POSTs with a JSON
+// content type, which a web page cannot send cross-site without a CORS
+// preflight that the listener never answers.
+type adminGuard struct {
+	loopback bool     // the listener binds loopback addresses only
+	token    string   // "": none
+	origins  []string // http.allowed_origins
+}
+
+// allow reports whether the request may go on; if not, it has answered it.
+func (g *adminGuard) allow(ctx *fasthttp.RequestCtx) bool {
+	if status, why := httpx.RefuseHostOrigin(ctx, g.origins, g.loopback); status != 0 {
+		ctx.Error(why+"\n", status)
+		return false
+	}
+	path := string(ctx.Path())
+	switch {
+	case path == "/healthz" || path == "/readyz" || path == "/metrics":
+		return true
+	case g.token == "" && !g.loopback:
+		ctx.Error("the admin listener binds beyond loopback: /status and /hooks need a token "+
+			"(http.admin_token_file, or "+adminTokenEnv+")\n", fasthttp.StatusForbidden)
+		return false
+	case g.token != "" && !g.tokenGiven(ctx):
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcp-cancel-proxy admin", Basic realm="mcp-cancel-proxy admin"`)
+		ctx.Error("this endpoint needs the admin token: Authorization: Bearer TOKEN (or any user name and the token as password)\n",
+			fasthttp.StatusUnauthorized)
+		return false
+	case path == "/hooks/retry" || path == "/hooks/drop":
+		if !ctx.IsPost() {
+			ctx.Error("POST, with Content-Type: application/json\n", fasthttp.StatusMethodNotAllowed)
+			return false
+		}
+		if ct := string(ctx.Request.Header.ContentType()); !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "application/json") {
+			ctx.Error("a state change needs Content-Type: application/json\n", fasthttp.StatusUnsupportedMediaType)
+			return false
+		}
+	}
+	return true
+}
+
+// tokenGiven reports whether the request carries the token, as a bearer
+// token or as a Basic password (what a browser prompts for).
+func (g *adminGuard) tokenGiven(ctx *fasthttp.RequestCtx) bool {
+	auth := string(ctx.Request.Header.Peek("Authorization"))
+	scheme, cred, _ := strings.Cut(auth, " ")
+	switch strings.ToLower(scheme) {
+	case "bearer":
+	case "basic":
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+		if err != nil {
+			return false
+		}
+		_, cred, _ = strings.Cut(string(b), ":")
+	default:
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(cred)), []byte(g.token)) == 1
+}
+
+// adminToken returns the admin token the configuration names: the file's
+// content, else the environment variable's, else none.
+func adminToken(h config.HTTP) (string, error) {
+	if h.AdminTokenFile != "" {
+		b, err := os.ReadFile(h.AdminTokenFile)
+		if err != nil {
+			return "", fmt.Errorf("http.admin_token_file: %w", err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("http.admin_token_file: %s is empty", h.AdminTokenFile)
+	}
+	return strings.TrimSpace(os.Getenv(adminTokenEnv)), nil
+}
+
+// onlyLoopback reports whether a listener's address is a loopback one.
+func onlyLoopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
+}
 
 // admin serves the operations endpoints, apart from the MCP listener:
 // /healthz (the process serves), /readyz (ready() reports nil: the upstream
 // is reachable), /metrics (Prometheus), /hooks (the hook store's jobs, once
-// engine holds the policy engine) and /status (a page of the cancels). It returns a function that stops it.
-func admin(addr string, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+// engine holds the policy engine) and /status (a page of the cancels),
+// behind an adminGuard. It returns a function that stops it.
+func admin(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
+	token, err := adminToken(h)
 	if err != nil {
 		return nil, err
 	}
-	prom := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	srv := &fasthttp.Server{
-		Name: "mcp-cancel-proxy-admin", ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
-		Handler: func(ctx *fasthttp.RequestCtx) {
-			switch string(ctx.Path()) {
-			case "/healthz":
-				ctx.SetBodyString("ok\n")
-			case "/readyz":
-				if err := ready(); err != nil {
-					ctx.Error("not ready: "+err.Error()+"\n", fasthttp.StatusServiceUnavailable)
-					return
-				}
-				ctx.SetBodyString("ready\n")
-			case "/metrics":
-				prom(ctx)
-			case "/hooks", "/hooks/retry", "/hooks/drop":
-				serveHooks(ctx, engine)
-			case "/status":
-				serveStatus(ctx, engine)
-			default:
-				ctx.Error("not found", fasthttp.StatusNotFound)
-			}
-		},
+	ln, err := net.Listen("tcp", h.Admin)
+	if err != nil {
+		return nil, err
 	}
+	g := &adminGuard{loopback: onlyLoopback(ln.Addr()), token: token, origins: h.AllowedOrigins}
+	if !g.loopback {
+		log.Warn("the admin listener binds beyond loopback: /healthz, /readyz and /metrics are open to whoever reaches it; "+
+			"/status and /hooks need the admin token", zap.String("admin", ln.Addr().String()), zap.Bool("token_set", token != ""))
+	}
+	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
+		Handler: adminHandler(g, m, ready, engine)}
 	go srv.Serve(ln)
 	log.Info("admin listening", zap.String("admin", ln.Addr().String()))
 	return func() { srv.Shutdown() }, nil
 }
+
+// adminHandler answers the admin endpoints that g allows.
+func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine]) fasthttp.RequestHandler {
+	prom := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	return func(ctx *fasthttp.RequestCtx) {
+		if !g.allow(ctx) {
+			return
+		}
+		switch string(ctx.Path()) {
+		case "/healthz":
+			ctx.SetBodyString("ok\n")
+		case "/readyz":
+			if err := ready(); err != nil {
+				ctx.Error("not ready: "+err.Error()+"\n", fasthttp.StatusServiceUnavailable)
+				return
+			}
+			ctx.SetBodyString("ready\n")
+		case "/metrics":
+			prom(ctx)
+		case "/hooks", "/hooks/retry", "/hooks/drop":
+			serveHooks(ctx, engine)
+		case "/status":
+			serveStatus(ctx, engine)
+		default:
+			ctx.Error("not found", fasthttp.StatusNotFound)
+		}
+	}
+}
+
+// errNoAdminToken is the hooks command's error for an admin listener that
+// wants a token it was not given.
+var errNoAdminToken = errors.New("the admin listener wants its token: --token-file FILE or " + adminTokenEnv)

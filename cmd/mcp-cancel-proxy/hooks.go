@@ -111,6 +111,7 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "the configuration file naming policy.hooks.store")
 	all := fs.Bool("all", false, "retry or drop every orphaned job")
 	asJSON := fs.Bool("json", false, "list as JSON")
+	tokenFile := fs.String("token-file", "", "a file holding the admin listener's token (default: $"+adminTokenEnv+")")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -121,7 +122,10 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	if *adminAddr != "" {
-		err = hooksViaAdmin(*adminAddr, verb, id, *asJSON, stdout)
+		var token string
+		if token, err = adminToken(config.HTTP{AdminTokenFile: *tokenFile}); err == nil {
+			err = hooksViaAdmin(*adminAddr, token, verb, id, *asJSON, stdout)
+		}
 	} else {
 		err = hooksInStore(storeDir(*store, *cfgPath), verb, id, *asJSON, stdout)
 	}
@@ -188,7 +192,7 @@ func hooksInStore(dir, verb, id string, asJSON bool, out io.Writer) error {
 }
 
 // hooksViaAdmin asks a running proxy's admin listener.
-func hooksViaAdmin(addr, verb, id string, asJSON bool, out io.Writer) error {
+func hooksViaAdmin(addr, token, verb, id string, asJSON bool, out io.Writer) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -196,10 +200,18 @@ func hooksViaAdmin(addr, verb, id string, asJSON bool, out io.Writer) error {
 	if verb != "list" {
 		u += "/" + verb + "?id=" + url.QueryEscape(id)
 		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json") // what a state change must be
+		req.SetBodyString("{}")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.SetRequestURI(u)
 	if err := fasthttp.DoTimeout(req, resp, 10*time.Second); err != nil {
 		return err
+	}
+	if resp.StatusCode() == fasthttp.StatusUnauthorized && token == "" {
+		return errNoAdminToken
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return fmt.Errorf("%s: %d %s", u, resp.StatusCode(), strings.TrimSpace(string(resp.Body())))

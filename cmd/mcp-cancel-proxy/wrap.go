@@ -237,7 +237,7 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 			return nil
 		}
 	}
-	stop, err := admin(cfg.HTTP.Admin, m, ready, engine, log)
+	stop, err := admin(cfg.HTTP, m, ready, engine, log)
 	if err != nil {
 		log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 		return m, pm, func() {}

@@ -147,6 +147,12 @@ type HTTP struct {
 	// Admin is the address of the operations listener (/healthz, /readyz,
 	// /metrics). Default empty: off.
 	Admin string `yaml:"admin"`
+	// AdminTokenFile is a file holding the admin listener's token (else the
+	// MCP_CANCEL_PROXY_ADMIN_TOKEN variable): /status and /hooks then need
+	// it (Authorization: Bearer TOKEN), and they need it always when the
+	// listener binds beyond loopback. /healthz, /readyz and /metrics stay
+	// open. Default: none.
+	AdminTokenFile string `yaml:"admin_token_file"`
 }
 
 // Log configures the proxy's own logs, which go to stderr.

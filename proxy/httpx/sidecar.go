@@ -295,33 +295,44 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 // fails. Host is checked both as the header and as the authority of an
 // absolute-form request URI, which would otherwise stand in for it.
 func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
+	status, why := RefuseHostOrigin(ctx, s.AllowedOrigins, s.CheckHost)
+	if status == 0 {
+		return true
+	}
 	h := &ctx.Request.Header
-	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
-		s.log.Warn("request refused: more than one Host or Origin header")
-		ctx.Error("more than one Host or Origin header", fasthttp.StatusBadRequest)
-		return false
-	}
-	origin := string(peek(h.All(), "Origin"))
-	if origin != "" && !s.originAllowed(origin) {
-		s.log.Warn("request refused: origin not allowed", zap.String("origin", origin))
-		ctx.Error("origin not allowed", fasthttp.StatusForbidden)
-		return false
-	}
-	if s.CheckHost && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
-		s.log.Warn("request refused: host is not a loopback name", zap.ByteString("host", h.Host()),
-			zap.ByteString("uri_host", ctx.URI().Host()))
-		ctx.Error("host not allowed", fasthttp.StatusForbidden)
-		return false
-	}
-	return true
+	s.log.Warn("request refused: "+why, zap.ByteString("origin", peek(h.All(), "Origin")), zap.ByteString("host", h.Host()),
+		zap.ByteString("uri_host", ctx.URI().Host()))
+	ctx.Error(why, status)
+	return false
 }
 
-func (s *Sidecar) originAllowed(origin string) bool {
-	if slices.Contains(s.AllowedOrigins, "*") || slices.Contains(s.AllowedOrigins, origin) {
+// RefuseHostOrigin applies the MCP endpoint's Host and Origin rules to a
+// request: one Host and one Origin header at most; an Origin (if any) among
+// allowedOrigins ("*": any) or, on a loopback listener, a loopback origin;
+// and on a loopback listener (loopback set) a Host, both as the header and
+// as the authority of an absolute-form request URI, that names this machine
+// (which defeats DNS rebinding). It returns 0, or the status and why the
+// request is refused. The admin listener applies the same rules.
+func RefuseHostOrigin(ctx *fasthttp.RequestCtx, allowedOrigins []string, loopback bool) (status int, why string) {
+	h := &ctx.Request.Header
+	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
+		return fasthttp.StatusBadRequest, "more than one Host or Origin header"
+	}
+	if origin := string(peek(h.All(), "Origin")); origin != "" && !originAllowed(origin, allowedOrigins, loopback) {
+		return fasthttp.StatusForbidden, "origin not allowed"
+	}
+	if loopback && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
+		return fasthttp.StatusForbidden, "host not allowed"
+	}
+	return 0, ""
+}
+
+func originAllowed(origin string, allowed []string, loopback bool) bool {
+	if slices.Contains(allowed, "*") || slices.Contains(allowed, origin) {
 		return true
 	}
 	u, err := url.Parse(origin)
-	return s.CheckHost && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
+	return loopback && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
 }
 
 // Sessions returns how many client sessions the sidecar serves, of every
