@@ -205,7 +205,7 @@ func Defaults() Config {
 		Log:     Log{Level: "info", Format: "json"},
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
-		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter},
+		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
