@@ -117,6 +117,12 @@ type HTTPHook struct {
 	Headers map[string]string `yaml:"headers"`
 	// Timeout, if set, overrides the hook's.
 	Timeout time.Duration `yaml:"timeout"`
+	// RedactPath hides the URL's whole path wherever the hook is shown
+	// (logs, the audit trail, the status page, hooks list), for a webhook
+	// whose path is its secret. Userinfo and query values are always
+	// hidden, and the paths of well-known webhook hosts (Slack, Discord,
+	// Teams...). Default false.
+	RedactPath bool `yaml:"redact_path"`
 }
 
 // HookLimits bounds the hooks of the whole process.
@@ -260,7 +266,11 @@ func (h *Hook) validate(at string, bad func(at, format string, a ...any)) {
 	case h.HTTP != nil:
 		u, err := url.Parse(h.HTTP.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad(at+".http.url", "%q is not an http(s) URL", h.HTTP.URL)
+			if shown := RedactURL(h.HTTP.URL, true); shown != "" {
+				bad(at+".http.url", "%q is not an http(s) URL with a host", shown)
+			} else {
+				bad(at+".http.url", "not a URL with a host")
+			}
 		}
 		if h.HTTP.Timeout < 0 {
 			bad(at+".http.timeout", "must not be negative, got %v", h.HTTP.Timeout)

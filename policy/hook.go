@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"sync"
@@ -61,7 +62,10 @@ type runner struct {
 func newRunner(max int, jobs *durable, passEnv []string) *runner {
 	ctx, stop := context.WithCancel(context.Background())
 	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv,
-		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second}}
+		// Answers are streamed so that only their first hookOutputMax bytes
+		// are read (a webhook answering 1 GiB cost the proxy 1 GB); the
+		// request's timeout bounds the reading too.
+		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true}}
 }
 
 // run starts h for an event document in the background, its job written
@@ -219,11 +223,11 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	req.SetBody(doc)
 	timeout := cmp.Or(h.HTTP.Timeout, cmp.Or(h.Timeout, DefaultHookTimeout))
 	if err := r.client.DoTimeout(req, resp, timeout); err != nil {
-		return "", fmt.Errorf("POST %s: %w", h.HTTP.URL, err)
+		return "", fmt.Errorf("POST %s: %w", h.HTTP.shown(), err)
 	}
-	body := string(resp.Body()[:min(len(resp.Body()), hookOutputMax)])
+	body := answerOf(resp)
 	if code := resp.StatusCode(); code < 200 || code > 299 {
-		return body, fmt.Errorf("POST %s: HTTP %d", h.HTTP.URL, code)
+		return body, fmt.Errorf("POST %s: HTTP %d", h.HTTP.shown(), code)
 	}
 	return body, nil
 }
@@ -246,10 +250,27 @@ func (r *runner) shutdown(wait time.Duration) {
 // target names a hook for logs.
 func (h *Hook) target() string {
 	if h.HTTP != nil {
-		return "POST " + h.HTTP.URL
+		return "POST " + h.HTTP.shown()
 	}
 	return strings.Join(h.Exec, " ")
 }
+
+// answerOf returns the first hookOutputMax bytes of a webhook's answer,
+// for the log and the audit, and closes the rest unread (the connection is
+// then not reused): whatever its size, an answer costs a few KiB.
+func answerOf(resp *fasthttp.Response) string {
+	stream := resp.BodyStream()
+	if stream == nil {
+		return string(resp.Body()[:min(len(resp.Body()), hookOutputMax)])
+	}
+	defer resp.CloseBodyStream()
+	b := make([]byte, hookOutputMax)
+	n, _ := io.ReadFull(stream, b) // short, or cut by the timeout: what came is kept
+	return string(b[:n])
+}
+
+// shown is the webhook's URL as it may be shown (see RedactURL).
+func (h *HTTPHook) shown() string { return RedactURL(h.URL, h.RedactPath) }
 
 // limitedBuffer keeps the first hookOutputMax bytes written to it.
 type limitedBuffer struct {

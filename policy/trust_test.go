@@ -2,6 +2,8 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -10,7 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
@@ -165,5 +170,103 @@ func TestExecHookEnvironment(t *testing.T) {
 		if !has(want) {
 			t.Errorf("the hook's environment lacks %s:\n%s", want, env)
 		}
+	}
+}
+
+// TestRedactURL: what is shown of a webhook URL.
+func TestRedactURL(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		path bool
+		want string
+	}{
+		{"https://user:pass@hooks.example/h?token=abc&x=1", false, "https://REDACTED@hooks.example/h?token=REDACTED&x=REDACTED"},
+		{"https://hooks.slack.com/services/T0/B0/secret", false, "https://hooks.slack.com/REDACTED"},
+		{"https://x.webhook.office.com/webhookb2/secret", false, "https://x.webhook.office.com/REDACTED"},
+		{"https://hooks.example/tok/secret#frag", true, "https://hooks.example/REDACTED"},
+		{"http://127.0.0.1:9000/undo", false, "http://127.0.0.1:9000/undo"},
+		{"::not a url", false, ""},
+	} {
+		if got := RedactURL(c.in, c.path); got != c.want {
+			t.Errorf("RedactURL(%q, %v) = %q, want %q", c.in, c.path, got, c.want)
+		}
+	}
+}
+
+// TestWebhookSecretsNotShown: a webhook URL's password and query values
+// appear in no log line, audit record, stored job or validation error.
+func TestWebhookSecretsNotShown(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rc := &receiver{fail: 1 << 30}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	url := strings.Replace(srv.URL, "http://", "http://user:pa55word@", 1) + "/h?token=s3cret"
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: url}}}}
+	p.Hooks.Store = t.TempDir()
+	core, logs := observer.New(zapcore.DebugLevel)
+	recs := make(chan *Record, 4)
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zap.New(core), OnAudit: func(r *Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	cancelled(t, e, 1, "job")
+	r := waitRecord(t, recs)
+	if r.Status != StatusOrphan {
+		t.Fatalf("audit: %+v", r)
+	}
+	shown, _ := json.Marshal(r)
+	all, _ := e.Jobs()
+	jobs, _ := json.Marshal(all)
+	var lines []string
+	for _, l := range logs.All() {
+		b, _ := json.Marshal(l.ContextMap())
+		lines = append(lines, l.Message+" "+string(b))
+	}
+	bad := Policy{Rules: []Rule{{Tool: "x", OnCancel: &Hook{HTTP: &HTTPHook{URL: "ftp://user:pa55word@h/?token=s3cret"}}}}}
+	for what, text := range map[string]string{"audit": string(shown), "stored job": string(jobs), "log": strings.Join(lines, "\n"),
+		"validation": fmt.Sprint(bad.Validate("policy"))} {
+		if strings.Contains(text, "pa55word") || strings.Contains(text, "s3cret") {
+			t.Errorf("%s shows a secret of the URL: %s", what, text)
+		}
+	}
+	if !strings.Contains(string(shown), "REDACTED") {
+		t.Errorf("audit: %s, want the URL with its secrets redacted", shown)
+	}
+}
+
+// TestWebhookAnswerReadBounded: a webhook that answers 2xx with a huge
+// body succeeds, its first KiB kept for the audit, and the proxy stops
+// reading it at a few KiB (it cost the proxy the whole answer in memory
+// before): the receiver could not write it all.
+func TestWebhookAnswerReadBounded(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	const huge = 256 << 20
+	wrote := make(chan int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(huge))
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		n := 0
+		for n < huge {
+			k, err := w.Write(chunk)
+			n += k
+			if err != nil {
+				break
+			}
+		}
+		wrote <- n
+	}))
+	defer srv.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}}}}
+	e, recs := hookEngine(t, p)
+	cancelled(t, e, 1, "job")
+	r := waitRecord(t, recs)
+	if len(r.Hooks) != 1 || !r.Hooks[0].OK || len(r.Hooks[0].Output) != hookOutputMax {
+		t.Fatalf("audit: ok %v, output %d bytes; want a success with %d bytes kept", r.Hooks[0].OK, len(r.Hooks[0].Output), hookOutputMax)
+	}
+	if n := <-wrote; n >= huge {
+		t.Errorf("the receiver wrote its whole %d-byte answer: the proxy read it all", n)
 	}
 }
