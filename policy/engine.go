@@ -56,6 +56,9 @@ type Options struct {
 	// PassEnv names the proxy's own environment variables (MCP_CANCEL_PROXY_*)
 	// that exec hooks get; they get none other.
 	PassEnv []string
+	// MaxResponseHeaderBytes bounds a webhook answer's headers: 64 KiB if
+	// zero.
+	MaxResponseHeaderBytes int
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -109,7 +112,7 @@ func New(o Options) (*Engine, error) {
 		aw.close()
 		return nil, err
 	}
-	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv)
+	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes)
 	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil

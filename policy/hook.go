@@ -59,13 +59,14 @@ type runner struct {
 	passEnv []string
 }
 
-func newRunner(max int, jobs *durable, passEnv []string) *runner {
+func newRunner(max int, jobs *durable, passEnv []string, maxHeader int) *runner {
 	ctx, stop := context.WithCancel(context.Background())
 	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv,
 		// Answers are streamed so that only their first hookOutputMax bytes
 		// are read (a webhook answering 1 GiB cost the proxy 1 GB); the
 		// request's timeout bounds the reading too.
-		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true}}
+		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true,
+			ReadBufferSize: cmp.Or(maxHeader, 64<<10)}} // the answer's headers' limit
 }
 
 // run starts h for an event document in the background, its job written
@@ -223,6 +224,9 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	req.SetBody(doc)
 	timeout := cmp.Or(h.HTTP.Timeout, cmp.Or(h.Timeout, DefaultHookTimeout))
 	if err := r.client.DoTimeout(req, resp, timeout); err != nil {
+		if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
+			return "", fmt.Errorf("POST %s: its answer's headers are larger than limits.max_response_header_bytes allows", h.HTTP.shown())
+		}
 		return "", fmt.Errorf("POST %s: %w", h.HTTP.shown(), err)
 	}
 	body := answerOf(resp)

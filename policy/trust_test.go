@@ -270,3 +270,22 @@ func TestWebhookAnswerReadBounded(t *testing.T) {
 		t.Errorf("the receiver wrote its whole %d-byte answer: the proxy read it all", n)
 	}
 }
+
+// TestWebhookWithLargeHeaders: a webhook answering with 5 KiB of ordinary
+// headers (a gateway's) succeeds (fasthttp's 4 KiB default failed it).
+func TestWebhookWithLargeHeaders(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 60 {
+			w.Header().Add("X-Policy", strings.Repeat("p", 90))
+		}
+	}))
+	defer srv.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}}}}
+	e, recs := hookEngine(t, p)
+	cancelled(t, e, 1, "job")
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("audit: %+v", r.Hooks)
+	}
+}

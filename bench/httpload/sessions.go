@@ -34,7 +34,7 @@ func runSessions(n, rounds int) error {
 		return err
 	}
 	defer stop1()
-	up, err := httpx.NewSSEUpstream(sseURL, 0)
+	up, err := httpx.NewSSEUpstream(sseURL, 0, 0)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 	ignoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, int(cfg.Limits.MaxFrameSize),
-		!cfg.HTTP.UpgradeStateless, log)
+		int(cfg.Limits.MaxResponseHeaderBytes), !cfg.HTTP.UpgradeStateless, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -76,8 +77,14 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		// one by one and large bodies bypass the buffer, so 1 KiB costs
 		// little and saves 3 KiB per stream.
 		WriteBufferSize: 1 << 10,
-		NoDefaultDate:   true,
-		CloseOnShutdown: true,
+		// The read buffer is the request headers' limit; it is returned
+		// to the pool once a request is read (ReduceMemoryUsage), so an
+		// open event stream does not hold it.
+		ReadBufferSize:    int(cfg.Limits.MaxRequestHeaderBytes),
+		ReduceMemoryUsage: true,
+		ErrorHandler:      requestError(log),
+		NoDefaultDate:     true,
+		CloseOnShutdown:   true,
 	}
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
@@ -85,6 +92,33 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	// What the grace did not see finish is cancelled upstream, not abandoned.
 	sc.Cleanup("the proxy is shutting down")
 	return code
+}
+
+// requestError answers a request fasthttp could not read: headers over
+// limits.max_request_header_bytes get 431 naming the setting.
+func requestError(log *zap.Logger) func(*fasthttp.RequestCtx, error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
+			log.Warn("request refused: its headers are larger than limits.max_request_header_bytes allows",
+				zap.String("remote", ctx.RemoteAddr().String()))
+			drain(ctx.Conn())
+			ctx.Error("request headers larger than limits.max_request_header_bytes allows\n", fasthttp.StatusRequestHeaderFieldsTooLarge)
+			return
+		}
+		if netErr, ok := errors.AsType[net.Error](err); ok && netErr.Timeout() {
+			ctx.Error("request timeout\n", fasthttp.StatusRequestTimeout)
+			return
+		}
+		ctx.Error("the request cannot be read\n", fasthttp.StatusBadRequest)
+	}
+}
+
+// drain reads what the client still sends of a request that is refused
+// unread (briefly, and 1 MiB at most), so that closing the connection after
+// the answer does not reset it before the client has read the answer.
+func drain(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(c, 1<<20))
 }
 
 // sidecarPolicy starts the policy engine and gives the sidecar's sessions
@@ -119,9 +153,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	sc.Legacy.Session = sopts
 	var dial func(*zap.Logger) (httpx.Backend, error)
 	if len(argv) == 0 {
-		maxBody := int(cfg.Limits.MaxFrameSize)
+		maxBody, maxHeader := int(cfg.Limits.MaxFrameSize), int(cfg.Limits.MaxResponseHeaderBytes)
 		if cfg.HTTP.UpstreamTransport != httpx.TransportSSE { // old clients' sessions of a Streamable HTTP upstream
-			up, err := httpx.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody)
+			up, err := httpx.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
 			if err != nil {
 				return nil, err
 			}
@@ -129,7 +163,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			sc.Legacy.Dial = up.Dial
 		}
 		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
-			up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, maxBody)
+			up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
 			if err != nil {
 				return nil, err
 			}
@@ -150,7 +184,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 	sc := &httpx.Sidecar{
 		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		Legacy:    &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath},
-		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize),
+		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		KeepRevision: !cfg.HTTP.UpgradeStateless,
 		SessionIdle:  cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),

@@ -250,7 +250,8 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 // with cluster.nats, the fleet's job queue (its token from the environment).
 func policyOptions(cfg config.Config, log *zap.Logger) (policy.Options, error) {
 	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads, PassEnv: cfg.Child.PassEnv,
-		DefaultStore: config.DefaultHookStore()}
+		MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
+		DefaultStore:           config.DefaultHookStore()}
 	if c := cfg.Cluster; c.NATS != "" {
 		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease, MaxDeliver: c.MaxDeliver,
 			Token: os.Getenv("MCP_CANCEL_PROXY_NATS_TOKEN"), Name: "mcp-cancel-proxy", Logger: log})

@@ -176,6 +176,14 @@ type Limits struct {
 	// sidecar may hold together for events larger than 64 KiB (about twice
 	// each such event's size). Default 256MiB.
 	EventMemory ByteSize `yaml:"event_memory"`
+	// MaxRequestHeaderBytes bounds a client's request headers on the HTTP
+	// listener (a 6 KB bearer token fits); beyond, 431 naming this setting.
+	// Default 16KiB. Its buffer is held only while a request is read.
+	MaxRequestHeaderBytes ByteSize `yaml:"max_request_header_bytes"`
+	// MaxResponseHeaderBytes bounds the response headers of an upstream
+	// (sidecar, bridge) and of a webhook; beyond, the request fails with an
+	// error naming this setting. Default 64KiB.
+	MaxResponseHeaderBytes ByteSize `yaml:"max_response_header_bytes"`
 }
 
 // Ledger configures how long cancelled requests are remembered.
@@ -203,7 +211,7 @@ type Child struct {
 func Defaults() Config {
 	return Config{
 		Log:     Log{Level: "info", Format: "json"},
-		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20},
+		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
@@ -282,6 +290,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxFrameSize < 1024 || c.Limits.MaxFrameSize > 1<<30 {
 		bad("limits.max_frame_size", "%d is outside 1KiB..1GiB", c.Limits.MaxFrameSize)
+	}
+	for _, h := range []struct {
+		key string
+		n   ByteSize
+	}{{"limits.max_request_header_bytes", c.Limits.MaxRequestHeaderBytes}, {"limits.max_response_header_bytes", c.Limits.MaxResponseHeaderBytes}} {
+		if h.n < 4<<10 || h.n > 16<<20 {
+			bad(h.key, "%d is outside 4KiB..16MiB", h.n)
+		}
 	}
 	if c.Limits.EventMemory < 1<<20 {
 		bad("limits.event_memory", "%d is below 1MiB", c.Limits.EventMemory)

@@ -137,7 +137,7 @@ func TestUpConn(t *testing.T) {
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
 	go srv.Serve(ln)
 	defer srv.Shutdown()
-	client := upstreamClient(0)
+	client := upstreamClient(0, 0)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)

@@ -95,12 +95,12 @@ func (s *Sidecar) probe() (sse bool, err error) {
 // DialUpstream returns a session's backend for the MCP server at rawURL,
 // speaking transport (TransportAuto: found out first, by probeTransport):
 // what a stdio client needs to reach an HTTP server.
-func DialUpstream(rawURL, transport string, maxBody int, keepRevision bool, log *zap.Logger) (Backend, error) {
+func DialUpstream(rawURL, transport string, maxBody, maxHeader int, keepRevision bool, log *zap.Logger) (Backend, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	client := upstreamClient(maxBody)
+	client := upstreamClient(maxBody, maxHeader)
 	if transport == TransportAuto {
 		sse, err := probeTransport(client, u, maxBody, log)
 		if err != nil {

@@ -53,7 +53,7 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) })
-	up, err := httpx.NewSSEUpstream(srv.URL, 0)
+	up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestDisconnectIsNotACancelByDefault(t *testing.T) {
 func TestLegacyStopCancelsInFlight(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	streamable, err := httpx.NewStreamableUpstream(up.url, 0)
+	streamable, err := httpx.NewStreamableUpstream(up.url, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

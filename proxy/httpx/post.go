@@ -479,6 +479,9 @@ func (s *Sidecar) endSession(sess *session) {
 // bytes it could not read ("..., contents: ..."): an upstream's headers
 // may hold anything, and they go neither to the client nor to the log.
 func brief(err error) string {
+	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
+		return "its response headers are larger than limits.max_response_header_bytes allows (" + err.Error() + ")"
+	}
 	msg := err.Error()
 	if i := strings.Index(msg, "contents:"); i >= 0 {
 		msg = strings.TrimRight(msg[:i], " ,:")

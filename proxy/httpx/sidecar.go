@@ -61,6 +61,9 @@ type Sidecar struct {
 	// MaxBodySize bounds a POST's body and an upstream JSON response. If
 	// zero, framing.DefaultMaxFrameSize.
 	MaxBodySize int
+	// MaxResponseHeaderBytes bounds the upstream's response headers. If
+	// zero, DefaultMaxResponseHeaderBytes.
+	MaxResponseHeaderBytes int
 	// CancelGrace is how long the response stream of a request cancelled by
 	// the client stays open, so that the server's cancels of its own nested
 	// requests reach the client, before the sidecar ends it. If zero,
@@ -206,7 +209,7 @@ func (s *Sidecar) Provision() error {
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		s.client = upstreamClient(s.maxBody)
+		s.client = upstreamClient(s.maxBody, s.MaxResponseHeaderBytes)
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.init(idle, 0, s.clock) // the upstream caps the sessions it opens

@@ -47,23 +47,25 @@ type SSEUpstream struct {
 }
 
 // NewSSEUpstream returns an SSEUpstream for the event stream at rawURL, with
-// a client of its own; maxBody bounds an event (zero: the default).
-func NewSSEUpstream(rawURL string, maxBody int) (*SSEUpstream, error) {
+// a client of its own; maxBody bounds an event, maxHeader the response
+// headers (zero: the defaults).
+func NewSSEUpstream(rawURL string, maxBody, maxHeader int) (*SSEUpstream, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody)}, nil
+	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody, maxHeader)}, nil
 }
 
 // NewStreamableUpstream returns a StreamableUpstream for the MCP endpoint at
-// rawURL, with a client of its own; maxBody bounds an answer or an event.
-func NewStreamableUpstream(rawURL string, maxBody int) (*StreamableUpstream, error) {
+// rawURL, with a client of its own; maxBody bounds an answer or an event,
+// maxHeader the response headers (zero: the defaults).
+func NewStreamableUpstream(rawURL string, maxBody, maxHeader int) (*StreamableUpstream, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody)}, nil
+	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody, maxHeader)}, nil
 }
 
 func parseUpstream(rawURL string) (*url.URL, error) {
@@ -74,10 +76,18 @@ func parseUpstream(rawURL string) (*url.URL, error) {
 	return u, nil
 }
 
+// DefaultMaxResponseHeaderBytes bounds an upstream's response headers
+// (http.max_response_header_bytes): what real servers send behind gateways
+// and identity proxies (several KiB of cookies and policies) fits.
+const DefaultMaxResponseHeaderBytes = 64 << 10
+
 // upstreamClient returns a client for an upstream: bodies streamed, header
-// names and paths as they are, responses up to maxBody (zero: the default).
-func upstreamClient(maxBody int) *fasthttp.Client {
+// names and paths as they are, responses up to maxBody and their headers
+// up to maxHeader (zero: the defaults). fasthttp's read buffer is the
+// header limit, held per connection while a response streams.
+func upstreamClient(maxBody, maxHeader int) *fasthttp.Client {
 	return &fasthttp.Client{
+		ReadBufferSize:                cmp.Or(maxHeader, DefaultMaxResponseHeaderBytes),
 		StreamResponseBody:            true,
 		DialTimeout:                   dialUpstream,
 		NoDefaultUserAgentHeader:      true,

@@ -38,7 +38,7 @@ func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*up
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) }) // calls whose session broke end before the server
 	u.url = srv.URL
-	up, err := httpx.NewSSEUpstream(srv.URL, 0)
+	up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestSSEUpstreamThatIsNot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.h)
 			defer srv.Close()
-			up, err := httpx.NewSSEUpstream(srv.URL, 0)
+			up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -73,7 +73,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		url := r.scriptedStreamable()
 		sc.Upstream = url
 		if r.legacy {
-			up, err := httpx.NewStreamableUpstream(url, 0)
+			up, err := httpx.NewStreamableUpstream(url, 0, 0)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -83,7 +83,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		b := r.scriptedStdio()
 		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
 	case "sse":
-		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), 0)
+		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), 0, 0)
 		if err != nil {
 			r.t.Fatal(err)
 		}
