@@ -217,6 +217,7 @@ func (a *auditWriter) close() error {
 type HookEvent struct {
 	Event          string                     `json:"event"` // cancel, timeout, late_result, late_error
 	Time           time.Time                  `json:"time"`
+	Started        time.Time                  `json:"started"`         // when the request started
 	IdempotencyKey string                     `json:"idempotency_key"` // the same for every attempt
 	Attempt        int                        `json:"attempt"`
 	Session        string                     `json:"session,omitempty"`

@@ -147,6 +147,9 @@ func TestHookResumesAfterSIGKILL(t *testing.T) {
 	r := waitRecord(t, recs)
 	// The count is the store's: an attempt whose failure the killed proxy
 	// had not yet written down is counted again.
+	if r.Started.Before(time.Now().Add(-time.Minute)) {
+		t.Errorf("the resumed hook's audit says the request started at %v", r.Started)
+	}
 	if r.Status != StatusResumedOK || r.Tool != "job" || r.Hooks[0].Attempts < 1 || r.Hooks[0].Attempts > before+1 {
 		t.Fatalf("audit of the resumed hook: %+v (the killed proxy made %d attempts)", r, before)
 	}

@@ -162,7 +162,12 @@ func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 		}
 		return st, nil
 	default:
-		return jobs.Open(dir, report)
+		st, err := jobs.Open(dir, report)
+		if err != nil { // a full disk, a read-only mount: serving MCP matters more
+			o.Logger.Warn("the hook store cannot be written: hooks live in memory, and a restart loses those not done",
+				zap.String("store", dir), zap.Error(err))
+		}
+		return st, nil
 	}
 }
 

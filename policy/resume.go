@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -133,7 +134,7 @@ func (e *Engine) resume(j jobs.Job) bool {
 // resumed one, a retried orphan, one from the fleet's queue); ok is the
 // status if it succeeded.
 func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
-	rec := &Record{Time: e.clock.Now(), Session: ev.Session, Direction: ev.Direction, ID: ev.RequestID, Correlation: ev.Correlation, Method: ev.Method,
+	rec := &Record{Time: e.clock.Now(), Started: cmp.Or(ev.Started, ev.Time), Session: ev.Session, Direction: ev.Direction, ID: ev.RequestID, Correlation: ev.Correlation, Method: ev.Method,
 		Tool: ev.Tool, Source: ev.Source, Reason: ev.Reason, Dispatched: ev.Dispatched, Captured: ev.Captured,
 		Hooks: []HookResult{res}, Resumed: true, Status: ok}
 	if !e.opts.Audit.IncludeHookOutput {

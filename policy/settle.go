@@ -13,7 +13,7 @@ import (
 func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	g.mu.Lock()
 	kind := map[string]string{"on_cancel": "cancel", "on_timeout": "timeout", "on_late_result": "late_result", "on_late_error": "late_error"}[phase]
-	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Session: g.session, Direction: "client_to_server",
+	ev := &HookEvent{Event: kind, Time: g.e.clock.Now(), Started: r.started, Session: g.session, Direction: "client_to_server",
 		IdempotencyKey: idempotencyKey(g.session, r.id, r.started, kind),
 		RequestID:      r.id, Correlation: r.correlation, Method: r.method, Tool: r.tool, Arguments: r.args, Source: string(r.source), Reason: r.reason,
 		Dispatched: r.st.sent, span: r.span()}

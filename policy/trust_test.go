@@ -289,3 +289,25 @@ func TestWebhookWithLargeHeaders(t *testing.T) {
 		t.Fatalf("audit: %+v", r.Hooks)
 	}
 }
+
+// TestStoreUnwritableAtStart: a hook store that cannot be written at start
+// (a full disk, a read-only mount; here a path under a file) no longer
+// refuses the start: hooks run in memory.
+func TestStoreUnwritableAtStart(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o600)
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}}}}
+	e, recs := storeEngine(t, p, filepath.Join(file, "store"))
+	cancelled(t, e, 1, "job")
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("audit: %+v", r)
+	}
+	if _, err := e.Jobs(); err == nil {
+		t.Error("Jobs without a store: no error")
+	}
+}
