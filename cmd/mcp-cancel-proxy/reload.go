@@ -40,9 +40,9 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 					log.Warn("SIGHUP: no configuration file to reload (no --config)")
 					continue
 				}
-				last = reload(path, e, log, "SIGHUP", nil)
+				last, _ = reload(path, e, log, "SIGHUP", nil)
 			case <-changed:
-				last = reload(path, e, log, "the configuration file changed", last)
+				last, _ = reload(path, e, log, "the configuration file changed", last)
 			case <-done:
 				return
 			}
@@ -52,20 +52,28 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 }
 
 // reload loads the file and puts its policy in force, unless the file
-// reads as it did (prev, when not nil); it returns what it read.
-func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []byte) []byte {
+// reads as it did (prev, when not nil), or holds no setting at all (a file
+// being rewritten in place, `cat new > file`, is empty for a moment: an
+// empty file is valid, and would put the defaults in force); it returns
+// what it read, and whether it reloaded.
+func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []byte) ([]byte, bool) {
 	data, err := os.ReadFile(path)
-	if err == nil && prev != nil && bytes.Equal(data, prev) {
-		return prev // touched, not changed
+	switch {
+	case err == nil && prev != nil && bytes.Equal(data, prev):
+		return prev, false // touched, not changed
+	case err == nil && config.Empty(data):
+		log.Warn(why+": the configuration file holds no setting (being rewritten?); the policy in force stays",
+			zap.String("config", path))
+		return data, false
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		log.Error(why+": the configuration is invalid; the policy in force stays", zap.Error(err))
-		return data
+		return data, false
 	}
 	log.Info(why+": reloading the policy", zap.String("config", path))
 	e.Reload(cfg.Policy)
-	return data
+	return data, true
 }
 
 // watchFile returns a channel that receives once the folder holding path

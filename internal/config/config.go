@@ -221,6 +221,17 @@ func Defaults() Config {
 	}
 }
 
+// Empty reports whether a configuration file's content holds no setting:
+// nothing, or only blanks and comments.
+func Empty(data []byte) bool {
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
+		return false // invalid: Load says why
+	}
+	return len(n.Content) == 0 || (n.Content[0].Kind == yaml.MappingNode && len(n.Content[0].Content) == 0) ||
+		(n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null")
+}
+
 // Load reads the file at path over the defaults and validates the result.
 func Load(path string) (Config, error) {
 	f, err := os.Open(path)
