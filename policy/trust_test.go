@@ -311,3 +311,25 @@ func TestStoreUnwritableAtStart(t *testing.T) {
 		t.Error("Jobs without a store: no error")
 	}
 }
+
+// TestCancelReasonCapped: a client's cancel reason of 8 MiB reaches the
+// audit line (and the hook's event) cut to 256 bytes, marked as cut.
+func TestCancelReasonCapped(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	out := filepath.Join(t.TempDir(), "event")
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{Exec: []string{"sh", "-c", `cat > "$1"`, "hook", out}}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	ft.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"` + strings.Repeat("é", 4<<20) + `"}}`)
+	ft.server(result(1, `{}`))
+	r := waitRecord(t, recs)
+	if len(r.Reason) > 300 || !strings.HasSuffix(r.Reason, "(cut: 8388608 bytes)") || !strings.HasPrefix(r.Reason, "éé") {
+		t.Errorf("audited reason: %d bytes, %q...", len(r.Reason), r.Reason[:min(len(r.Reason), 40)])
+	}
+	ev, _ := os.ReadFile(out)
+	if len(ev) > 4<<10 {
+		t.Errorf("the hook's event: %d bytes", len(ev))
+	}
+}

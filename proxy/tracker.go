@@ -3,7 +3,9 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -310,6 +312,24 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	return Outcome{}
 }
 
+// MaxReason is the most of a cancel's reason the proxy writes anywhere
+// (logs, the audit trail, hook events, spans, the status page): a client
+// chooses it, and one of 8 MiB made 8 MiB log lines.
+const MaxReason = 256
+
+// CapReason returns reason cut to MaxReason bytes (at a character's
+// boundary), marked as cut, with the length it had.
+func CapReason(reason string) string {
+	if len(reason) <= MaxReason {
+		return reason
+	}
+	cut := MaxReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + "… (cut: " + strconv.Itoa(len(reason)) + " bytes)"
+}
+
 func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	p := &t.peers[from]
 	reason := reasonNoRequestID
@@ -330,10 +350,11 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 		return Outcome{Verdict: Drop}
 	}
 	t.stats.cancelsForwarded.Add(1)
-	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, m.Reason, zapcore.InfoLevel)
-	t.cancelTraced(from, c, SourceClient, m.Reason)
+	why := CapReason(m.Reason) // the cancel goes on whole; what the proxy writes of it is capped
+	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, why, zapcore.InfoLevel)
+	t.cancelTraced(from, c, SourceClient, why)
 	if g != nil {
-		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: m.Reason})
+		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
 	}
 	o := Outcome{Cancelled: c}
 	if c.aliased() {
