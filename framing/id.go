@@ -105,17 +105,67 @@ func parseID(raw []byte) (ID, bool) {
 	return ID{}, false
 }
 
-// unquote decodes a validated JSON string literal.
+// unquote decodes a validated JSON string literal. A literal with an
+// escaped lone surrogate ("\ud800"), which encoding/json would decode as
+// U+FFFD (and so as the same id as "\ufffd"), decodes to a string that is
+// not valid UTF-8 (its literal, marked), which no id may be: it is refused
+// as invalid UTF-8 is.
 func unquote(raw []byte) (string, bool) {
 	inner := raw[1 : len(raw)-1]
 	for _, c := range inner {
 		if c == '\\' {
+			if loneSurrogate(inner) {
+				return string(inner) + "\xff", true
+			}
 			var s string
 			err := json.Unmarshal(raw, &s)
 			return s, err == nil
 		}
 	}
 	return string(inner), true
+}
+
+// loneSurrogate reports whether a JSON string literal's content escapes a
+// UTF-16 surrogate that is not half of a pair.
+func loneSurrogate(inner []byte) bool {
+	for i := 0; i < len(inner); i++ {
+		if inner[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(inner) || inner[i] != 'u' {
+			continue
+		}
+		r := hex4(inner[i+1:])
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a low half first
+		case r >= 0xD800 && r <= 0xDBFF:
+			next := inner[i+5:]
+			if len(next) < 6 || next[0] != '\\' || next[1] != 'u' {
+				return true
+			}
+			if lo := hex4(next[2:]); lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 10 // the pair
+		default:
+			i += 4
+		}
+	}
+	return false
+}
+
+// hex4 decodes four hex digits (validated JSON), or -1.
+func hex4(b []byte) int {
+	if len(b) < 4 {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
 }
 
 // parseInt parses a plain decimal integer that fits int64, without allocating.

@@ -1,0 +1,38 @@
+package framing_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// TestLoneSurrogateIDRefused: an id escaping a lone UTF-16 surrogate is
+// refused as an id of invalid UTF-8 is (encoding/json would decode it as
+// U+FFFD: it shared a ledger key with "\ufffd" and came back as that);
+// pairs, U+FFFD itself and other escapes stay valid ids.
+func TestLoneSurrogateIDRefused(t *testing.T) {
+	for _, c := range []struct {
+		id string
+		ok bool
+	}{
+		{`"\ud800"`, false},
+		{`"\udc00"`, false},
+		{`"a\ud800b"`, false},
+		{`"\ud800\u0041"`, false},
+		{`"\ud83d\ude00\ud800"`, false},
+		{`"\\ud800"`, true}, // an escaped backslash, then text
+		{`"\ud83d\ude00"`, true},
+		{`"\ufffd"`, true},
+		{`"\n\u0041"`, true},
+	} {
+		var fr framing.Frame
+		err := fr.Parse([]byte(`{"jsonrpc":"2.0","id":` + c.id + `,"method":"ping"}`))
+		if got := err == nil; got != c.ok {
+			t.Errorf("id %s: err %v, want ok %v", c.id, err, c.ok)
+		}
+		if !c.ok && !errors.Is(err, framing.ErrUnportableID) {
+			t.Errorf("id %s: %v, want ErrUnportableID (-32600)", c.id, err)
+		}
+	}
+}
