@@ -42,13 +42,13 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		m := fr.Msgs[0]
-		var obj struct {
-			ID     json.RawMessage `json:"id"`
-			Params json.RawMessage `json:"params"`
-		}
-		if json.Unmarshal(data, &obj) != nil || m.Kind == framing.KindInvalid {
+		// A map keeps member names as written: JSON-RPC's are
+		// case-sensitive, where a struct would take "pArAms" as params.
+		var members map[string]json.RawMessage
+		if json.Unmarshal(data, &members) != nil || m.Kind == framing.KindInvalid {
 			return
 		}
+		obj := struct{ ID, Params json.RawMessage }{members["id"], members["params"]}
 		if span := m.ParamsSpan; !bytes.Equal(m.Raw[span.Start:span.End], bytes.TrimSpace(obj.Params)) {
 			t.Fatalf("ParamsSpan %v covers %q, want %q", span, m.Raw[span.Start:span.End], obj.Params)
 		}
