@@ -13,10 +13,13 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -161,11 +164,27 @@ type Problem struct {
 
 func (p *Problem) Error() string { return p.Path + ": " + p.Msg }
 
+// NewProblem returns the Problem at path, its message formatted as by
+// fmt.Sprintf with every string argument cut to 200 bytes (an error's text
+// to 300): a value of
+// 50 MiB in a file is not echoed whole.
+func NewProblem(path, format string, a ...any) *Problem {
+	for i, v := range a {
+		switch v := v.(type) {
+		case string:
+			a[i] = cut(v, 200)
+		case error:
+			a[i] = cut(v.Error(), 300)
+		}
+	}
+	return &Problem{Path: path, Msg: fmt.Sprintf(format, a...)}
+}
+
 // Validate reports every invalid setting at once, each as a *Problem.
 func (p *Policy) Validate(prefix string) error {
 	var errs []error
 	bad := func(at, format string, a ...any) {
-		errs = append(errs, &Problem{Path: prefix + at, Msg: fmt.Sprintf(format, a...)})
+		errs = append(errs, NewProblem(prefix+at, format, a...))
 	}
 	d := &p.Defaults
 	if d.Tool != "" || d.Method != "" {
@@ -361,6 +380,12 @@ func pointers(d, r map[string]Pointers) map[string][]pointer {
 // credential matches the keys correlate never copies.
 var credential = regexp.MustCompile(`(?i)token|secret|passw|auth|credential|api[-_]?key|cookie|bearer`)
 
+// credentialSoon matches more keys that name credentials: a correlate
+// pointer ending in one is a warning in this release (working
+// configurations keep starting, and the value is still copied) and becomes
+// an error, as credential is, in the next.
+var credentialSoon = regexp.MustCompile(`(?i)pwd|jwt|private[-_]?key|passphrase|access[-_]?key|signature`)
+
 func firstHook(a, b *Hook) *Hook {
 	if a != nil {
 		return a
@@ -440,31 +465,124 @@ func (p *Pointers) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Warnings reports rules that are valid but can never apply: shadowed by an
-// earlier rule, or naming only what rules never see. Each is a *Problem.
-func (p *Policy) Warnings(prefix string) []*Problem {
+// credentialWarnings reports the correlate pointers of r that name what
+// credentialSoon matches.
+func (r *Rule) credentialWarnings(at string) []*Problem {
 	var out []*Problem
-	globs := make([]*glob, len(p.Rules))
-	for i := range p.Rules {
-		globs[i], _ = compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method))
-	}
-	for j := range p.Rules {
-		r, at := &p.Rules[j], fmt.Sprintf("%s.rules[%d]", prefix, j)
-		if globs[j] == nil {
-			continue // invalid: Validate says so
-		}
-		if r.Method != "" && globs[j].literal && strings.HasPrefix(r.Method, "notifications/") {
-			out = append(out, &Problem{Path: at + ".method", Msg: "never matches: rules apply to requests, and " + r.Method + " is a notification"})
-		}
-		for i := 0; i < j && globs[i] != nil; i++ {
-			e := &p.Rules[i]
-			sameKind := (e.Tool != "") == (r.Tool != "")
-			if sameKind && globs[i].covers(globs[j]) || !sameKind && e.Method != "" && globs[i].match("tools/call") {
-				key := map[bool]string{true: "tool", false: "method"}[e.Tool != ""]
-				out = append(out, &Problem{Path: at, Msg: fmt.Sprintf("never applies: rules[%d] (%s %q) matches every request it would, and comes first", i, key, globs[i].text)})
-				break
+	for _, name := range slices.Sorted(maps.Keys(r.Correlate)) {
+		for _, ptr := range r.Correlate[name] {
+			if p, err := parsePointer(ptr); err == nil && len(p) > 0 && credentialSoon.MatchString(p[len(p)-1]) && !credential.MatchString(p[len(p)-1]) {
+				out = append(out, &Problem{Path: at + ".correlate." + name, Msg: ptr + " names what looks like a credential: copied for now, " +
+					"refused from the next release (correlate copies ids, never secrets)"})
 			}
 		}
 	}
 	return out
+}
+
+// Warnings reports rules that are valid but can never apply (shadowed by
+// an earlier rule, or naming only what rules never see) and correlate
+// pointers that look like credentials (see credentialSoon). Each is a
+// *Problem. Shadowing is found in time near-linear in the rules: literal
+// names by lookup, and wildcard rules compared at most shadowBudget times
+// in all.
+func (p *Policy) Warnings(prefix string) []*Problem {
+	out := p.Defaults.credentialWarnings(prefix + ".defaults")
+	sh := shadows{first: map[shadowKey]int{}, methodOverTools: -1, budget: shadowBudget}
+	for j := range p.Rules {
+		r, at := &p.Rules[j], fmt.Sprintf("%s.rules[%d]", prefix, j)
+		out = append(out, r.credentialWarnings(at)...)
+		g, _ := compileGlob(cmp.Or(r.Tool, r.Method))
+		if g == nil {
+			continue // invalid: Validate says so
+		}
+		if r.Method != "" && g.literal && strings.HasPrefix(r.Method, "notifications/") {
+			out = append(out, &Problem{Path: at + ".method", Msg: "never matches: rules apply to requests, and " + r.Method + " is a notification"})
+		}
+		if i, ok := sh.shadowing(g, r.Tool != ""); ok {
+			e := &p.Rules[i]
+			key := map[bool]string{true: "tool", false: "method"}[e.Tool != ""]
+			out = append(out, &Problem{Path: at, Msg: fmt.Sprintf("never applies: rules[%d] (%s %q) matches every request it would, and comes first",
+				i, key, cut(cmp.Or(e.Tool, e.Method), 100))})
+		}
+		sh.add(j, g, r.Tool != "")
+	}
+	if sh.budget < 0 {
+		out = append(out, &Problem{Path: prefix + ".rules", Msg: fmt.Sprintf("too many wildcard rules to check them all for shadowing: %d comparisons made", shadowBudget)})
+	}
+	return out
+}
+
+// shadowBudget bounds the comparisons of wildcard rules Warnings makes.
+const shadowBudget = 1_000_000
+
+// shadowKey is a literal rule's kind and name.
+type shadowKey struct {
+	tool bool
+	name string
+}
+
+// shadows is what Warnings knows of the rules seen so far.
+type shadows struct {
+	first           map[shadowKey]int // the first literal rule of each kind and name
+	wild            []shadowGlob      // the wildcard rules, in order
+	methodOverTools int               // the first method rule that matches tools/call, or -1
+	budget          int               // comparisons left; below zero, no more are made
+}
+
+type shadowGlob struct {
+	at   int
+	g    *glob
+	tool bool
+}
+
+// shadowing returns the first rule seen that covers a rule of glob g (a
+// tool rule if tool is set).
+func (s *shadows) shadowing(g *glob, tool bool) (int, bool) {
+	best := -1
+	if i, ok := s.first[shadowKey{tool, g.text}]; ok && g.literal {
+		best = i
+	}
+	if tool && s.methodOverTools >= 0 && (best < 0 || s.methodOverTools < best) {
+		best = s.methodOverTools
+	}
+	for _, w := range s.wild {
+		if best >= 0 && w.at > best {
+			break
+		}
+		if s.budget--; s.budget < 0 {
+			break
+		}
+		if w.tool == tool && w.g.covers(g) {
+			best = w.at
+			break
+		}
+	}
+	return best, best >= 0
+}
+
+// add notes rule at, of glob g.
+func (s *shadows) add(at int, g *glob, tool bool) {
+	switch {
+	case g.literal:
+		if _, ok := s.first[shadowKey{tool, g.text}]; !ok {
+			s.first[shadowKey{tool, g.text}] = at
+		}
+	default:
+		s.wild = append(s.wild, shadowGlob{at, g, tool})
+	}
+	if !tool && s.methodOverTools < 0 && g.match("tools/call") {
+		s.methodOverTools = at
+	}
+}
+
+// cut returns s, or its first n bytes and how long it was, for a message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
 }

@@ -289,7 +289,7 @@ func Parse(name string, r io.Reader) (Config, error) {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(path, format string, a ...any) {
-		errs = append(errs, &policy.Problem{Path: path, Msg: fmt.Sprintf(format, a...)})
+		errs = append(errs, policy.NewProblem(path, format, a...))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
