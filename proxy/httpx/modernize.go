@@ -121,7 +121,7 @@ func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, 
 	if err != nil || f.Parse(modern) != nil {
 		return
 	}
-	d.data = modern
+	d.data, d.upgraded = modern, true
 	version := string(framing.RevisionStateless)
 	mirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
 	ctx.Request.Header.Set(versionHeader, version)
@@ -221,4 +221,32 @@ func clientInfoOf(m *framing.Message) json.RawMessage {
 		return nil
 	}
 	return req.Params.ClientInfo
+}
+
+// downgradeAnswer returns a 2026-07-28 answer (a message, or a batch) in
+// the shape of the 2025 revisions, for a client whose request was sent
+// upgraded: a result's "resultType": "complete", which that client never
+// asked for, is taken out. Anything else goes as it is.
+func downgradeAnswer(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`"resultType"`)) {
+		return b
+	}
+	var msg map[string]json.RawMessage
+	if json.Unmarshal(b, &msg) != nil {
+		return b
+	}
+	var result map[string]json.RawMessage
+	if json.Unmarshal(msg["result"], &result) != nil || string(result["resultType"]) != `"complete"` {
+		return b
+	}
+	delete(result, "resultType")
+	var err error
+	if msg["result"], err = json.Marshal(result); err != nil {
+		return b
+	}
+	out, err := json.Marshal(msg)
+	if err != nil {
+		return b
+	}
+	return out
 }

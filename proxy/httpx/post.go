@@ -76,6 +76,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	if !known && !f.Batch && len(d.requests) == 1 {
 		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
+		st.downgrade = d.upgraded
 	}
 	if d.trace.Parent != "" {
 		setTraceHeaders(&ctx.Request, d.trace)
@@ -343,6 +344,13 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		return
 	}
 	d := s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+	if st.downgrade && d.data != nil {
+		// Answered in the client's own revision: a JSON-RPC error is
+		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
+		// no resultType.
+		d.data = downgradeAnswer(d.data)
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	}
 	out := append(replies, d.data)
 	if d.data == nil {
 		out = replies

@@ -54,6 +54,10 @@ type stream struct {
 	// stream starts to linger. Both are set before the stream is shared.
 	linger time.Duration
 	quit   chan struct{}
+	// downgrade, set before the stream is shared, says that its requests
+	// were sent upgraded to 2026-07-28 for a client of the 2025 revisions,
+	// whose answers go back in that client's shape (see downgradeAnswer).
+	downgrade bool
 
 	mu    sync.Mutex // guards the fields below
 	state streamState
@@ -380,7 +384,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 		r.st.end(errStreamCancelled)
 		return nil, false
 	default:
-		return r.s.filterEvent(r.sess, ev, &r.f), true
+		return r.s.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
 	}
 	if r.broken != nil && !r.st.wasCut() {
 		out = r.failOpen()
@@ -476,7 +480,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 // (priming events, keep-alive comments) pass as they are. An event whose
 // lines end in a lone "\r" goes with "\n" instead, so that a client that
 // splits lines only on "\n" reads the event the sidecar read.
-func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame) []byte {
+func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, downgrade bool) []byte {
 	if !ev.HasData || len(ev.Data) == 0 {
 		return framing.NormalizeLineEnds(ev.Raw)
 	}
@@ -486,6 +490,11 @@ func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame
 	}
 	d := s.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
 	data := d.data
+	if downgrade && data != nil {
+		if down := downgradeAnswer(data); len(down) != len(data) {
+			data, d.same = down, false
+		}
+	}
 	switch {
 	case d.same:
 		return framing.NormalizeLineEnds(ev.Raw)
@@ -532,6 +541,9 @@ type decided struct {
 	// trace is the trace context of the first request forwarded, when
 	// traced: the upstream POST's traceparent header.
 	trace proxy.TraceContext
+	// upgraded says the request was sent as a 2026-07-28 one for a client
+	// of the 2025 revisions (http.upgrade_stateless).
+	upgraded bool
 }
 
 type heldCall struct {
