@@ -17,8 +17,13 @@ func Run(t testing.TB, port int) *server.Server { return RunIn(t, port, t.TempDi
 // the same port and dir is the same server restarted.
 func RunIn(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir,
-		NoLog: true, NoSigs: true})
+	return start(t, &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+}
+
+// start starts a server with o until the test ends.
+func start(t testing.TB, o *server.Options) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +47,5 @@ func RunConfig(t testing.TB, file string) *server.Server {
 	}
 	o.Host, o.Port, o.StoreDir, o.NoLog, o.NoSigs = "127.0.0.1", -1, t.TempDir(), true, true
 	o.HTTPPort, o.Cluster.Port, o.LeafNode.Port = 0, 0, 0
-	s, err := server.NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
+	return start(t, o)
 }
