@@ -83,7 +83,7 @@ func copyRequestHeaders(dst *fasthttp.Request, src *fasthttp.Request) {
 // client's response, except hop-by-hop ones and Content-Length.
 func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
 	for k, v := range src.Header.All() {
-		if skipped(k, "content-length") {
+		if skipped(k, "content-length") || corsHeader(k) {
 			continue
 		}
 		dst.Header.SetBytesKV(k, v)

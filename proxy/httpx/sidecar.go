@@ -268,6 +268,9 @@ func (s *Sidecar) Handler() (fasthttp.RequestHandler, error) {
 }
 
 func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
+	if s.cors(ctx) {
+		return
+	}
 	if s.Legacy != nil && s.serveLegacy(ctx) {
 		return
 	}
