@@ -100,6 +100,11 @@ func (s *Sidecar) postOwn(sess *session, frame []byte) {
 	}
 	if v := sess.protocolVersion(); v != "" {
 		req.Header.Set(versionHeader, string(v))
+		var f framing.Frame
+		if v.CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
+			version := string(v)
+			mirrorHeaders(req, &f.Msgs[0], &version)
+		}
 	}
 	req.SetBody(frame)
 	if err := s.client.Do(req, resp); err != nil {

@@ -375,7 +375,8 @@ func (b *streamBackend) requestWithin(timeout time.Duration, method string, body
 }
 
 // mirrorHeaders sets the headers a 2026-07-28 server requires to match the
-// body: Mcp-Method, Mcp-Name (the tool, prompt or resource named), and the
+// body: Mcp-Method, Mcp-Name (the tool, prompt or resource named, or the
+// task of a tasks/* request), and the
 // protocol version the message's _meta names, which replaces *version.
 func mirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
 	if m.Method == "" {
@@ -391,6 +392,15 @@ func mirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
 		}
 		if m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil {
 			req.Header.Set("Mcp-Name", p.URI)
+		}
+	case "tasks/get", "tasks/update", "tasks/cancel", "tasks/result":
+		// The tasks extension routes these to the instance that holds the
+		// task by Mcp-Name: <taskId>.
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		if m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil && p.TaskID != "" {
+			req.Header.Set("Mcp-Name", p.TaskID)
 		}
 	}
 	meta := m.MetaSpan
