@@ -67,6 +67,11 @@ type TrackerOptions struct {
 	OnEvent func(Event)
 	// Observer, if set, counts every decision, for metrics.
 	Observer Observer
+	// OnCancel, if set, is told of each cancel of a client's request the
+	// tracker accepts (the client's, or one the proxy makes on its behalf),
+	// with its source, for metrics. It runs on the deciding goroutine and
+	// must not block.
+	OnCancel func(Source)
 	// Governor, if set, applies per-request policy to the client's requests.
 	Governor Governor
 	// Tracer, if set, follows each relayed request as a span of a trace,
@@ -352,6 +357,9 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	t.stats.cancelsForwarded.Add(1)
 	why := CapReason(m.Reason) // the cancel goes on whole; what the proxy writes of it is capped
 	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, why, zapcore.InfoLevel)
+	if from == Client && t.opts.OnCancel != nil {
+		t.opts.OnCancel(SourceClient)
+	}
 	t.cancelTraced(from, c, SourceClient, why)
 	if g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
@@ -583,6 +591,9 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	t.stats.cancelsForwarded.Add(1)
 	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+	if t.opts.OnCancel != nil {
+		t.opts.OnCancel(source)
+	}
 	t.cancelTraced(Client, c, source, reason)
 	if g := t.opts.Governor; g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: source, Reason: reason})

@@ -147,6 +147,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	var sessions atomic.Int64
 	sopts := stdio.Options{MaxFrameSize: int(cfg.Limits.MaxFrameSize), RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
 		LogPayloads: cfg.Log.Payloads, OnNotified: pm.CancelNotified, NewTracer: sc.NewTracer,
+		Observer: observer(m), OnCancel: cancelCounter(m),
 		Governor: func(a proxy.Actions) proxy.Governor {
 			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
 		}}

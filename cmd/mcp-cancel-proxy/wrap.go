@@ -85,6 +85,8 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		OnRestart:      link.restart,
 		OnNotified:     notified,
 		NewTracer:      tel.SessionFunc("pipe"),
+		Observer:       observer(m),
+		OnCancel:       cancelCounter(m),
 	})
 	link.sess = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })
@@ -243,6 +245,23 @@ func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[po
 		return m, pm, func() {}
 	}
 	return m, pm, stop
+}
+
+// observer returns what counts a session's decisions in m, if there is m.
+func observer(m *metrics.Metrics) proxy.Observer {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+// cancelCounter returns what counts a session's accepted cancels in m,
+// if there is m.
+func cancelCounter(m *metrics.Metrics) func(proxy.Source) {
+	if m == nil {
+		return nil
+	}
+	return func(src proxy.Source) { m.Cancelled(string(src)) }
 }
 
 // policyOptions returns the policy engine's options the configuration

@@ -122,7 +122,6 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 		c.mu.Unlock()
 		if mine {
 			c.send(framing.AppendCancelled(nil, id, "client disconnected"))
-			s.cancelled(proxy.SourceDisconnect)
 		}
 	}
 }

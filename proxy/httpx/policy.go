@@ -40,7 +40,6 @@ func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
 	if cancel == nil {
 		return // answered or cancelled meanwhile
 	}
-	a.s.cancelled(proxy.SourceDeadline)
 	if h := sess.takeHold(c); h != nil {
 		sess.t.Withdraw(proxy.Client, c)
 		h.withdrawn, h.reply = true, reply
@@ -184,8 +183,8 @@ func (s *Sidecar) heldClientGone(sess *session, d *decided) {
 	sess.decideMu.Lock()
 	defer sess.decideMu.Unlock()
 	for _, hc := range d.held {
-		if sess.t.CancelCall(hc.c, proxy.SourceDisconnect, "client closed the stream") != nil && sess.withdrawIfHeld(hc.c) {
-			s.cancelled(proxy.SourceDisconnect)
+		if sess.t.CancelCall(hc.c, proxy.SourceDisconnect, "client closed the stream") != nil {
+			sess.withdrawIfHeld(hc.c)
 		}
 	}
 }

@@ -476,7 +476,6 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 // (source session_end), ends their streams and its governance.
 func (s *Sidecar) endSession(sess *session) {
 	for _, c := range sess.t.CancelInFlight(proxy.SourceSessionEnd, "session deleted") {
-		s.cancelled(proxy.SourceSessionEnd)
 		s.notify(sess, c.Notice, c.Call)
 	}
 	sess.endAll()

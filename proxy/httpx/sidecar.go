@@ -417,7 +417,6 @@ func (s *Sidecar) CancelAll(reason string) {
 	}
 	for _, sess := range s.sessions.all() {
 		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
-			s.cancelled(proxy.SourceShutdown)
 			s.notify(sess, c.Notice, c.Call)
 		}
 		sess.endAll()

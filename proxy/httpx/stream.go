@@ -454,9 +454,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream was the cancel itself: record it.
 		for _, c := range calls {
-			if sess.t.CancelCall(c, proxy.SourceDisconnect, "client closed the stream") != nil {
-				s.cancelled(proxy.SourceDisconnect)
-			}
+			sess.t.CancelCall(c, proxy.SourceDisconnect, "client closed the stream")
 		}
 		return
 	}
@@ -467,7 +465,6 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	s.afterDisconnect(came, func() {
 		for _, c := range calls {
 			if cancel := sess.t.CancelCall(c, proxy.SourceDisconnect, "client disconnected"); cancel != nil {
-				s.cancelled(proxy.SourceDisconnect)
 				s.notify(sess, cancel, c)
 			}
 		}
@@ -573,7 +570,6 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 			d.replies = append(d.replies, o.Reply)
 		}
 		if o.Cancelled != nil && from == proxy.Client {
-			s.cancelled("client")
 			if sess.withdrawIfHeld(o.Cancelled) {
 				d.same = false // never sent, and neither is its cancel
 				d.withdrawn++

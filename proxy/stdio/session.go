@@ -65,6 +65,10 @@ type Options struct {
 	OnNotified func(time.Duration)
 	// NewTracer, if set, makes the session's tracer (see proxy.Tracer).
 	NewTracer func() proxy.Tracer
+	// Observer and OnCancel, if set, count the session's decisions and its
+	// accepted cancels, for metrics (see proxy.TrackerOptions).
+	Observer proxy.Observer
+	OnCancel func(proxy.Source)
 }
 
 // Conn is one peer's pair of byte streams.
@@ -107,7 +111,8 @@ func NewSession(opts Options) *Session {
 	}
 	s.t = proxy.NewTracker(proxy.TrackerOptions{
 		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
-		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads, Tracer: tracer})
+		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads, Tracer: tracer,
+		Observer: opts.Observer, OnCancel: opts.OnCancel})
 	return s
 }
 

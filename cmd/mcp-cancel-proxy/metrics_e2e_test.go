@@ -1,0 +1,100 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// metricValue scrapes the admin listener at adm and returns the value of
+// the series whose line starts with series (name and labels), or 0.
+func metricValue(t *testing.T, adm, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + adm + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, _ := strconv.ParseFloat(rest, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// waitMetric waits, polling the other process's /metrics (bounded), for a
+// series to reach at least want.
+func waitMetric(t *testing.T, adm, series string, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if metricValue(t, adm, series) >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached %v (now %v)", series, want, metricValue(t, adm, series))
+		}
+		time.Sleep(20 * time.Millisecond) // another process's counter: polled, bounded above
+	}
+}
+
+// The series a cancelled call whose late answer was held back moves.
+const (
+	acceptedSeries   = `mcp_cancel_proxy_messages_total{action="cancel accepted",from="client"}`
+	suppressedSeries = `mcp_cancel_proxy_messages_total{action="suppressed",from="server"}`
+	clientCancels    = `mcp_cancel_proxy_cancels_total{source="client"}`
+)
+
+// TestE2EWrapperMetrics: the wrapper's /metrics counts its decisions: an
+// accepted cancel, the late answer suppressed, the cancel by source (they
+// stayed 0 outside the sidecar's relay: every desktop user's dashboard was
+// flat).
+func TestE2EWrapperMetrics(t *testing.T) {
+	adm := freePort(t)
+	w := startWrapped(t, "--admin", adm, "--log-level", "debug", "--", proxyBin, "example-server")
+	w.logs.waitFor(t, "admin listening")
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":1,"steps":10},"_meta":{"progressToken":"mg"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"m1"}}`)
+	waitMetric(t, adm, suppressedSeries, 1)
+	if v := metricValue(t, adm, acceptedSeries); v != 1 {
+		t.Errorf("%s = %v, want 1", acceptedSeries, v)
+	}
+	if v := metricValue(t, adm, clientCancels); v != 1 {
+		t.Errorf("%s = %v, want 1", clientCancels, v)
+	}
+}
+
+// TestE2EStdioServerOverHTTPMetrics: the same counters for a stdio server
+// behind the sidecar.
+func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
+	front, adm := freePort(t), freePort(t)
+	sc := startWrapped(t, "--listen", front, "--admin", adm, "--cancel-grace", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "admin listening")
+	session := ""
+	post := func(body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
+	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	session = resp.Header.Get("Mcp-Session-Id")
+	<-sseMessages(resp)
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	call := sseMessages(post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":1,"steps":10},"_meta":{"progressToken":"h"}}}`))
+	<-call
+	post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`).Body.Close()
+	for range call {
+	}
+	waitMetric(t, adm, suppressedSeries, 1)
+	if v := metricValue(t, adm, acceptedSeries); v != 1 {
+		t.Errorf("%s = %v, want 1", acceptedSeries, v)
+	}
+	if v := metricValue(t, adm, clientCancels); v != 1 {
+		t.Errorf("%s = %v, want 1", clientCancels, v)
+	}
+}
