@@ -50,7 +50,8 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("scope", sess.scope)) // encoded only if the session logs
-	if opts.OnCancel == nil && s.OnCancel != nil {                // every accepted cancel is counted by the tracker that accepts it
+	// Every accepted cancel is counted by the tracker that accepts it.
+	if opts.OnCancel == nil && s.OnCancel != nil {
 		opts.OnCancel = s.cancelled
 	}
 	if s.Governor != nil && governed {
