@@ -393,7 +393,9 @@ func TestE2ESidecarAdmin(t *testing.T) {
 
 // TestE2ESidecarShutdownCancelsUpstream: on SIGTERM the sidecar stops
 // accepting, gives open requests the shutdown grace, then cancels upstream
-// what is still running rather than abandoning it, and exits 0.
+// what is still running rather than abandoning it, answers its client
+// -32000 "the proxy is shutting down" (the stream ended with no answer
+// before), and exits 0.
 func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	up, front := freePort(t), freePort(t)
 	upstream := exec.Command(proxyBin, "example-server", "--http", up)
@@ -412,10 +414,17 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
-	call := post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"s"}}}`)
-	defer call.Body.Close()
+	call := sseMessages(post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"s"}}}`))
+	<-call // its first progress: the call runs upstream
 	if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	var last string
+	for m := range call { // progress, then the proxy's answer: the stream did not just end
+		last = m
+	}
+	if !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"code":-32000`) || !strings.Contains(last, "shutting down") {
+		t.Errorf("the call's stream ended with %s, want -32000 saying the proxy is shutting down", last)
 	}
 	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"the proxy is shutting down"`)
 	if code := sc.wait(); code != 0 {

@@ -46,13 +46,7 @@ func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
 		close(h.ch)
 		return
 	}
-	sess.mu.Lock()
-	st := sess.streams[c]
-	delete(sess.streams, c)
-	sess.mu.Unlock()
-	if st != nil {
-		st.finish(reply)
-	}
+	sess.finishCall(c, reply)
 	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
 		go a.s.notify(sess, cancel, c) // in 2026-07-28 closing the stream was the cancel
 	}

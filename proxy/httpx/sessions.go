@@ -153,6 +153,18 @@ func (sess *session) callsOn(st *stream) []*proxy.Call {
 // Last-Event-ID): dropped connections before now were not abandonment.
 func (sess *session) resumed(now time.Time) { sess.lastResume.Store(now.UnixNano()) }
 
+// finishCall ends the stream that was to carry c's answer with msg, the
+// proxy's own last message for c.
+func (sess *session) finishCall(c *proxy.Call, msg []byte) {
+	sess.mu.Lock()
+	st := sess.streams[c]
+	delete(sess.streams, c)
+	sess.mu.Unlock()
+	if st != nil {
+		st.finish(msg)
+	}
+}
+
 // endAll ends every stream of the session.
 func (sess *session) endAll() {
 	sess.mu.Lock()

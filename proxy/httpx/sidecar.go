@@ -418,6 +418,9 @@ func (s *Sidecar) CancelAll(reason string) {
 	for _, sess := range s.sessions.all() {
 		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
 			s.notify(sess, c.Notice, c.Call)
+			// The client hears why, as the wrapper's does: -32000 on the
+			// request's stream, not a stream that just ends.
+			sess.finishCall(c.Call, sess.t.ErrorReply(c.Call.ID(), proxy.CodeServerGone, reason))
 		}
 		sess.endAll()
 	}
