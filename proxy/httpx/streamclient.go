@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -244,15 +245,59 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 	defer b.untrack(body, id)
 	rd := framing.NewSSEReader(body, limit)
 	defer rd.Release()
+	answered := false
 	for {
 		ev, err := rd.Next()
 		if err != nil {
+			if id != nil && !answered {
+				b.unanswered(*id, err)
+			}
 			return
 		}
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
+			answered = answered || id != nil && answers(ev.Data, *id)
 			b.answer(ev.Data, initialize)
 		}
 	}
+}
+
+// unanswered gives the session the proxy's -32000 for the request whose
+// stream ended without its answer: broken (the connection cut, an event cut
+// short), or ended cleanly where nothing else can bring the answer (no
+// session to resume in, or 2026-07-28, where a broken stream loses the
+// request). A stream the proxy ended for a cancel owes nothing. The
+// sidecar answers a broken upstream stream the same way.
+func (b *streamBackend) unanswered(id framing.ID, err error) {
+	b.mu.Lock()
+	resumable := b.session != "" && !b.modern
+	b.mu.Unlock()
+	var why string
+	switch {
+	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped):
+		return
+	case !errors.Is(err, io.EOF):
+		why = "the upstream's stream broke: " + brief(err)
+	case resumable:
+		return // the session's GET stream may still bring it (a resumed stream)
+	default:
+		why = "the upstream ended the request's stream without answering it"
+	}
+	b.log.Warn("a request's stream ended without its answer", zap.String("why", why))
+	b.line(append(proxy.ErrorReply(id, proxy.CodeServerGone, why), '\n'))
+}
+
+// answers reports whether data holds the answer to the request id.
+func answers(data []byte, id framing.ID) bool {
+	var f framing.Frame
+	if f.Parse(data) != nil {
+		return false
+	}
+	for i := range f.Msgs {
+		if f.Msgs[i].Kind == framing.KindResponse && f.Msgs[i].ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // answer hands one message to the session; an initialize result names the
