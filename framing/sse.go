@@ -39,6 +39,14 @@ type Event struct {
 // skipped the rest of it.
 var ErrEventTooLarge = errors.New("server-sent event exceeds the size limit")
 
+// EventTooLargeError is ErrEventTooLarge with the start of the skipped
+// event's data (4 KiB at most), so that the reader's caller can tell whose
+// answer it was (PeekID) and answer for it.
+type EventTooLargeError struct{ Head []byte }
+
+func (e *EventTooLargeError) Error() string { return ErrEventTooLarge.Error() }
+func (e *EventTooLargeError) Unwrap() error { return ErrEventTooLarge }
+
 // ErrBudgetSpent reports an event that the reader could not hold because
 // the Budget it shares with other readers was spent. The stream is left in
 // the middle of the event: the caller ends it.
@@ -227,7 +235,7 @@ func lineEnd(b []byte) int {
 // finish parses the collected lines into the event.
 func (r *SSEReader) finish(readErr error) (*Event, error) {
 	if r.overflow {
-		return nil, ErrEventTooLarge
+		return nil, &EventTooLargeError{Head: dataHead(r.raw, 4<<10)}
 	}
 	if len(r.raw) == 0 && readErr == io.EOF {
 		return nil, io.EOF
@@ -279,6 +287,26 @@ func isAllDigits(b []byte) bool {
 		}
 	}
 	return len(b) > 0
+}
+
+// dataHead returns the first n bytes of the data fields of an event's raw
+// lines (the last of which may be cut short).
+func dataHead(raw []byte, n int) []byte {
+	var head []byte
+	for _, line := range splitLines(raw) {
+		value, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		if len(head) > 0 {
+			head = append(head, '\n')
+		}
+		head = append(head, bytes.TrimPrefix(value, []byte(" "))...)
+		if len(head) >= n {
+			return head[:n]
+		}
+	}
+	return head
 }
 
 // splitLines splits an event's bytes into lines, without their "\r\n",

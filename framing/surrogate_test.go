@@ -2,6 +2,7 @@ package framing_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -34,5 +35,23 @@ func TestLoneSurrogateIDRefused(t *testing.T) {
 		if !c.ok && !errors.Is(err, framing.ErrUnportableID) {
 			t.Errorf("id %s: %v, want ErrUnportableID (-32600)", c.id, err)
 		}
+	}
+}
+
+// TestEventTooLargeKeepsItsHead: an event over the limit is skipped with
+// the start of its data, so that its caller can answer its request.
+func TestEventTooLargeKeepsItsHead(t *testing.T) {
+	big := `{"jsonrpc":"2.0","id":"r7","result":{"text":"` + strings.Repeat("x", 10000) + `"}}`
+	rd := framing.NewSSEReader(strings.NewReader("event: message\ndata: "+big+"\n\ndata: {\"next\":1}\n\n"), 2048)
+	_, err := rd.Next()
+	var tl *framing.EventTooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, framing.ErrEventTooLarge) {
+		t.Fatalf("Next = %v, want an EventTooLargeError", err)
+	}
+	if id, isResponse, ok := framing.PeekID(tl.Head); !ok || !isResponse || id.String() != `"r7"` {
+		t.Errorf("head %.60q: id %v, response %v, ok %v", tl.Head, id, isResponse, ok)
+	}
+	if ev, err := rd.Next(); err != nil || string(ev.Data) != `{"next":1}` {
+		t.Errorf("the next event: %v, %v", ev, err)
 	}
 }

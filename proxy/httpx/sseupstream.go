@@ -198,6 +198,14 @@ func (b *sseBackend) pump() {
 	for {
 		var ev *framing.Event
 		ev, err = b.rd.Next()
+		if tl, ok := errors.AsType[*framing.EventTooLargeError](err); ok {
+			// Skipped, as the wrapper skips an over-long line: the session
+			// goes on, and the request it answered gets an error.
+			if err = b.tooLarge(tl); err != nil {
+				break
+			}
+			continue
+		}
 		if err != nil {
 			break
 		}
@@ -220,6 +228,20 @@ func (b *sseBackend) pump() {
 	}
 	b.body.CloseWithError(err)
 	b.inW.CloseWithError(err)
+}
+
+// tooLarge handles an event over the size limit, which the reader skipped:
+// logged, and if it answered a request (its head says so), that request is
+// answered with the proxy's error, so that nobody waits for it.
+func (b *sseBackend) tooLarge(tl *framing.EventTooLargeError) error {
+	id, isResponse, ok := framing.PeekID(tl.Head)
+	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
+	b.log.Error("an upstream event over the size limit was skipped", zap.Int("limit", limit), zap.Stringer("id", id))
+	if !ok || !isResponse {
+		return nil
+	}
+	why := fmt.Sprintf("Internal error: the server's response was dropped: an event over the size limit of %d bytes (limits.max_frame_size)", limit)
+	return b.line(append(proxy.ErrorReply(id, framing.CodeInternalError, why), '\n'))
 }
 
 // line hands one line, newline included, to the session, as if the server
