@@ -82,6 +82,7 @@ type childSession struct {
 	streams []*outStream // every POST stream, to be closed when the session ends
 	last    *outStream   // the newest POST stream still open
 	closed  bool         // the session ended: streams get EOF
+	initID  framing.ID   // the session's initialize request, once seen
 	// shared marks the child that serves every sessionless (2026-07-28)
 	// request: there, ids and progress tokens are renamed on the way in, so
 	// that clients can never collide, and named back here on the way out.

@@ -48,7 +48,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	body, refused, st := c.admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
-		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
+		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.isInitialize(m.RequestID) {
 			c.cancelled(m.RequestID, s.grace)
 		}
 	}
@@ -251,6 +251,9 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 		}
 		kept = append(kept, m.Raw)
 		if m.Kind == framing.KindRequest {
+			if m.Method == framing.MethodInitialize {
+				c.initID = m.ID // never cancelled: its cancel must not end its stream
+			}
 			ids = append(ids, m.ID)
 			if m.Token.IsValid() {
 				tokens = append(tokens, m.Token)
@@ -290,6 +293,15 @@ func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
 	}
 	c.last = st
 	return st
+}
+
+// isInitialize reports whether id is the session's initialize request,
+// whose cancel the session drops (the client MUST NOT cancel it): its
+// answer still comes, on its stream.
+func (c *childSession) isInitialize(id framing.ID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.initID.IsValid() && c.initID == id
 }
 
 // cancelled stops waiting for a request's answer; its stream ends after the

@@ -1,0 +1,47 @@
+package httpx_test
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// TestInitializeCancelIsDroppedOnAStdioServer: the client MUST NOT cancel
+// initialize; a cancel of it that comes anyway is dropped, and the answer
+// still reaches the client on its stream, on a stdio server's front as on
+// the wrapper and the relay (the stream ended empty there: the answer was
+// lost). The server here answers initialize only once it has read the
+// next line, notifications/initialized, which the client sends after the
+// cancel: the cancel (dropped by then, never sent) surely came first.
+func TestInitializeCancelIsDroppedOnAStdioServer(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	script := `read init; read next; printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"sh","version":"1"}}}'; cat > /dev/null`
+	// No grace after a cancel: a stream the cancel ended would end at once.
+	url := childSidecar(t, &httpx.Children{Argv: []string{"sh", "-c", script}}, func(sc *httpx.Sidecar) { sc.CancelGrace = time.Nanosecond })
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	session := resp.Header.Get("Mcp-Session-Id")
+	if session == "" {
+		t.Fatalf("no session id before the answer: %v", resp.Header)
+	}
+	c := &childClient{t: t, url: url, session: session}
+	if code, _ := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"no"}}`); code != 202 {
+		t.Errorf("the cancel: %d, want 202", code)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	body, _ := io.ReadAll(bufio.NewReader(resp.Body))
+	if !strings.Contains(string(body), `"serverInfo"`) {
+		t.Errorf("initialize's stream carried %q, want its answer", body)
+	}
+}
