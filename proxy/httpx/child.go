@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -189,7 +190,26 @@ func (c *childSession) end() {
 	c.closed = true
 	streams := append(c.streams, c.get)
 	c.streams = nil
+	// Requests still waiting for an answer get the proxy's -32000 on their
+	// stream, as the relay's do when its upstream's stream breaks: the
+	// server is gone (an upstream that closed its event stream, a child
+	// that exited), and a stream that just ended would say nothing.
+	type owed struct {
+		st *outStream
+		id framing.ID
+	}
+	var unanswered []owed
+	for id, st := range c.byID {
+		if o, ok := c.origID[id]; ok {
+			id = o
+		}
+		unanswered = append(unanswered, owed{st, id})
+	}
+	clear(c.byID)
 	c.mu.Unlock()
+	for _, o := range unanswered {
+		o.st.send(framing.AppendSSEMessage(nil, "", proxy.ErrorReply(o.id, proxy.CodeServerGone, "the MCP server ended the session before answering")), true)
+	}
 	for _, st := range streams {
 		if st != nil {
 			st.end()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -43,5 +44,30 @@ func TestInitializeCancelIsDroppedOnAStdioServer(t *testing.T) {
 	body, _ := io.ReadAll(bufio.NewReader(resp.Body))
 	if !strings.Contains(string(body), `"serverInfo"`) {
 		t.Errorf("initialize's stream carried %q, want its answer", body)
+	}
+}
+
+// TestUpstreamGoneBeforeTheFirstAnswer: an HTTP+SSE upstream that ends
+// its event stream right after its endpoint event: the first initialize,
+// already sent, gets the proxy's -32000 on its stream (an empty 200 before),
+// as later requests get an error.
+func TestUpstreamGoneBeforeTheFirstAnswer(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: endpoint\ndata: /message\n\n") // and the stream ends
+	})
+	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	up, err := httpx.NewSSEUpstream(srv.URL+"/sse", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{Dial: up.Dial})}
+	code, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
+	if !strings.Contains(body, `"code":-32000`) {
+		t.Errorf("the first initialize: %d %q, want the proxy's -32000", code, body)
 	}
 }
