@@ -184,8 +184,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
 	sc := &httpx.Sidecar{
 		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
-		Legacy:    &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath},
-		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
+		Legacy:             &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath, InitWait: cfg.HTTP.LegacyInitWait},
+		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions,
+		CheckHost:          loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		KeepRevision: !cfg.HTTP.UpgradeStateless,
 		SessionIdle:  cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),

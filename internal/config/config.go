@@ -139,6 +139,14 @@ type HTTP struct {
 	// MaxSessions caps the sessions, each with its own child, when a stdio
 	// server is served over HTTP; initialize beyond it gets 503. Default 64.
 	MaxSessions int `yaml:"max_sessions"`
+	// MaxRelayedSessions caps the upstream sessions the sidecar relays (a
+	// Streamable HTTP upstream's): an initialize beyond it gets 503 with
+	// Retry-After; none is evicted. Default 10000.
+	MaxRelayedSessions int `yaml:"max_relayed_sessions"`
+	// LegacyInitWait is how long an old HTTP+SSE client's event stream may
+	// stay open without the client POSTing initialize before it is closed.
+	// Default 10s.
+	LegacyInitWait time.Duration `yaml:"legacy_init_wait"`
 	// SessionIdle ends a session after this long without a request and
 	// with no stream open: a stdio session's child is stopped (whatever it
 	// still runs for a client that left), an upstream session is forgotten
@@ -214,7 +222,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -337,6 +345,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxSessions <= 0 {
 		bad("http.max_sessions", "must be positive, got %d", c.HTTP.MaxSessions)
+	}
+	if c.HTTP.MaxRelayedSessions <= 0 {
+		bad("http.max_relayed_sessions", "must be positive, got %d", c.HTTP.MaxRelayedSessions)
+	}
+	if c.HTTP.LegacyInitWait <= 0 {
+		bad("http.legacy_init_wait", "must be positive, got %v", c.HTTP.LegacyInitWait)
 	}
 	if c.HTTP.DisconnectCancelAfter < 0 {
 		bad("http.disconnect_cancel_after", "must not be negative, got %v", c.HTTP.DisconnectCancelAfter)

@@ -55,6 +55,12 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	if body != nil {
 		if err := c.send(body); err != nil {
 			s.log.Warn("the server's session has ended", zap.Error(err))
+			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
+				// A new session's server already gone: its client gets the
+				// proxy's error, as for a request in flight when it went.
+				writeJSON(ctx, fasthttp.StatusOK, proxy.ErrorReply(m.ID, proxy.CodeServerGone, "the MCP server ended the session before answering"))
+				return
+			}
 			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
 			return
 		}
@@ -281,7 +287,13 @@ func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
 	st := newOutStream(len(ids))
 	st.ids = ids
 	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).done), st)
-	if c.closed {
+	if c.closed { // the server went before these requests could be sent
+		for _, id := range ids {
+			if o, ok := c.origID[id]; ok {
+				id = o
+			}
+			st.send(framing.AppendSSEMessage(nil, "", proxy.ErrorReply(id, proxy.CodeServerGone, "the MCP server ended the session before answering")), true)
+		}
 		st.end()
 		return st
 	}

@@ -116,6 +116,9 @@ type sessionTable[S member] struct {
 	idle  time.Duration // how long a session may go unused, not busy
 	max   int           // the cap on sessions; zero for none
 	clock clock.Clock
+	// noEvict, set before use, refuses a session at the cap rather than
+	// evicting an idle one.
+	noEvict bool
 }
 
 func (t *sessionTable[S]) init(idle time.Duration, max int, clk clock.Clock) {
@@ -174,6 +177,9 @@ func (t *sessionTable[S]) roomFor() bool {
 func (t *sessionTable[S]) makeRoomLocked() (evicted S, ok bool) {
 	if t.max <= 0 || len(t.m) < t.max {
 		return evicted, true
+	}
+	if t.noEvict {
+		return evicted, false
 	}
 	lru := ""
 	for id, s := range t.m {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -44,6 +45,11 @@ type Legacy struct {
 	// Session configures the sessions Dial's backends serve.
 	Session stdio.Options
 	// (How many sessions at once is the Sidecar's MaxSessions.)
+	// InitWait is how long an old client's event stream may stay open
+	// without the client POSTing initialize: past it, the stream is
+	// closed, so that streams that never start a session cannot hold every
+	// slot. If zero, DefaultLegacyInitWait.
+	InitWait time.Duration
 
 	sessions sessionTable[*legacySession] // set up by the Sidecar's Provision
 	retiring sync.WaitGroup               // the sessions the sweep stops
@@ -55,7 +61,12 @@ type legacySession struct {
 	*lineSession
 	st       *outStream      // the event stream
 	retiring *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
+	// initialized is set once the client has POSTed initialize.
+	initialized atomic.Bool
 }
+
+// DefaultLegacyInitWait is Legacy.InitWait's default.
+const DefaultLegacyInitWait = 10 * time.Second
 
 // busy reports whether the client's event stream is open: an old client's
 // session lasts as long as its stream, so it never idles.
@@ -131,14 +142,22 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) (*legacySession, error) {
 	l := s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
-	ls := &legacySession{startLineSession(back, sopts, grace, log), st, &l.retiring}
+	ls := &legacySession{lineSession: startLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
 	st.onAbort = func() { ls.in.Close() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {
 		ls.in.Close()
 		return nil, err
 	}
+	uninitialized := s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
+		if !ls.initialized.Load() {
+			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
+			ls.in.Close()
+			st.end()
+		}
+	})
 	go func() { // forget the session once it has ended
 		<-ls.done
+		uninitialized.Stop()
 		l.sessions.removeIf(ls.id, ls)
 	}()
 	go func() { // the session's lines to the client, as message events
@@ -169,6 +188,10 @@ func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
 	if err != nil || len(line) == 0 {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return
+	}
+	var f framing.Frame
+	if !ls.initialized.Load() && f.Parse(line) == nil && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize {
+		ls.initialized.Store(true)
 	}
 	if err := ls.send(line); err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)

@@ -74,6 +74,10 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	if len(d.strays) > 0 {
 		s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
 	}
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !s.sessions.roomFor() {
+		s.refuseFull(ctx, sess, d.requests)
+		return
+	}
 	if !known && !f.Batch && len(d.requests) == 1 {
 		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
 		st.downgrade = d.upgraded
@@ -102,6 +106,17 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess = s.noteSession(sess, known, resp)
 	streaming = s.respond(ctx, sess, st, resp, d)
+}
+
+// refuseFull answers an initialize the relayed sessions' cap leaves no
+// room for: 503 with Retry-After, the request never sent.
+func (s *Sidecar) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call) {
+	for _, c := range calls {
+		sess.t.Abandon(c)
+	}
+	s.log.Warn("session refused: too many relayed sessions (http.max_relayed_sessions)", zap.Int("sessions", s.sessions.len()))
+	ctx.Error("too many sessions: try again later\n", fasthttp.StatusServiceUnavailable)
+	ctx.Response.Header.Set("Retry-After", relayedFullRetry) // after Error, which resets the headers
 }
 
 // admit decides whether a POST goes upstream: it waits for its held

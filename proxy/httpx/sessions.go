@@ -77,6 +77,14 @@ const DefaultSessionIdle = 30 * time.Minute
 // their own, when Sidecar.MaxSessions is zero.
 const DefaultMaxSessions = 64
 
+// DefaultMaxRelayedSessions caps the upstream sessions the sidecar relays,
+// when Sidecar.MaxRelayedSessions is zero: high, so that no working
+// deployment meets it, and yet a bound on what one client can open.
+const DefaultMaxRelayedSessions = 10_000
+
+// relayedFullRetry is the Retry-After of an initialize refused at the cap.
+const relayedFullRetry = "5"
+
 // busy reports whether the session has a request in flight or a stream
 // open: a cancel may still come for it.
 func (sess *session) busy() bool {

@@ -113,6 +113,11 @@ type Sidecar struct {
 	// open is stopped to make room, or, if there is none, the new session
 	// is refused with 503. If zero, DefaultMaxSessions.
 	MaxSessions int
+	// MaxRelayedSessions caps the upstream sessions the sidecar relays (a
+	// Streamable HTTP upstream's, which cost the sidecar little): an
+	// initialize beyond it is refused with 503 and Retry-After, and no
+	// session is evicted for it. If zero, DefaultMaxRelayedSessions.
+	MaxRelayedSessions int
 	// EventMemory bounds the memory that all upstream event streams
 	// together may hold for events larger than 64 KiB (about twice each
 	// such event's size); a stream whose event does not fit ends with the
@@ -186,7 +191,7 @@ func (s *Sidecar) Validate() error {
 			errs = append(errs, fmt.Errorf("the legacy event stream and message paths are both %q", l.sseRoute()))
 		}
 	}
-	if s.MaxBodySize < 0 || s.MaxSessions < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
+	if s.MaxBodySize < 0 || s.MaxSessions < 0 || s.MaxRelayedSessions < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
 		errs = append(errs, errors.New("a size or a duration is negative"))
 	}
 	return errors.Join(errs...)
@@ -212,7 +217,8 @@ func (s *Sidecar) Provision() error {
 		s.client = upstreamClient(s.maxBody, s.MaxResponseHeaderBytes)
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
-		s.sessions.init(idle, 0, s.clock) // the upstream caps the sessions it opens
+		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
+		s.sessions.noEvict = true // a relayed session is the client's and the upstream's: never dropped for another
 		if s.Children != nil {
 			s.Children.provision(idle, most, s.clock)
 		}

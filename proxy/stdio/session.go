@@ -149,8 +149,10 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
+	s.clientMu.Lock() // CancelAll may come at once (a session stopped as it starts)
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
+	s.clientMu.Unlock()
 	go toClient.run()
 	go toServer.run()
 	go func() {
