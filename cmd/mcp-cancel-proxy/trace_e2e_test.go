@@ -189,3 +189,35 @@ func TestE2ETraceSidecar(t *testing.T) {
 	checkCallTrace(t, rcv, proxySpan, "tcp", dir, "upstream notified; compensating hook ran",
 		proxy.EventCancelAccepted, proxy.EventCancelForwarded)
 }
+
+// TestE2ETraceHeaderToStdioServer: a stdio server behind the sidecar: a
+// POST's traceparent header (and no trace context in _meta) is continued,
+// as on the relay: the server gets the proxy's span, in the client's trace
+// (each span was a new trace).
+func TestE2ETraceHeaderToStdioServer(t *testing.T) {
+	rcv := otlptest.StartHTTP(t)
+	cfg, _ := writeConfig(t, "tracing:\n  endpoint: "+rcv.URL+"\n")
+	front := freePort(t)
+	cmd := exec.Command(proxyBin, "--config", cfg, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
+	cmd.Env = tracedEnv()
+	sc := startCommand(t, cmd)
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.logs.waitFor(t, "sidecar listening")
+	url := "http://" + front + "/mcp"
+	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	<-sseMessages(resp)
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	req := mcpRequest(url, session, `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"block","arguments":{"key":"tr"},"_meta":{"progressToken":"p"}}}`)
+	req.Header.Set("Traceparent", otlptest.ClientTraceParent)
+	call, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer call.Body.Close()
+	<-sseMessages(call)
+	serverSawProxySpan(t, sc.logs.waitFor(t, "block tr: started"))
+	rel := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"tr"}}}`)
+	io.Copy(io.Discard, rel.Body)
+	rel.Body.Close()
+}

@@ -29,6 +29,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, s.childInvalid(ctx, err))
 		return
 	}
+	body = s.headerTraceInto(ctx, &f, body)
 	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
 		switch m := &f.Msgs[0]; {
 		case f.Batch:
@@ -96,6 +97,25 @@ func (s *Sidecar) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 		code, msg = framing.CodeInvalidRequest, "Invalid Request: "
 	}
 	return proxy.ErrorReply(framing.ErrorID(err), code, msg+err.Error())
+}
+
+// headerTraceInto continues, when the proxy traces, the trace context of a
+// POST's traceparent header in a request that carries none in its
+// params._meta: a stdio server's session reads only the line, so the header
+// goes into _meta, where the session's tracker continues it (and replaces
+// it with the proxy's span, as on the relay). It returns the line to send,
+// with f parsed from it.
+func (s *Sidecar) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Frame, line []byte) []byte {
+	tc := s.traceHeaders(&ctx.Request)
+	if tc.Parent == "" || f.Batch || f.Msgs[0].Kind != framing.KindRequest || f.Msgs[0].TraceParentSpan.Found() {
+		return line
+	}
+	traced, err := framing.WithTraceContext(&f.Msgs[0], tc.Parent, tc.State)
+	if err != nil || f.Parse(traced) != nil {
+		f.Parse(line)
+		return line
+	}
+	return traced
 }
 
 // oneLine returns a POST's body as exactly one line for a child's stdin: a
