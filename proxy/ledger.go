@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,9 +98,19 @@ type ledger struct {
 	retireTTL time.Duration
 	retireMax int
 
+	// allowShared lets requests in flight share an issuer's id (a client
+	// that sends every request with id 1, each on a stream of its own):
+	// each after the first gets a receiver-side id of its own. Set before
+	// use.
+	allowShared bool
+
 	mu sync.Mutex // guards the fields below
-	// inFlight holds calls in stateInFlight by the issuer's id.
+	// inFlight holds calls in stateInFlight by the issuer's id: the oldest,
+	// when several share it.
 	inFlight map[framing.ID]*call
+	// shared holds, with allowShared, the other calls in flight under an
+	// id inFlight has, oldest first. Invariant: every call here is in byUp.
+	shared map[framing.ID][]*call
 	// byUp holds calls in flight and retired (cancelled, late response not yet
 	// seen) by the receiver-side id. Invariant: every call in inFlight is here.
 	byUp map[framing.ID]*call
@@ -134,9 +145,53 @@ func (l *ledger) update(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f()
-	if len(l.inFlight) > len(l.byUp) {
-		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, len(l.inFlight), len(l.byUp)))
+	if n := len(l.inFlight) + l.sharedCountLocked(); n > len(l.byUp) {
+		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, n, len(l.byUp)))
 	}
+}
+
+// sharedCountLocked counts the calls in shared.
+func (l *ledger) sharedCountLocked() int {
+	n := 0
+	for _, cs := range l.shared {
+		n += len(cs)
+	}
+	return n
+}
+
+// inFlightLocked reports whether c is in flight.
+func (l *ledger) inFlightLocked(c *call) bool {
+	return l.inFlight[c.id] == c || slices.Contains(l.shared[c.id], c)
+}
+
+// removeLocked takes c, in flight, out of inFlight or shared; the oldest
+// call sharing its id, if any, takes its place in inFlight.
+func (l *ledger) removeLocked(c *call) {
+	if l.inFlight[c.id] != c {
+		l.shared[c.id] = slices.DeleteFunc(l.shared[c.id], func(o *call) bool { return o == c })
+		if len(l.shared[c.id]) == 0 {
+			delete(l.shared, c.id)
+		}
+		return
+	}
+	if rest := l.shared[c.id]; len(rest) > 0 {
+		l.inFlight[c.id] = rest[0]
+		if l.shared[c.id] = rest[1:]; len(rest) == 1 {
+			delete(l.shared, c.id)
+		}
+		return
+	}
+	delete(l.inFlight, c.id)
+}
+
+// allInFlightLocked returns every call in flight.
+func (l *ledger) allInFlightLocked() []*call {
+	calls := make([]*call, 0, len(l.inFlight))
+	for id, c := range l.inFlight {
+		calls = append(calls, c)
+		calls = append(calls, l.shared[id]...)
+	}
+	return calls
 }
 
 // begin records a request, followed by span (nil if untraced). When its
@@ -145,7 +200,8 @@ func (l *ledger) update(f func()) {
 // confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
-		if _, dup := l.inFlight[m.ID]; dup {
+		_, dup := l.inFlight[m.ID]
+		if dup && !l.allowShared {
 			v = Drop
 			return
 		}
@@ -156,7 +212,14 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
 			c.upID = l.aliasLocked("")
 		}
-		l.inFlight[c.id] = c
+		if dup {
+			if l.shared == nil {
+				l.shared = map[framing.ID][]*call{}
+			}
+			l.shared[c.id] = append(l.shared[c.id], c)
+		} else {
+			l.inFlight[c.id] = c
+		}
 		l.byUp[c.upID] = c
 		if c.token.IsValid() {
 			// A token still held by another call (a cancelled one whose late
@@ -202,7 +265,7 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 			l.dropLocked(c)
 		case c.state == stateInFlight:
 			c.state = stateAnswered
-			delete(l.inFlight, c.id)
+			l.removeLocked(c)
 			l.dropLocked(c)
 		default: // cancelled: absorb the late response; progress stays suppressed until expiry
 			v = Suppress
@@ -233,11 +296,35 @@ func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 	return c, reason
 }
 
+// cancelShared cancels, after cancel accepted the oldest, every other
+// call in flight under id (allowShared: a cancel naming an id several
+// requests share is for each of them), and returns them.
+func (l *ledger) cancelShared(id framing.ID) (calls []*call) {
+	l.update(func() {
+		for _, c := range slices.Clone(l.allOfLocked(id)) {
+			if c.method != framing.MethodInitialize {
+				calls = append(calls, c)
+				l.retireLocked(c)
+			}
+		}
+	})
+	return calls
+}
+
+// allOfLocked returns the calls in flight under id.
+func (l *ledger) allOfLocked(id framing.ID) []*call {
+	c := l.inFlight[id]
+	if c == nil {
+		return nil
+	}
+	return append([]*call{c}, l.shared[id]...)
+}
+
 // cancelExact cancels c if c itself is still in flight (not a later
 // request that reuses its id), and reports whether it did.
 func (l *ledger) cancelExact(c *call) (ok bool) {
 	l.update(func() {
-		if l.inFlight[c.id] == c && c.method != framing.MethodInitialize {
+		if l.inFlightLocked(c) && c.method != framing.MethodInitialize {
 			l.retireLocked(c)
 			l.expireLocked()
 			ok = true
@@ -281,7 +368,7 @@ func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 func (l *ledger) retireLocked(c *call) {
 	c.state = stateCancelled
 	c.retireAt = l.now().Add(l.retireTTL)
-	delete(l.inFlight, c.id)
+	l.removeLocked(c)
 	l.retired = append(l.retired, c)
 }
 
@@ -289,7 +376,7 @@ func (l *ledger) retireLocked(c *call) {
 func (l *ledger) cancelAll() []*call {
 	var calls []*call
 	l.update(func() {
-		for _, c := range l.inFlight {
+		for _, c := range l.allInFlightLocked() {
 			if c.method == framing.MethodInitialize {
 				continue
 			}
@@ -306,12 +393,13 @@ func (l *ledger) cancelAll() []*call {
 func (l *ledger) failAll() []*call {
 	var calls []*call
 	l.update(func() {
-		for id, c := range l.inFlight {
+		for _, c := range l.allInFlightLocked() {
 			calls = append(calls, c)
 			c.state = stateAnswered
-			delete(l.inFlight, id)
 			delete(l.byUp, c.upID)
 		}
+		clear(l.inFlight)
+		clear(l.shared)
 	})
 	return calls
 }
@@ -334,5 +422,5 @@ func (l *ledger) expireLocked() {
 func (l *ledger) counts() (inFlight, retired int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.inFlight), len(l.retired)
+	return len(l.inFlight) + l.sharedCountLocked(), len(l.retired)
 }

@@ -85,3 +85,65 @@ func BenchmarkLedgerMemoryPerCall(b *testing.B) {
 		runtime.KeepAlive(l)
 	}
 }
+
+// TestLedgerSharedIDs: with allowShared, requests in flight may share an
+// id: each after the first is renamed toward the receiver, answers settle
+// each by its receiver-side id (the next one taking the first's place), a
+// cancel of the id takes the oldest and cancelShared the others, and
+// cancelExact, counts and cancelAll see every one; without it the second
+// is dropped.
+func TestLedgerSharedIDs(t *testing.T) {
+	req := framing.Message{Kind: framing.KindRequest, ID: framing.IntID(1), Method: "tools/call"}
+	strict := newLedger(ClientToServer, time.Now, time.Minute, 100)
+	strict.begin(&req, nil)
+	if _, v := strict.begin(&req, nil); v != Drop {
+		t.Fatalf("a second request with id 1, not shared: %v, want Drop", v)
+	}
+	l := newLedger(ClientToServer, time.Now, time.Minute, 100)
+	l.allowShared = true
+	var calls []*call
+	for range 3 {
+		c, v := l.begin(&req, nil)
+		if v != Forward {
+			t.Fatalf("begin = %v", v)
+		}
+		calls = append(calls, c)
+	}
+	if calls[0].aliased() || !calls[1].aliased() || !calls[2].aliased() || calls[1].upID == calls[2].upID {
+		t.Fatalf("upstream ids %v %v %v: the first as sent, each other renamed apart", calls[0].upID, calls[1].upID, calls[2].upID)
+	}
+	if n, _ := l.counts(); n != 3 {
+		t.Fatalf("%d in flight, want 3", n)
+	}
+	if c, v := l.complete(calls[0].upID); v != Forward || c != calls[0] {
+		t.Fatalf("the first's answer: %v %v", c, v)
+	}
+	if !l.cancelExact(calls[2]) {
+		t.Fatal("cancelExact of the third")
+	}
+	c, why := l.cancel(req.ID)
+	if why != "" || c != calls[1] {
+		t.Fatalf("cancel of id 1 took %v (%q), want the second (the one left)", c, why)
+	}
+	if more := l.cancelShared(req.ID); len(more) != 0 {
+		t.Errorf("cancelShared after every one was cancelled: %v", more)
+	}
+	if n, _ := l.counts(); n != 0 {
+		t.Errorf("%d in flight, want 0", n)
+	}
+	for range 2 {
+		l.begin(&req, nil)
+	}
+	if c, _ := l.cancel(req.ID); c == nil {
+		t.Fatal("cancel of the shared id took none")
+	}
+	if more := l.cancelShared(req.ID); len(more) != 1 {
+		t.Errorf("cancelShared took %d, want the other one", len(more))
+	}
+	for range 2 {
+		l.begin(&req, nil)
+	}
+	if all := l.cancelAll(); len(all) != 2 {
+		t.Errorf("cancelAll took %d, want both", len(all))
+	}
+}

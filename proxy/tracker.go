@@ -67,6 +67,13 @@ type TrackerOptions struct {
 	OnEvent func(Event)
 	// Observer, if set, counts every decision, for metrics.
 	Observer Observer
+	// AllowSharedIDs lets the client's requests in flight share an id: a
+	// transport that carries each request's answer on a route of its own
+	// (an HTTP response stream) keeps them apart; each after the first is
+	// renamed toward the server, and a cancel naming the id cancels each
+	// of them (Outcome.More), logged as ambiguous. Without it a request
+	// whose id is in flight is refused.
+	AllowSharedIDs bool
 	// OnCancel, if set, is told of each cancel of a client's request the
 	// tracker accepts (the client's, or one the proxy makes on its behalf),
 	// with its source, for metrics. It runs on the deciding goroutine and
@@ -122,6 +129,10 @@ type Outcome struct {
 	Request *Call
 	// Cancelled is the call an accepted cancel names.
 	Cancelled *Call
+	// More are the other calls an accepted cancel names, with their cancel
+	// notifications for the receiver, when requests in flight share its
+	// id (TrackerOptions.AllowSharedIDs): the transport sends each.
+	More []Cancellation
 	// Trace is the trace context the forwarded request carries, when
 	// traced: a transport with headers of its own (HTTP) sets them too.
 	Trace TraceContext
@@ -146,6 +157,7 @@ func NewTracker(opts TrackerOptions) *Tracker {
 		opts.Now = time.Now
 	}
 	c2s := newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
+	c2s.allowShared = opts.AllowSharedIDs
 	s2c := newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
 	t := &Tracker{opts: opts}
 	t.peers[Client] = peerState{issued: c2s, answers: s2c, from: zap.String("from", "client")}
@@ -365,6 +377,9 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
 	}
 	o := Outcome{Cancelled: c}
+	if from == Client && t.opts.AllowSharedIDs {
+		o.More = t.cancelShared(m.RequestID, why)
+	}
 	if c.aliased() {
 		o.Rewritten = framing.Splice(nil, m.Raw, m.RequestIDSpan, c.upID)
 	}
@@ -599,6 +614,23 @@ func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: source, Reason: reason})
 	}
 	return framing.AppendCancelled(nil, c.upID, reason)
+}
+
+// cancelShared cancels the other requests in flight under a cancelled
+// request's id, as the client's cancel asks (it names each of them), and
+// returns them with their notifications.
+func (t *Tracker) cancelShared(id framing.ID, reason string) []Cancellation {
+	more := t.peers[Client].issued.cancelShared(id)
+	if len(more) == 0 {
+		return nil
+	}
+	t.log(Client, zapcore.WarnLevel, "ambiguous cancel: requests in flight share its id; each is cancelled",
+		zap.Stringer("id", id), zap.Int("requests", len(more)+1))
+	cs := make([]Cancellation, 0, len(more))
+	for _, c := range more {
+		cs = append(cs, Cancellation{c, t.cancelled(c, SourceClient, reason)})
+	}
+	return cs
 }
 
 // CancelCall cancels one request of the client on the client's behalf (it

@@ -42,6 +42,7 @@ type upstream struct {
 	started   chan struct{} // a wait_cancel call is running
 	sawCancel chan string
 	release   chan struct{} // closed: wait_cancel calls end without a cancel
+	sayNow    chan struct{} // closed: say calls answer
 }
 
 func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
@@ -64,7 +65,7 @@ func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func
 
 // newUpstreamServer returns the upstream's MCP server, not yet served.
 func newUpstreamServer() (*upstream, *mcp.Server) {
-	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{})}
+	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{}), sayNow: make(chan struct{})}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Key string `json:"key"`
@@ -83,6 +84,18 @@ func newUpstreamServer() (*upstream, *mcp.Server) {
 		u.sawCancel <- in.Key
 		notify(2)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
+	})
+	// say answers with its key, once release_say is closed: calls that
+	// run at once, and whose answers tell them apart.
+	mcp.AddTool(s, &mcp.Tool{Name: "say"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Key string `json:"key"`
+	}) (*mcp.CallToolResult, any, error) {
+		u.started <- struct{}{}
+		select {
+		case <-u.sayNow:
+		case <-ctx.Done():
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "said " + in.Key}}}, nil, nil
 	})
 	// ask asks the client for a sampling completion; cancelling the call
 	// makes the server cancel that nested request.

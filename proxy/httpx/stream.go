@@ -569,6 +569,14 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 		if o.Reply != nil {
 			d.replies = append(d.replies, o.Reply)
 		}
+		for _, mc := range o.More { // the other requests in flight under the id the cancel names
+			if !sess.withdrawIfHeld(mc.Call) {
+				sess.cancelled(mc.Call, s.grace)
+				if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
+					go s.notify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
+				}
+			}
+		}
 		if o.Cancelled != nil && from == proxy.Client {
 			if sess.withdrawIfHeld(o.Cancelled) {
 				d.same = false // never sent, and neither is its cancel

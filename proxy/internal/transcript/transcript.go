@@ -16,6 +16,10 @@
 //	           responses_suppressed, progress_suppressed, dropped,
 //	           proxy_errors)
 //
+// A file "not-on", if present, names (one a line) the transports the
+// transcript does not hold on, as the HTTP replay names them
+// ("streamable-to-streamable"); its comment says why.
+//
 // Blank lines and lines starting with # are skipped. Over stdio, frames
 // reach each peer in the order of the steps; over HTTP a peer may receive
 // what several requests carry in another order, and the replay says so.
@@ -27,6 +31,7 @@ import (
 	"fmt"
 	"path"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,7 +55,11 @@ type Transcript struct {
 	Name    string // the file's name without .txtar
 	Comment string
 	Steps   []Step
+	NotOn   []string // the transports it does not hold on
 }
+
+// Applies reports whether the transcript holds on the transport named.
+func (tr *Transcript) Applies(transport string) bool { return !slices.Contains(tr.NotOn, transport) }
 
 // All returns every transcript, in the order of their names.
 func All() ([]Transcript, error) {
@@ -76,6 +85,10 @@ func All() ([]Transcript, error) {
 func parse(name string, a *txtar.Archive) (Transcript, error) {
 	tr := Transcript{Name: name, Comment: string(a.Comment)}
 	for _, f := range a.Files {
+		if f.Name == "not-on" {
+			tr.NotOn = strings.Fields(string(f.Data))
+			continue
+		}
 		if f.Name != "steps" {
 			continue
 		}
