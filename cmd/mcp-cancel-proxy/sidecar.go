@@ -89,9 +89,19 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
 	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
-	// What the grace did not see finish is cancelled upstream, not abandoned.
+	// What the grace did not see finish is cancelled upstream, not abandoned,
+	// and its client told so on its stream before the process ends.
 	sc.Cleanup("the proxy is shutting down")
+	waitWritten(srv, time.Second)
 	return code
+}
+
+// waitWritten waits, up to d, for the connections still open to end: the
+// streams Cleanup ended write their last event (the proxy's -32000) first.
+func waitWritten(srv *fasthttp.Server, d time.Duration) {
+	for deadline := time.Now().Add(d); srv.GetOpenConnectionsCount() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // fasthttp offers no signal for it; bounded by d
+	}
 }
 
 // requestError answers a request fasthttp could not read: headers over

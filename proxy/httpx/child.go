@@ -388,6 +388,14 @@ func (st *outStream) abort() {
 func (c *childSession) rename(m *framing.Message) ([]byte, framing.ID, framing.ID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.renameLocked(m)
+}
+
+// renameLocked is rename with c.mu held.
+func (c *childSession) renameLocked(m *framing.Message) ([]byte, framing.ID, framing.ID) {
+	if c.origID == nil {
+		c.origID, c.origTok = map[framing.ID]framing.ID{}, map[framing.ID]framing.ID{}
+	}
 	c.renames++
 	id := framing.StringID(fmt.Sprintf("h%d", c.renames))
 	c.origID[id] = m.ID
@@ -399,6 +407,20 @@ func (c *childSession) rename(m *framing.Message) ([]byte, framing.ID, framing.I
 		edits = append(edits, framing.Edit{Span: m.TokenSpan, To: tok})
 	}
 	return framing.Rewrite(nil, m.Raw, edits...), id, tok
+}
+
+// renamedOf returns the ids requests in flight under the client's id were
+// renamed to (requests that share an id, kept apart).
+func (c *childSession) renamedOf(id framing.ID) []framing.ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []framing.ID
+	for renamed, orig := range c.origID {
+		if orig == id && c.byID[renamed] != nil {
+			out = append(out, renamed)
+		}
+	}
+	return out
 }
 
 // forgetRename drops the renames of a request whose stream is gone.

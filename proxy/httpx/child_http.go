@@ -51,6 +51,14 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
 		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.isInitialize(m.RequestID) {
 			c.cancelled(m.RequestID, s.grace)
+			// Requests kept apart under the same id: the cancel names each.
+			if more := c.renamedOf(m.RequestID); len(more) > 0 {
+				s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
+				for _, id := range more {
+					c.cancelled(id, s.grace)
+					c.send(framing.AppendCancelled(nil, id, m.Reason))
+				}
+			}
 		}
 	}
 	if body != nil {
@@ -269,10 +277,18 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 	defer c.mu.Unlock()
 	var ids, tokens []framing.ID
 	var kept, refused [][]byte
+	renamed := false
 	for i := range f.Msgs {
 		m := &f.Msgs[i]
 		if m.Kind == framing.KindRequest && (c.byID[m.ID] != nil || slices.Contains(ids, m.ID)) {
-			refused = append(refused, c.sess.RefuseDuplicate(m))
+			// An id in flight (claude.ai sends every request with id 1):
+			// this request has a stream of its own, so it is kept apart,
+			// renamed for the server, its answer named back (deliver).
+			raw, id, tok := c.renameLocked(m)
+			kept, ids, renamed = append(kept, raw), append(ids, id), true
+			if tok.IsValid() {
+				tokens = append(tokens, tok)
+			}
 			continue
 		}
 		kept = append(kept, m.Raw)
@@ -286,7 +302,7 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 			}
 		}
 	}
-	if refused != nil {
+	if refused != nil || renamed {
 		line = joinFrame(kept, f.Batch)
 	}
 	if len(ids) == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 // TestSharedIDsKeptApart: claude.ai's connector sends every request with
@@ -73,6 +74,58 @@ func TestSharedIDsKeptApart(t *testing.T) {
 	for range 2 {
 		if s := <-streams; strings.Contains(s, `"result"`) || strings.Contains(s, `"progress":2`) {
 			t.Errorf("after the cancel a stream carried %s", s)
+		}
+	}
+}
+
+// TestSharedIDsKeptApartOnAStdioServer: the same on a stdio server's
+// front: a second request with id 1 in flight goes to the server renamed
+// (it was refused with -32600), its answer comes back as id 1 on its own
+// stream, and a cancel of id 1 reaches the server for each request in
+// flight that has it.
+func TestSharedIDsKeptApartOnAStdioServer(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}
+	c.initialize()
+	hang := make(chan string, 2)
+	for range 2 {
+		go func() {
+			_, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang"}}`)
+			hang <- body
+		}()
+	}
+	var got []string
+	for len(got) < 2 { // both reached the server, one of them renamed
+		got = append(got, c.received()...)
+	}
+	renamed := 0
+	for _, line := range got {
+		if strings.Contains(line, `"id":"h`) {
+			renamed++
+		}
+	}
+	if renamed != 1 {
+		t.Fatalf("the server received %q, want the second call renamed", got)
+	}
+	if code, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"ping"}`); code != 200 || !strings.Contains(body, `"id":1`) || !strings.Contains(body, `"result"`) {
+		t.Errorf("a third request with id 1: %d %s, want its own answer", code, body)
+	}
+	c.received() // the ping
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"stop"}}`)
+	var cancels []string
+	for len(cancels) < 2 {
+		for _, line := range c.received() {
+			if strings.Contains(line, "notifications/cancelled") {
+				cancels = append(cancels, line)
+			}
+		}
+	}
+	if !strings.Contains(strings.Join(cancels, " "), `"requestId":"h`) {
+		t.Errorf("cancels the server got: %q, want one for the renamed call too", cancels)
+	}
+	for range 2 {
+		if body := <-hang; strings.Contains(body, `"result"`) || strings.Contains(body, `"error"`) {
+			t.Errorf("a cancelled call's stream carried %s", body)
 		}
 	}
 }
