@@ -19,7 +19,14 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs
  && echo 'mcp:x:65532:65532:mcp-cancel-proxy:/:/sbin/nologin' > /out/passwd
 
 FROM scratch
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="mcp-cancel-proxy" \
+      org.opencontainers.image.description="Cancellation of MCP tool calls that works: a transparent proxy in front of any MCP server" \
+      org.opencontainers.image.source="https://github.com/mcp-cancel-proxy/mcp-cancel-proxy" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/passwd /etc/passwd
+COPY LICENSE /usr/share/doc/mcp-cancel-proxy/LICENSE
 COPY --from=build /out/mcp-cancel-proxy /usr/local/bin/mcp-cancel-proxy
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/mcp-cancel-proxy"]
