@@ -23,10 +23,10 @@ import (
 // ignores it, and prints what the proxy forwarded and suppressed.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	server := fs.String("server", "", "server command to run instead of the bundled example server (argv[0] only)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	head := "usage: mcp-cancel-proxy demo [flags]\n\nRuns the proxy between a scripted client and the bundled example server, cancels two calls, and prints the timeline.\n\nflags:\n"
+	if help, err := parseFlags(fs, args, head, stdout, stderr); help || err != nil {
+		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	argv := []string{*server}
 	if *server == "" {

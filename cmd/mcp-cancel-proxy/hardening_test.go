@@ -272,7 +272,7 @@ func TestCommandLineSaysWhatIsWrong(t *testing.T) {
 		{args: []string{"--version"}, code: 0, out: "mcp-cancel-proxy "},
 		{args: nil, code: exitUsage, err: "no server command"},
 		{args: []string{"--upstream", "http://127.0.0.1:1/mcp", "--", "node", "server.js"}, code: exitUsage, err: "give either --upstream or a server command"},
-		{args: []string{"--help"}, code: 0, err: "requests without an Origin header are always accepted", notInError: "besides none"},
+		{args: []string{"--help"}, code: 0, out: "requests without an Origin header are always accepted", notInError: "besides none"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr strings.Builder

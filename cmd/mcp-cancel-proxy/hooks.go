@@ -99,21 +99,24 @@ next start does); with --admin, a running proxy's own jobs.
 
 // hooksCommand is `mcp-cancel-proxy hooks`.
 func hooksCommand(args []string, stdout, stderr io.Writer) int {
+	if isHelp(args) {
+		fmt.Fprint(stdout, hooksUsage)
+		return 0
+	}
 	if len(args) == 0 || (args[0] != "list" && args[0] != "retry" && args[0] != "drop") {
 		fmt.Fprint(stderr, hooksUsage)
 		return exitUsage
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("hooks "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	adminAddr := fs.String("admin", "", "a running proxy's admin listener (host:port)")
 	store := fs.String("store", "", "the hook store's directory (default: the configuration's, or the platform's)")
 	cfgPath := fs.String("config", "", "the configuration file naming policy.hooks.store")
 	all := fs.Bool("all", false, "retry or drop every orphaned job")
 	asJSON := fs.Bool("json", false, "list as JSON")
 	tokenFile := fs.String("token-file", "", "a file holding the admin listener's token (default: $"+adminTokenEnv+")")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+	if help, err := parseFlags(fs, args[1:], hooksUsage+"\nflags:\n", stdout, stderr); help || err != nil {
+		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	id := fs.Arg(0)
 	if verb != "list" && (id == "") == !*all {

@@ -83,26 +83,27 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		case "demo":
 			return demo(ctx, args[1:], stdout, stderr)
 		case "example-server":
-			return exampleServer(ctx, args[1:], stderr)
+			return exampleServer(ctx, args[1:], stdout, stderr)
 		case "validate":
 			return validate(args[1:], stdout, stderr)
 		case "hooks":
 			return hooksCommand(args[1:], stdout, stderr)
-		case "help":
-			fmt.Fprint(stdout, usage)
-			fmt.Fprintln(stdout, "\nRun mcp-cancel-proxy --help for the flags.")
+		case "help", "-h", "-help", "--help":
+			printUsage(stdout, usage, wrapFlags(new(config.Config), new(string)))
 			return 0
 		case "version", "--version", "-version":
 			fmt.Fprintln(stdout, "mcp-cancel-proxy", version())
 			return 0
 		}
 	}
-	cfg, argv, err := parseWrapArgs(args, stderr)
+	cfg, argv, err := parseWrapArgs(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "mcp-cancel-proxy:", err)
+		if !errors.Is(err, errFlagSaid) {
+			fmt.Fprintln(stderr, "mcp-cancel-proxy:", err)
+		}
 		return exitUsage
 	}
 	switch {
@@ -116,16 +117,15 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 
 // exampleServer serves the bundled example server on stdio, or with
 // --http ADDR over Streamable HTTP.
-func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
+func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
 	stateless := fs.Bool("stateless", false, "with --http: serve without sessions; a closed stream cancels its request")
 	sse := fs.String("sse", "", "serve the 2024-11-05 HTTP+SSE transport on this `address` (event stream on /sse) instead of stdio")
 	stubborn := fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
 		"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if help, err := parseFlags(fs, args, "usage: mcp-cancel-proxy example-server [flags]\n\nServes the bundled example MCP server (stdio by default).\n\nflags:\n", stdout, stderr); help || err != nil {
+		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	if *stubborn {
 		signal.Ignore(syscall.SIGTERM)
@@ -153,6 +153,10 @@ func exampleServer(ctx context.Context, args []string, stderr io.Writer) int {
 }
 
 func validate(args []string, stdout io.Writer, stderr io.Writer) int {
+	if isHelp(args) {
+		fmt.Fprint(stdout, "usage: mcp-cancel-proxy validate FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n")
+		return 0
+	}
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate FILE")
 		return exitUsage
@@ -186,13 +190,27 @@ configuration file.
 flags:
 `
 
-// parseWrapArgs parses the wrapper's flags over the configuration file they name.
-func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, error) {
-	fs := flag.NewFlagSet("mcp-cancel-proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	cfgPath := fs.String("config", "", "YAML configuration `file`")
+// errFlagSaid is parseWrapArgs's error for a bad flag it has already said.
+var errFlagSaid = errors.New("bad flag")
+
+// parseWrapArgs parses the wrapper's flags over the configuration file they
+// name; -h and --help print the usage on stdout (flag.ErrHelp).
+func parseWrapArgs(args []string, stdout, stderr io.Writer) (config.Config, []string, error) {
 	var over config.Config
+	cfgPath := new(string)
+	fs := wrapFlags(&over, cfgPath)
+	if help, err := parseFlags(fs, args, usage, stdout, stderr); help {
+		return config.Config{}, nil, flag.ErrHelp
+	} else if err != nil {
+		return config.Config{}, nil, errFlagSaid
+	}
+	return wrapConfig(fs, over, *cfgPath, stderr)
+}
+
+// wrapFlags is the proxy's flag set, writing to over and cfgPath.
+func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("mcp-cancel-proxy", flag.ContinueOnError)
+	fs.StringVar(cfgPath, "config", "", "YAML configuration `file`")
 	fs.StringVar(&over.Log.Level, "log-level", "", "log level: debug, info, warn or error (default info)")
 	fs.StringVar(&over.Log.Format, "log-format", "", "log format: json or console (default json)")
 	fs.Var(&over.Limits.MaxFrameSize, "max-frame-size", "longest message line accepted, e.g. 64MiB (default 64MiB)")
@@ -209,18 +227,21 @@ func parseWrapArgs(args []string, stderr io.Writer) (config.Config, []string, er
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		return config.Config{}, nil, err
-	}
+	return fs
+}
+
+// wrapConfig is the configuration the parsed flags fs (over, cfgPath) say,
+// and the server command after them.
+func wrapConfig(fs *flag.FlagSet, over config.Config, cfgPath string, stderr io.Writer) (config.Config, []string, error) {
 	argv := fs.Args()
-	if len(argv) == 0 && over.HTTP.Listen == "" && over.HTTP.Upstream == "" && *cfgPath == "" {
+	if len(argv) == 0 && over.HTTP.Listen == "" && over.HTTP.Upstream == "" && cfgPath == "" {
 		fmt.Fprint(stderr, usage)
 		return config.Config{}, nil, errors.New("no server command: put it after --, or give --upstream (with --listen to serve it over HTTP) (mcp-cancel-proxy --help lists the flags)")
 	}
 	cfg := config.Defaults()
-	if *cfgPath != "" {
+	if cfgPath != "" {
 		var err error
-		if cfg, err = config.Load(*cfgPath); err != nil {
+		if cfg, err = config.Load(cfgPath); err != nil {
 			return cfg, nil, err
 		}
 	}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestHelpOnStdout: --help, -h and help print the full usage on stdout and
+// exit 0, for the proxy and for every subcommand, with the flags spelled
+// --name; a bad flag says so on stderr and exits 2.
+func TestHelpOnStdout(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--help"}, "--listen address"},
+		{[]string{"-h"}, "--upstream URL"},
+		{[]string{"help"}, "--config file"},
+		{[]string{"--log-level", "debug", "--help"}, "--admin address"},
+		{[]string{"validate", "--help"}, "usage: mcp-cancel-proxy validate FILE"},
+		{[]string{"hooks", "--help"}, "list|retry|drop"},
+		{[]string{"hooks", "list", "--help"}, "--token-file"},
+		{[]string{"demo", "-h"}, "--server"},
+		{[]string{"example-server", "--help"}, "--stateless"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr)
+		if code != 0 || !strings.Contains(stdout.String(), c.want) || stderr.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want 0, %q on stdout, nothing on stderr", c.args, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--no-such-flag"}, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr); code != exitUsage ||
+		!strings.Contains(stderr.String(), "no-such-flag") || stdout.Len() != 0 {
+		t.Errorf("a bad flag: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
