@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -22,7 +24,8 @@ import (
 // MCP server (--upstream without --listen): a stdio.Session between the
 // client and a session of the upstream's, Streamable HTTP or HTTP+SSE. It
 // returns 0 when the client or a signal ended the session, 1 when the
-// upstream did.
+// upstream did. With --admin it serves the operations listener too: /healthz, /readyz
+// (the upstream session lives), /metrics and the status page.
 func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
@@ -34,11 +37,30 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1
 	}
+	var running atomic.Pointer[policy.Engine]
+	m, pm, stopAdmin, err := startAdmin(cfg, upstreamName(cfg.HTTP.Upstream), func() error {
+		select {
+		case <-back.Exited():
+			return errors.New("the upstream session has ended")
+		default:
+			return nil
+		}
+	}, &running, log)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		back.Stop()
+		return 1
+	}
+	defer stopAdmin()
 	popts, err := policyOptions(cfg, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))
 		back.Stop()
 		return 1
+	}
+	var notified func(time.Duration)
+	if pm != nil {
+		popts.Metrics, notified = pm, pm.CancelNotified
 	}
 	engine, err := policy.New(popts)
 	if err != nil {
@@ -46,8 +68,9 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		back.Stop()
 		return 1
 	}
+	running.Store(engine)
 	defer reloadOnChange(cfg.Path, engine, log)()
-	tel, stopTelemetry, err := startTelemetry(cfg, nil, log)
+	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
 	if err != nil {
 		log.Error("cannot start tracing", zap.Error(err))
 		back.Stop()
@@ -58,7 +81,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		Logger: log, LogPayloads: cfg.Log.Payloads, MaxFrameSize: int(cfg.Limits.MaxFrameSize),
 		RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
 		OnClientClosed: back.Stop, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
-		NewTracer: tel.SessionFunc("pipe"),
+		NewTracer: tel.SessionFunc("pipe"), OnNotified: notified, Observer: observer(m), OnCancel: cancelCounter(m),
 	})
 	var asked atomic.Bool
 	sigs := make(chan os.Signal, 1)
@@ -88,4 +111,13 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		return 1
 	}
 	return 0
+}
+
+// upstreamName is the short name of an upstream URL the metrics label it
+// with: its host (and port), never its path or credentials.
+func upstreamName(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "upstream"
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,5 +98,51 @@ func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
 	}
 	if v := metricValue(t, adm, clientCancels); v != 1 {
 		t.Errorf("%s = %v, want 1", clientCancels, v)
+	}
+}
+
+// TestE2EBridgeAdmin: the bridge serves the operations listener too: its
+// probes, and /metrics with the counters of a cancelled call.
+func TestE2EBridgeAdmin(t *testing.T) {
+	up, adm := freePort(t), freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	w := startWrapped(t, "--upstream", "http://"+up+"/mcp", "--admin", adm, "--log-level", "debug")
+	w.logs.waitFor(t, "admin listening")
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if resp, err := http.Get("http://" + adm + path); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+	}
+	w.initialize(`{}`)
+	w.send(`{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":1,"steps":10},"_meta":{"progressToken":"bt"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "bt") })
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"b1"}}`)
+	waitMetric(t, adm, suppressedSeries, 1)
+	if v := metricValue(t, adm, clientCancels); v != 1 {
+		t.Errorf("%s = %v, want 1", clientCancels, v)
+	}
+}
+
+// TestE2EAdminPortBusy: an --admin address already taken stops the
+// wrapper's start with a clear error (it ran on without its listener), as
+// it stops the sidecar's and the bridge's.
+func TestE2EAdminPortBusy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, args := range [][]string{
+		{"--admin", ln.Addr().String(), "--", proxyBin, "example-server"},
+		{"--admin", ln.Addr().String(), "--upstream", "http://" + ln.Addr().String() + "/mcp", "--upstream-transport", "streamable"},
+	} {
+		cmd := exec.Command(proxyBin, args...)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(string(out), "cannot listen for admin") {
+			t.Errorf("%v: exit %d (%v), output %s; want 1 saying the admin address is taken", args, code, err, out)
+		}
 	}
 }

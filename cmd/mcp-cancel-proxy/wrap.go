@@ -44,7 +44,12 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	defer st.watch(ctx)()
 
 	var running atomic.Pointer[policy.Engine]
-	m, pm, stopAdmin := wrapperAdmin(cfg, link, &running, log)
+	m, pm, stopAdmin, err := wrapperAdmin(cfg, link, &running, log)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		link.current().Stop()
+		return 1
+	}
 	defer stopAdmin()
 	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
 	if err != nil {
@@ -224,27 +229,34 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 
 // wrapperAdmin serves the admin listener for the stdio wrapper, when one is
 // configured: /healthz, /readyz (the server runs) and /metrics with the
-// policy's counters. It returns nil metrics when there is none.
-func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func()) {
-	if cfg.HTTP.Admin == "" {
-		return nil, nil, func() {}
-	}
-	m := metrics.New(metrics.Gauges{})
-	pm := m.NewPolicy(filepath.Base(link.argv[0]))
-	ready := func() error {
+// policy's counters. It returns nil metrics when there is none, and an
+// error when the listener cannot start (a busy port): the start fails, as
+// the sidecar's does.
+func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+	return startAdmin(cfg, filepath.Base(link.argv[0]), func() error {
 		select {
 		case <-link.current().Exited():
 			return errors.New("the server has exited")
 		default:
 			return nil
 		}
+	}, engine, log)
+}
+
+// startAdmin serves the admin listener of a stdio front (the wrapper, the
+// bridge) when one is configured; upstream names the server in the
+// policy's metrics, ready tells /readyz.
+func startAdmin(cfg config.Config, upstream string, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+	if cfg.HTTP.Admin == "" {
+		return nil, nil, func() {}, nil
 	}
+	m := metrics.New(metrics.Gauges{})
+	pm := m.NewPolicy(upstream)
 	stop, err := admin(cfg.HTTP, m, ready, engine, log)
 	if err != nil {
-		log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
-		return m, pm, func() {}
+		return nil, nil, nil, fmt.Errorf("cannot listen for admin on %s (http.admin, --admin): %w", cfg.HTTP.Admin, err)
 	}
-	return m, pm, stop
+	return m, pm, stop, nil
 }
 
 // observer returns what counts a session's decisions in m, if there is m.
