@@ -29,6 +29,11 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	// Public CA roots of the binary's own, trusted only where the system
+	// has none (the scratch container image, a machine without a bundle):
+	// https:// upstreams, collectors and webhooks are reached there too.
+	_ "golang.org/x/crypto/x509roots/fallback"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/exampleserver"
 )
