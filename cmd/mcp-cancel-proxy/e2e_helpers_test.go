@@ -1,8 +1,8 @@
 package main
 
 import (
-	"crypto/x509"
 	"bufio"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
