@@ -498,6 +498,13 @@ func ErrorReply(id framing.ID, code int, msg string) []byte {
 		Data: map[string]string{"proxy": proxyName}})
 }
 
+// ErrorReplyKind is ErrorReply with data.kind saying what kind of error of
+// the proxy's it is, for clients that act on it.
+func ErrorReplyKind(id framing.ID, code int, msg, kind string) []byte {
+	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: code, Message: msg,
+		Data: map[string]string{"proxy": proxyName, "kind": kind}})
+}
+
 // forwarded counts a message passed on; method and id are the message's, or
 // for a response those of the request it answers.
 func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing.ID) {

@@ -31,8 +31,10 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 	defer log.Sync()
 	ignoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
-	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, int(cfg.Limits.MaxFrameSize),
-		int(cfg.Limits.MaxResponseHeaderBytes), !cfg.HTTP.UpgradeStateless, log)
+	headers, _ := headersOf(cfg) // checked with the flags
+	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, httpx.UpstreamOptions{
+		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
+		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

@@ -228,6 +228,18 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
 	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
+	fs.Func("header", "a `Name: value` header for every request to the upstream (repeatable; ${VAR} takes VAR from the environment, $$ is a $)", func(v string) error {
+		if over.HTTP.UpstreamHeaders == nil {
+			over.HTTP.UpstreamHeaders = map[string]string{}
+		}
+		return addHeaderLine(v, over.HTTP.UpstreamHeaders)
+	})
+	fs.Func("header-file", "read upstream headers from this `file`, one Name: value a line (# comments)", func(v string) error {
+		if over.HTTP.UpstreamHeaders == nil {
+			over.HTTP.UpstreamHeaders = map[string]string{}
+		}
+		return readHeaderFile(v, over.HTTP.UpstreamHeaders)
+	})
 	fs.Func("allow-origin", "with --listen: accept requests from this `origin` (repeatable; * for any); requests without an Origin header are always accepted", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil
@@ -252,6 +264,9 @@ func wrapConfig(fs *flag.FlagSet, over config.Config, cfgPath string, stderr io.
 	}
 	overlay(&cfg, over)
 	if err := cfg.Validate(); err != nil {
+		return cfg, nil, err
+	}
+	if _, err := headersOf(cfg); err != nil { // an unset ${VAR}: said before anything starts
 		return cfg, nil, err
 	}
 	switch {
@@ -281,5 +296,11 @@ func overlay(cfg *config.Config, over config.Config) {
 	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
+	}
+	for name, v := range over.HTTP.UpstreamHeaders { // the flags' over the file's
+		if cfg.HTTP.UpstreamHeaders == nil {
+			cfg.HTTP.UpstreamHeaders = map[string]string{}
+		}
+		cfg.HTTP.UpstreamHeaders[name] = v
 	}
 }

@@ -104,6 +104,9 @@ func waitWritten(srv *fasthttp.Server, d time.Duration) {
 	}
 }
 
+// must returns v; err was checked when the flags were (an unset ${VAR}).
+func must[T any](v T, _ error) T { return v }
+
 // requestError answers a request fasthttp could not read: headers over
 // limits.max_request_header_bytes get 431 naming the setting.
 func requestError(log *zap.Logger) func(*fasthttp.RequestCtx, error) {
@@ -171,6 +174,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 				return nil, err
 			}
 			up.KeepRevision = !cfg.HTTP.UpgradeStateless
+			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
 			sc.Legacy.Dial = up.Dial
 		}
 		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
@@ -178,6 +182,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			if err != nil {
 				return nil, err
 			}
+			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
 			dial = up.Dial
 		}
 	}
@@ -195,8 +200,8 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 	sc := &httpx.Sidecar{
 		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		Legacy:             &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath, InitWait: cfg.HTTP.LegacyInitWait},
-		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions,
-		CheckHost:          loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
+		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
+		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
 		KeepRevision: !cfg.HTTP.UpgradeStateless,
 		SessionIdle:  cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),

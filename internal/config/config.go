@@ -118,6 +118,11 @@ type HTTP struct {
 	// AllowedOrigins lists the Origin values accepted besides none; "*"
 	// accepts any. Default none.
 	AllowedOrigins []string `yaml:"allowed_origins"`
+	// UpstreamHeaders are added to every request the proxy sends the
+	// upstream (the bridge's and the sidecar's): an API key, a bearer token.
+	// A value may name environment variables as ${NAME} (an unset one is an
+	// error), so that secrets stay out of the file; $$ is a $. Default none.
+	UpstreamHeaders map[string]string `yaml:"upstream_headers"`
 	// CancelGrace is how long a cancelled request's response stream stays
 	// open for the server's nested cancels before the sidecar ends it.
 	// Default 500ms.
@@ -222,7 +227,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},

@@ -92,15 +92,29 @@ func (s *Sidecar) probe() (sse bool, err error) {
 	return probeTransport(s.client, s.upstream, s.maxBody, s.log)
 }
 
+// UpstreamOptions are what DialUpstream makes its client of an upstream
+// with.
+type UpstreamOptions struct {
+	MaxBody   int // an answer or an event at most (zero: the default)
+	MaxHeader int // the response headers at most (zero: the default)
+	// Headers are added to every request (an API key, a bearer token).
+	Headers []Header
+	// KeepRevision sends a 2025 client's requests as they are, never
+	// upgraded to 2026-07-28 (http.upgrade_stateless: false).
+	KeepRevision bool
+}
+
 // DialUpstream returns a session's backend for the MCP server at rawURL,
 // speaking transport (TransportAuto: found out first, by probeTransport):
 // what a stdio client needs to reach an HTTP server.
-func DialUpstream(rawURL, transport string, maxBody, maxHeader int, keepRevision bool, log *zap.Logger) (Backend, error) {
+func DialUpstream(rawURL, transport string, o UpstreamOptions, log *zap.Logger) (Backend, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	client := upstreamClient(maxBody, maxHeader)
+	maxBody, keepRevision := o.MaxBody, o.KeepRevision
+	client := upstreamClient(maxBody, o.MaxHeader)
+	AddHeaders(client, o.Headers)
 	if transport == TransportAuto {
 		sse, err := probeTransport(client, u, maxBody, log)
 		if err != nil {

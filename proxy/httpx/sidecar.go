@@ -64,6 +64,9 @@ type Sidecar struct {
 	// MaxResponseHeaderBytes bounds the upstream's response headers. If
 	// zero, DefaultMaxResponseHeaderBytes.
 	MaxResponseHeaderBytes int
+	// UpstreamHeaders are added to each request the sidecar sends the
+	// upstream that does not set them itself (a deployment's API key).
+	UpstreamHeaders []Header
 	// CancelGrace is how long the response stream of a request cancelled by
 	// the client stays open, so that the server's cancels of its own nested
 	// requests reach the client, before the sidecar ends it. If zero,
@@ -215,6 +218,7 @@ func (s *Sidecar) Provision() error {
 			s.log = zap.NewNop()
 		}
 		s.client = upstreamClient(s.maxBody, s.MaxResponseHeaderBytes)
+		AddHeaders(s.client, s.UpstreamHeaders)
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)

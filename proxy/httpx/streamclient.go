@@ -191,6 +191,14 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 	case resp.StatusCode() == fasthttp.StatusAccepted:
 		readHead(resp)
 		return
+	case resp.StatusCode() == fasthttp.StatusUnauthorized:
+		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
+		readHead(resp)
+		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
+		if isRequest {
+			b.line(append(unauthorized(f.Msgs[0].ID, challenge), '\n'))
+		}
+		return
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
 		head := readHead(resp)
@@ -259,6 +267,22 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 			b.answer(ev.Data, initialize)
 		}
 	}
+}
+
+// KindUnauthorized is data.kind of the proxy's error for a request the
+// upstream refused for want of authorization (HTTP 401): apart from a
+// deadline's, so that a client can tell the user what to do.
+const KindUnauthorized = "unauthorized"
+
+// unauthorized is the proxy's answer to a request the upstream refused
+// with 401: what the server asked for, and how to give it.
+func unauthorized(id framing.ID, challenge string) []byte {
+	msg := "the MCP server wants authorization (HTTP 401"
+	if challenge != "" {
+		msg += ", WWW-Authenticate: " + challenge[:min(len(challenge), 200)]
+	}
+	msg += "): give it to the proxy with --header 'Authorization: Bearer ${TOKEN}' (the token from the environment) or --header-file FILE"
+	return proxy.ErrorReplyKind(id, framing.CodeInternalError, msg, KindUnauthorized)
 }
 
 // unanswered gives the session the proxy's -32000 for the request whose

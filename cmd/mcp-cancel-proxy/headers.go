@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+)
+
+// parseHeader reads a "Name: value" header as --header gives it, the value
+// expanded (see expand).
+func parseHeader(line string) (httpx.Header, error) {
+	name, value, ok := strings.Cut(line, ":")
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
+		return httpx.Header{}, fmt.Errorf("header %q is not Name: value", line)
+	}
+	if strings.ContainsAny(value, "\r\n") {
+		return httpx.Header{}, fmt.Errorf("header %s: a value has no line breaks", name)
+	}
+	v, err := expand(value)
+	if err != nil {
+		return httpx.Header{}, fmt.Errorf("header %s: %w", name, err)
+	}
+	return httpx.Header{Name: name, Value: v}, nil
+}
+
+// expand replaces each ${NAME} in v with the environment variable NAME, so
+// that secrets stay out of client configurations, and $$ with a $. A
+// variable that is not set is an error naming it, never an empty value.
+func expand(v string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		switch {
+		case v[i] != '$':
+			b.WriteByte(v[i])
+		case strings.HasPrefix(v[i:], "$$"):
+			b.WriteByte('$')
+			i++
+		case strings.HasPrefix(v[i:], "${"):
+			end := strings.IndexByte(v[i:], '}')
+			if end < 0 {
+				return "", errors.New("${ without its }")
+			}
+			name := v[i+2 : i+end]
+			val, ok := os.LookupEnv(name)
+			if !ok {
+				return "", fmt.Errorf("${%s} is not set in the environment", name)
+			}
+			b.WriteString(val)
+			i += end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String(), nil
+}
+
+// headersOf returns the upstream headers the configuration (and the
+// flags over it) set, their values expanded; sorted by name.
+func headersOf(cfg config.Config) ([]httpx.Header, error) {
+	var hs []httpx.Header
+	for _, name := range slices.Sorted(maps.Keys(cfg.HTTP.UpstreamHeaders)) {
+		h, err := parseHeader(name + ": " + cfg.HTTP.UpstreamHeaders[name])
+		if err != nil {
+			return nil, fmt.Errorf("http.upstream_headers: %w", err)
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+// readHeaderFile reads headers from a file, one "Name: value" a line;
+// blank lines and lines starting with # are skipped.
+func readHeaderFile(path string, into map[string]string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--header-file: %w", err)
+	}
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if err := addHeaderLine(line, into); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n+1, err)
+		}
+	}
+	return nil
+}
+
+// addHeaderLine adds a "Name: value" line to headers, the value as written
+// (expanded when the proxy starts).
+func addHeaderLine(line string, headers map[string]string) error {
+	name, value, ok := strings.Cut(line, ":")
+	if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
+		return fmt.Errorf("header %q is not Name: value", line)
+	}
+	headers[name] = strings.TrimSpace(value)
+	return nil
+}
