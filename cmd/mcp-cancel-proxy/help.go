@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // isHelp reports whether a command line asks for help: -h, -help, --help
@@ -47,4 +50,71 @@ func printUsage(w io.Writer, head string, fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(w)
 	})
+}
+
+// durationFlag is a time.Duration flag whose errors say what is wrong in
+// the words the configuration file's do.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	if _, err := strconv.ParseFloat(v, 64); err == nil && v != "0" {
+		return fmt.Errorf("%q: a duration needs a unit, such as %ss", v, v)
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as 500ms, 30s or 5m", v)
+	}
+	if d < 0 {
+		return fmt.Errorf("%q: a duration must not be negative", v)
+	}
+	*f.d = d
+	return nil
+}
+
+// subcommands are the first words that name a command of the proxy's.
+var subcommands = []string{"demo", "example-server", "validate", "hooks", "help", "version"}
+
+// nearSubcommand returns the subcommand a first word that is not one, and
+// not a program either, seems to misspell (within two edits), or "".
+func nearSubcommand(word string) string {
+	if word == "" || strings.HasPrefix(word, "-") || slices.Contains(subcommands, word) {
+		return ""
+	}
+	if _, err := exec.LookPath(word); err == nil {
+		return "" // a server command: `mcp-cancel-proxy node srv.js` keeps working
+	}
+	for _, sub := range subcommands {
+		if editDistance(word, sub) <= 2 {
+			return sub
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

@@ -38,3 +38,27 @@ func TestHelpOnStdout(t *testing.T) {
 		t.Errorf("a bad flag: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }
+
+// TestCommandLineMistakes: a misspelt subcommand that is no program gets
+// "did you mean"; a program is still the server command; a flag's
+// duration without a unit says so, in the file's words.
+func TestCommandLineMistakes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"valdate", "x.yaml"}, "did you mean validate?"},
+		{[]string{"hoks", "list"}, "did you mean hooks?"},
+		{[]string{"--term-after", "5", "--", "true"}, `"5": a duration needs a unit, such as 5s`},
+		{[]string{"--cancel-grace", "soon", "--", "true"}, `"soon" is not a duration such as 500ms, 30s or 5m`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), exitUsage, c.want)
+		}
+	}
+	if got := nearSubcommand("true"); got != "" { // a program on PATH: the server command
+		t.Errorf("nearSubcommand(true) = %q", got)
+	}
+}

@@ -100,6 +100,11 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			fmt.Fprintln(stdout, "mcp-cancel-proxy", version())
 			return 0
 		}
+		if sub := nearSubcommand(args[0]); sub != "" {
+			fmt.Fprintf(stderr, "mcp-cancel-proxy: %q is neither a command of the proxy's nor a program: did you mean %s?\n"+
+				"(a server command goes after --: mcp-cancel-proxy -- COMMAND ARGS...)\n", args[0], sub)
+			return exitUsage
+		}
 	}
 	cfg, argv, err := parseWrapArgs(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -219,15 +224,15 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 	fs.StringVar(&over.Log.Level, "log-level", "", "log level: debug, info, warn or error (default info)")
 	fs.StringVar(&over.Log.Format, "log-format", "", "log format: json or console (default json)")
 	fs.Var(&over.Limits.MaxFrameSize, "max-frame-size", "longest message line accepted, e.g. 64MiB (default 64MiB)")
-	fs.DurationVar(&over.Child.TermAfter, "term-after", 0, "wait after closing the server's stdin before SIGTERM (default 5s)")
-	fs.DurationVar(&over.Child.KillAfter, "kill-after", 0, "wait after SIGTERM before SIGKILL (default 5s)")
+	fs.Var(durationFlag{&over.Child.TermAfter}, "term-after", "wait after closing the server's stdin before SIGTERM (default 5s)")
+	fs.Var(durationFlag{&over.Child.KillAfter}, "kill-after", "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
 	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
 	fs.StringVar(&over.HTTP.UpstreamTransport, "upstream-transport", "", "what the upstream speaks: auto (detected), streamable, or sse (the 2024-11-05 HTTP+SSE transport; --upstream is its event stream) (default auto)")
-	fs.DurationVar(&over.HTTP.DisconnectCancelAfter, "disconnect-cancel-after", 0,
+	fs.Var(durationFlag{&over.HTTP.DisconnectCancelAfter}, "disconnect-cancel-after",
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
-	fs.DurationVar(&over.HTTP.CancelGrace, "cancel-grace", 0, "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
+	fs.Var(durationFlag{&over.HTTP.CancelGrace}, "cancel-grace", "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("header", "a `Name: value` header for every request to the upstream (repeatable; ${VAR} takes VAR from the environment, $$ is a $)", func(v string) error {
 		if over.HTTP.UpstreamHeaders == nil {
 			over.HTTP.UpstreamHeaders = map[string]string{}
