@@ -27,13 +27,13 @@ func TestHelpOnStdout(t *testing.T) {
 		{[]string{"example-server", "--help"}, "--stateless"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr)
+		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), outCloser{&stdout}, &stderr)
 		if code != 0 || !strings.Contains(stdout.String(), c.want) || stderr.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want 0, %q on stdout, nothing on stderr", c.args, code, stdout.String(), stderr.String(), c.want)
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"--no-such-flag"}, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr); code != exitUsage ||
+	if code := run(context.Background(), []string{"--no-such-flag"}, io.NopCloser(strings.NewReader("")), outCloser{&stdout}, &stderr); code != exitUsage ||
 		!strings.Contains(stderr.String(), "no-such-flag") || stdout.Len() != 0 {
 		t.Errorf("a bad flag: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
@@ -53,7 +53,7 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"--cancel-grace", "soon", "--", "true"}, `"soon" is not a duration such as 500ms, 30s or 5m`},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), nopWriteCloser{&stdout}, &stderr)
+		code := run(context.Background(), c.args, io.NopCloser(strings.NewReader("")), outCloser{&stdout}, &stderr)
 		if code != exitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), exitUsage, c.want)
 		}
@@ -62,3 +62,8 @@ func TestCommandLineMistakes(t *testing.T) {
 		t.Errorf("nearSubcommand(true) = %q", got)
 	}
 }
+
+// outCloser is a stdout for run that does nothing on Close.
+type outCloser struct{ io.Writer }
+
+func (outCloser) Close() error { return nil }
