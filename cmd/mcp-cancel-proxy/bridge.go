@@ -34,7 +34,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 	headers, _ := headersOf(cfg) // checked with the flags
 	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, httpx.UpstreamOptions{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
-		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless}, log)
+		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

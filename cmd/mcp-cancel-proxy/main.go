@@ -245,6 +245,7 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 		}
 		return readHeaderFile(v, over.HTTP.UpstreamHeaders)
 	})
+	fs.StringVar(&over.HTTP.CAFile, "ca-file", "", "with --upstream alone: trust the CA certificates of this PEM `file` for the upstream's TLS (a private CA)")
 	fs.Func("allow-origin", "with --listen: accept requests from this `origin` (repeatable; * for any); requests without an Origin header are always accepted", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil
@@ -299,6 +300,7 @@ func overlay(cfg *config.Config, over config.Config) {
 	cfg.HTTP.DisconnectCancelAfter = cmp.Or(over.HTTP.DisconnectCancelAfter, cfg.HTTP.DisconnectCancelAfter)
 	cfg.HTTP.Admin = cmp.Or(over.HTTP.Admin, cfg.HTTP.Admin)
 	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)
+	cfg.HTTP.CAFile = cmp.Or(over.HTTP.CAFile, cfg.HTTP.CAFile)
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
 	}

@@ -123,6 +123,10 @@ type HTTP struct {
 	// A value may name environment variables as ${NAME} (an unset one is an
 	// error), so that secrets stay out of the file; $$ is a $. Default none.
 	UpstreamHeaders map[string]string `yaml:"upstream_headers"`
+	// CAFile is a PEM file of CA certificates the bridge trusts for its
+	// upstream's TLS besides the system's (a private CA; SSL_CERT_FILE
+	// works too). Default none.
+	CAFile string `yaml:"ca_file"`
 	// CancelGrace is how long a cancelled request's response stream stays
 	// open for the server's nested cancels before the sidecar ends it.
 	// Default 500ms.

@@ -102,6 +102,12 @@ type UpstreamOptions struct {
 	// KeepRevision sends a 2025 client's requests as they are, never
 	// upgraded to 2026-07-28 (http.upgrade_stateless: false).
 	KeepRevision bool
+	// ProxyFromEnv reaches the upstream through HTTPS_PROXY/HTTP_PROXY (as
+	// NO_PROXY allows; never for a loopback upstream).
+	ProxyFromEnv bool
+	// CAFile, if set, is a PEM file of CA certificates trusted for the
+	// upstream's TLS besides the system's.
+	CAFile string
 }
 
 // DialUpstream returns a session's backend for the MCP server at rawURL,
@@ -115,6 +121,16 @@ func DialUpstream(rawURL, transport string, o UpstreamOptions, log *zap.Logger) 
 	maxBody, keepRevision := o.MaxBody, o.KeepRevision
 	client := upstreamClient(maxBody, o.MaxHeader)
 	AddHeaders(client, o.Headers)
+	if o.ProxyFromEnv {
+		if err := UseProxyFromEnv(client, isTLSURL(rawURL)); err != nil {
+			return nil, err
+		}
+	}
+	if o.CAFile != "" {
+		if err := UseCAFile(client, o.CAFile); err != nil {
+			return nil, err
+		}
+	}
 	if transport == TransportAuto {
 		sse, err := probeTransport(client, u, maxBody, log)
 		if err != nil {

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// connectProxy is an HTTP CONNECT proxy on loopback that tunnels to the
+// host it is asked for, a name that only it resolves (to 127.0.0.1), and
+// notes every tunnel.
+type connectProxy struct {
+	addr    string
+	mu      sync.Mutex
+	tunnels []string
+}
+
+func startConnectProxy(t *testing.T) *connectProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &connectProxy{addr: ln.Addr().String()}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *connectProxy) serve(c net.Conn) {
+	defer c.Close()
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil || req.Method != http.MethodConnect {
+		io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+		return
+	}
+	p.mu.Lock()
+	p.tunnels = append(p.tunnels, req.Host)
+	p.mu.Unlock()
+	_, port, _ := net.SplitHostPort(req.Host)
+	up, err := net.Dial("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
+		return
+	}
+	defer up.Close()
+	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+	go io.Copy(up, c)
+	io.Copy(c, up)
+}
+
+func (p *connectProxy) seen() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.tunnels...)
+}
+
+// bridgeLists runs the bridge with env and args, initializes, lists the
+// tools, and reports whether that worked.
+func bridgeLists(t *testing.T, env []string, args ...string) bool {
+	cmd := exec.Command(proxyBin, append(args, "--upstream-transport", "streamable", "--log-level", "debug")...)
+	cmd.Env = append(os.Environ(), env...)
+	w := startCommand(t, cmd)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	got := w.recvUntil(isResponse(float64(1)))
+	if got[len(got)-1]["result"] == nil {
+		return false
+	}
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	got = w.recvUntil(isResponse(float64(2)))
+	return strings.Contains(fmt.Sprint(got[len(got)-1]["result"]), "slow_honour")
+}
+
+// TestE2EBridgeThroughHTTPProxy: the bridge reaches its upstream through
+// the proxy HTTP_PROXY names (a real CONNECT tunnel, to a name only the
+// proxy resolves), never for a loopback upstream, and trusts a private
+// CA given with --ca-file (and only then).
+func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
+	watchdog(t, 90e9)
+	up := freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	target, _ := url.Parse("http://" + up)
+	// The server takes loopback Host names only: in front of it, a gateway
+	// that names it as it expects, reached by the name the proxy resolves.
+	gw := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	t.Cleanup(gw.Close) // after the bridges (cleanups run last first)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(gw.URL, "http://"))
+	p := startConnectProxy(t)
+	env := []string{"HTTP_PROXY=http://" + p.addr, "HTTPS_PROXY=http://" + p.addr, "NO_PROXY="}
+	if !bridgeLists(t, env, "--upstream", "http://mcp.test:"+port+"/mcp") {
+		t.Fatal("the bridge through the proxy did not list the tools")
+	}
+	if got := p.seen(); len(got) == 0 || got[0] != "mcp.test:"+port {
+		t.Errorf("the proxy tunnelled %v, want mcp.test:%s", got, port)
+	}
+	before := len(p.seen())
+	if !bridgeLists(t, env, "--upstream", "http://"+up+"/mcp") || len(p.seen()) != before {
+		t.Errorf("a loopback upstream: tunnels %v (before %d), want none more and the tools listed", p.seen(), before)
+	}
+
+	tlsUp := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	t.Cleanup(tlsUp.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw}), 0o600)
+	if !bridgeLists(t, nil, "--upstream", tlsUp.URL+"/mcp", "--ca-file", ca) {
+		t.Error("the bridge to a private-CA upstream with --ca-file did not list the tools")
+	}
+	if bridgeLists(t, nil, "--upstream", tlsUp.URL+"/mcp") {
+		t.Error("the bridge trusted a private CA it was not given")
+	}
+}
