@@ -61,16 +61,30 @@ func TestE2EWrapperMetrics(t *testing.T) {
 	adm := freePort(t)
 	w := startWrapped(t, "--admin", adm, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.logs.waitFor(t, "admin listening")
+	cancelOneCall(t, w, adm)
+}
+
+// cancelOneCall has the stdio client w cancel a call to a server that
+// answers anyway, and checks what the admin listener at adm counted of it.
+func cancelOneCall(t *testing.T, w *wrapped, adm string) {
+	t.Helper()
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":1,"steps":10},"_meta":{"progressToken":"mg"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"m1"}}`)
+	oneCancelCounted(t, adm)
+}
+
+// oneCancelCounted waits for the late answer of one cancelled call to be
+// counted suppressed, and checks its cancel was counted once, as the
+// client's.
+func oneCancelCounted(t *testing.T, adm string) {
+	t.Helper()
 	waitMetric(t, adm, suppressedSeries, 1)
-	if v := metricValue(t, adm, acceptedSeries); v != 1 {
-		t.Errorf("%s = %v, want 1", acceptedSeries, v)
-	}
-	if v := metricValue(t, adm, clientCancels); v != 1 {
-		t.Errorf("%s = %v, want 1", clientCancels, v)
+	for _, series := range []string{acceptedSeries, clientCancels} {
+		if v := metricValue(t, adm, series); v != 1 {
+			t.Errorf("%s = %v, want 1", series, v)
+		}
 	}
 }
 
@@ -92,13 +106,7 @@ func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
 	post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"stop"}}`).Body.Close()
 	for range call {
 	}
-	waitMetric(t, adm, suppressedSeries, 1)
-	if v := metricValue(t, adm, acceptedSeries); v != 1 {
-		t.Errorf("%s = %v, want 1", acceptedSeries, v)
-	}
-	if v := metricValue(t, adm, clientCancels); v != 1 {
-		t.Errorf("%s = %v, want 1", clientCancels, v)
-	}
+	oneCancelCounted(t, adm)
 }
 
 // TestE2EBridgeAdmin: the bridge serves the operations listener too: its
@@ -116,14 +124,7 @@ func TestE2EBridgeAdmin(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	w.initialize(`{}`)
-	w.send(`{"jsonrpc":"2.0","id":"b1","method":"tools/call","params":{"name":"slow_ignore","arguments":{"seconds":1,"steps":10},"_meta":{"progressToken":"bt"}}}`)
-	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "bt") })
-	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"b1"}}`)
-	waitMetric(t, adm, suppressedSeries, 1)
-	if v := metricValue(t, adm, clientCancels); v != 1 {
-		t.Errorf("%s = %v, want 1", clientCancels, v)
-	}
+	cancelOneCall(t, w, adm)
 }
 
 // TestE2EAdminPortBusy: an --admin address already taken stops the
