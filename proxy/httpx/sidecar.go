@@ -427,10 +427,11 @@ func (s *Sidecar) CancelAll(reason string) {
 	}
 	for _, sess := range s.sessions.all() {
 		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
-			s.notify(sess, c.Notice, c.Call)
 			// The client hears why, as the wrapper's does: -32000 on the
-			// request's stream, not a stream that just ends.
+			// request's stream, not a stream that just ends. First: the
+			// upstream, once notified, may end the stream before it is said.
 			sess.finishCall(c.Call, sess.t.ErrorReply(c.Call.ID(), proxy.CodeServerGone, reason))
+			s.notify(sess, c.Notice, c.Call)
 		}
 		sess.endAll()
 	}
