@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,21 +24,27 @@ import (
 // ignores it, and prints what the proxy forwarded and suppressed.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	server := fs.String("server", "", "server command to run instead of the bundled example server (argv[0] only)")
-	head := "usage: mcp-cancel-proxy demo [flags]\n\nRuns the proxy between a scripted client and the bundled example server, cancels two calls, and prints the timeline.\n\nflags:\n"
+	server := fs.String("server", "", "the `command` to run instead of the bundled example server, its words split at spaces (or give it after --)")
+	head := "usage: mcp-cancel-proxy demo [flags] [-- COMMAND ARGS...]\n\nRuns the proxy between a scripted client and the bundled example server (or COMMAND), cancels two calls, and prints the timeline.\n\nflags:\n"
 	if help, err := parseFlags(fs, args, head, stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
-	argv := []string{*server}
-	if *server == "" {
+	argv, name := fs.Args(), ""
+	switch {
+	case len(argv) == 0 && *server != "":
+		argv = strings.Fields(*server)
+	case len(argv) == 0:
 		self, err := os.Executable()
 		if err != nil {
 			fmt.Fprintln(stderr, "demo:", err)
 			return 1
 		}
-		argv = []string{self, "example-server"}
+		argv, name = []string{self, "example-server"}, "the bundled example server (mcp-cancel-proxy example-server)"
 	}
-	if err := runDemo(ctx, argv, stdout, stderr); err != nil {
+	if name == "" {
+		name = strings.Join(argv, " ")
+	}
+	if err := runDemo(ctx, argv, name, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
 	}
@@ -75,7 +82,7 @@ func (t *timeline) event(e proxy.Event) {
 	}
 }
 
-func runDemo(ctx context.Context, argv []string, stdout, stderr io.Writer) error {
+func runDemo(ctx context.Context, argv []string, name string, stdout, stderr io.Writer) error {
 	tl := &timeline{w: stdout, start: time.Now()}
 	log := newLogger(config.Log{Level: "warn", Format: "console"}, stderr)
 	p, err := child.Start(argv, child.Options{Stderr: io.Discard, Logger: log, TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
@@ -98,7 +105,7 @@ func runDemo(ctx context.Context, argv []string, stdout, stderr io.Writer) error
 	c := &scriptClient{w: toProxy, frames: make(chan []byte, 64), tl: tl}
 	go c.read(fromProxy)
 
-	fmt.Fprintf(stdout, "mcp-cancel-proxy demo: client <-> proxy <-> %v\n\n", argv)
+	fmt.Fprintf(stdout, "mcp-cancel-proxy demo: client <-> proxy <-> %s\n\n", name)
 	err = c.script(ctx, suppressed)
 	toProxy.Close()
 	if runErr := <-done; err == nil && runErr != nil {

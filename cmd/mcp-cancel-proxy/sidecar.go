@@ -139,7 +139,7 @@ func drain(c net.Conn) {
 // sets up the children, each session's with a governor of its own, and the
 // backends of old clients' sessions.
 func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
-	upstream := cfg.HTTP.Upstream
+	upstream := upstreamName(cfg.HTTP.Upstream) // the host, never a path (or credentials) in a label
 	if len(argv) > 0 {
 		upstream = filepath.Base(argv[0])
 	}
