@@ -208,13 +208,19 @@ func (c *childSession) end() {
 	clear(c.byID)
 	c.mu.Unlock()
 	for _, o := range unanswered {
-		o.st.send(framing.AppendSSEMessage(nil, "", proxy.ErrorReply(o.id, proxy.CodeServerGone, "the MCP server ended the session before answering")), true)
+		o.st.send(framing.AppendSSEMessage(nil, "", serverGone(o.id)), true)
 	}
 	for _, st := range streams {
 		if st != nil {
 			st.end()
 		}
 	}
+}
+
+// serverGone is the proxy's answer to a request whose server ended the
+// session (or was gone) before answering it.
+func serverGone(id framing.ID) []byte {
+	return proxy.ErrorReply(id, proxy.CodeServerGone, "the MCP server ended the session before answering")
 }
 
 // streamBacklog bounds the bytes of notifications and server requests

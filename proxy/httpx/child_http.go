@@ -67,7 +67,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
 				// A new session's server already gone: its client gets the
 				// proxy's error, as for a request in flight when it went.
-				writeJSON(ctx, fasthttp.StatusOK, proxy.ErrorReply(m.ID, proxy.CodeServerGone, "the MCP server ended the session before answering"))
+				writeJSON(ctx, fasthttp.StatusOK, serverGone(m.ID))
 				return
 			}
 			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
@@ -328,7 +328,7 @@ func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
 			if o, ok := c.origID[id]; ok {
 				id = o
 			}
-			st.send(framing.AppendSSEMessage(nil, "", proxy.ErrorReply(id, proxy.CodeServerGone, "the MCP server ended the session before answering")), true)
+			st.send(framing.AppendSSEMessage(nil, "", serverGone(id)), true)
 		}
 		st.end()
 		return st

@@ -39,3 +39,26 @@ func TestMirrorHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswers: what tells the bridge its request's stream brought the
+// answer: a response with its id, alone or in a batch; not a notification,
+// not another id.
+func TestAnswers(t *testing.T) {
+	id := framing.IntID(7)
+	for _, c := range []struct {
+		data string
+		want bool
+	}{
+		{`{"jsonrpc":"2.0","id":7,"result":{}}`, true},
+		{`{"jsonrpc":"2.0","result":{},"id":7}`, true},
+		{`{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}`, true},
+		{`[{"jsonrpc":"2.0","id":8,"result":{}},{"jsonrpc":"2.0","id":7,"result":{}}]`, true},
+		{`{"jsonrpc":"2.0","id":"7","result":{}}`, false},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}`, false},
+		{`{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{}}`, false},
+	} {
+		if got := answers([]byte(c.data), id); got != c.want {
+			t.Errorf("answers(%s) = %v, want %v", c.data, got, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -263,7 +264,7 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 			return
 		}
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
-			answered = answered || id != nil && answers(ev.Data, *id)
+			answered = answered || id != nil && answers(ev.Data, *id) // scanned until the answer came
 			b.answer(ev.Data, initialize)
 		}
 	}
@@ -310,18 +311,17 @@ func (b *streamBackend) unanswered(id framing.ID, err error) {
 	b.line(append(proxy.ErrorReply(id, proxy.CodeServerGone, why), '\n'))
 }
 
-// answers reports whether data holds the answer to the request id.
+// answers reports whether data is the answer to the request id: a scan of
+// its top level for the id, not a second parse (the session parses it).
 func answers(data []byte, id framing.ID) bool {
-	var f framing.Frame
-	if f.Parse(data) != nil {
-		return false
+	if d := bytes.TrimSpace(data); len(d) > 0 && d[0] == '[' { // a batch (2025-03-26): rare, parsed
+		var f framing.Frame
+		return f.Parse(d) == nil && slices.ContainsFunc(f.Msgs, func(m framing.Message) bool {
+			return m.Kind == framing.KindResponse && m.ID == id
+		})
 	}
-	for i := range f.Msgs {
-		if f.Msgs[i].Kind == framing.KindResponse && f.Msgs[i].ID == id {
-			return true
-		}
-	}
-	return false
+	got, isResponse, ok := framing.PeekID(data)
+	return ok && isResponse && got == id
 }
 
 // answer hands one message to the session; an initialize result names the
