@@ -37,6 +37,10 @@ const (
 	EndSubject = "mcp-cancel-proxy.session-end"
 )
 
+// ErrNotConnected is what Publish and PublishAudit answer while NATS is
+// not connected.
+var ErrNotConnected = errors.New("NATS is not connected")
+
 // AskWait bounds the wait for the replica that holds a cancelled request.
 const AskWait = 500 * time.Millisecond
 
@@ -139,28 +143,36 @@ func Redacted(urls string) string {
 
 // consumer opens the stream and the workers' consumer once (and again
 // after a failure), creating them if they do not exist yet. One that
-// exists is changed only if its settings differ from this replica's: a
-// replica that starts does not rewrite what the fleet already has (nor
-// race another replica's consumer creation with a needless update).
+// exists is changed only where its settings differ from this replica's,
+// and only in those settings: a replica that starts does not rewrite what
+// an operator set. Replicas starting together each create them with the
+// same settings, which JetStream takes as one creation: an update racing
+// another replica's consumer creation is what a create-or-update did
+// (and what trips a data race inside nats-server 2.15).
 func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.cons != nil {
 		return q.cons, nil
 	}
-	sc := jetstream.StreamConfig{Name: StreamName, Subjects: []string{JobSubject},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}
-	st, err := q.js.Stream(ctx, StreamName)
-	if err != nil || st.CachedInfo().Config.Duplicates != sc.Duplicates {
-		if _, err := q.js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return nil, err
-		}
+	if err := q.ensureStream(ctx); err != nil {
+		return nil, err
 	}
 	cc := jetstream.ConsumerConfig{Durable: ConsumerName, AckPolicy: jetstream.AckExplicitPolicy, AckWait: q.opts.AckWait,
 		MaxDeliver: q.opts.MaxDeliver}
 	cons, err := q.js.Consumer(ctx, StreamName, ConsumerName)
-	if err != nil || cons.CachedInfo().Config.AckWait != cc.AckWait || cons.CachedInfo().Config.MaxDeliver != cc.MaxDeliver {
-		if cons, err = q.js.CreateOrUpdateConsumer(ctx, StreamName, cc); err != nil {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = q.js.CreateConsumer(ctx, StreamName, cc)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = q.js.Consumer(ctx, StreamName, ConsumerName)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if have := cons.CachedInfo().Config; have.AckWait != cc.AckWait || have.MaxDeliver != cc.MaxDeliver {
+		have.AckWait, have.MaxDeliver = cc.AckWait, cc.MaxDeliver
+		if cons, err = q.js.UpdateConsumer(ctx, StreamName, have); err != nil {
 			return nil, err
 		}
 	}
@@ -168,10 +180,36 @@ func (q *Queue) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	return cons, nil
 }
 
+// ensureStream creates the jobs' stream, or brings an existing one's
+// duplicate window to this replica's, leaving its other settings be.
+func (q *Queue) ensureStream(ctx context.Context) error {
+	sc := jetstream.StreamConfig{Name: StreamName, Subjects: []string{JobSubject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute}
+	st, err := q.js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = q.js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = q.js.Stream(ctx, StreamName)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if have := st.CachedInfo().Config; have.Duplicates != sc.Duplicates {
+		have.Duplicates = sc.Duplicates
+		_, err = q.js.UpdateStream(ctx, have)
+	}
+	return err
+}
+
 // Publish hands a job to the fleet, and returns once the stream has it;
 // a job published twice (a crash between publishing and forgetting it)
-// is kept once.
+// is kept once. While NATS is not connected it fails at once (rather
+// than after publishWait): the job stays in the local store.
 func (q *Queue) Publish(j jobs.Job) error {
+	if !q.nc.IsConnected() {
+		return ErrNotConnected
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), publishWait)
 	defer cancel()
 	if _, err := q.consumer(ctx); err != nil {
@@ -297,7 +335,7 @@ func (q *Queue) ServeCancels(accept func(key string, cancel []byte) bool, ended 
 // PublishAudit publishes one audit line to subject.
 func (q *Queue) PublishAudit(subject string, line []byte) error {
 	if q.nc.Status() != nats.CONNECTED {
-		return errors.New("NATS is not connected")
+		return ErrNotConnected
 	}
 	return q.nc.Publish(subject, line)
 }
