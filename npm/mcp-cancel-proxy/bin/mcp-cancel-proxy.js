@@ -52,7 +52,8 @@ function resolveBinary() {
   const pkg = binaryPackage(process.platform, process.arch);
   if (!pkg) {
     fail(`no binary is published for ${process.platform}-${process.arch} (there are: ${platforms.join(', ')}); ` +
-      'build it with Go: go install github.com/mcp-cancel-proxy/mcp-cancel-proxy/cmd/mcp-cancel-proxy@latest');
+      'build it from a clone of the source with Go 1.26: go install ./cmd/mcp-cancel-proxy, ' +
+      'then set MCP_CANCEL_PROXY_BINARY to the binary (or run it directly)');
   }
   try {
     return require.resolve(`${pkg.name}/${pkg.file}`);
