@@ -465,6 +465,29 @@ func (p *Pointers) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// Programs lists the programs of the exec hooks, each as a Problem whose
+// Path is its exec setting and whose Msg is the program.
+func (p *Policy) Programs(prefix string) []*Problem {
+	out := p.Defaults.programs(prefix + ".defaults")
+	for j := range p.Rules {
+		out = append(out, p.Rules[j].programs(fmt.Sprintf("%s.rules[%d]", prefix, j))...)
+	}
+	return out
+}
+
+func (r *Rule) programs(at string) []*Problem {
+	var out []*Problem
+	for _, h := range []struct {
+		key  string
+		hook *Hook
+	}{{"on_cancel", r.OnCancel}, {"on_timeout", r.OnTimeout}, {"on_late_result", r.OnLateResult}, {"on_late_error", r.OnLateError}} {
+		if h.hook != nil && len(h.hook.Exec) > 0 && h.hook.Exec[0] != "" {
+			out = append(out, &Problem{Path: at + "." + h.key + ".exec", Msg: h.hook.Exec[0]})
+		}
+	}
+	return out
+}
+
 // credentialWarnings reports the correlate pointers of r that name what
 // credentialSoon matches.
 func (r *Rule) credentialWarnings(at string) []*Problem {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/spell"
 )
 
 // isHelp reports whether a command line asks for help: -h, -help, --help
@@ -90,31 +92,5 @@ func nearSubcommand(word string) string {
 	if _, err := exec.LookPath(word); err == nil {
 		return "" // a server command: `mcp-cancel-proxy node srv.js` keeps working
 	}
-	for _, sub := range subcommands {
-		if editDistance(word, sub) <= 2 {
-			return sub
-		}
-	}
-	return ""
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
+	return spell.Nearest(word, subcommands, 2)
 }

@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	// Public CA roots of the binary's own, trusted only where the system
@@ -163,23 +164,38 @@ func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func validate(args []string, stdout io.Writer, stderr io.Writer) int {
-	if isHelp(args) {
-		fmt.Fprint(stdout, "usage: mcp-cancel-proxy validate FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n")
-		return 0
+	if len(args) > 0 && args[0] == "help" {
+		args = []string{"--help"}
 	}
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate FILE")
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	strict := fs.Bool("strict", false, "an exec hook whose program is not found on this machine is an error, not a warning")
+	head := "usage: mcp-cancel-proxy validate [--strict] FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n\nflags:\n"
+	if help, err := parseFlags(fs, args, head, stdout, stderr); help || err != nil {
+		return map[bool]int{true: 0, false: exitUsage}[help]
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate [--strict] FILE")
 		return exitUsage
 	}
-	cfg, err := config.Load(args[0])
-	if err != nil {
+	file := fs.Arg(0)
+	cfg, err := config.Load(file)
+	if err != nil && cfg.Path == "" { // not read at all
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(stderr, w)
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", args[0])
+	for _, m := range cfg.MissingPrograms {
+		fmt.Fprintln(stderr, strings.Replace(m, ": program", map[bool]string{true: ": error: program", false: ": warning: program"}[*strict], 1))
+	}
+	if err != nil || *strict && len(cfg.MissingPrograms) > 0 {
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", file)
 	return 0
 }
 
@@ -187,7 +203,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR --upstream URL [flags]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --upstream URL [flags]
-       mcp-cancel-proxy demo | example-server | validate FILE | help | version
+       mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and

@@ -32,6 +32,7 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 	done := make(chan struct{})
 	changed := watchFile(path, log)
 	last, _ := os.ReadFile(path)
+	started, _ := config.Load(path) // what runs: a change outside the policy waits for a restart
 	go func() {
 		for {
 			select {
@@ -40,9 +41,9 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 					log.Warn("SIGHUP: no configuration file to reload (no --config)")
 					continue
 				}
-				last, _ = reload(path, e, log, "SIGHUP", nil)
+				last, _ = reload(path, e, log, "SIGHUP", nil, started)
 			case <-changed:
-				last, _ = reload(path, e, log, "the configuration file changed", last)
+				last, _ = reload(path, e, log, "the configuration file changed", last, started)
 			case <-done:
 				return
 			}
@@ -55,8 +56,10 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 // reads as it did (prev, when not nil), or holds no setting at all (a file
 // being rewritten in place, `cat new > file`, is empty for a moment: an
 // empty file is valid, and would put the defaults in force); it returns
-// what it read, and whether it reloaded.
-func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []byte) ([]byte, bool) {
+// what it read, and whether it reloaded. Settings outside the policy that
+// differ from those the proxy started with (started) are named in a
+// warning: they apply only from the next start.
+func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []byte, started config.Config) ([]byte, bool) {
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil && prev != nil && bytes.Equal(data, prev):
@@ -73,6 +76,10 @@ func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []b
 	}
 	log.Info(why+": reloading the policy", zap.String("config", path))
 	e.Reload(cfg.Policy)
+	if keys := config.Unreloaded(started, cfg); len(keys) > 0 {
+		log.Warn(why+": settings outside the policy changed; they are read only at start, so the proxy goes on with the old ones until it is restarted",
+			zap.Strings("settings", keys))
+	}
 	return data, true
 }
 

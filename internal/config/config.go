@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,11 @@ type Config struct {
 	// Warnings are what Parse found valid but likely wrong (a rule an
 	// earlier one shadows), each as "name:line:column: setting: warning: what".
 	Warnings []string `yaml:"-"`
+	// MissingPrograms are the exec hooks whose program is not found on
+	// this machine, each as "name:line:column: setting: what" (validate
+	// warns of them, or with --strict refuses the file: configurations are
+	// often checked on another machine than the one they run on).
+	MissingPrograms []string `yaml:"-"`
 }
 
 // Tracing configures the OpenTelemetry traces: one span per request
@@ -288,17 +294,27 @@ func Parse(name string, r io.Reader) (Config, error) {
 	}
 	// A yaml.TypeError leaves the rest decoded: validate it too, so that
 	// every problem is reported at once.
+	for _, p := range cfg.Policy.Programs("policy") {
+		if _, err := exec.LookPath(p.Msg); err != nil {
+			cfg.MissingPrograms = append(cfg.MissingPrograms, fmt.Sprintf("%s: %s: program %q not found on this machine", at(name, &root, p.Path), p.Path, p.Msg))
+		}
+	}
+	// Warnings are found on a file with errors too: validate shows both.
+	for _, w := range cfg.Policy.Warnings("policy") {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: %s: warning: %s", at(name, &root, w.Path), w.Path, w.Msg))
+	}
 	if errs := locate(name, &root, decodeErr, cfg.Validate()); len(errs) > 0 {
 		return cfg, errors.Join(errs...)
 	}
-	for _, w := range cfg.Policy.Warnings("policy") {
-		at := name
-		if n := find(&root, w.Path); n != nil {
-			at = fmt.Sprintf("%s:%d:%d", name, n.Line, n.Column)
-		}
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("%s: %s: warning: %s", at, w.Path, w.Msg))
-	}
 	return cfg, nil
+}
+
+// at is "name:line:column" of the setting at path in the file, or name.
+func at(name string, root *yaml.Node, path string) string {
+	if n := find(root, path); n != nil {
+		return fmt.Sprintf("%s:%d:%d", name, n.Line, n.Column)
+	}
+	return name
 }
 
 // Validate reports every invalid setting at once, each a *policy.Problem

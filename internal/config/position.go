@@ -53,9 +53,10 @@ func unjoin(err error) []error {
 
 var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 var (
-	unknownRE = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+	unknownRE = regexp.MustCompile(`^field (\S+) not found in type (\S+)$`)
 	typeRE    = regexp.MustCompile("^cannot unmarshal !!(\\w+) `([^`]*)` into (\\S+)$")
-	ownRE     = regexp.MustCompile(`^column (\d+): (.*)$`) // from the project's own unmarshalers
+	kindRE    = regexp.MustCompile(`^cannot unmarshal !!(\w+) into (\S+)$`) // a list or mapping where it does not go
+	ownRE     = regexp.MustCompile(`^column (\d+): (.*)$`)                  // from the project's own unmarshalers
 )
 
 // typeNames says in plain words what a Go type of the configuration takes.
@@ -65,6 +66,19 @@ var typeNames = map[string]string{
 	"bool":          "true or false",
 	"string":        "a string",
 	"[]string":      "a list of strings",
+}
+
+// plainType says in plain words what a Go type of the configuration takes.
+func plainType(goType string) string {
+	switch want := typeNames[goType]; {
+	case want != "":
+		return want
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	case strings.HasPrefix(goType, "map["):
+		return "a mapping of names to values"
+	}
+	return "a block of settings (name: value lines)"
 }
 
 // typeErrorAt renders a decoder message "line N: ..." as
@@ -79,16 +93,16 @@ func typeErrorAt(root *yaml.Node, msg string) string {
 	text, key, col := m[2], "", 0
 	switch {
 	case unknownRE.MatchString(text):
-		key = unknownRE.FindStringSubmatch(text)[1]
-		text = "unknown setting " + strconv.Quote(key)
+		u := unknownRE.FindStringSubmatch(text)
+		key = u[1]
+		text = "unknown setting " + strconv.Quote(key) + unknownHint(u[2], key)
 	case typeRE.MatchString(text):
 		t := typeRE.FindStringSubmatch(text)
 		key = t[2]
-		want := typeNames[t[3]]
-		if want == "" {
-			want = "a " + strings.TrimPrefix(t[3], "[]")
-		}
-		text = fmt.Sprintf("%q is not %s", t[2], want)
+		text = fmt.Sprintf("%q is not %s", t[2], plainType(t[3]))
+	case kindRE.MatchString(text):
+		k := kindRE.FindStringSubmatch(text)
+		text = fmt.Sprintf("%s is not %s", map[string]string{"seq": "a list", "map": "a block of settings"}[k[1]], plainType(k[2]))
 	case ownRE.MatchString(text):
 		o := ownRE.FindStringSubmatch(text)
 		col, _ = strconv.Atoi(o[1])
