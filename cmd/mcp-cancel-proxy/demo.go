@@ -18,15 +18,22 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
+// demoHead heads demo's usage.
+const demoHead = "usage: mcp-cancel-proxy demo [flags] [-- COMMAND ARGS...]\n\nRuns the proxy between a scripted client and the bundled example server (or COMMAND), cancels two calls, and prints the timeline.\n\nflags:\n"
+
+// demoFlags are demo's flags: --server.
+func demoFlags() (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	return fs, fs.String("server", "", "the `command` to run instead of the bundled example server, its words split at spaces (or give it after --)")
+}
+
 // demo runs the real proxy between a scripted client and the bundled example
 // server (this binary, as `example-server`, in a child process), cancels two
 // calls, one to a tool that honours cancellation and one to a tool that
 // ignores it, and prints what the proxy forwarded and suppressed.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	server := fs.String("server", "", "the `command` to run instead of the bundled example server, its words split at spaces (or give it after --)")
-	head := "usage: mcp-cancel-proxy demo [flags] [-- COMMAND ARGS...]\n\nRuns the proxy between a scripted client and the bundled example server (or COMMAND), cancels two calls, and prints the timeline.\n\nflags:\n"
-	if help, err := parseFlags(fs, args, head, stdout, stderr); help || err != nil {
+	fs, server := demoFlags()
+	if help, err := parseFlags(fs, args, demoHead, stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	argv, name := fs.Args(), ""

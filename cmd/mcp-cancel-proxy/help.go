@@ -81,7 +81,7 @@ func (f durationFlag) Set(v string) error {
 }
 
 // subcommands are the first words that name a command of the proxy's.
-var subcommands = []string{"demo", "example-server", "validate", "hooks", "help", "version"}
+var subcommands = []string{"demo", "example-server", "validate", "hooks", "completion", "man", "help", "version"}
 
 // nearSubcommand returns the subcommand a first word that is not one, and
 // not a program either, seems to misspell (within two edits), or "".

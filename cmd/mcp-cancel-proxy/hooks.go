@@ -97,6 +97,25 @@ and changed (a running proxy adopts retried jobs within a minute, or its
 next start does); with --admin, a running proxy's own jobs.
 `
 
+// hooksOptions are the values of the hooks subcommands' flags.
+type hooksOptions struct {
+	admin, store, config, tokenFile *string
+	all, json                       *bool
+}
+
+// hooksFlags are the flags of `hooks VERB`.
+func hooksFlags(verb string) (*flag.FlagSet, hooksOptions) {
+	fs := flag.NewFlagSet("hooks "+verb, flag.ContinueOnError)
+	return fs, hooksOptions{
+		admin:     fs.String("admin", "", "a running proxy's admin listener `address` (host:port)"),
+		store:     fs.String("store", "", "the hook store's `directory` (default: the configuration's, or the platform's)"),
+		config:    fs.String("config", "", "the configuration `file` naming policy.hooks.store"),
+		all:       fs.Bool("all", false, "retry or drop every orphaned job"),
+		json:      fs.Bool("json", false, "list as JSON"),
+		tokenFile: fs.String("token-file", "", "a `file` holding the admin listener's token (default: $"+adminTokenEnv+")"),
+	}
+}
+
 // hooksCommand is `mcp-cancel-proxy hooks`.
 func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	if isHelp(args) {
@@ -108,13 +127,8 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("hooks "+verb, flag.ContinueOnError)
-	adminAddr := fs.String("admin", "", "a running proxy's admin listener (host:port)")
-	store := fs.String("store", "", "the hook store's directory (default: the configuration's, or the platform's)")
-	cfgPath := fs.String("config", "", "the configuration file naming policy.hooks.store")
-	all := fs.Bool("all", false, "retry or drop every orphaned job")
-	asJSON := fs.Bool("json", false, "list as JSON")
-	tokenFile := fs.String("token-file", "", "a file holding the admin listener's token (default: $"+adminTokenEnv+")")
+	fs, o := hooksFlags(verb)
+	adminAddr, store, cfgPath, all, asJSON, tokenFile := o.admin, o.store, o.config, o.all, o.json, o.tokenFile
 	if help, err := parseFlags(fs, args[1:], hooksUsage+"\nflags:\n", stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}

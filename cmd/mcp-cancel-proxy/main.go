@@ -94,6 +94,10 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			return validate(args[1:], stdout, stderr)
 		case "hooks":
 			return hooksCommand(args[1:], stdout, stderr)
+		case "completion":
+			return completionCommand(args[1:], stdout, stderr)
+		case "man":
+			return manCommand(args[1:], stdout, stderr)
 		case "help", "-h", "-help", "--help":
 			printUsage(stdout, usage, wrapFlags(new(config.Config), new(string)))
 			return 0
@@ -126,16 +130,33 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
 }
 
+// exampleHead heads example-server's usage.
+const exampleHead = "usage: mcp-cancel-proxy example-server [flags]\n\nServes the bundled example MCP server (stdio by default).\n\nflags:\n"
+
+// exampleOptions are the values of example-server's flags.
+type exampleOptions struct {
+	http, sse           *string
+	stateless, stubborn *bool
+}
+
+// exampleFlags are example-server's flags.
+func exampleFlags() (*flag.FlagSet, exampleOptions) {
+	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
+	return fs, exampleOptions{
+		http:      fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio"),
+		stateless: fs.Bool("stateless", false, "with --http: serve without sessions; a closed stream cancels its request"),
+		sse:       fs.String("sse", "", "serve the 2024-11-05 HTTP+SSE transport on this `address` (event stream on /sse) instead of stdio"),
+		stubborn: fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
+			"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)"),
+	}
+}
+
 // exampleServer serves the bundled example server on stdio, or with
 // --http ADDR over Streamable HTTP.
 func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("example-server", flag.ContinueOnError)
-	addr := fs.String("http", "", "serve Streamable HTTP on this `address` instead of stdio")
-	stateless := fs.Bool("stateless", false, "with --http: serve without sessions; a closed stream cancels its request")
-	sse := fs.String("sse", "", "serve the 2024-11-05 HTTP+SSE transport on this `address` (event stream on /sse) instead of stdio")
-	stubborn := fs.Bool("ignore-term", false, "ignore SIGTERM and keep a helper process (sleep) in the process group, "+
-		"printing both pids on stderr: a server only SIGKILL stops (for tests of the stop ladder)")
-	if help, err := parseFlags(fs, args, "usage: mcp-cancel-proxy example-server [flags]\n\nServes the bundled example MCP server (stdio by default).\n\nflags:\n", stdout, stderr); help || err != nil {
+	fs, o := exampleFlags()
+	addr, stateless, sse, stubborn := o.http, o.stateless, o.sse, o.stubborn
+	if help, err := parseFlags(fs, args, exampleHead, stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	if *stubborn {
@@ -163,14 +184,22 @@ func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return 0
 }
 
+// validateHead heads validate's usage.
+const validateHead = "usage: mcp-cancel-proxy validate [--strict] FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n\nflags:\n"
+
+// validateFlags are validate's flags: --strict.
+func validateFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	return fs, fs.Bool("strict", false, "an exec hook whose program is not found on this machine is an error, not a warning")
+}
+
+// validate is `mcp-cancel-proxy validate`: it checks a configuration file.
 func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "help" {
 		args = []string{"--help"}
 	}
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	strict := fs.Bool("strict", false, "an exec hook whose program is not found on this machine is an error, not a warning")
-	head := "usage: mcp-cancel-proxy validate [--strict] FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n\nflags:\n"
-	if help, err := parseFlags(fs, args, head, stdout, stderr); help || err != nil {
+	fs, strict := validateFlags()
+	if help, err := parseFlags(fs, args, validateHead, stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
 	if fs.NArg() != 1 {
@@ -204,6 +233,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --upstream URL [flags]
        mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
+       mcp-cancel-proxy completion bash|zsh|fish|powershell | man
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
