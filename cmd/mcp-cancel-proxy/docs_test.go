@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -336,4 +337,64 @@ func knownKey(key string) bool {
 	var c config.Config
 	err := dec.Decode(&c)
 	return err == nil || !strings.Contains(err.Error(), "not found in type")
+}
+
+// TestEveryKeyShown: every setting the configuration accepts is shown in
+// config.example.yaml (live, or in a commented-out example) and in the
+// docs (a code span, or a YAML example); a setting of a block that recurs
+// (a rule, a hook) counts once. The example itself is valid.
+func TestEveryKeyShown(t *testing.T) {
+	example := readDoc(t, filepath.Join("..", "..", "config.example.yaml"))
+	if _, err := config.Load(filepath.Join("..", "..", "config.example.yaml")); err != nil {
+		t.Fatalf("config.example.yaml: %v", err)
+	}
+	var spans, yamlBlocks strings.Builder
+	for _, p := range docPages(t) {
+		text := readDoc(t, p)
+		for _, m := range spanRE.FindAllStringSubmatch(prose(text), -1) {
+			spans.WriteString("`" + m[1] + "`\n")
+		}
+		for _, b := range codeBlocks(text) {
+			if b.lang == "yaml" {
+				yamlBlocks.WriteString(b.body + "\n")
+			}
+		}
+	}
+	for _, s := range settingsOf(reflect.TypeFor[config.Config](), "", map[string]bool{}) {
+		shown := regexp.MustCompile(`(?m)(^|[\s{,#])` + s.key + `:`)
+		if !shown.MatchString(example) {
+			t.Errorf("config.example.yaml does not show %s", s.path)
+		}
+		if !strings.Contains(spans.String(), "`"+s.path) && !strings.Contains(spans.String(), "`"+s.key+"`") &&
+			!strings.Contains(spans.String(), "`"+s.key+":") && !shown.MatchString(yamlBlocks.String()) {
+			t.Errorf("no page of the docs shows %s", s.path)
+		}
+	}
+}
+
+// setting is one key of the configuration, at the first path it has.
+type setting struct{ key, path string }
+
+// settingsOf lists the keys under t (at path), each block type's once.
+func settingsOf(t reflect.Type, path string, seen map[string]bool) []setting {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Slice {
+		return settingsOf(t.Elem(), path+"[]", seen)
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Duration]() {
+		return nil
+	}
+	var out []setting
+	for i := range t.NumField() {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" || seen[t.String()+"."+tag] {
+			continue
+		}
+		seen[t.String()+"."+tag] = true
+		p := strings.TrimPrefix(path+"."+tag, ".")
+		out = append(append(out, setting{tag, p}), settingsOf(t.Field(i).Type, p, seen)...)
+	}
+	return out
 }
