@@ -78,7 +78,7 @@ type record struct {
 }
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
-	g := &governor{e: e, session: session, act: a, log: e.log.WithLazy(zap.String("scope", session)),
+	g := &governor{e: e, session: session, act: a, log: e.log.WithLazy(zap.String("session", session)),
 		work: newWorkQueue(), calls: map[*proxy.Call]*record{}}
 	// The other maps and the ring are made when first needed: many
 	// sessions (a sessionless request is one) see one request.

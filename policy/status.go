@@ -30,9 +30,11 @@ type SessionStatus struct {
 }
 
 // Story is one request's cancel story, as its audit line tells it, with
-// its steps in time order.
+// its steps in time order; a Live one is still being told (its late window
+// or hooks run), from what is known so far.
 type Story struct {
-	Time                                 time.Time
+	Time                                 time.Time // when the request started
+	Live                                 bool
 	Session, ID, Method, Tool, RunID     string
 	TraceID                              string
 	Source, Reason, Status               string
@@ -99,7 +101,7 @@ func (s *stories) note(rec *Record, settled bool) {
 
 // storyOf tells an audit line as steps.
 func storyOf(rec *Record) Story {
-	st := Story{Time: rec.Time, Session: rec.Session, ID: string(rec.ID), Method: rec.Method, Tool: rec.Tool,
+	st := Story{Time: rec.Started, Session: rec.Session, ID: string(rec.ID), Method: rec.Method, Tool: rec.Tool,
 		Source: rec.Source, Reason: rec.Reason, Status: rec.Status, Dispatched: rec.Dispatched,
 		Honoured: rec.Dispatched && rec.Late == nil, CompletedFirst: rec.Status == StatusCompletedBefore}
 	if v, ok := rec.Correlation["run_id"]; ok {
@@ -136,7 +138,9 @@ func storyOf(rec *Record) Story {
 		}
 		st.Steps = append(st.Steps, Step{at(rec.Time), fmt.Sprintf("hook %s %s (%d attempts)", h.Phase, outcome, h.Attempts)})
 	}
-	st.Steps = append(st.Steps, Step{at(rec.Time), "audit: " + rec.Status})
+	if rec.Status != "" {
+		st.Steps = append(st.Steps, Step{at(rec.Time), "audit: " + rec.Status})
+	}
 	slices.SortStableFunc(st.Steps, func(a, b Step) int { return cmp.Compare(a.At, b.At) })
 	return st
 }
@@ -155,7 +159,9 @@ func (e *Engine) Status() Status {
 		if s := g.inFlight(now); s.InFlight > 0 {
 			st.Sessions = append(st.Sessions, s)
 		}
+		st.Stories = append(st.Stories, g.liveStories()...)
 	}
+	slices.SortFunc(st.Stories, func(a, b Story) int { return b.Time.Compare(a.Time) })
 	slices.SortFunc(st.Sessions, func(a, b SessionStatus) int { return cmp.Compare(b.Oldest, a.Oldest) })
 	s := &e.stories
 	s.mu.Lock()
@@ -174,6 +180,26 @@ func (e *Engine) Status() Status {
 		}
 	}
 	return st
+}
+
+// liveStories tells the stories of the session's cancelled requests whose
+// audit line is not written yet, from what is known so far.
+func (g *governor) liveStories() []Story {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Story
+	for _, r := range g.calls {
+		if r.st.phase != phaseCancelled {
+			continue
+		}
+		rec := g.recordLocked(r)
+		rec.Hooks = nil // still running: told once they end
+		rec.Status = ""
+		st := storyOf(rec)
+		st.Live, st.Status = true, "in progress: "+r.st.waitingFor()
+		out = append(out, st)
+	}
+	return out
 }
 
 // inFlight counts the session's tool calls in flight and the age of the

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -279,4 +280,26 @@ func (s *story) taskCancelText() string {
 		return s.outcome
 	}
 	return ""
+}
+
+// waitingFor says what a cancelled story still waits for before its audit
+// line, for the status page.
+func (s *story) waitingFor() string {
+	var w []string
+	if s.pend&pendHandled != 0 {
+		w = append(w, "the cancel to reach the server")
+	}
+	if s.pend&pendLate != 0 {
+		w = append(w, "a late answer, until the late window ends")
+	}
+	if s.pend&pendTask != 0 {
+		w = append(w, "the answer to tasks/cancel")
+	}
+	if s.hooks > 0 {
+		w = append(w, fmt.Sprintf("%d hook(s) running", s.hooks))
+	}
+	if len(w) == 0 {
+		return "its audit line being written"
+	}
+	return "waiting for " + strings.Join(w, ", ")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -206,5 +207,42 @@ func TestStatus(t *testing.T) {
 	st = e.Status()
 	if len(st.Stories) != storiesMax || st.Stories[0].ID != strconv.Itoa(100+storiesMax+4) || st.Stories[storiesMax-1].ID != "105" {
 		t.Errorf("stories after %d more: %d, newest %s, oldest %s", storiesMax+5, len(st.Stories), st.Stories[0].ID, st.Stories[storiesMax-1].ID)
+	}
+}
+
+// TestLiveStory: a cancel's story is on the status page as soon as the
+// cancel is read, told from what is known (sent, cancel read, forwarded)
+// and saying what it waits for; once its late window ends it is the
+// finished story, shown once; a story's time is its request's start.
+func TestLiveStory(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job"}}
+	e, clk, recs := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(call(1, "job", ""))
+	clk.Advance(time.Second)
+	ft.client(cancel(1))
+	st := e.Status()
+	if len(st.Stories) != 1 {
+		t.Fatalf("stories right after the cancel: %+v, want one", st.Stories)
+	}
+	live := st.Stories[0]
+	var steps []string
+	for _, s := range live.Steps {
+		steps = append(steps, s.What)
+	}
+	if !live.Live || !strings.Contains(live.Status, "in progress: waiting for") || !strings.Contains(live.Status, "a late answer, until the late window ends") ||
+		!slices.Equal(steps, []string{"request sent", "cancel read (client)", "cancel forwarded upstream"}) {
+		t.Errorf("live story: %+v (steps %q)", live, steps)
+	}
+	clk.Advance(p.LateWindow)
+	rec := waitRecord(t, recs)
+	if !live.Time.Equal(rec.Started) {
+		t.Errorf("live story's time %v, want its request's start %v", live.Time, rec.Started)
+	}
+	st = e.Status()
+	if len(st.Stories) != 1 || st.Stories[0].Live || st.Stories[0].Status != StatusNotConfirmed || !st.Stories[0].Time.Equal(rec.Started) {
+		t.Errorf("stories once the window ended: %+v, want the one finished story", st.Stories)
 	}
 }

@@ -43,6 +43,7 @@ type call struct {
 	id       framing.ID // the issuer's id
 	upID     framing.ID // the id the receiver sees; differs from id only when aliased
 	method   string
+	tool     string     // params.name of a tools/call, for the logs ("" if escaped or unknown)
 	token    framing.ID // the issuer's progress token, if any
 	upToken  framing.ID // the token the receiver sees; differs only when aliased
 	hasTask  bool
@@ -120,6 +121,35 @@ type ledger struct {
 	// retired lists cancelled calls oldest first, to forget them in time.
 	retired []*call
 	aliases uint64 // counter for receiver-side ids minted on collisions
+	// tools interns the tool names seen, so that a tools/call costs no
+	// allocation for its name; at most maxTools (clients choose them).
+	tools map[string]string
+}
+
+// maxTools bounds the tool names a ledger keeps; calls of others log none.
+const maxTools = 256
+
+// toolLocked is the interned name of a tools/call's tool, or "".
+func (l *ledger) toolLocked(m *framing.Message) string {
+	if m.Method != "tools/call" {
+		return ""
+	}
+	b := m.NameBytes()
+	if b == nil {
+		return ""
+	}
+	if name, ok := l.tools[string(b)]; ok {
+		return name
+	}
+	if len(l.tools) >= maxTools {
+		return ""
+	}
+	if l.tools == nil {
+		l.tools = map[string]string{}
+	}
+	name := string(b)
+	l.tools[name] = name
+	return name
 }
 
 // newLedger returns an empty ledger. Its maps are made when first written
@@ -206,7 +236,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 			return
 		}
 		l.expireLocked()
-		c = &call{id: m.ID, upID: m.ID, method: m.Method, token: m.Token, upToken: m.Token,
+		c = &call{id: m.ID, upID: m.ID, method: m.Method, tool: l.toolLocked(m), token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
 		l.makeMapsLocked(c.token.IsValid())
 		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {

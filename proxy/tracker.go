@@ -368,7 +368,7 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	}
 	t.stats.cancelsForwarded.Add(1)
 	why := CapReason(m.Reason) // the cancel goes on whole; what the proxy writes of it is capped
-	t.note(from, p.issued.dir, ActCancelAccepted, m.Kind, c.method, c.id, why, zapcore.InfoLevel)
+	t.noteCancel(from, p.issued.dir, m.Kind, c, SourceClient, why)
 	if from == Client && t.opts.OnCancel != nil {
 		t.opts.OnCancel(SourceClient)
 	}
@@ -529,10 +529,48 @@ func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, metho
 		t.opts.Observer.Observe(a, from)
 	}
 	if ce := t.opts.Logger.Check(lvl, string(a)); ce != nil {
-		ce.Write(t.peers[from].from, zap.String("direction", dir.String()), zap.String("kind", k.String()),
+		ce.Write(t.peers[from].from, zap.String("direction", travel(from, dir).String()), zap.String("kind", k.String()),
 			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
 	}
 	t.emit(from, a, k, method, id, why)
+}
+
+// noteCancel is note for an accepted cancel: its line names the tool and,
+// for a cancel the proxy made on the client's behalf (a deadline, a
+// disconnect, the session's end, shutdown), the source, from the proxy.
+func (t *Tracker) noteCancel(from Peer, dir Direction, k framing.Kind, c *call, source Source, why string) {
+	if t.opts.Observer != nil {
+		t.opts.Observer.Observe(ActCancelAccepted, from)
+	}
+	if ce := t.opts.Logger.Check(zapcore.InfoLevel, string(ActCancelAccepted)); ce != nil {
+		who := t.peers[from].from
+		if source != SourceClient {
+			who = zap.String("from", "proxy")
+		}
+		fields := []zap.Field{who, zap.String("direction", dir.String()), zap.String("kind", k.String()),
+			zap.String("method", c.method), zap.Stringer("id", c.id), zap.String("reason", why)}
+		if c.tool != "" {
+			fields = append(fields, zap.String("tool", c.tool))
+		}
+		if from == Client {
+			fields = append(fields, zap.String("source", string(source)))
+		}
+		ce.Write(fields...)
+	}
+	t.emit(from, ActCancelAccepted, k, c.method, c.id, why)
+}
+
+// travel is the direction a message from a peer goes in: a response or
+// progress from the server to the client, whatever direction its request
+// went; for the proxy's own messages, the request's (dir).
+func travel(from Peer, dir Direction) Direction {
+	switch from {
+	case Client:
+		return ClientToServer
+	case Server:
+		return ServerToClient
+	}
+	return dir
 }
 
 // emit reports an Event; a from beyond Server means the proxy itself.
@@ -612,7 +650,7 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 // and returns the cancel notification for the server.
 func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	t.stats.cancelsForwarded.Add(1)
-	t.note(Client, ClientToServer, ActCancelAccepted, framing.KindNotification, c.method, c.id, reason, zapcore.InfoLevel)
+	t.noteCancel(Client, ClientToServer, framing.KindNotification, c, source, reason)
 	if t.opts.OnCancel != nil {
 		t.opts.OnCancel(source)
 	}

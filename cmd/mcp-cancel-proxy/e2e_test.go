@@ -163,7 +163,7 @@ func TestE2EServerCancelsSampling(t *testing.T) {
 		idJSON = fmt.Sprint(samplingID)
 	}
 	w.send(`{"jsonrpc":"2.0","id":` + idJSON + `,"result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
-	w.logs.waitFor(t, `"suppressed"`, `"from":"client"`, `"direction":"server_to_client"`)
+	w.logs.waitFor(t, `"suppressed"`, `"from":"client"`, `"direction":"client_to_server"`)
 	w.send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
 	w.recvUntil(isResponse(9))
 }

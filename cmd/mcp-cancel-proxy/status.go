@@ -47,7 +47,7 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:70em}
 h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:left;border-bottom:1px solid #eee}
-.story{border:1px solid #ddd;border-radius:4px;padding:.5em .8em;margin:.6em 0}
+.story{border:1px solid #ddd;border-radius:4px;padding:.5em .8em;margin:.6em 0}.story.live{border-style:dashed}
 .story h3{font-size:1em;margin:0 0 .3em}.muted{color:#777}
 ol.timeline{list-style:none;padding:0;margin:0;display:flex;flex-wrap:wrap;gap:.3em}
 ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
@@ -62,19 +62,19 @@ ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
 {{range .Sessions}}<tr><td>{{.Session}}</td><td>{{.InFlight}}</td><td>{{age .Oldest}}</td></tr>{{end}}</table>
 {{else}}<p class="muted">none</p>{{end}}
 <h2>Last cancel stories</h2>
-{{range .Stories}}<div class="story">
-<h3>{{or .Tool .Method}} <span class="muted">request {{.ID}} · session {{.Session}}{{if .RunID}} · run {{.RunID}}{{end}}{{if .TraceID}} · trace {{.TraceID}}{{end}} · {{clock .Time}}</span></h3>
+{{range .Stories}}<div class="story{{if .Live}} live{{end}}">
+<h3>{{or .Tool .Method}} <span class="muted">request {{.ID}} · session {{.Session}}{{if .RunID}} · run {{.RunID}}{{end}}{{if .TraceID}} · trace {{.TraceID}}{{end}} · started {{clock .Time}}</span></h3>
 <ol class="timeline">{{range .Steps}}<li><span class="muted">{{ms .At}}</span> {{.What}}</li>{{end}}</ol>
-<p class="{{if or .Honoured .CompletedFirst (not .Dispatched)}}ok{{else}}bad{{end}}">{{.Status}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</p>
+<p class="{{if .Live}}muted{{else if or .Honoured .CompletedFirst (not .Dispatched)}}ok{{else}}bad{{end}}">{{.Status}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</p>
 </div>{{else}}<p class="muted">no cancel yet</p>{{end}}
 <h2>Hook jobs pending or orphaned</h2>
 {{if .Jobs}}<table><tr><th>job</th><th>phase</th><th>tool</th><th>state</th><th>attempts</th><th>last error</th></tr>
 {{range .Jobs}}<tr><td>{{.ID}}</td><td>{{.Phase}}</td><td>{{.Tool}}</td><td>{{.State}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td></tr>{{end}}</table>
 {{else}}<p class="muted">none</p>{{end}}
-<h2>Cancel honoured, per tool</h2>
-{{if .Tools}}<table>{{range .Tools}}<tr><td>{{.Tool}}</td><td><div class="bar" title="{{.Honoured}} honoured, {{.NotHonoured}} answered anyway">
+<h2>After a cancel, per tool: quiet, or answered anyway</h2>
+{{if .Tools}}<table>{{range .Tools}}<tr><td>{{.Tool}}</td><td><div class="bar" title="{{.Honoured}} quiet after the cancel, {{.NotHonoured}} answered anyway">
 <div class="h" style="width:{{pct .Honoured .Honoured .NotHonoured}}%"></div><div class="n" style="width:{{pct .NotHonoured .Honoured .NotHonoured}}%"></div></div></td>
-<td>{{.Honoured}} honoured, {{.NotHonoured}} answered anyway</td></tr>{{end}}</table>
+<td>{{.Honoured}} quiet after the cancel, {{.NotHonoured}} answered anyway</td></tr>{{end}}</table>
 {{else}}<p class="muted">no cancel forwarded yet</p>{{end}}
 {{end}}</body></html>
 `))

@@ -31,7 +31,8 @@ func chromium(t *testing.T) string {
 
 // TestE2EStatusPageInABrowser: the admin listener's status page, loaded in
 // a real headless Chromium during a real cancelled call and with another
-// call in flight, shows the cancel's story as a timeline (request sent,
+// call in flight, shows the cancel's story as soon as the cancel is read
+// (in progress, told so far), then, once the late answer came, as a timeline (request sent,
 // cancel read, forwarded, hook ran, the audit status), the client's run id
 // apart from the request id, the call in flight, and the tool's cancel as
 // not honoured; never the call's arguments. A screenshot is saved as the
@@ -40,7 +41,7 @@ func TestE2EStatusPageInABrowser(t *testing.T) {
 	browser := chromium(t)
 	cfg, _ := writeConfig(t, `
 policy:
-  late_window: 1s
+  late_window: 60s # the live story is checked before the late answer comes
   rules:
     - tool: block
       correlate:
@@ -54,11 +55,7 @@ policy:
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"argument-never-shown"},"_meta":{"progressToken":"p1","runId":"run-9"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "p1") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user pressed stop"}}`)
-	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"running"},"_meta":{"progressToken":"p2"}}}`)
-	w.recvUntil(func(m map[string]any) bool { return concerns(m, 2, "p2") })
-	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"argument-never-shown"}}}`)
-	w.recvUntil(isResponse(3)) // the cancelled call answers late: suppressed
-	w.logs.waitFor(t, `"id":1,`, `"status":"upstream notified; answered after the cancel`)
+	w.logs.waitFor(t, `"msg":"cancel accepted"`, `"id":"1"`)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -68,13 +65,36 @@ policy:
 	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(ctx)
 	defer cancelTab()
+	// The story is there at once, told so far, while the call runs on.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+adminAddr+"/status"),
+		chromedp.WaitVisible(chromedp.CSS(".story.live")),
+	); err != nil {
+		t.Fatalf("loading the status page in Chromium: %v", err)
+	}
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(".story.live")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"request 1", "request sent", "cancel read (client)", "cancel forwarded upstream", "in progress: waiting for"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the live story does not show %q:\n%s", want, text)
+		}
+	}
+
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"running"},"_meta":{"progressToken":"p2"}}}`)
+	w.recvUntil(func(m map[string]any) bool { return concerns(m, 2, "p2") })
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"argument-never-shown"}}}`)
+	w.recvUntil(isResponse(3)) // the cancelled call answers late: suppressed
+	w.logs.waitFor(t, `"id":1,`, `"status":"upstream notified; answered after the cancel`)
+
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate("http://"+adminAddr+"/status"),
 		chromedp.WaitVisible(chromedp.CSS(".story")),
 	); err != nil {
-		t.Fatalf("loading the status page in Chromium: %v", err)
+		t.Fatalf("loading the status page in Chromium again: %v", err)
 	}
-	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+	text, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +113,16 @@ policy:
 	t.Logf("screenshot: %s", path)
 	for _, want := range []string{"request 1", "run run-9", "request sent", "cancel read (client)",
 		"cancel forwarded upstream", "late answer suppressed", "hook on_cancel ok", "answered after the cancel", "user pressed stop",
-		"0 honoured, 1 answered anyway"} {
+		"0 quiet after the cancel, 1 answered anyway"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page does not show %q:\n%s", want, text)
 		}
 	}
 	if !strings.Contains(inFlight, "stdio") || !strings.Contains(inFlight, "\t1\t") {
 		t.Errorf("calls in flight: %q, want the session's one", inFlight)
+	}
+	if strings.Contains(text, "in progress") {
+		t.Error("the finished story is still shown as in progress")
 	}
 	if strings.Contains(text, "argument-never-shown") {
 		t.Error("the page shows a call's arguments")

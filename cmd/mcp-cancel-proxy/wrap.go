@@ -208,7 +208,10 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 		lvl = zapcore.InfoLevel
 	}
 	encCfg := zap.NewProductionEncoderConfig()
+	// The audit trail's names and forms: "time", and durations with units.
+	encCfg.TimeKey = "time"
 	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	encCfg.EncodeDuration = zapcore.StringDurationEncoder
 	var enc zapcore.Encoder
 	if c.Format == "console" {
 		encCfg.EncodeLevel = zapcore.CapitalLevelEncoder

@@ -177,7 +177,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		s.log.Warn("session refused: too many sessions, none idle", zap.Int("sessions", cs.sessions.len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
-	c, err := cs.start(s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1)))))
+	c, err := cs.start(s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
 	if err != nil {
 		s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
@@ -450,7 +450,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 			return cs.shared, nil
 		}
 	}
-	c, err := cs.start(log.With(zap.String("scope", "shared")))
+	c, err := cs.start(log.With(zap.String("session", "shared")))
 	if err != nil {
 		return nil, err
 	}

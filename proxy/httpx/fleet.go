@@ -76,7 +76,7 @@ func (s *Sidecar) fleetSessionEnded(key string) bool {
 		return false
 	}
 	s.sessions.removeIf(sess.sessionID(), sess)
-	s.log.Info("session deleted through another replica", zap.String("scope", sess.scope))
+	s.log.Info("session deleted through another replica", zap.String("session", sess.scope))
 	s.endSession(sess)
 	return true
 }
@@ -96,7 +96,7 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 	if len(d.cancels) == 0 && d.withdrawn == 0 {
 		return false
 	}
-	s.log.Info("cancel accepted for another replica", zap.String("scope", sess.scope))
+	s.log.Info("cancel accepted for another replica", zap.String("session", sess.scope))
 	if len(d.cancels) > 0 {
 		go s.notify(sess, d.data, d.cancels...)
 	}

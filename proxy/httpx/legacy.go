@@ -117,7 +117,7 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		full()
 		return
 	}
-	log := s.log.With(zap.String("scope", fmt.Sprintf("s%d", scopes.Add(1))))
+	log := s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
 	back, sopts, grace, err := up.dialLines(log)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))

@@ -101,7 +101,7 @@ func (s *Sidecar) postOwn(sess *session, frame []byte) {
 	}
 	req.SetBody(frame)
 	if err := s.client.Do(req, resp); err != nil {
-		s.log.Warn("the proxy's own request failed", zap.String("scope", sess.scope), zap.String("error", brief(err)))
+		s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
 		fasthttp.ReleaseResponse(resp)
 		return
 	}

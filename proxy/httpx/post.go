@@ -168,14 +168,14 @@ func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response
 			sess.closeGovernor() // the id was known after all: this one is not kept
 			sess = adopted
 		}
-		s.log.Info("session opened", zap.String("scope", sess.scope))
+		s.log.Info("session opened", zap.String("session", sess.scope))
 	case !known && resp.StatusCode() >= 300:
 		s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
 		s.sessions.remove(sess.sessionID())
 		sess.closeGovernor()
-		s.log.Info("session expired upstream", zap.String("scope", sess.scope))
+		s.log.Info("session expired upstream", zap.String("session", sess.scope))
 	}
 	return sess
 }
@@ -380,7 +380,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		// cannot place with the id "server-error" and HTTP 400): the
 		// client gets it as it is, never a 202 in place of an answer.
 		s.log.Warn("upstream answer names no request in flight: relayed as it is",
-			zap.String("scope", sess.scope), zap.Int("status", ctx.Response.StatusCode()))
+			zap.String("session", sess.scope), zap.Int("status", ctx.Response.StatusCode()))
 		ctx.SetBody(body)
 	}
 }
@@ -471,7 +471,7 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if sess, ok := s.sessions.remove(id); ok {
-		s.log.Info("session deleted", zap.String("scope", sess.scope))
+		s.log.Info("session deleted", zap.String("session", sess.scope))
 		s.endSession(sess)
 	}
 	if s.Fleet != nil && id != "" {
@@ -552,12 +552,12 @@ func (s *Sidecar) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	resp := fasthttp.AcquireResponse()
 	if err := s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		s.log.Warn("notifying the upstream failed", zap.String("scope", sess.scope), zap.String("error", brief(err)))
+		s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
 		return
 	}
 	if status := resp.StatusCode(); status >= 300 {
 		body := readHead(resp)
-		s.log.Warn("the upstream refused a notification", zap.String("scope", sess.scope), zap.Int("status", status),
+		s.log.Warn("the upstream refused a notification", zap.String("session", sess.scope), zap.Int("status", status),
 			zap.Int("body_bytes", len(body)))
 		s.payload("the upstream's refusal", body)
 		return

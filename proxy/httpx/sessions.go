@@ -49,7 +49,7 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	var scope [24]byte
 	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
-	opts.Logger = s.log.WithLazy(zap.String("scope", sess.scope)) // encoded only if the session logs
+	opts.Logger = s.log.WithLazy(zap.String("session", sess.scope)) // encoded only if the session logs
 	// Each request's answer comes on its own response stream: requests
 	// that share an id (claude.ai sends every one with id 1) are kept apart,
 	// renamed toward the upstream.

@@ -420,7 +420,7 @@ func (r *sseRelay) failOpen() []byte {
 			n++
 		}
 	}
-	r.s.log.Error("upstream stream broke", zap.String("scope", r.sess.scope), zap.Int("requests_failed", n), zap.Error(r.broken))
+	r.s.log.Error("upstream stream broke", zap.String("session", r.sess.scope), zap.Int("requests_failed", n), zap.Error(r.broken))
 	if n > 0 && r.s.OnUpstreamError != nil {
 		r.s.OnUpstreamError()
 	}
