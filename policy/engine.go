@@ -49,6 +49,10 @@ type Options struct {
 	// none (Policy.Hooks.Store empty). Unlike a store the policy names, one
 	// that cannot be opened here is logged, and hooks live in memory.
 	DefaultStore string
+	// SharedStore, if set, is a directory whose dead proxies' jobs a
+	// DefaultStore adopts too: the one store every server shared before
+	// each had its own.
+	SharedStore string
 	// Fleet, if set, is the fleet's job queue (cluster.nats): hooks go to
 	// it, and this process's worker runs the fleet's jobs. The Engine
 	// closes it at Shutdown.
@@ -159,6 +163,12 @@ func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 		if err != nil {
 			o.Logger.Warn("no hook store: hooks live in memory, and a restart loses those not done (set policy.hooks.store)",
 				zap.Error(err))
+			return nil, nil
+		}
+		if o.SharedStore != "" && o.SharedStore != o.DefaultStore {
+			if _, err := st.AdoptFrom(o.SharedStore); err != nil {
+				o.Logger.Warn("hook store: cannot adopt the jobs left in the shared store", zap.String("store", o.SharedStore), zap.Error(err))
+			}
 		}
 		return st, nil
 	default:

@@ -54,7 +54,7 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		return 1
 	}
 	defer stopAdmin()
-	popts, err := policyOptions(cfg, log)
+	popts, err := policyOptions(cfg, nil, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))
 		back.Stop()

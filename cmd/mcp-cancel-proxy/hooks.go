@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -88,19 +91,23 @@ func serveHooks(ctx *fasthttp.RequestCtx, engine *atomic.Pointer[policy.Engine])
 
 const hooksUsage = `usage: mcp-cancel-proxy hooks list|retry|drop [flags] [ID]
 
-  list           the pending and orphaned hook jobs
+  list           the pending and orphaned hook jobs: of one server (--server
+                 NAME), of every server (--all), or, with neither, how many
+                 each server's store holds
   retry ID|--all run orphaned jobs again (same idempotency key)
   drop ID|--all  forget orphaned jobs
 
-Without --admin, the store files of proxies that are not running are read
-and changed (a running proxy adopts retried jobs within a minute, or its
-next start does); with --admin, a running proxy's own jobs.
+Each server has a store of its own, named after it (a short label and a hash
+of its command line or URL: NAME, or its label alone when only one server has
+it). Without --admin, the store files of proxies that are not running are read
+and changed (a running proxy adopts retried jobs within a minute, or its next
+start does); with --admin, a running proxy's own jobs.
 `
 
 // hooksOptions are the values of the hooks subcommands' flags.
 type hooksOptions struct {
-	admin, store, config, tokenFile *string
-	all, json                       *bool
+	admin, store, config, tokenFile, server *string
+	all, json                               *bool
 }
 
 // hooksFlags are the flags of `hooks VERB`.
@@ -110,7 +117,8 @@ func hooksFlags(verb string) (*flag.FlagSet, hooksOptions) {
 		admin:     fs.String("admin", "", "a running proxy's admin listener `address` (host:port)"),
 		store:     fs.String("store", "", "the hook store's `directory` (default: the configuration's, or the platform's)"),
 		config:    fs.String("config", "", "the configuration `file` naming policy.hooks.store"),
-		all:       fs.Bool("all", false, "retry or drop every orphaned job"),
+		server:    fs.String("server", "", "the `name` of a server's store (hooks list shows the names), or its label"),
+		all:       fs.Bool("all", false, "list: every server's jobs; retry, drop: every orphaned job"),
 		json:      fs.Bool("json", false, "list as JSON"),
 		tokenFile: fs.String("token-file", "", "a `file` holding the admin listener's token (default: $"+adminTokenEnv+")"),
 	}
@@ -128,7 +136,7 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	verb := args[0]
 	fs, o := hooksFlags(verb)
-	adminAddr, store, cfgPath, all, asJSON, tokenFile := o.admin, o.store, o.config, o.all, o.json, o.tokenFile
+	adminAddr, all, asJSON, tokenFile := o.admin, o.all, o.json, o.tokenFile
 	if help, err := parseFlags(fs, args[1:], hooksUsage+"\nflags:\n", stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
@@ -144,7 +152,12 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 			err = hooksViaAdmin(*adminAddr, token, verb, id, *asJSON, stdout)
 		}
 	} else {
-		err = hooksInStore(storeDir(*store, *cfgPath), verb, id, *asJSON, stdout)
+		var dirs []string
+		if dirs, err = storeDirs(o, verb); err == nil && dirs == nil {
+			err = printStores(stdout)
+		} else if err == nil {
+			err = hooksInStore(dirs, verb, id, *asJSON, stdout)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy hooks:", err)
@@ -153,59 +166,140 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// storeDir returns the store directory the flags name, else the one the
-// configuration names, else the platform's.
-func storeDir(flagged, cfgPath string) string {
-	if flagged != "" {
-		return flagged
+// storeDirs returns the store directories the flags name: --store's, or
+// the one the configuration names, else the platform's: one server's
+// (--server), or every server's and the shared one's (retry and drop, or
+// list --all). It returns none for a list that names no server: then the
+// stores are listed instead.
+func storeDirs(o hooksOptions, verb string) ([]string, error) {
+	if *o.store != "" {
+		return []string{*o.store}, nil
 	}
-	if cfgPath != "" {
-		if cfg, err := config.Load(cfgPath); err == nil && cfg.Policy.Hooks.Store != "" {
-			return cfg.Policy.Hooks.Store
+	if *o.config != "" {
+		if cfg, err := config.Load(*o.config); err == nil && cfg.Policy.Hooks.Store != "" {
+			return []string{cfg.Policy.Hooks.Store}, nil
 		}
 	}
-	return config.DefaultHookStore()
+	base := config.DefaultHookStore()
+	if base == "" {
+		return nil, errors.New("no hook store: give --store DIR")
+	}
+	names := serverStores(base)
+	if *o.server != "" {
+		var match []string
+		for _, n := range names {
+			if n == *o.server || strings.HasPrefix(n, *o.server+"-") && len(n) == len(*o.server)+9 {
+				match = append(match, n)
+			}
+		}
+		if len(match) != 1 {
+			return nil, fmt.Errorf("--server %s names %d of the stores (%s)", *o.server, len(match), strings.Join(names, ", "))
+		}
+		return []string{filepath.Join(base, match[0])}, nil
+	}
+	if verb == "list" && !*o.all {
+		return nil, nil
+	}
+	dirs := []string{base}
+	for _, n := range names {
+		dirs = append(dirs, filepath.Join(base, n))
+	}
+	return dirs, nil
+}
+
+// serverStores lists the names of the servers' stores under base.
+func serverStores(base string) []string {
+	entries, _ := os.ReadDir(base)
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// printStores says how many jobs each server's store (and the shared
+// one, where every server's jobs were once kept) holds in the files of
+// proxies not running.
+func printStores(out io.Writer) error {
+	base := config.DefaultHookStore()
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "STORE\tPENDING\tORPHANED\tRUNNING PROXIES")
+	for _, name := range append([]string{""}, serverStores(base)...) {
+		all, held, err := jobs.Read(filepath.Join(base, name), nil)
+		if err != nil {
+			return err
+		}
+		if name == "" && len(all) == 0 && held == 0 {
+			continue // no jobs left in the shared store
+		}
+		pending := 0
+		for _, j := range all {
+			if j.State == jobs.Pending {
+				pending++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", cmp.Or(name, "(shared, before per-server stores)"), pending, len(all)-pending, held)
+	}
+	w.Flush()
+	fmt.Fprintln(out, "hooks list --server STORE shows one store's jobs; hooks list --all every store's")
+	return nil
 }
 
 // hooksInStore acts on the store files no running proxy holds.
-func hooksInStore(dir, verb, id string, asJSON bool, out io.Writer) error {
-	if dir == "" || dir == "off" {
+func hooksInStore(dirs []string, verb, id string, asJSON bool, out io.Writer) error {
+	if len(dirs) == 1 && (dirs[0] == "" || dirs[0] == "off") {
 		return errors.New("no hook store: give --store DIR")
 	}
-	var held, n int
-	var err error
+	var listed []jobs.Job
+	var n, heldAll int
+	for _, dir := range dirs {
+		held, err := inStore(dir, verb, id, &listed, &n, out)
+		if err != nil {
+			return err
+		}
+		heldAll += held
+	}
+	switch {
+	case verb == "list":
+		printJobs(out, viewOf(listed), asJSON)
+	default:
+		fmt.Fprintf(out, "%s: %d orphaned job(s)\n", map[string]string{"retry": "retried", "drop": "dropped"}[verb], n)
+	}
+	if heldAll > 0 {
+		fmt.Fprintf(out, "%d store file(s) belong to running proxies: ask each with --admin ADDR\n", heldAll)
+	}
+	if verb != "list" && n == 0 && id != "" {
+		return fmt.Errorf("no orphaned job %q in the files of proxies not running", id)
+	}
+	return nil
+}
+
+// inStore is hooksInStore in one directory: it adds the jobs listed to
+// listed and the jobs changed to n, and returns how many of its files
+// running proxies hold.
+func inStore(dir, verb, id string, listed *[]jobs.Job, n *int, out io.Writer) (held int, err error) {
 	damaged := func(d jobs.Damage) {
 		fmt.Fprintf(out, "a damaged store file was set aside (its jobs cannot be read): %s -> %s: %v\n", d.File, d.Aside, d.Err)
 	}
-	switch verb {
-	case "list":
+	if verb == "list" {
 		var all []jobs.Job
-		if all, held, err = jobs.Read(dir, damaged); err == nil {
-			printJobs(out, viewOf(all), asJSON)
-		}
-	default:
-		held, err = jobs.EditDir(dir, func(j jobs.Job) *jobs.Job {
-			if j.State != jobs.Orphaned || (id != "" && j.ID != id) {
-				return &j
-			}
-			n++
-			if verb == "drop" {
-				return nil
-			}
-			j.State, j.Attempts, j.NextAt = jobs.Pending, 0, time.Time{}
+		all, held, err = jobs.Read(dir, damaged)
+		*listed = append(*listed, all...)
+		return held, err
+	}
+	return jobs.EditDir(dir, func(j jobs.Job) *jobs.Job {
+		if j.State != jobs.Orphaned || (id != "" && j.ID != id) {
 			return &j
-		}, damaged)
-		if err == nil {
-			fmt.Fprintf(out, "%s: %d orphaned job(s)\n", map[string]string{"retry": "retried", "drop": "dropped"}[verb], n)
 		}
-	}
-	if held > 0 {
-		fmt.Fprintf(out, "%d store file(s) in %s belong to running proxies: ask each with --admin ADDR\n", held, dir)
-	}
-	if err == nil && verb != "list" && n == 0 && id != "" {
-		err = fmt.Errorf("no orphaned job %q in the files of proxies not running", id)
-	}
-	return err
+		*n++
+		if verb == "drop" {
+			return nil
+		}
+		j.State, j.Attempts, j.NextAt = jobs.Pending, 0, time.Time{}
+		return &j
+	}, damaged)
 }
 
 // hooksViaAdmin asks a running proxy's admin listener.

@@ -143,7 +143,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) > 0 {
 		upstream = filepath.Base(argv[0])
 	}
-	popts, err := policyOptions(cfg, log)
+	popts, err := policyOptions(cfg, argv, log)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		return 1
 	}
 	defer stopTelemetry()
-	popts, err := policyOptions(cfg, log)
+	popts, err := policyOptions(cfg, argv, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))
 		link.current().Stop()
@@ -280,12 +280,21 @@ func cancelCounter(m *metrics.Metrics) func(proxy.Source) {
 }
 
 // policyOptions returns the policy engine's options the configuration
-// sets: the hook store is the platform's unless policy.hooks.store says;
-// with cluster.nats, the fleet's job queue (its token from the environment).
-func policyOptions(cfg config.Config, log *zap.Logger) (policy.Options, error) {
+// sets: unless policy.hooks.store says, the hook store is the server's own
+// under the platform's directory (named after the stdio server's command
+// line argv, or else the HTTP upstream), adopting what dead proxies left
+// in the directory itself, where every server's jobs were once kept; with
+// cluster.nats, the fleet's job queue (its token from the environment).
+func policyOptions(cfg config.Config, argv []string, log *zap.Logger) (policy.Options, error) {
 	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads, PassEnv: cfg.Child.PassEnv,
-		MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
-		DefaultStore:           config.DefaultHookStore()}
+		MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes)}
+	if shared := config.DefaultHookStore(); shared != "" {
+		upstream := cfg.HTTP.Upstream
+		if len(argv) > 0 {
+			upstream = ""
+		}
+		o.DefaultStore, o.SharedStore = filepath.Join(shared, config.ServerStoreName(argv, upstream)), shared
+	}
 	if c := cfg.Cluster; c.NATS != "" {
 		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease, MaxDeliver: c.MaxDeliver,
 			Token: os.Getenv("MCP_CANCEL_PROXY_NATS_TOKEN"), Name: "mcp-cancel-proxy", Logger: log})

@@ -68,6 +68,7 @@ var bucket = []byte("jobs")
 // Store is one process's file of jobs in a store directory.
 type Store struct {
 	dir    string
+	from   []string     // more directories whose dead files are adopted (AdoptFrom)
 	report func(Damage) // nil: damaged files are set aside quietly
 
 	mu   sync.Mutex // guards the fields below, and serialises the own file's transactions
@@ -238,13 +239,27 @@ func sortJobs(all []Job) {
 	slices.SortFunc(all, func(a, b Job) int { return a.Created.Compare(b.Created) })
 }
 
-// Adopt moves into the store the jobs of every file of the directory that
-// no process holds, removes those files, and returns the jobs it took. A
-// damaged file is set aside and reported, its jobs not taken.
+// AdoptFrom has the store adopt, from now on, the jobs that dead
+// processes left in dirs too (a store shared by every server before each
+// had its own), and adopts them now. It is called once, before the store
+// is shared.
+func (s *Store) AdoptFrom(dirs ...string) ([]Job, error) {
+	s.from = dirs
+	return s.Adopt()
+}
+
+// Adopt moves into the store the jobs of every file of the directory (and
+// of those AdoptFrom named) that no process holds, removes those files, and
+// returns the jobs it took. A damaged file is set aside and reported, its
+// jobs not taken.
 func (s *Store) Adopt() ([]Job, error) {
 	var adopted []Job
 	own := s.Path()
-	for _, path := range files(s.dir) {
+	all := files(s.dir)
+	for _, d := range s.from {
+		all = append(all, files(d)...)
+	}
+	for _, path := range all {
 		if path == own {
 			continue
 		}
