@@ -53,6 +53,9 @@ type Options struct {
 	// DefaultStore adopts too: the one store every server shared before
 	// each had its own.
 	SharedStore string
+	// WebhookProxyFromEnv sends webhooks through the HTTP proxy the
+	// environment names (http.proxy: env); a loopback one never.
+	WebhookProxyFromEnv bool
 	// Fleet, if set, is the fleet's job queue (cluster.nats): hooks go to
 	// it, and this process's worker runs the fleet's jobs. The Engine
 	// closes it at Shutdown.
@@ -103,6 +106,10 @@ func New(o Options) (*Engine, error) {
 	if o.Policy.Hooks.MaxRunning <= 0 {
 		o.Policy.Hooks.MaxRunning = d.Hooks.MaxRunning
 	}
+	dial, dialTLS, err := webhookDialers(o.WebhookProxyFromEnv)
+	if err != nil {
+		return nil, err
+	}
 	aw, err := openAudit(o.Audit)
 	if err != nil {
 		return nil, err
@@ -116,7 +123,7 @@ func New(o Options) (*Engine, error) {
 		aw.close()
 		return nil, err
 	}
-	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes)
+	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes, dial, dialTLS)
 	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil

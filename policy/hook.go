@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/netproxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 )
@@ -50,7 +52,8 @@ type HookResult struct {
 type runner struct {
 	sem    chan struct{}
 	client *fasthttp.Client
-	ctx    context.Context // cancelled when shutdown gives up waiting
+	tls    *fasthttp.Client // https webhooks' when they go through the environment's proxy; else client
+	ctx    context.Context  // cancelled when shutdown gives up waiting
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	jobs   *durable
@@ -59,14 +62,40 @@ type runner struct {
 	passEnv []string
 }
 
-func newRunner(max int, jobs *durable, passEnv []string, maxHeader int) *runner {
+// dialer is a fasthttp dial function; nil is fasthttp's own.
+type dialer = func(addr string) (net.Conn, error)
+
+func newRunner(max int, jobs *durable, passEnv []string, maxHeader int, dial, dialTLS dialer) *runner {
 	ctx, stop := context.WithCancel(context.Background())
-	return &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv,
-		// Answers are streamed so that only their first hookOutputMax bytes
-		// are read (a webhook answering 1 GiB cost the proxy 1 GB); the
-		// request's timeout bounds the reading too.
-		client: &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true,
-			ReadBufferSize: cmp.Or(maxHeader, 64<<10)}} // the answer's headers' limit
+	// Answers are streamed so that only their first hookOutputMax bytes are
+	// read (a webhook answering 1 GiB cost the proxy 1 GB); the request's
+	// timeout bounds the reading too.
+	client := func(d dialer) *fasthttp.Client {
+		return &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true,
+			ReadBufferSize: cmp.Or(maxHeader, 64<<10), Dial: d} // the answer's headers' limit
+	}
+	r := &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv, client: client(dial)}
+	r.tls = r.client
+	if dialTLS != nil {
+		r.tls = client(dialTLS)
+	}
+	return r
+}
+
+// webhookDialers are the webhooks' dial functions: through the
+// environment's proxy (HTTP_PROXY for http webhooks, HTTPS_PROXY for https
+// ones) with http.proxy: env, else fasthttp's own (nil).
+func webhookDialers(fromEnv bool) (dial, dialTLS dialer, err error) {
+	if !fromEnv {
+		return nil, nil, nil
+	}
+	if dial, err = netproxy.FromEnv(false, 10*time.Second); err == nil {
+		dialTLS, err = netproxy.FromEnv(true, 10*time.Second)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("http.proxy: env: %w", err)
+	}
+	return dial, dialTLS, nil
 }
 
 // run starts h for an event document in the background, its job written
@@ -223,7 +252,11 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	}
 	req.SetBody(doc)
 	timeout := cmp.Or(h.HTTP.Timeout, cmp.Or(h.Timeout, DefaultHookTimeout))
-	if err := r.client.DoTimeout(req, resp, timeout); err != nil {
+	c := r.client
+	if strings.HasPrefix(strings.ToLower(h.HTTP.URL), "https://") {
+		c = r.tls
+	}
+	if err := c.DoTimeout(req, resp, timeout); err != nil {
 		if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
 			return "", fmt.Errorf("POST %s: its answer's headers are larger than limits.max_response_header_bytes allows", h.HTTP.shown())
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -175,6 +176,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			}
 			up.KeepRevision = !cfg.HTTP.UpgradeStateless
 			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
+			if err := viaEnvProxy(cfg, up.Client); err != nil {
+				return nil, err
+			}
 			sc.Legacy.Dial = up.Dial
 		}
 		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
@@ -183,6 +187,9 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 				return nil, err
 			}
 			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
+			if err := viaEnvProxy(cfg, up.Client); err != nil {
+				return nil, err
+			}
 			dial = up.Dial
 		}
 	}
@@ -195,6 +202,15 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	return engine, nil
 }
 
+// viaEnvProxy sends c's requests through the environment's HTTP proxy when
+// http.proxy is env.
+func viaEnvProxy(cfg config.Config, c *fasthttp.Client) error {
+	if cfg.HTTP.Proxy != "env" {
+		return nil
+	}
+	return httpx.UseProxyFromEnv(c, strings.HasPrefix(strings.ToLower(cfg.HTTP.Upstream), "https://"))
+}
+
 // newSidecar builds the sidecar and its metrics from the configuration.
 func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
 	sc := &httpx.Sidecar{
@@ -203,8 +219,8 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		KeepRevision: !cfg.HTTP.UpgradeStateless,
-		SessionIdle:  cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
+		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env",
+		SessionIdle: cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}
 	m := metrics.New(metrics.Gauges{

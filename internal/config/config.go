@@ -133,6 +133,12 @@ type HTTP struct {
 	// upstream's TLS besides the system's (a private CA; SSL_CERT_FILE
 	// works too). Default none.
 	CAFile string `yaml:"ca_file"`
+	// Proxy says whether the sidecar's requests to its upstream and every
+	// webhook go through the HTTP proxy the environment names
+	// (HTTPS_PROXY, HTTP_PROXY, NO_PROXY): "env", or "none" (the default,
+	// so that a deployment's routes do not change with its environment).
+	// The bridge always honours the environment; loopback never is proxied.
+	Proxy string `yaml:"proxy"`
 	// CancelGrace is how long a cancelled request's response stream stays
 	// open for the server's nested cancels before the sidecar ends it.
 	// Default 500ms.
@@ -237,7 +243,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none"},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -431,6 +437,9 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 		case host != "" && net.ParseIP(strings.Trim(host, "[]")) == nil && !validHostname(host):
 			bad("http.listen", "%q: %q is not an IP address or a host name", h.Listen, host)
 		}
+	}
+	if p := h.Proxy; p != "" && p != "env" && p != "none" {
+		bad("http.proxy", "%q is not env or none", p)
 	}
 	if t := h.UpstreamTransport; t != "" && t != "auto" && t != "streamable" && t != "sse" {
 		bad("http.upstream_transport", "%q is not auto, streamable or sse", t)

@@ -166,7 +166,12 @@ func dialUpstream(addr string, timeout time.Duration) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newUpConn(c), nil
+}
+
+// newUpConn wraps an upstream connection as an upConn.
+func newUpConn(c net.Conn) *upConn {
 	u := &upConn{Conn: c}
 	u.local = upAddr{Addr: c.LocalAddr(), c: u}
-	return u, nil
+	return u
 }

@@ -3,10 +3,11 @@ package httpx
 import (
 	"bytes"
 	"iter"
-	"net"
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/netproxy"
 )
 
 // hopByHop are the headers that concern one connection only (RFC 9110
@@ -105,14 +106,4 @@ func isEventStream(contentType []byte) bool {
 // loopbackHost reports whether a Host header names this machine: the only
 // names a client of a loopback listener may use, which defeats DNS
 // rebinding (a hostile page's name resolving to 127.0.0.1).
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func loopbackHost(host string) bool { return netproxy.Loopback(host) }

@@ -10,25 +10,26 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpproxy"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/netproxy"
 )
 
 // UseProxyFromEnv makes c reach its upstream through the HTTP proxy that
 // HTTPS_PROXY or HTTP_PROXY name (as NO_PROXY allows), tunnelled with
 // CONNECT; a loopback upstream is never proxied. tlsUpstream says which of
-// the two variables applies.
+// the two variables applies. Its connections are the relay's (upConn).
 func UseProxyFromEnv(c *fasthttp.Client, tlsUpstream bool) error {
-	d := &fasthttpproxy.Dialer{Timeout: dialUpstreamTimeout, ConnectTimeout: dialUpstreamTimeout}
-	viaProxy, err := d.GetDialFuncForTLS(true, tlsUpstream)
+	dial, err := netproxy.FromEnv(tlsUpstream, dialUpstreamTimeout)
 	if err != nil {
-		return fmt.Errorf("HTTPS_PROXY/HTTP_PROXY: %w", err)
+		return err
 	}
 	c.DialTimeout = nil
 	c.Dial = func(addr string) (net.Conn, error) {
-		if host, _, err := net.SplitHostPort(addr); err == nil && loopbackHost(host) {
-			return fasthttp.DialTimeout(addr, dialUpstreamTimeout) // never through a proxy
+		conn, err := dial(addr)
+		if err != nil {
+			return nil, err
 		}
-		return viaProxy(addr)
+		return newUpConn(conn), nil
 	}
 	return nil
 }

@@ -67,6 +67,10 @@ type Sidecar struct {
 	// UpstreamHeaders are added to each request the sidecar sends the
 	// upstream that does not set them itself (a deployment's API key).
 	UpstreamHeaders []Header
+	// ProxyFromEnv sends the requests to the upstream through the HTTP
+	// proxy HTTPS_PROXY or HTTP_PROXY names, as NO_PROXY allows (never to a
+	// loopback upstream): http.proxy: env.
+	ProxyFromEnv bool
 	// CancelGrace is how long the response stream of a request cancelled by
 	// the client stays open, so that the server's cancels of its own nested
 	// requests reach the client, before the sidecar ends it. If zero,
@@ -219,6 +223,11 @@ func (s *Sidecar) Provision() error {
 		}
 		s.client = upstreamClient(s.maxBody, s.MaxResponseHeaderBytes)
 		AddHeaders(s.client, s.UpstreamHeaders)
+		if s.ProxyFromEnv {
+			if s.initErr = UseProxyFromEnv(s.client, isTLSURL(s.Upstream)); s.initErr != nil {
+				return
+			}
+		}
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
