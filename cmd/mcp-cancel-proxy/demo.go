@@ -21,10 +21,17 @@ import (
 // demoHead heads demo's usage.
 const demoHead = "usage: mcp-cancel-proxy demo [flags] [-- COMMAND ARGS...]\n\nRuns the proxy between a scripted client and the bundled example server (or COMMAND), cancels two calls, and prints the timeline.\n\nflags:\n"
 
-// demoFlags are demo's flags: --server.
-func demoFlags() (*flag.FlagSet, *string) {
+// demoOptions are the values of demo's flags.
+type demoOptions struct{ server, svg *string }
+
+// demoFlags are demo's flags.
+func demoFlags() (*flag.FlagSet, demoOptions) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	return fs, fs.String("server", "", "the `command` to run instead of the bundled example server, its words split at spaces (or give it after --)")
+	return fs, demoOptions{
+		server: fs.String("server", "", "the `command` to run instead of the bundled example server, its words split at spaces (or give it after --)"),
+		svg: fs.String("svg", "", "instead, record a cancelled call to the server's slow_ignore tool without the proxy and through it, "+
+			"and draw what the client saw as an SVG timeline in this `file` (the README's picture)"),
+	}
 }
 
 // demo runs the real proxy between a scripted client and the bundled example
@@ -32,7 +39,8 @@ func demoFlags() (*flag.FlagSet, *string) {
 // calls, one to a tool that honours cancellation and one to a tool that
 // ignores it, and prints what the proxy forwarded and suppressed.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, server := demoFlags()
+	fs, o := demoFlags()
+	server := o.server
 	if help, err := parseFlags(fs, args, demoHead, stdout, stderr); help || err != nil {
 		return map[bool]int{true: 0, false: exitUsage}[help]
 	}
@@ -50,6 +58,13 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if name == "" {
 		name = strings.Join(argv, " ")
+	}
+	if *o.svg != "" {
+		if err := drawTimeline(ctx, argv, *o.svg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "demo:", err)
+			return 1
+		}
+		return 0
 	}
 	if err := runDemo(ctx, argv, name, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
@@ -153,6 +168,11 @@ func (c *scriptClient) send(frame string) error {
 
 // await reads frames until one satisfies ok.
 func (c *scriptClient) await(ctx context.Context, what string, ok func(*framing.Message) bool) error {
+	return c.awaitOr(ctx, what, ok, nil)
+}
+
+// awaitOr is await that also ends, without error, when stop receives.
+func (c *scriptClient) awaitOr(ctx context.Context, what string, ok func(*framing.Message) bool, stop <-chan struct{}) error {
 	timeout := time.NewTimer(30 * time.Second)
 	defer timeout.Stop()
 	var f framing.Frame
@@ -160,11 +180,13 @@ func (c *scriptClient) await(ctx context.Context, what string, ok func(*framing.
 		select {
 		case raw, open := <-c.frames:
 			if !open {
-				return fmt.Errorf("proxy closed the connection while waiting for %s", what)
+				return fmt.Errorf("the connection closed while waiting for %s", what)
 			}
 			if f.Parse(raw) == nil && ok(&f.Msgs[0]) {
 				return nil
 			}
+		case <-stop:
+			return nil
 		case <-timeout.C:
 			return fmt.Errorf("timed out waiting for %s", what)
 		case <-ctx.Done():

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,5 +27,33 @@ func TestDemoNamesItsServer(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), c.head) || !strings.Contains(string(out), "cancels forwarded 2") {
 			t.Errorf("%v: %v\n%s", c.args, err, out)
 		}
+	}
+}
+
+// TestDemoDrawsTheTimeline: demo --svg records a real cancelled call to a
+// tool that ignores the cancel, without the proxy and through it, and
+// draws both: a well-formed SVG whose first lane has the late progress and
+// answer the client got, and whose second has none.
+func TestDemoDrawsTheTimeline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.svg")
+	out, err := exec.Command(proxyBin, "demo", "--svg", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0 with it") {
+		t.Fatalf("demo --svg: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := xml.NewDecoder(bytes.NewReader(b)); ; {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+	}
+	without, with, ok := strings.Cut(string(b), ">with mcp-cancel-proxy<")
+	if !ok || !strings.Contains(without, "late answer") || !strings.Contains(without, "late progress") ||
+		strings.Contains(with, "late") || !strings.Contains(with, "answer held back by the proxy") {
+		t.Errorf("the lanes do not tell what the client got:\n%s", b)
 	}
 }
