@@ -5,10 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/url"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -86,16 +83,12 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		NewTracer: tel.SessionFunc("pipe"), OnNotified: notified, Observer: observer(m), OnCancel: cancelCounter(m),
 	})
 	var asked atomic.Bool
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		select {
-		case sig := <-sigs:
-			log.Info("stopping", zap.String("why", sig.String()))
-		case <-ctx.Done():
+		case <-ctx.Done(): // SIGINT, SIGTERM (signals.go), or the caller's end
+			log.Info("stopping", zap.String("why", why(ctx)))
 		case <-done:
 			return
 		}

@@ -121,6 +121,8 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		}
 		return exitUsage
 	}
+	ctx, stop := signalContext(ctx) // the proxy's modes stop on SIGINT and SIGTERM, and reload on SIGHUP
+	defer stop()
 	switch {
 	case cfg.HTTP.Listen != "":
 		return sidecar(ctx, cfg, argv, stderr)

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -27,8 +25,6 @@ const settle = 100 * time.Millisecond
 // the policy in force stays, and the error is logged; requests in flight
 // keep the rule they started with. The returned function stops it.
 func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP) // never delivered on Windows
 	done := make(chan struct{})
 	changed := watchFile(path, log)
 	last, _ := os.ReadFile(path)
@@ -36,7 +32,7 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 	go func() {
 		for {
 			select {
-			case <-hup:
+			case <-reloads: // SIGHUP (signals.go); never on Windows
 				if path == "" {
 					log.Warn("SIGHUP: no configuration file to reload (no --config)")
 					continue
@@ -49,7 +45,7 @@ func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()
 			}
 		}
 	}()
-	return func() { signal.Stop(hup); close(done) }
+	return func() { close(done) }
 }
 
 // reload loads the file and puts its policy in force, unless the file

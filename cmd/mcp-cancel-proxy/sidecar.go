@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -237,21 +234,17 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 	return sc, m
 }
 
-// serveUntilStopped serves until the server fails (1), or a signal or the
-// end of ctx asks it to stop (0, after the shutdown grace at most).
+// serveUntilStopped serves until the server fails (1), or the end of ctx
+// (a signal) asks it to stop (0, after the shutdown grace at most).
 func serveUntilStopped(ctx context.Context, srv *fasthttp.Server, ln net.Listener, grace time.Duration, log *zap.Logger) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(httpx.Listener(ln)) }()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	select {
 	case err := <-served:
 		log.Error("serving failed", zap.Error(err))
 		return 1
-	case sig := <-sigs:
-		log.Info("shutting down", zap.String("why", sig.String()), zap.Duration("grace", grace))
-	case <-ctx.Done():
+	case <-ctx.Done(): // SIGINT, SIGTERM (signals.go), or the caller's end
+		log.Info("shutting down", zap.String("why", why(ctx)), zap.Duration("grace", grace))
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()

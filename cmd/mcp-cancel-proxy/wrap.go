@@ -7,10 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -160,21 +158,19 @@ func (s *stopper) stop(why string) {
 	}
 }
 
-// watch stops the server on SIGINT, SIGTERM or the end of ctx, until the
-// server exits. The returned function stops listening for signals.
+// watch stops the server when ctx ends (SIGINT, SIGTERM: see signals.go),
+// until the server exits. The returned function stops watching.
 func (s *stopper) watch(ctx context.Context) (unwatch func()) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
 	go func() {
 		select {
-		case sig := <-sigs:
-			s.signal(sig.String())
 		case <-ctx.Done():
-			s.signal(ctx.Err().Error())
+			s.signal(why(ctx))
 		case <-s.current().Exited():
+		case <-done:
 		}
 	}()
-	return func() { signal.Stop(sigs) }
+	return func() { close(done) }
 }
 
 func logStats(log *zap.Logger, st proxy.Stats) {
