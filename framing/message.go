@@ -242,13 +242,18 @@ func parseMessage(sc *scanner, m *Message) (invalid, err error) {
 	shiftSpan(&m.MetaSpan, start)
 	shiftSpan(&m.TraceParentSpan, start)
 	shiftSpan(&m.TraceStateSpan, start)
-	if invalid != nil {
-		return invalid, nil
-	}
-	if m.tokens > 1 {
+	if invalid == nil && m.tokens > 1 {
 		// Only one could be renamed: the other might make a server report
 		// progress under a token its sender does not own.
-		return ErrTwoTokens, nil
+		invalid = ErrTwoTokens
+	}
+	if invalid != nil {
+		if _, unportable := invalid.(*unportableIDError); !unportable && hasID && !nullID {
+			if id, ok := parseID(m.Raw[idSpan.Start:idSpan.End]); ok {
+				invalid = &refusedError{invalid, id} // answered under its id, so that its sender is not left waiting
+			}
+		}
+		return invalid, nil
 	}
 	return classify(m, hasID, nullID, hasResult, idSpan), nil
 }
@@ -327,13 +332,28 @@ type unportableIDError struct{ literal string }
 func (e *unportableIDError) Error() string { return ErrUnportableID.Error() }
 func (e *unportableIDError) Unwrap() error { return ErrUnportableID }
 
+// refusedError is an invalid request whose id is fine: its answer names
+// that id.
+type refusedError struct {
+	err error
+	id  ID
+}
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
 // ErrorID returns the id to answer an invalid message with: the id as its
-// sender wrote it when the message was refused for its id alone (so that
-// the sender can still match the error to its request), else no id.
+// sender wrote it when the message was refused for its id (so that the
+// sender can still match the error to its request), the message's id when
+// it was refused for something else, else no id.
 func ErrorID(err error) ID {
 	var ue *unportableIDError
 	if errors.As(err, &ue) {
 		return ID{kind: idNumber, str: ue.literal} // written back as it came
+	}
+	var re *refusedError
+	if errors.As(err, &re) {
+		return re.id
 	}
 	return ID{}
 }

@@ -2,6 +2,7 @@ package framing_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -263,5 +264,30 @@ func TestAppendCancelled(t *testing.T) {
 		if err := f.Parse(got); err != nil || f.Msgs[0].Method != framing.MethodCancelled || f.Msgs[0].RequestID != tc.id || f.Msgs[0].Reason != tc.reason {
 			t.Errorf("%s parses back as %+v (%v)", got, f.Msgs, err)
 		}
+	}
+}
+
+// TestErrorIDOfARefusedRequest: a request refused for something other than
+// its id (two progress tokens, a method that is no string) is answered
+// under its own id, so that its sender is not left waiting; one whose id
+// is the problem, under that id as written; one without an id, under null.
+func TestErrorIDOfARefusedRequest(t *testing.T) {
+	for _, c := range []struct{ frame, want string }{
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"progressToken":"a","_meta":{"progressToken":"b"}}}`, "5"},
+		{`{"jsonrpc":"2.0","id":"x","method":7}`, `"x"`},
+		{`{"jsonrpc":"2.0","id":2.0,"method":"ping"}`, "2.0"},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"a","_meta":{"progressToken":"b"}}}`, "null"},
+	} {
+		var f framing.Frame
+		err := f.Parse([]byte(c.frame))
+		if err == nil {
+			t.Fatalf("%s: parsed", c.frame)
+		}
+		if got := string(framing.AppendErrorResponse(nil, framing.ErrorID(err), framing.ErrorObject{Code: framing.CodeInvalidRequest, Message: "x"})); !strings.Contains(got, `"id":`+c.want+`,`) {
+			t.Errorf("%s: answered %s, want the id %s", c.frame, got, c.want)
+		}
+	}
+	if f := new(framing.Frame); !errors.Is(f.Parse([]byte(`{"jsonrpc":"2.0","id":5,"method":"x","params":{"progressToken":"a","_meta":{"progressToken":"b"}}}`)), framing.ErrTwoTokens) {
+		t.Error("the reason is no longer framing.ErrTwoTokens")
 	}
 }

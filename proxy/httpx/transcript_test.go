@@ -282,12 +282,14 @@ func (r *replay) post(frame string) {
 	r.posts++
 	where := fmt.Sprintf("POST %d", r.posts)
 	var f framing.Frame
-	if f.Parse([]byte(frame)) == nil {
+	if err := f.Parse([]byte(frame)); err == nil {
 		for i := range f.Msgs {
 			if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
 				r.postOf[m.ID.String()] = append(r.postOf[m.ID.String()], where)
 			}
 		}
+	} else if id, isResponse, ok := framing.PeekID([]byte(frame)); ok && !isResponse {
+		r.postOf[id.String()] = append(r.postOf[id.String()], where) // a refused request: answered under its id
 	}
 	r.readAll(where, r.do(http.MethodPost, r.url, frame))
 }
