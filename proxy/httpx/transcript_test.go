@@ -121,6 +121,8 @@ type replay struct {
 	injected int64
 	moved    chan struct{} // signalled on each decision
 	legacy   bool          // the client speaks HTTP+SSE (2024-11-05)
+	bridged  bool          // the client is a stdio client of the bridge
+	lines    io.Writer     // the bridge's client side: its stdin
 	endpoint string        // where it POSTs, once the event stream named it
 	session  string
 	posts    int
@@ -154,7 +156,7 @@ func (r *replay) step(st transcript.Step) {
 		r.send(st.Arg)
 	case "c<":
 		got := r.client.take(r.t, "client", st.Arg)
-		if !r.legacy {
+		if !r.legacy && !r.bridged {
 			r.onItsStream(got)
 		}
 	case "s<":
@@ -234,6 +236,11 @@ func (r *replay) initialize() {
 		r.openLegacy()
 		return
 	}
+	if r.bridged {
+		r.post(initRequest)
+		r.client.take(r.t, "client", initAnswer)
+		return
+	}
 	resp := r.do(http.MethodPost, r.url, initRequest)
 	r.session = resp.Header.Get("Mcp-Session-Id")
 	if r.session == "" {
@@ -271,6 +278,12 @@ const initAnswer = `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVers
 // post sends a frame of the client's, and reads what answers it.
 func (r *replay) post(frame string) {
 	r.t.Helper()
+	if r.bridged { // one line on the bridge's stdin; answers come on its stdout
+		if _, err := io.WriteString(r.lines, frame+"\n"); err != nil {
+			r.t.Fatalf("the bridge's stdin: %v", err)
+		}
+		return
+	}
 	if r.legacy { // answers come on the event stream
 		resp := r.do(http.MethodPost, r.endpoint, frame)
 		resp.Body.Close()

@@ -1,0 +1,102 @@
+package httpx_test
+
+import (
+	"bytes"
+	"io"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// TestTranscriptsThroughTheBridge replays every golden transcript through
+// the bridge, a stdio client's session over a Streamable HTTP or an
+// HTTP+SSE upstream (what `mcp-cancel-proxy --upstream URL` runs once it
+// has found out which the upstream speaks), to the scripted servers of the
+// HTTP replay. Over stdio one stream carries every answer to the client,
+// so the rules of the stdio relay hold (the shared-id transcript among
+// them).
+func TestTranscriptsThroughTheBridge(t *testing.T) {
+	all, err := transcript.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, up := range []string{"streamable", "sse"} {
+		for _, tr := range all {
+			t.Run("bridge-to-"+up+"/"+tr.Name, func(t *testing.T) {
+				if !tr.Applies("bridge-to-" + up) {
+					t.Skip("does not hold on this transport: see the transcript's comment")
+				}
+				watchdog(t, 30*time.Second)
+				r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{},
+					moved: make(chan struct{}, 1), bridged: true}
+				r.client.init()
+				r.server.init()
+				r.bridge(up)
+				r.initialize()
+				for _, st := range tr.Steps {
+					r.step(st)
+				}
+				r.sync()
+			})
+		}
+	}
+}
+
+// bridge starts the bridge's session over a backend of the upstream kind
+// named, its client's lines written by post and read into the client's
+// inbox.
+func (r *replay) bridge(upstream string) {
+	r.t.Helper()
+	var back httpx.Backend
+	var err error
+	switch upstream {
+	case "streamable":
+		var up *httpx.StreamableUpstream
+		if up, err = httpx.NewStreamableUpstream(r.scriptedStreamable(), 0, 0); err == nil {
+			back, err = up.Dial(zaptest.NewLogger(r.t))
+		}
+	case "sse":
+		var up *httpx.SSEUpstream
+		if up, err = httpx.NewSSEUpstream(r.scriptedSSE(), 0, 0); err == nil {
+			back, err = up.Dial(zaptest.NewLogger(r.t))
+		}
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	sess := stdio.NewSession(stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t)})
+	cIn, toBridge := io.Pipe()
+	fromBridge, cOut := io.Pipe()
+	ran := make(chan error, 1)
+	go func() { ran <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, back.Conn()) }()
+	r.readers.Add(1)
+	go func() {
+		defer r.readers.Done()
+		rd := framing.NewReader(fromBridge, 0)
+		for {
+			line, err := rd.Read(nil)
+			if err != nil {
+				return
+			}
+			r.client.put("stdout", bytes.Clone(line))
+		}
+	}()
+	r.lines, r.stats = toBridge, sess.Stats
+	r.t.Cleanup(func() {
+		toBridge.Close() // the client leaves: the session ends, and its backend
+		back.Stop()
+		<-ran
+		fromBridge.Close()
+		for i := len(r.ends) - 1; i >= 0; i-- {
+			r.ends[i]()
+		}
+		r.readers.Wait()
+	})
+}
