@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 )
 
 // proxyBin is the mcp-cancel-proxy binary built for these tests; the example
@@ -52,6 +55,10 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := goleak.Find(leaktest.ProcessWide...); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "goleak:", err) // every goroutine a test starts ends with it
+		code = 1
+	}
 	os.Exit(code)
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
@@ -43,14 +44,8 @@ func TestMain(m *testing.M) {
 // dialer cache, date clock and client and server housekeeping, and the
 // close watcher's one event loop. Every other goroutine a test starts must
 // end with it.
-var processWide = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-	goleak.IgnoreAnyFunction("github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx.(*watcher).loop"),
-}
+var processWide = append(leaktest.ProcessWide,
+	goleak.IgnoreAnyFunction("github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx.(*watcher).loop"))
 
 // echoChild is a real stdio MCP server process (this test binary run with
 // echoChildArg) that reports exactly what it received: it keeps every line
