@@ -173,8 +173,9 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	}
 	cs.mu.Lock() // one session starts at a time: the cap holds
 	defer cs.mu.Unlock()
-	if !cs.sessions.roomFor() {
-		s.log.Warn("session refused: too many sessions, none idle", zap.Int("sessions", cs.sessions.len()))
+	peer := peerOf(ctx)
+	if !cs.sessions.roomFor(peer) {
+		s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	c, err := cs.start(s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
@@ -182,6 +183,7 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 		s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
+	c.owner = peer
 	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
 		go c.stop(proxy.SourceSessionEnd, "too many sessions")
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"

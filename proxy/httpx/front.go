@@ -1,7 +1,10 @@
 package httpx
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,17 +81,26 @@ func (u lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.D
 	return back, cs.Session, copts.TermAfter, err
 }
 
-// usage is when a session last saw a request.
-type usage struct{ last atomic.Int64 }
+// usage is when a session last saw a request, and whose it is.
+type usage struct {
+	last atomic.Int64
+	// owner is the peer that opened the session (see peerOf), set before
+	// the session is shared: at a cap, a peer holding more than its share
+	// of the sessions may evict only its own.
+	owner string
+}
 
 func (u *usage) touch(now time.Time) { u.last.Store(now.UnixNano()) }
 func (u *usage) usedAt() int64       { return u.last.Load() }
+func (u *usage) peer() string        { return u.owner }
 
 // member is what a sessionTable needs of a session.
 type member interface {
 	comparable
 	touch(now time.Time)
 	usedAt() int64
+	// peer is who opened the session (see peerOf).
+	peer() string
 	// busy reports whether the session has a request in flight or a
 	// stream open; a busy session is never idle, nor evicted.
 	busy() bool
@@ -137,8 +149,8 @@ func (t *sessionTable[S]) lookup(id string) (S, bool) {
 }
 
 // add registers s under id and returns it, or the session already
-// registered under id. At the cap it first evicts the least recently used
-// session that is not busy, or, if every one is, returns errFull.
+// registered under id. At the cap it first evicts an idle session (see
+// makeRoomLocked) or, with none it may evict, returns errFull.
 func (t *sessionTable[S]) add(id string, s S) (S, error) {
 	var zero S
 	t.mu.Lock()
@@ -146,7 +158,7 @@ func (t *sessionTable[S]) add(id string, s S) (S, error) {
 		t.mu.Unlock()
 		return old, nil
 	}
-	evicted, ok := t.makeRoomLocked()
+	evicted, ok := t.makeRoomLocked(s.peer())
 	if !ok {
 		t.mu.Unlock()
 		return zero, errFull
@@ -160,10 +172,11 @@ func (t *sessionTable[S]) add(id string, s S) (S, error) {
 	return s, nil
 }
 
-// roomFor reports whether add would find room, evicting as add does.
-func (t *sessionTable[S]) roomFor() bool {
+// roomFor reports whether add would find room for a session of peer,
+// evicting as add does.
+func (t *sessionTable[S]) roomFor(peer string) bool {
 	t.mu.Lock()
-	evicted, ok := t.makeRoomLocked()
+	evicted, ok := t.makeRoomLocked(peer)
 	t.mu.Unlock()
 	if evicted != *new(S) {
 		evicted.retire(retireEvicted)
@@ -171,28 +184,69 @@ func (t *sessionTable[S]) roomFor() bool {
 	return ok
 }
 
-// makeRoomLocked makes room for one more session, below the cap or by
-// forgetting the least recently used one not busy, which it returns for
-// the caller to retire once unlocked. t.mu is held.
-func (t *sessionTable[S]) makeRoomLocked() (evicted S, ok bool) {
+// makeRoomLocked makes room for one more session of peer, below the cap
+// or by forgetting one that is not busy, which it returns for the caller
+// to retire once unlocked. Fairness: each peer's share is the cap over
+// the peers holding sessions (peer counted); a peer at or over its share
+// may evict only a session of its own, and one under it a session of a
+// peer over its share first, else any. Among those it may evict, a
+// session never initialized goes first, then the least recently used.
+// t.mu is held.
+func (t *sessionTable[S]) makeRoomLocked(peer string) (evicted S, ok bool) {
 	if t.max <= 0 || len(t.m) < t.max {
 		return evicted, true
 	}
 	if t.noEvict {
 		return evicted, false
 	}
-	lru := ""
-	for id, s := range t.m {
-		if !s.busy() && (lru == "" || s.usedAt() < t.m[lru].usedAt()) {
-			lru = id
-		}
+	held := map[string]int{peer: 0}
+	for _, s := range t.m {
+		held[s.peer()]++
 	}
-	if lru == "" {
+	share := max(t.max/len(held), 1)
+	pick := func(may func(S) bool) string {
+		best := ""
+		for id, s := range t.m {
+			if s.busy() || !may(s) {
+				continue
+			}
+			if b, ok := t.m[best]; best == "" || ok && evictsBefore(s, b) {
+				best = id
+			}
+		}
+		return best
+	}
+	var victim string
+	if held[peer] >= share {
+		victim = pick(func(s S) bool { return s.peer() == peer })
+	} else if victim = pick(func(s S) bool { return held[s.peer()] > share }); victim == "" {
+		victim = pick(func(S) bool { return true })
+	}
+	if victim == "" {
 		return evicted, false
 	}
-	evicted = t.m[lru]
-	delete(t.m, lru)
+	evicted = t.m[victim]
+	delete(t.m, victim)
 	return evicted, true
+}
+
+// evictsBefore reports whether a goes before b when one must be evicted:
+// a session never initialized first, then the least recently used.
+func evictsBefore[S member](a, b S) bool {
+	ai, bi := initializedOf(a), initializedOf(b)
+	if ai != bi {
+		return !ai
+	}
+	return a.usedAt() < b.usedAt()
+}
+
+// initializedOf reports whether a session has seen its initialize; a kind
+// of session that cannot exist before one has.
+func initializedOf(s any) bool {
+	if i, ok := s.(interface{ started() bool }); ok {
+		return i.started()
+	}
+	return true
 }
 
 // remove forgets the session registered under id, and returns it.
@@ -356,4 +410,18 @@ func (s *Sidecar) afterDisconnect(came func(left int64) bool, cancel func()) boo
 		}
 	})
 	return true
+}
+
+// peerOf names who sent a request, for fairness at a session cap: the
+// client's credential when it sends one (a hash of its Authorization
+// header: never the header itself), else its address.
+func peerOf(ctx *fasthttp.RequestCtx) string {
+	if a := peek(ctx.Request.Header.All(), "Authorization"); len(a) > 0 {
+		sum := sha256.Sum256(a)
+		return "credential:" + hex.EncodeToString(sum[:8])
+	}
+	if tcp, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		return "address:" + tcp.IP.String()
+	}
+	return "address:" + ctx.RemoteAddr().String()
 }

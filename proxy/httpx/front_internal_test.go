@@ -51,7 +51,7 @@ func TestSessionTable(t *testing.T) {
 		t.Error("b still registered after its eviction")
 	}
 	a.isBusy, c.isBusy = true, true
-	if _, err := tab.add("d", newMember("d")); !errors.Is(err, errFull) || tab.roomFor() {
+	if _, err := tab.add("d", newMember("d")); !errors.Is(err, errFull) || tab.roomFor("") {
 		t.Errorf("every session busy: add gave %v, want errFull, and no room", err)
 	}
 	a.requests, c.requests = 2, 3
@@ -94,5 +94,72 @@ func TestSweepRunsUntilCleanup(t *testing.T) {
 	s.Cleanup("done")
 	if clk.Pending() != 0 {
 		t.Errorf("%d timers after Cleanup, want none", clk.Pending())
+	}
+}
+
+// startedMember is a member that says whether it saw its initialize.
+type startedMember struct {
+	*fakeMember
+	init bool
+}
+
+func (m startedMember) started() bool { return m.init }
+
+// TestSessionTableIsFair: at the cap, a peer under its share (the cap
+// over the peers holding sessions) evicts a session of a peer over it
+// before an older one of its own kind; a peer at its share may evict only
+// its own, and is refused when none of its own is idle; a stream never
+// initialized goes before any other.
+func TestSessionTableIsFair(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	var tab sessionTable[*fakeMember]
+	tab.init(time.Hour, 4, clk)
+	of := func(name, peer string) *fakeMember { m := newMember(name); m.owner = peer; return m }
+	b1 := of("b1", "B")
+	tab.add("b1", b1) // the oldest of all
+	for _, n := range []string{"a1", "a2", "a3"} {
+		clk.Advance(time.Second)
+		tab.add(n, of(n, "A"))
+	}
+	// B holds 1 < its share (4 over A and B: 2); A holds 3 > 2: A's oldest goes, not B's older one.
+	if _, err := tab.add("b2", of("b2", "B")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.lookup("a1"); ok {
+		t.Error("B's new session evicted none of A's")
+	}
+	if _, ok := tab.lookup("b1"); !ok {
+		t.Error("B's new session evicted B's own older one while A held more than its share")
+	}
+	// A now holds 2, its share: it may evict only its own idle ones.
+	a2, _ := tab.lookup("a2")
+	a3, _ := tab.lookup("a3")
+	a2.isBusy, a3.isBusy = true, true
+	if tab.roomFor("A") {
+		t.Error("A at its share found room by evicting B's sessions")
+	}
+	if _, ok := tab.lookup("b1"); !ok {
+		t.Error("b1 evicted for A")
+	}
+	a3.isBusy = false
+	if !tab.roomFor("A") {
+		t.Fatal("A found no room, with an idle session of its own")
+	}
+	if _, ok := tab.lookup("a3"); ok {
+		t.Error("A's room was not made from its own idle session")
+	}
+
+	var lt sessionTable[startedMember]
+	lt.init(time.Hour, 2, clk)
+	old := startedMember{of("old", "C"), true}
+	lt.add("old", old)
+	clk.Advance(time.Second)
+	silent := startedMember{of("silent", "C"), false}
+	lt.add("silent", silent)
+	if _, err := lt.add("new", startedMember{of("new", "C"), true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := lt.lookup("silent"); ok {
+		t.Error("a stream that never initialized outlived an older initialized one")
 	}
 }

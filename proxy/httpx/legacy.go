@@ -72,6 +72,10 @@ const DefaultLegacyInitWait = 10 * time.Second
 // session lasts as long as its stream, so it never idles.
 func (ls *legacySession) busy() bool { return !ls.st.done() }
 
+// started reports whether the client has POSTed initialize: at a cap, a
+// stream that never did is evicted first.
+func (ls *legacySession) started() bool { return ls.initialized.Load() }
+
 // retire ends a session the sidecar forgot.
 func (ls *legacySession) retire(why string) {
 	ls.retiring.Go(func() { ls.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
@@ -113,7 +117,8 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 	}
-	if !l.sessions.roomFor() {
+	peer := peerOf(ctx)
+	if !l.sessions.roomFor(peer) {
 		full()
 		return
 	}
@@ -124,7 +129,7 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
 		return
 	}
-	ls, err := s.startLegacy(back, sopts, grace, log)
+	ls, err := s.startLegacy(back, sopts, grace, peer, log)
 	if err != nil { // another session took the room meanwhile
 		full()
 		return
@@ -136,13 +141,14 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 	serveEvents(ctx, st)
 }
 
-// startLegacy runs a session between an old client's lines and back, and
+// startLegacy runs a session of peer's between an old client's lines and back, and
 // returns it with its event stream; or stops it again, and returns
 // errFull, if another session took the last room meanwhile.
-func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) (*legacySession, error) {
+func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{lineSession: startLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
+	ls.owner = peer
 	st.onAbort = func() { ls.in.Close() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {
 		ls.in.Close()

@@ -74,7 +74,7 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 	if len(d.strays) > 0 {
 		s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
 	}
-	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !s.sessions.roomFor() {
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !s.sessions.roomFor(peerOf(ctx)) {
 		s.refuseFull(ctx, sess, d.requests)
 		return
 	}
