@@ -7,6 +7,9 @@ const (
 	MethodCancelled   = "notifications/cancelled"
 	MethodProgress    = "notifications/progress"
 	MethodTasksCancel = "tasks/cancel"
+	// MethodSubscriptionsListen (2026-07-28) opens a stream of a client's
+	// subscriptions; on stdio the server ends it with notifications/cancelled.
+	MethodSubscriptionsListen = "subscriptions/listen"
 )
 
 // Revision is an MCP protocol revision, named by its date ("2025-11-25"):

@@ -305,6 +305,25 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 	return c, v
 }
 
+// teardown accepts the receiver's cancel of an issuer's
+// subscriptions/listen, the one cancel a server may send about a client's
+// request (2026-07-28, stdio: it ends the subscription so): the call is
+// over, as if answered. upID is the id the receiver knows. It returns
+// nil for any other call.
+func (l *ledger) teardown(upID framing.ID) (c *call) {
+	l.update(func() {
+		c = l.byUp[upID]
+		if c == nil || c.state != stateInFlight || c.method != framing.MethodSubscriptionsListen || c.onAnswer != nil {
+			c = nil
+			return
+		}
+		c.state = stateAnswered
+		l.removeLocked(c)
+		l.dropLocked(c)
+	})
+	return c
+}
+
 // cancel accepts a cancel for the issuer's id if that request is in flight
 // and is not initialize. The issuer's id is free again at once.
 func (l *ledger) cancel(id framing.ID) (c *call, reason string) {

@@ -329,6 +329,23 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	return Outcome{}
 }
 
+// tornDown forwards the server's cancel that ends a subscriptions/listen
+// of the client's to the client, under the client's id: the request is
+// over, as if answered.
+func (t *Tracker) tornDown(m *framing.Message, c *call) Outcome {
+	t.forwarded(Server, m.Kind, m.Method, c.id)
+	if c.span != nil {
+		c.span.End("subscription ended by the server", false)
+	}
+	if g := t.opts.Governor; g != nil {
+		g.Observe(Change{Kind: ChangeAnswered, Call: c})
+	}
+	if c.aliased() {
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.RequestIDSpan, c.id)}
+	}
+	return Outcome{}
+}
+
 // MaxReason is the most of a cancel's reason the proxy writes anywhere
 // (logs, the audit trail, hook events, spans, the status page): a client
 // chooses it, and one of 8 MiB made 8 MiB log lines.
@@ -348,6 +365,11 @@ func CapReason(reason string) string {
 }
 
 func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
+	if from == Server && m.RequestID.IsValid() {
+		if c := t.peers[Server].answers.teardown(m.RequestID); c != nil {
+			return t.tornDown(m, c)
+		}
+	}
 	p := &t.peers[from]
 	reason := reasonNoRequestID
 	var c *call

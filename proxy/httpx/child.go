@@ -84,6 +84,10 @@ type childSession struct {
 	last    *outStream   // the newest POST stream still open
 	closed  bool         // the session ended: streams get EOF
 	initID  framing.ID   // the session's initialize request, once seen
+	// listens marks the requests in byID that are subscriptions/listen
+	// (2026-07-28): the server ends one with notifications/cancelled, which
+	// goes on its stream as its answer would, and ends it.
+	listens map[framing.ID]bool
 	// shared marks the child that serves every sessionless (2026-07-28)
 	// request: there, ids and progress tokens are renamed on the way in, so
 	// that clients can never collide, and named back here on the way out.
@@ -147,15 +151,13 @@ func (c *childSession) route(r io.Reader) {
 func (c *childSession) deliver(m *framing.Message, line []byte) {
 	c.mu.Lock()
 	var st *outStream
+	answer := m != nil && m.Kind == framing.KindResponse
 	switch {
+	case m != nil && m.Method == framing.MethodCancelled && c.listens[m.RequestID] && c.byID[m.RequestID] != nil:
+		st, line = c.lastOfLocked(m.RequestID, m.RequestIDSpan, line) // the server ended the subscription
+		answer = true
 	case m != nil && m.Kind == framing.KindResponse && c.byID[m.ID] != nil:
-		st = c.byID[m.ID]
-		delete(c.byID, m.ID)
-		if orig, ok := c.origID[m.ID]; ok {
-			delete(c.origID, m.ID)
-			line = framing.Splice(nil, line, m.IDSpan, orig)
-		}
-		st.pending--
+		st, line = c.lastOfLocked(m.ID, m.IDSpan, line)
 	case m != nil && m.Method == framing.MethodProgress && c.byToken[m.Token] != nil:
 		st = c.byToken[m.Token]
 		if orig, ok := c.origTok[m.Token]; ok {
@@ -174,7 +176,6 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 		c.log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
 		return
 	}
-	answer := m != nil && m.Kind == framing.KindResponse
 	if !st.send(framing.AppendSSEMessage(nil, "", line), answer) {
 		c.log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
 			zap.Int("backlog_bytes", streamBacklog))
@@ -182,6 +183,22 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 	if answer {
 		st.answered()
 	}
+}
+
+// lastOfLocked takes the stream of the request id (as the server knows
+// it) for the last message of that request, its answer or the server's
+// ending of a subscription, and returns it with line under the client's id
+// (span is where the id is in line). c.mu is held.
+func (c *childSession) lastOfLocked(id framing.ID, span framing.Span, line []byte) (*outStream, []byte) {
+	st := c.byID[id]
+	delete(c.byID, id)
+	delete(c.listens, id)
+	if orig, ok := c.origID[id]; ok {
+		delete(c.origID, id)
+		line = framing.Splice(nil, line, span, orig)
+	}
+	st.pending--
+	return st, line
 }
 
 // end closes every stream once the session is over.

@@ -288,6 +288,7 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 			// renamed for the server, its answer named back (deliver).
 			raw, id, tok := c.renameLocked(m)
 			kept, ids, renamed = append(kept, raw), append(ids, id), true
+			c.markListenLocked(m, id)
 			if tok.IsValid() {
 				tokens = append(tokens, tok)
 			}
@@ -299,6 +300,7 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 				c.initID = m.ID // never cancelled: its cancel must not end its stream
 			}
 			ids = append(ids, m.ID)
+			c.markListenLocked(m, m.ID)
 			if m.Token.IsValid() {
 				tokens = append(tokens, m.Token)
 			}
@@ -311,6 +313,18 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 		return line, refused, nil
 	}
 	return line, refused, c.openLocked(ids, tokens)
+}
+
+// markListenLocked notes a subscriptions/listen request, under the id the
+// server knows (see listens).
+func (c *childSession) markListenLocked(m *framing.Message, id framing.ID) {
+	if m.Method != framing.MethodSubscriptionsListen {
+		return
+	}
+	if c.listens == nil {
+		c.listens = map[framing.ID]bool{}
+	}
+	c.listens[id] = true
 }
 
 // open registers a POST's requests and returns the stream for their answers.
@@ -360,6 +374,7 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	c.mu.Lock()
 	st := c.byID[id]
 	delete(c.byID, id)
+	delete(c.listens, id)
 	c.mu.Unlock()
 	if st == nil {
 		return
