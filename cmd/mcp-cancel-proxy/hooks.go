@@ -11,83 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
-
-// jobView is what the hooks command and the admin listener show of a job:
-// never the hook's definition (its headers may hold credentials) nor the
-// event (it may hold arguments).
-type jobView struct {
-	ID        string                     `json:"id"`
-	State     string                     `json:"state"`
-	Phase     string                     `json:"phase"`
-	Tool      string                     `json:"tool,omitempty"`
-	Target    string                     `json:"target"`
-	Captured  map[string]json.RawMessage `json:"captured,omitempty"`
-	Attempts  int                        `json:"attempts"`
-	NextAt    *time.Time                 `json:"next_at,omitempty"`
-	LastError string                     `json:"last_error,omitempty"`
-	Created   time.Time                  `json:"created"`
-}
-
-func viewOf(all []jobs.Job) []jobView {
-	views := make([]jobView, 0, len(all))
-	for _, j := range all {
-		v := jobView{ID: j.ID, State: j.State, Phase: j.Phase, Tool: j.Tool, Target: j.Target, Captured: j.Captured,
-			Attempts: j.Attempts, LastError: j.LastError, Created: j.Created}
-		if j.State == jobs.Pending && !j.NextAt.IsZero() {
-			v.NextAt = &j.NextAt
-		}
-		views = append(views, v)
-	}
-	return views
-}
-
-// serveHooks answers the admin listener's /hooks endpoints from the
-// running engine: GET /hooks lists its jobs; POST /hooks/retry and
-// /hooks/drop act on its orphans (?id=ID, or every one without it).
-func serveHooks(ctx *fasthttp.RequestCtx, engine *atomic.Pointer[policy.Engine]) {
-	e := engine.Load()
-	if e == nil {
-		ctx.Error("the policy has not started\n", fasthttp.StatusServiceUnavailable)
-		return
-	}
-	id := string(ctx.QueryArgs().Peek("id"))
-	var body any
-	var err error
-	switch path, post := string(ctx.Path()), ctx.IsPost(); {
-	case path == "/hooks" && !post:
-		var all []jobs.Job
-		all, err = e.Jobs()
-		body = map[string]any{"jobs": viewOf(all)}
-	case path == "/hooks/retry" && post:
-		var n int
-		n, err = e.RetryJobs(id)
-		body = map[string]int{"retried": n}
-	case path == "/hooks/drop" && post:
-		var n int
-		n, err = e.DropJobs(id)
-		body = map[string]int{"dropped": n}
-	default:
-		ctx.Error("GET /hooks, POST /hooks/retry or /hooks/drop (?id=ID)\n", fasthttp.StatusMethodNotAllowed)
-		return
-	}
-	if err != nil {
-		ctx.Error(err.Error()+"\n", fasthttp.StatusConflict)
-		return
-	}
-	b, _ := json.Marshal(body)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
-}
 
 const hooksUsage = `usage: mcp-cancel-proxy hooks list|retry|drop [flags] [ID]
 
@@ -120,7 +52,7 @@ func hooksFlags(verb string) (*flag.FlagSet, hooksOptions) {
 		server:    fs.String("server", "", "the `name` of a server's store (hooks list shows the names), or its label"),
 		all:       fs.Bool("all", false, "list: every server's jobs; retry, drop: every orphaned job"),
 		json:      fs.Bool("json", false, "list as JSON"),
-		tokenFile: fs.String("token-file", "", "a `file` holding the admin listener's token (default: $"+adminTokenEnv+")"),
+		tokenFile: fs.String("token-file", "", "a `file` holding the admin listener's token (default: $"+admin.TokenEnv+")"),
 	}
 }
 
@@ -148,7 +80,7 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	var err error
 	if *adminAddr != "" {
 		var token string
-		if token, err = adminToken(config.HTTP{AdminTokenFile: *tokenFile}); err == nil {
+		if token, err = admin.Token(config.HTTP{AdminTokenFile: *tokenFile}); err == nil {
 			err = hooksViaAdmin(*adminAddr, token, verb, id, *asJSON, stdout)
 		}
 	} else {
@@ -263,7 +195,7 @@ func hooksInStore(dirs []string, verb, id string, asJSON bool, out io.Writer) er
 	}
 	switch {
 	case verb == "list":
-		printJobs(out, viewOf(listed), asJSON)
+		printJobs(out, admin.ViewOf(listed), asJSON)
 	default:
 		fmt.Fprintf(out, "%s: %d orphaned job(s)\n", map[string]string{"retry": "retried", "drop": "dropped"}[verb], n)
 	}
@@ -322,7 +254,7 @@ func hooksViaAdmin(addr, token, verb, id string, asJSON bool, out io.Writer) err
 		return err
 	}
 	if resp.StatusCode() == fasthttp.StatusUnauthorized && token == "" {
-		return errNoAdminToken
+		return admin.ErrNoToken
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return fmt.Errorf("%s: %d %s", u, resp.StatusCode(), strings.TrimSpace(string(resp.Body())))
@@ -331,7 +263,7 @@ func hooksViaAdmin(addr, token, verb, id string, asJSON bool, out io.Writer) err
 		_, err := out.Write(resp.Body())
 		return err
 	}
-	var listed struct{ Jobs []jobView }
+	var listed struct{ Jobs []admin.JobView }
 	if err := json.Unmarshal(resp.Body(), &listed); err != nil {
 		return err
 	}
@@ -340,7 +272,7 @@ func hooksViaAdmin(addr, token, verb, id string, asJSON bool, out io.Writer) err
 }
 
 // printJobs writes jobs as a table, or as JSON.
-func printJobs(out io.Writer, views []jobView, asJSON bool) {
+func printJobs(out io.Writer, views []admin.JobView, asJSON bool) {
 	if asJSON {
 		b, _ := json.MarshalIndent(map[string]any{"jobs": views}, "", "  ")
 		fmt.Fprintf(out, "%s\n", b)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 )
 
@@ -68,9 +69,9 @@ func hooksCLI(t *testing.T, args ...string) string {
 }
 
 // listed returns the jobs `hooks list --json` printed.
-func listed(t *testing.T, out string) []jobView {
+func listed(t *testing.T, out string) []admin.JobView {
 	t.Helper()
-	var l struct{ Jobs []jobView }
+	var l struct{ Jobs []admin.JobView }
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		t.Fatalf("hooks list --json: %q: %v", out, err)
 	}

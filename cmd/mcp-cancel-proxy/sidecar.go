@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -57,7 +58,7 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	if cfg.HTTP.Admin != "" {
 		var running atomic.Pointer[policy.Engine]
 		running.Store(engine)
-		stopAdmin, err := admin(cfg.HTTP, m, sc.Ready, &running, log)
+		stopAdmin, err := admin.Serve(cfg.HTTP, m, sc.Ready, &running, log)
 		if err != nil {
 			log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 			return 1

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -251,7 +252,7 @@ func startAdmin(cfg config.Config, upstream string, ready func() error, engine *
 	}
 	m := metrics.New(metrics.Gauges{})
 	pm := m.NewPolicy(upstream)
-	stop, err := admin(cfg.HTTP, m, ready, engine, log)
+	stop, err := admin.Serve(cfg.HTTP, m, ready, engine, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("cannot listen for admin on %s (http.admin, --admin): %w", cfg.HTTP.Admin, err)
 	}

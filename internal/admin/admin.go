@@ -1,14 +1,19 @@
-package main
+// Package admin serves the operations listener (--admin): /healthz,
+// /readyz, /metrics, the hook jobs' API (/hooks) and the status page, each
+// behind the rules of who may use it.
+package admin
 
 import (
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -18,12 +23,13 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
-// adminTokenEnv is the environment variable that holds the admin
+// TokenEnv is the environment variable that holds the admin
 // listener's token when http.admin_token_file names no file.
-const adminTokenEnv = "MCP_CANCEL_PROXY_ADMIN_TOKEN"
+const TokenEnv = "MCP_CANCEL_PROXY_ADMIN_TOKEN"
 
 // adminGuard is who may use the admin listener. Every request meets the
 // MCP endpoint's Host and Origin rules (a web page cannot reach it by DNS
@@ -52,7 +58,7 @@ func (g *adminGuard) allow(ctx *fasthttp.RequestCtx) bool {
 		return true
 	case g.token == "" && !g.loopback:
 		ctx.Error("the admin listener binds beyond loopback: /status and /hooks need a token "+
-			"(http.admin_token_file, or "+adminTokenEnv+")\n", fasthttp.StatusForbidden)
+			"(http.admin_token_file, or "+TokenEnv+")\n", fasthttp.StatusForbidden)
 		return false
 	case g.token != "" && !g.tokenGiven(ctx):
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="mcp-cancel-proxy admin", Basic realm="mcp-cancel-proxy admin"`)
@@ -91,9 +97,9 @@ func (g *adminGuard) tokenGiven(ctx *fasthttp.RequestCtx) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(cred)), []byte(g.token)) == 1
 }
 
-// adminToken returns the admin token the configuration names: the file's
+// Token returns the admin token the configuration names: the file's
 // content, else the environment variable's, else none.
-func adminToken(h config.HTTP) (string, error) {
+func Token(h config.HTTP) (string, error) {
 	if h.AdminTokenFile != "" {
 		b, err := os.ReadFile(h.AdminTokenFile)
 		if err != nil {
@@ -104,7 +110,7 @@ func adminToken(h config.HTTP) (string, error) {
 		}
 		return "", fmt.Errorf("http.admin_token_file: %s is empty", h.AdminTokenFile)
 	}
-	return strings.TrimSpace(os.Getenv(adminTokenEnv)), nil
+	return strings.TrimSpace(os.Getenv(TokenEnv)), nil
 }
 
 // onlyLoopback reports whether a listener's address is a loopback one.
@@ -113,13 +119,13 @@ func onlyLoopback(a net.Addr) bool {
 	return ok && t.IP.IsLoopback()
 }
 
-// admin serves the operations endpoints, apart from the MCP listener:
+// Serve serves the operations endpoints, apart from the MCP listener:
 // /healthz (the process serves), /readyz (ready() reports nil: the upstream
 // is reachable), /metrics (Prometheus), /hooks (the hook store's jobs, once
 // engine holds the policy engine) and /status (a page of the cancels),
 // behind an adminGuard. It returns a function that stops it.
-func admin(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
-	token, err := adminToken(h)
+func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
+	token, err := Token(h)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +138,7 @@ func admin(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 		log.Warn("the admin listener binds beyond loopback: /healthz, /readyz and /metrics are open to whoever reaches it; "+
 			"/status and /hooks need the admin token", zap.String("admin", ln.Addr().String()), zap.Bool("token_set", token != ""))
 	}
-	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
+	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second,
 		Handler: adminHandler(g, m, ready, engine)}
 	go srv.Serve(ln)
 	log.Info("admin listening", zap.String("admin", ln.Addr().String()))
@@ -167,6 +173,74 @@ func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine 
 	}
 }
 
-// errNoAdminToken is the hooks command's error for an admin listener that
+// ErrNoToken is the hooks command's error for an admin listener that
 // wants a token it was not given.
-var errNoAdminToken = errors.New("the admin listener wants its token: --token-file FILE or " + adminTokenEnv)
+var ErrNoToken = errors.New("the admin listener wants its token: --token-file FILE or " + TokenEnv)
+
+// JobView is what the hooks command and the admin listener show of a job:
+// never the hook's definition (its headers may hold credentials) nor the
+// event (it may hold arguments).
+type JobView struct {
+	ID        string                     `json:"id"`
+	State     string                     `json:"state"`
+	Phase     string                     `json:"phase"`
+	Tool      string                     `json:"tool,omitempty"`
+	Target    string                     `json:"target"`
+	Captured  map[string]json.RawMessage `json:"captured,omitempty"`
+	Attempts  int                        `json:"attempts"`
+	NextAt    *time.Time                 `json:"next_at,omitempty"`
+	LastError string                     `json:"last_error,omitempty"`
+	Created   time.Time                  `json:"created"`
+}
+
+// ViewOf returns the views of jobs.
+func ViewOf(all []jobs.Job) []JobView {
+	views := make([]JobView, 0, len(all))
+	for _, j := range all {
+		v := JobView{ID: j.ID, State: j.State, Phase: j.Phase, Tool: j.Tool, Target: j.Target, Captured: j.Captured,
+			Attempts: j.Attempts, LastError: j.LastError, Created: j.Created}
+		if j.State == jobs.Pending && !j.NextAt.IsZero() {
+			v.NextAt = &j.NextAt
+		}
+		views = append(views, v)
+	}
+	return views
+}
+
+// serveHooks answers the admin listener's /hooks endpoints from the
+// running engine: GET /hooks lists its jobs; POST /hooks/retry and
+// /hooks/drop act on its orphans (?id=ID, or every one without it).
+func serveHooks(ctx *fasthttp.RequestCtx, engine *atomic.Pointer[policy.Engine]) {
+	e := engine.Load()
+	if e == nil {
+		ctx.Error("the policy has not started\n", fasthttp.StatusServiceUnavailable)
+		return
+	}
+	id := string(ctx.QueryArgs().Peek("id"))
+	var body any
+	var err error
+	switch path, post := string(ctx.Path()), ctx.IsPost(); {
+	case path == "/hooks" && !post:
+		var all []jobs.Job
+		all, err = e.Jobs()
+		body = map[string]any{"jobs": ViewOf(all)}
+	case path == "/hooks/retry" && post:
+		var n int
+		n, err = e.RetryJobs(id)
+		body = map[string]int{"retried": n}
+	case path == "/hooks/drop" && post:
+		var n int
+		n, err = e.DropJobs(id)
+		body = map[string]int{"dropped": n}
+	default:
+		ctx.Error("GET /hooks, POST /hooks/retry or /hooks/drop (?id=ID)\n", fasthttp.StatusMethodNotAllowed)
+		return
+	}
+	if err != nil {
+		ctx.Error(err.Error()+"\n", fasthttp.StatusConflict)
+		return
+	}
+	b, _ := json.Marshal(body)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
