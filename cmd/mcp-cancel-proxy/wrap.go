@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/restart"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -38,41 +39,41 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		log.Error("cannot start the server", zap.Error(err))
 		return 1
 	}
-	link := newServerLink(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))
-	st := &stopper{current: link.current, log: log, grace: cfg.Child.TermAfter}
+	link := restart.New(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))
+	st := &stopper{current: link.Current, log: log, grace: cfg.Child.TermAfter}
 	defer st.watch(ctx)()
 
 	var running atomic.Pointer[policy.Engine]
-	m, pm, stopAdmin, err := wrapperAdmin(cfg, link, &running, log)
+	m, pm, stopAdmin, err := wrapperAdmin(cfg, argv, link, &running, log)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		link.current().Stop()
+		link.Current().Stop()
 		return 1
 	}
 	defer stopAdmin()
 	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
 	if err != nil {
 		log.Error("cannot start tracing", zap.Error(err))
-		link.current().Stop()
+		link.Current().Stop()
 		return 1
 	}
 	defer stopTelemetry()
 	popts, err := policyOptions(cfg, argv, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))
-		link.current().Stop()
+		link.Current().Stop()
 		return 1
 	}
 	var notified func(time.Duration)
 	if pm != nil {
 		popts.Metrics = pm
-		link.onRestart = pm.Restarted
+		link.OnRestart = pm.Restarted
 		notified = pm.CancelNotified
 	}
 	engine, err := policy.New(popts)
 	if err != nil {
 		log.Error("cannot start the policy", zap.Error(err))
-		link.current().Stop()
+		link.Current().Stop()
 		return 1
 	}
 	running.Store(engine)
@@ -86,13 +87,13 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		OnClientClosed: func() { st.stop("client closed its input") },
 		DrainWait:      cfg.Child.TermAfter,
 		Governor:       engine.Governor("stdio"),
-		OnRestart:      link.restart,
+		OnRestart:      link.Restart,
 		OnNotified:     notified,
 		NewTracer:      tel.SessionFunc("pipe"),
 		Observer:       observer(m),
 		OnCancel:       cancelCounter(m),
 	})
-	link.sess = sess
+	link.Session = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })
 	if hup := hangup(stdin); hup != nil {
 		go func() {
@@ -103,12 +104,12 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 			time.AfterFunc(st.grace, func() { st.stop("client closed its input") })
 		}()
 	}
-	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.conn())
+	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.Conn())
 	// Run reports ErrServerGone only when the server left while the client
 	// was still there; that is a failure unless a signal asked for it.
 	asked := st.signalled.Load()
 	st.stop("server closed its output")
-	p := link.current()
+	p := link.Current()
 	p.Stop()
 	engine.Shutdown()
 	logStats(log, sess.Stats())
@@ -232,10 +233,10 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 // policy's counters. It returns nil metrics when there is none, and an
 // error when the listener cannot start (a busy port): the start fails, as
 // the sidecar's does.
-func wrapperAdmin(cfg config.Config, link *serverLink, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
-	return startAdmin(cfg, filepath.Base(link.argv[0]), func() error {
+func wrapperAdmin(cfg config.Config, argv []string, link *restart.Link, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+	return startAdmin(cfg, filepath.Base(argv[0]), func() error {
 		select {
-		case <-link.current().Exited():
+		case <-link.Current().Exited():
 			return errors.New("the server has exited")
 		default:
 			return nil

@@ -1,4 +1,8 @@
-package main
+// Package restart is the stdio wrapper's server side when a rule may
+// restart the server (escalate: restart): a Link carries the session's
+// frames to the current child, and replaces that child with a new one,
+// replaying the client's initialize, while the client's session goes on.
+package restart
 
 import (
 	"bufio"
@@ -15,17 +19,20 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
-// serverLink is the session's server side in the stdio wrapper: the pipes
+// Link is the session's server side in the stdio wrapper: the pipes
 // of the current child, which an escalation (escalate: restart) replaces
 // with a new child's while the client's session goes on. Reads give the
 // current child's output, whole lines only; writes go to its stdin.
-type serverLink struct {
-	argv      []string
-	copts     child.Options
-	log       *zap.Logger
-	max       int // restarts allowed in any restartPeriod
-	sess      *stdio.Session
-	onRestart func()
+type Link struct {
+	argv  []string
+	copts child.Options
+	log   *zap.Logger
+	max   int // restarts allowed in any restartPeriod
+	// Session is the session the link serves, set before Restart can be
+	// called (the session's Options.OnRestart is Restart).
+	Session *stdio.Session
+	// OnRestart, if set, is called after each restart (a metric).
+	OnRestart func()
 	// switchable is set when a rule may restart the server: then the
 	// session reads and writes through the link; otherwise it has the
 	// child's own pipes.
@@ -46,11 +53,12 @@ type serverLink struct {
 // restartPeriod is the window max restarts are counted in.
 const restartPeriod = 10 * time.Minute
 
-// newServerLink links the session to the child p. Without switchable,
-// the session gets p's pipes themselves, as fast as can be, and restart
+// New links a session to the child p, started from argv with copts; at
+// most max restarts are allowed in any restartPeriod. Without switchable,
+// the session gets p's pipes themselves, as fast as can be, and Restart
 // refuses.
-func newServerLink(p *child.Process, argv []string, copts child.Options, max int, log *zap.Logger, switchable bool) *serverLink {
-	l := &serverLink{argv: argv, copts: copts, log: log, max: max, cur: p, switchable: switchable}
+func New(p *child.Process, argv []string, copts child.Options, max int, log *zap.Logger, switchable bool) *Link {
+	l := &Link{argv: argv, copts: copts, log: log, max: max, cur: p, switchable: switchable}
 	if switchable {
 		l.out, l.pw = io.Pipe()
 		go l.pump(p, 0)
@@ -58,15 +66,15 @@ func newServerLink(p *child.Process, argv []string, copts child.Options, max int
 	return l
 }
 
-// current returns the child now serving.
-func (l *serverLink) current() *child.Process {
+// Current returns the child now serving.
+func (l *Link) Current() *child.Process {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.cur
 }
 
-// conn is the session's server Conn.
-func (l *serverLink) conn() stdio.Conn {
+// Conn is the session's server Conn.
+func (l *Link) Conn() stdio.Conn {
 	if !l.switchable {
 		return stdio.Conn{In: l.cur.Stdout, Out: l.cur.Stdin}
 	}
@@ -76,7 +84,7 @@ func (l *serverLink) conn() stdio.Conn {
 // pump copies a child's output to the session, line by line, for as long
 // as that child is the current one; the current child's end is the
 // session's server end.
-func (l *serverLink) pump(p *child.Process, gen int) {
+func (l *Link) pump(p *child.Process, gen int) {
 	br := bufio.NewReaderSize(p.Stdout, 64<<10)
 	for {
 		chunk, err := br.ReadSlice('\n')
@@ -101,7 +109,7 @@ func (l *serverLink) pump(p *child.Process, gen int) {
 
 // linkWriter writes to the current child's stdin, and records the client's
 // initialize and notifications/initialized, for a restart to replay.
-type linkWriter struct{ l *serverLink }
+type linkWriter struct{ l *Link }
 
 func (w linkWriter) Write(p []byte) (int, error) {
 	l := w.l
@@ -114,10 +122,10 @@ func (w linkWriter) Write(p []byte) (int, error) {
 	return in.Write(p)
 }
 
-func (w linkWriter) Close() error { return w.l.current().Stdin.Close() }
+func (w linkWriter) Close() error { return w.l.Current().Stdin.Close() }
 
 // record keeps the client's initialize and initialized frames; l.mu is held.
-func (l *serverLink) record(p []byte) {
+func (l *Link) record(p []byte) {
 	var f framing.Frame
 	for _, line := range bytes.Split(p, []byte("\n")) {
 		if len(line) == 0 || f.Parse(line) != nil || f.Batch {
@@ -132,13 +140,13 @@ func (l *serverLink) record(p []byte) {
 	}
 }
 
-// restart replaces the child, for Session.Options.OnRestart: a new child
+// Restart replaces the child, for Session.Options.OnRestart: a new child
 // gets the client's initialize (under an id of the proxy's, its answer
 // kept from the client) and initialized; the client's requests in flight
 // get an error; the old child's process group is stopped with the stop
 // ladder. It reports false when it cannot: too many restarts lately, no
 // initialize seen yet, or the new child does not start.
-func (l *serverLink) restart(reason string) bool {
+func (l *Link) Restart(reason string) bool {
 	l.mu.Lock()
 	now := time.Now()
 	recent := l.restarts[:0]
@@ -166,7 +174,7 @@ func (l *serverLink) restart(reason string) bool {
 		l.log.Error("escalation failed: cannot start the server", zap.Error(err))
 		return false
 	}
-	replay := append(l.sess.OwnRequest(framing.MethodInitialize, init, func(*framing.Message) {}), '\n')
+	replay := append(l.Session.OwnRequest(framing.MethodInitialize, init, func(*framing.Message) {}), '\n')
 	if inited != nil {
 		replay = append(append(replay, inited...), '\n')
 	}
@@ -185,10 +193,10 @@ func (l *serverLink) restart(reason string) bool {
 	go l.pump(np, gen)
 	l.log.Warn("server restarted: a cancelled request was not stopped", zap.String("reason", reason),
 		zap.Int("old_pid", old.Pid()), zap.Int("new_pid", np.Pid()))
-	l.sess.Restarted("the MCP server was restarted by the proxy: " + reason)
+	l.Session.Restarted("the MCP server was restarted by the proxy: " + reason)
 	go old.Stop()
-	if l.onRestart != nil {
-		l.onRestart()
+	if l.OnRestart != nil {
+		l.OnRestart()
 	}
 	return true
 }
