@@ -223,7 +223,7 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 		if span != nil {
 			span.End("refused: "+reasonDuplicateID, true)
 		}
-		return Outcome{Verdict: Drop, Reply: t.RefuseDuplicate(from, m)}
+		return Outcome{Verdict: Drop, Reply: t.refuseDuplicate(from, m)}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
@@ -267,11 +267,9 @@ func (t *Tracker) passTrace(from Peer, m *framing.Message, o Outcome) []byte {
 	return b
 }
 
-// RefuseDuplicate accounts for a request whose id the sender already has
-// in flight, which is not forwarded, and returns the error owed to it. A
-// transport that routes answers by id before its frames reach Decide (the
-// HTTP front of a stdio server) refuses such a request itself, here.
-func (t *Tracker) RefuseDuplicate(from Peer, m *framing.Message) []byte {
+// refuseDuplicate accounts for a request whose id the sender already has
+// in flight, which is not forwarded, and returns the error owed to it.
+func (t *Tracker) refuseDuplicate(from Peer, m *framing.Message) []byte {
 	t.dropped(from, t.peers[from].issued.dir, m, m.ID, reasonDuplicateID, zapcore.WarnLevel)
 	return t.ErrorReply(m.ID, framing.CodeInvalidRequest, "Invalid Request: "+reasonDuplicateID)
 }

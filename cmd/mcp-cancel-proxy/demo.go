@@ -42,7 +42,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, o := demoFlags()
 	server := o.server
 	if help, err := parseFlags(fs, args, demoHead, stdout, stderr); help || err != nil {
-		return map[bool]int{true: 0, false: exitUsage}[help]
+		return exitOf(help)
 	}
 	argv, name := fs.Args(), ""
 	switch {

@@ -15,10 +15,9 @@ import (
 // parseHeader reads a "Name: value" header as --header gives it, the value
 // expanded (see expand).
 func parseHeader(line string) (httpx.Header, error) {
-	name, value, ok := strings.Cut(line, ":")
-	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-	if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
-		return httpx.Header{}, fmt.Errorf("header %q is not Name: value", line)
+	name, value, err := splitHeader(line)
+	if err != nil {
+		return httpx.Header{}, err
 	}
 	if strings.ContainsAny(value, "\r\n") {
 		return httpx.Header{}, fmt.Errorf("header %s: a value has no line breaks", name)
@@ -97,10 +96,19 @@ func readHeaderFile(path string, into map[string]string) error {
 // addHeaderLine adds a "Name: value" line to headers, the value as written
 // (expanded when the proxy starts).
 func addHeaderLine(line string, headers map[string]string) error {
-	name, value, ok := strings.Cut(line, ":")
-	if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
-		return fmt.Errorf("header %q is not Name: value", line)
+	name, value, err := splitHeader(line)
+	if err == nil {
+		headers[name] = value
 	}
-	headers[name] = strings.TrimSpace(value)
-	return nil
+	return err
+}
+
+// splitHeader splits a "Name: value" line, both trimmed.
+func splitHeader(line string) (name, value string, err error) {
+	name, value, ok := strings.Cut(line, ":")
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
+		return "", "", fmt.Errorf("header %q is not Name: value", line)
+	}
+	return name, value, nil
 }

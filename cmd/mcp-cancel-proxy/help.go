@@ -36,6 +36,15 @@ func parseFlags(fs *flag.FlagSet, args []string, head string, stdout, stderr io.
 	return false, err
 }
 
+// exitOf is a subcommand's status after parseFlags stopped it: 0 for the
+// help it printed, exitUsage for a bad flag.
+func exitOf(help bool) int {
+	if help {
+		return 0
+	}
+	return exitUsage
+}
+
 // printUsage prints head, then fs's flags as GNU tools spell them
 // (--name; the single-dash spelling works too).
 func printUsage(w io.Writer, head string, fs *flag.FlagSet) {

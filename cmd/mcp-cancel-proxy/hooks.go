@@ -70,7 +70,7 @@ func hooksCommand(args []string, stdout, stderr io.Writer) int {
 	fs, o := hooksFlags(verb)
 	adminAddr, all, asJSON, tokenFile := o.admin, o.all, o.json, o.tokenFile
 	if help, err := parseFlags(fs, args[1:], hooksUsage+"\nflags:\n", stdout, stderr); help || err != nil {
-		return map[bool]int{true: 0, false: exitUsage}[help]
+		return exitOf(help)
 	}
 	id := fs.Arg(0)
 	if verb != "list" && (id == "") == !*all {

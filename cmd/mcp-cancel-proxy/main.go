@@ -159,7 +159,7 @@ func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs, o := exampleFlags()
 	addr, stateless, sse, stubborn := o.http, o.stateless, o.sse, o.stubborn
 	if help, err := parseFlags(fs, args, exampleHead, stdout, stderr); help || err != nil {
-		return map[bool]int{true: 0, false: exitUsage}[help]
+		return exitOf(help)
 	}
 	if *stubborn {
 		signal.Ignore(syscall.SIGTERM)
@@ -202,7 +202,7 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 	}
 	fs, strict := validateFlags()
 	if help, err := parseFlags(fs, args, validateHead, stdout, stderr); help || err != nil {
-		return map[bool]int{true: 0, false: exitUsage}[help]
+		return exitOf(help)
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate [--strict] FILE")

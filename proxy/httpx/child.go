@@ -217,10 +217,7 @@ func (c *childSession) end() {
 	}
 	var unanswered []owed
 	for id, st := range c.byID {
-		if o, ok := c.origID[id]; ok {
-			id = o
-		}
-		unanswered = append(unanswered, owed{st, id})
+		unanswered = append(unanswered, owed{st, c.clientIDLocked(id)})
 	}
 	clear(c.byID)
 	c.mu.Unlock()
@@ -232,6 +229,15 @@ func (c *childSession) end() {
 			st.end()
 		}
 	}
+}
+
+// clientIDLocked is the client's id of a request the server knows as id
+// (renamed when requests share an id). c.mu is held.
+func (c *childSession) clientIDLocked(id framing.ID) framing.ID {
+	if orig, ok := c.origID[id]; ok {
+		return orig
+	}
+	return id
 }
 
 // serverGone is the proxy's answer to a request whose server ended the

@@ -47,7 +47,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error(why, status)
 		return
 	}
-	body, refused, st := c.admit(&f, body)
+	body, st := c.admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
 		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.isInitialize(m.RequestID) {
 			c.cancelled(m.RequestID, s.grace)
@@ -74,12 +74,9 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	if st == nil {
-		s.relayReplies(ctx, refused, false)
+	if st == nil { // notifications and answers only
+		s.relayReplies(ctx, nil, false)
 		return
-	}
-	for _, r := range refused {
-		st.send(framing.AppendSSEMessage(nil, "", r), true)
 	}
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
@@ -268,24 +265,20 @@ func (c *childSession) streaming() bool {
 	return false
 }
 
-// admit decides which requests of a POST go to the session: one whose id
-// the client already has in flight here is refused (the session's tracker
-// counts it and words the error), for its answer and the first request's
-// would otherwise be told apart by id alone, and routed wrong. It returns
-// the line to send (nil if nothing is left), the refusals, and the stream
-// for the answers, nil if no request is left.
-func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *outStream) {
+// admit registers a POST's requests with the session and returns the line
+// to send and the stream for their answers (nil if the POST holds no
+// request). A request whose id the client already has in flight here
+// (claude.ai sends every request with id 1) is kept apart: renamed for
+// the server, its answer named back (deliver).
+func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, *outStream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids, tokens []framing.ID
-	var kept, refused [][]byte
+	var kept [][]byte
 	renamed := false
 	for i := range f.Msgs {
 		m := &f.Msgs[i]
 		if m.Kind == framing.KindRequest && (c.byID[m.ID] != nil || slices.Contains(ids, m.ID)) {
-			// An id in flight (claude.ai sends every request with id 1):
-			// this request has a stream of its own, so it is kept apart,
-			// renamed for the server, its answer named back (deliver).
 			raw, id, tok := c.renameLocked(m)
 			kept, ids, renamed = append(kept, raw), append(ids, id), true
 			c.markListenLocked(m, id)
@@ -306,13 +299,13 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, [][]byte, *
 			}
 		}
 	}
-	if refused != nil || renamed {
+	if renamed {
 		line = joinFrame(kept, f.Batch)
 	}
 	if len(ids) == 0 {
-		return line, refused, nil
+		return line, nil
 	}
-	return line, refused, c.openLocked(ids, tokens)
+	return line, c.openLocked(ids, tokens)
 }
 
 // markListenLocked notes a subscriptions/listen request, under the id the
@@ -341,10 +334,7 @@ func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
 	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).done), st)
 	if c.closed { // the server went before these requests could be sent
 		for _, id := range ids {
-			if o, ok := c.origID[id]; ok {
-				id = o
-			}
-			st.send(framing.AppendSSEMessage(nil, "", serverGone(id)), true)
+			st.send(framing.AppendSSEMessage(nil, "", serverGone(c.clientIDLocked(id))), true)
 		}
 		st.end()
 		return st

@@ -111,7 +111,11 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		fasthttp.ReleaseResponse(resp)
 		return nil, fmt.Errorf("opening the upstream's event stream: %w", err)
 	}
-	if status := resp.StatusCode(); status != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
+	if status := resp.StatusCode(); status == fasthttp.StatusUnauthorized {
+		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
+		readHead(resp)
+		return nil, errors.New(wantsAuthorization(challenge))
+	} else if status != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
 		readHead(resp)
 		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, resp.Header.ContentType())
 	}
@@ -307,10 +311,19 @@ func (b *sseBackend) post(msg []byte) {
 	resp := fasthttp.AcquireResponse()
 	err := b.u.Client.Do(req, resp)
 	var why string
+	var f framing.Frame
 	switch {
 	case err != nil:
 		fasthttp.ReleaseResponse(resp)
 		why = "the upstream could not be reached: " + brief(err)
+	case resp.StatusCode() == fasthttp.StatusUnauthorized: // as a Streamable HTTP upstream's: the error says how to give it
+		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
+		readHead(resp)
+		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
+		if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
+			b.line(append(unauthorized(f.Msgs[0].ID, challenge), '\n'))
+		}
+		return
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
 		head := readHead(resp)
@@ -320,7 +333,6 @@ func (b *sseBackend) post(msg []byte) {
 		return
 	}
 	b.log.Warn("posting to the upstream failed", zap.String("why", why))
-	var f framing.Frame
 	if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
 		b.line(append(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why), '\n'))
 	}

@@ -278,12 +278,17 @@ const KindUnauthorized = "unauthorized"
 // unauthorized is the proxy's answer to a request the upstream refused
 // with 401: what the server asked for, and how to give it.
 func unauthorized(id framing.ID, challenge string) []byte {
+	return proxy.ErrorReplyKind(id, framing.CodeInternalError, wantsAuthorization(challenge), KindUnauthorized)
+}
+
+// wantsAuthorization says that the upstream answered 401 with challenge
+// (its WWW-Authenticate), and how to give the proxy what it wants.
+func wantsAuthorization(challenge string) string {
 	msg := "the MCP server wants authorization (HTTP 401"
 	if challenge != "" {
 		msg += ", WWW-Authenticate: " + challenge[:min(len(challenge), 200)]
 	}
-	msg += "): give it to the proxy with --header 'Authorization: Bearer ${TOKEN}' (the token from the environment) or --header-file FILE"
-	return proxy.ErrorReplyKind(id, framing.CodeInternalError, msg, KindUnauthorized)
+	return msg + "): give it to the proxy with --header 'Authorization: Bearer ${TOKEN}' (the token from the environment) or --header-file FILE"
 }
 
 // unanswered gives the session the proxy's -32000 for the request whose

@@ -124,13 +124,6 @@ func (s *Session) Stats() proxy.Stats { return s.t.Stats() }
 // client, as the relay would have answered it.
 func (s *Session) Invalid(err error, raw []byte) []byte { return s.t.Invalid(proxy.Client, err, raw) }
 
-// RefuseDuplicate accounts for a client request that a front refused
-// because its id is already in flight, and returns the error owed to the
-// client, as the relay would have answered it.
-func (s *Session) RefuseDuplicate(m *framing.Message) []byte {
-	return s.t.RefuseDuplicate(proxy.Client, m)
-}
-
 // ReaderDone is closed once Run's reader of the client has stopped, which
 // may be after Run returns: a caller whose client.In wakes when closed (a
 // pipe of its own) waits on it to know that the session is wholly over.
