@@ -90,15 +90,15 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 	if sess == nil || f.Parse(cancel) != nil || f.Batch || f.Msgs[0].Method != framing.MethodCancelled {
 		return false
 	}
-	sess.decideMu.Lock()
+	sess.core.Lock()
 	d := s.decideFrame(sess, proxy.Client, &f, proxy.TraceContext{})
-	sess.decideMu.Unlock()
+	sess.core.Unlock()
 	if len(d.cancels) == 0 && d.withdrawn == 0 {
 		return false
 	}
 	s.log.Info("cancel accepted for another replica", zap.String("session", sess.scope))
 	if len(d.cancels) > 0 {
-		go s.notify(sess, d.data, d.cancels...)
+		s.goNotify(sess, d.data, d.cancels...)
 	}
 	return true
 }

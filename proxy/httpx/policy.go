@@ -24,60 +24,39 @@ type hold struct {
 	reply     []byte        // for the client, when its deadline passed while waiting
 }
 
-// actions is a session's proxy.Actions, for its governor.
-type actions struct {
-	s    *Sidecar
-	sess *session
+// The session is its core's proxy.Carrier: what the core decides with no
+// POST in hand (a deadline, a dispatch, the proxy's own request) is
+// carried out here, the core's lock held; anything that waits for the
+// upstream runs on a goroutine of its own.
+
+// Dispatch implements proxy.Carrier: the POST waiting for its held request
+// sends it now.
+func (sess *session) Dispatch(_ *proxy.Call, held any) { close(held.(*hold).ch) }
+
+// Withdrawn implements proxy.Carrier: the POST waiting for its held request
+// sends it never; reply, if not nil, is the client's answer on its stream.
+func (sess *session) Withdrawn(_ *proxy.Call, held any, reply []byte) {
+	h := held.(*hold)
+	h.withdrawn, h.reply = true, reply
+	close(h.ch)
 }
 
-// Expire implements proxy.Actions: the request is cancelled upstream, and
-// the client's stream ends with the proxy's timeout error.
-func (a actions) Expire(c *proxy.Call, reason string, reply []byte) {
-	sess := a.sess
-	sess.decideMu.Lock()
-	defer sess.decideMu.Unlock()
-	cancel := sess.t.CancelCall(c, proxy.SourceDeadline, reason)
-	if cancel == nil {
-		return // answered or cancelled meanwhile
+// Cancel implements proxy.Carrier: the client's stream for c ends with
+// reply (if not nil), and the upstream is told, where a notification can
+// find the request (a session, and not 2026-07-28, where closing the
+// stream was the cancel).
+func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
+	if reply != nil {
+		sess.finishCall(c, reply)
 	}
-	if h := sess.takeHold(c); h != nil {
-		sess.t.Withdraw(proxy.Client, c)
-		h.withdrawn, h.reply = true, reply
-		close(h.ch)
-		return
-	}
-	sess.finishCall(c, reply)
 	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-		go a.s.notify(sess, cancel, c) // in 2026-07-28 closing the stream was the cancel
+		sess.sc.goNotify(sess, notice, c)
 	}
 }
 
-// Dispatch implements proxy.Actions: a held request goes upstream now.
-func (a actions) Dispatch(c *proxy.Call) {
-	if h := a.sess.takeHold(c); h != nil {
-		close(h.ch)
-	}
-}
-
-// SendOwn implements proxy.Actions: the proxy's own request (tasks/cancel)
-// is POSTed in the session, and its answer given to the tracker, which
-// hands it to onAnswer.
-func (a actions) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
-	frame := a.sess.t.OwnRequest(method, params, onAnswer)
-	go a.s.postOwn(a.sess, frame)
-}
-
-// Restart implements proxy.Actions: an HTTP upstream is not the sidecar's
-// to restart.
-func (a actions) Restart(string) bool { return false }
-
-// After implements proxy.Actions: f runs once the POST being decided, if
-// any, has had its cancels applied (held requests withdrawn).
-func (a actions) After(f func()) {
-	a.sess.decideMu.Lock()
-	defer a.sess.decideMu.Unlock()
-	f()
-}
+// SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
+// is POSTed in the session, and its answer given to the tracker.
+func (sess *session) SendOwn(frame []byte) { go sess.sc.postOwn(sess, frame) }
 
 // postOwn POSTs a request of the proxy's own upstream and puts the answer
 // (JSON or an event stream) to the session's tracker.
@@ -119,49 +98,29 @@ func readBody(resp *fasthttp.Response, max int) []byte {
 	return body
 }
 
-// holdLocked registers a held request; sess.mu is held.
-func (sess *session) holdLocked(c *proxy.Call) *hold {
-	if sess.holds == nil {
-		sess.holds = map[*proxy.Call]*hold{}
-	}
-	h := &hold{ch: make(chan struct{})}
-	sess.holds[c] = h
-	return h
-}
-
-// takeHold removes and returns c's hold, nil if it has none.
-func (sess *session) takeHold(c *proxy.Call) *hold {
-	sess.mu.Lock()
-	defer sess.mu.Unlock()
-	h := sess.holds[c]
-	delete(sess.holds, c)
-	return h
-}
-
 // withdrawIfHeld withdraws a held request its client cancelled: it was
 // never sent, and neither is its cancel. It reports whether c was held.
+// The core's lock is held.
 func (sess *session) withdrawIfHeld(c *proxy.Call) bool {
-	h := sess.takeHold(c)
-	if h == nil {
-		return false
+	held, ok := sess.core.WithdrawHeld(c)
+	if ok {
+		sess.Withdrawn(c, held, nil)
 	}
-	sess.t.Withdraw(proxy.Client, c)
-	h.withdrawn = true
-	close(h.ch)
-	return true
+	return ok
 }
 
 // closeGovernor ends the session's governance, once.
 func (sess *session) closeGovernor() {
-	if sess.gov == nil {
+	gov := sess.core.Governor()
+	if gov == nil {
 		return
 	}
 	sess.govOnce.Do(func() {
-		if g, ok := sess.gov.(closerSoon); ok {
+		if g, ok := gov.(closerSoon); ok {
 			g.CloseSoon()
 			return
 		}
-		go sess.gov.Close()
+		go gov.Close()
 	})
 }
 
@@ -174,12 +133,8 @@ type closerSoon interface{ CloseSoon() }
 // sidecar whose client closed the stream (protocol 2026-07-28): they are
 // cancelled before dispatch and never sent.
 func (s *Sidecar) heldClientGone(sess *session, d *decided) {
-	sess.decideMu.Lock()
-	defer sess.decideMu.Unlock()
 	for _, hc := range d.held {
-		if sess.t.CancelCall(hc.c, proxy.SourceDisconnect, "client closed the stream") != nil {
-			sess.withdrawIfHeld(hc.c)
-		}
+		sess.core.Cancel(hc.c, proxy.SourceDisconnect, "client closed the stream", nil)
 	}
 }
 

@@ -59,27 +59,9 @@ func spied(t *testing.T, target string) (string, *spy) {
 // in the sidecar; cancelled while waiting, it is never sent upstream and
 // its stream ends without an answer; the next one goes once a slot frees.
 func TestMaxConcurrentThroughTheSidecar(t *testing.T) {
-	watchdog(t, 30*time.Second)
-	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	target, sp := spied(t, up.url)
-	p := policy.Defaults()
-	p.Rules = []policy.Rule{{Tool: "wait_cancel", MaxConcurrent: 1}}
-	waits := &waitMetrics{waiting: make(chan struct{}, 4)}
-	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Metrics: waits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: target, Governor: e.Governor})}
-	c.initialize()
-	first := events(c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"a"}}}`).Body)
-	<-up.started
-	second := make(chan *http.Response, 1)
-	go func() {
-		second <- c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"b"}}}`)
-	}()
+	h := holdSecond(t)
+	c, up, sp, first, second := h.c, h.up, h.sp, h.first, h.second
 	// The second waits in the sidecar; its cancel withdraws it.
-	<-waits.waiting
 	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
 	resp := <-second
 	body, _ := io.ReadAll(resp.Body)
@@ -100,6 +82,69 @@ func TestMaxConcurrentThroughTheSidecar(t *testing.T) {
 	if !sp.saw(`"key":"c"`) {
 		t.Error("the next request never went")
 	}
+}
+
+// TestHeldRequestAnsweredAtShutdown: a request waiting in the sidecar for
+// a max_concurrent slot when the sidecar shuts down is withdrawn (never
+// sent upstream) and answered, as the running one is, with the proxy's
+// -32000 saying why; its POST does not wait for ever for a slot.
+func TestHeldRequestAnsweredAtShutdown(t *testing.T) {
+	h := holdSecond(t)
+	sp, first, second := h.sp, h.first, h.second
+	h.sc.Cleanup("the proxy is shutting down")
+	resp := <-second
+	body, _ := io.ReadAll(resp.Body)
+	if !bytes.Contains(body, []byte(`"id":2`)) || !bytes.Contains(body, []byte(`-32000`)) || !bytes.Contains(body, []byte("shutting down")) {
+		t.Errorf("the held request's answer: %d %q, want -32000 for id 2", resp.StatusCode, body)
+	}
+	var last map[string]any
+	for ev := range first {
+		last = ev
+	}
+	if e, _ := last["error"].(map[string]any); e == nil || e["code"] != float64(-32000) {
+		t.Errorf("the running request's last message: %v, want the proxy's -32000", last)
+	}
+	if sp.saw(`"key":"b"`) || sp.saw(`"requestId":2`) {
+		t.Error("the held request, or a cancel of it, reached the upstream")
+	}
+}
+
+// heldSecond is a sidecar whose policy lets one wait_cancel call run at a
+// time, with one call running (first) and a second one (whose POST's
+// answer second will bring) waiting in the sidecar for its slot.
+type heldSecond struct {
+	c      *rawClient
+	sc     *httpx.Sidecar
+	up     *upstream
+	sp     *spy
+	first  <-chan map[string]any
+	second chan *http.Response
+}
+
+// holdSecond starts a heldSecond, and returns once the second call waits.
+func holdSecond(t *testing.T) *heldSecond {
+	watchdog(t, 30*time.Second)
+	h := &heldSecond{up: newUpstream(t, &mcp.StreamableHTTPOptions{}), second: make(chan *http.Response, 1)}
+	var target string
+	target, h.sp = spied(t, h.up.url)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "wait_cancel", MaxConcurrent: 1}}
+	waits := &waitMetrics{waiting: make(chan struct{}, 4)}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Metrics: waits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	h.sc = &httpx.Sidecar{Upstream: target, Governor: e.Governor}
+	h.c = &rawClient{t: t, url: serveSidecar(t, h.sc)}
+	h.c.initialize()
+	h.first = events(h.c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"a"},"_meta":{"progressToken":"a"}}}`).Body)
+	<-h.up.started
+	go func() {
+		h.second <- h.c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"b"}}}`)
+	}()
+	<-waits.waiting
+	return h
 }
 
 // waitMetrics tells when a request starts waiting for a slot.

@@ -64,13 +64,13 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, sess.t.Invalid(proxy.Client, err, ctx.PostBody()))
 		return
 	}
-	sess.decideMu.Lock()
+	sess.core.Lock()
 	d := s.decideFrame(sess, proxy.Client, &f, s.traceHeaders(&ctx.Request))
 	st := s.newStream()
 	for _, c := range d.requests {
 		sess.attach(c, st)
 	}
-	sess.decideMu.Unlock()
+	sess.core.Unlock()
 	if len(d.strays) > 0 {
 		s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
 	}
@@ -194,7 +194,7 @@ func (s *Sidecar) adopt(id string, sess *session) *session {
 // requestDone ends the governance of a session that was the request's own
 // (no session, or one the upstream did not take), once its answer is done.
 func (s *Sidecar) requestDone(sess *session) {
-	if sess.gov != nil && !s.sessions.holds(sess.sessionID(), sess) {
+	if sess.core.Governor() != nil && !s.sessions.holds(sess.sessionID(), sess) {
 		sess.closeGovernor()
 	}
 }
@@ -490,9 +490,8 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 // endSession cancels upstream a deleted session's requests in flight
 // (source session_end), ends their streams and its governance.
 func (s *Sidecar) endSession(sess *session) {
-	for _, c := range sess.t.CancelInFlight(proxy.SourceSessionEnd, "session deleted") {
-		s.notify(sess, c.Notice, c.Call)
-	}
+	sess.core.CancelAll(proxy.SourceSessionEnd, "session deleted", nil)
+	sess.notifying.Wait() // before the upstream ends the session
 	sess.endAll()
 	sess.closeGovernor()
 }
@@ -564,6 +563,18 @@ func (s *Sidecar) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	}
 	readHead(resp)
 	s.notified(start, calls)
+}
+
+// goNotify notifies the upstream (see notify) on a goroutine the session
+// and the sidecar own: a shutdown waits for them.
+func (s *Sidecar) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
+	s.notifying.add()
+	sess.notifying.add()
+	go func() {
+		defer s.notifying.done()
+		defer sess.notifying.done()
+		s.notify(sess, msg, calls...)
+	}()
 }
 
 // forwardDetached sends a POST upstream without waiting for its answer.

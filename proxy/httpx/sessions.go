@@ -21,20 +21,21 @@ type session struct {
 	idMu  sync.Mutex // guards id, which adopt sets once
 	id    string
 	key   string // names the session to a fleet; set by adopt
-	t     *proxy.Tracker
-	// gov applies the policy to the session's requests, if there is one.
-	gov     proxy.Governor
+	// core decides the session's messages; its lock is held while a
+	// POST's messages are decided and their streams attached, and by the
+	// governor's actions. Its governor, if any, applies the policy.
+	core    *proxy.Session
+	t       *proxy.Tracker // core's
+	sc      *Sidecar       // for the session's carrier (see policy.go)
 	govOnce sync.Once
-	// decideMu is held while a POST's messages are decided and their
-	// streams attached, and by the governor's actions.
-	decideMu sync.Mutex
+	// notifying owns the goroutines that tell the upstream of the
+	// session's cancels.
+	notifying goGroup
 
-	mu sync.Mutex // guards streams, holds and version
+	mu sync.Mutex // guards streams and version
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
 	streams map[*proxy.Call]*stream
-	// holds are the requests the governor keeps waiting (max_concurrent).
-	holds map[*proxy.Call]*hold
 	// version is the MCP-Protocol-Version the client last sent.
 	version string
 	usage   // when the session last saw a request
@@ -47,7 +48,8 @@ type session struct {
 
 func newSession(id string, s *Sidecar, governed bool) *session {
 	var scope [24]byte
-	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), streams: make(map[*proxy.Call]*stream)}
+	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
+		streams: make(map[*proxy.Call]*stream)}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("session", sess.scope)) // encoded only if the session logs
 	// Each request's answer comes on its own response stream: requests
@@ -58,14 +60,16 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	if opts.OnCancel == nil && s.OnCancel != nil {
 		opts.OnCancel = s.cancelled
 	}
+	so := proxy.SessionOptions{Carrier: sess}
 	if s.Governor != nil && governed {
-		sess.gov = s.Governor(sess.scope)(actions{s: s, sess: sess})
-		opts.Governor = sess.gov
+		so.Governor = s.Governor(sess.scope)
 	}
 	if s.NewTracer != nil {
 		opts.Tracer = s.NewTracer()
 	}
-	sess.t = proxy.NewTracker(opts)
+	so.Tracker = opts
+	sess.core = proxy.NewSession(so)
+	sess.t = sess.core.Tracker()
 	return sess
 }
 

@@ -147,15 +147,18 @@ type Sidecar struct {
 	// may not cancel it.
 	KeepRevision bool
 
-	once     sync.Once
-	cleanup  sync.Once
-	initErr  error
-	detected detection
-	modern   modernity
-	client   *fasthttp.Client
-	upstream *url.URL
-	sessions sessionTable[*session] // the sessions relayed upstream
-	sweeper  sweeper
+	once    sync.Once
+	cleanup sync.Once
+	// notifying owns the goroutines that tell the upstream of cancels;
+	// Cleanup waits for them.
+	notifying goGroup
+	initErr   error
+	detected  detection
+	modern    modernity
+	client    *fasthttp.Client
+	upstream  *url.URL
+	sessions  sessionTable[*session] // the sessions relayed upstream
+	sweeper   sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
 	log       *zap.Logger
@@ -265,6 +268,7 @@ func (s *Sidecar) Cleanup(reason string) {
 			s.stopFleet()
 		}
 		s.CancelAll(reason)
+		s.notifying.Wait()
 		if s.Legacy != nil {
 			s.Legacy.stopAll(reason)
 		}
@@ -435,13 +439,13 @@ func (s *Sidecar) CancelAll(reason string) {
 		return
 	}
 	for _, sess := range s.sessions.all() {
-		for _, c := range sess.t.CancelInFlight(proxy.SourceShutdown, reason) {
-			// The client hears why, as the wrapper's does: -32000 on the
-			// request's stream, not a stream that just ends. First: the
-			// upstream, once notified, may end the stream before it is said.
-			sess.finishCall(c.Call, sess.t.ErrorReply(c.Call.ID(), proxy.CodeServerGone, reason))
-			s.notify(sess, c.Notice, c.Call)
-		}
+		// The client hears why, as the wrapper's does: -32000 on the
+		// request's stream, not a stream that just ends; before the
+		// upstream, once notified, may end the stream.
+		sess.core.CancelAll(proxy.SourceShutdown, reason, func(id framing.ID) []byte {
+			return sess.t.ErrorReply(id, proxy.CodeServerGone, reason)
+		})
+		sess.notifying.Wait()
 		sess.endAll()
 	}
 }

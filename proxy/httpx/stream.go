@@ -454,7 +454,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream was the cancel itself: record it.
 		for _, c := range calls {
-			sess.t.CancelCall(c, proxy.SourceDisconnect, "client closed the stream")
+			sess.core.Cancel(c, proxy.SourceDisconnect, "client closed the stream", nil)
 		}
 		return
 	}
@@ -464,9 +464,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 	came := func(left int64) bool { return sess.lastResume.Load() > left } // for its answers
 	s.afterDisconnect(came, func() {
 		for _, c := range calls {
-			if cancel := sess.t.CancelCall(c, proxy.SourceDisconnect, "client disconnected"); cancel != nil {
-				s.notify(sess, cancel, c)
-			}
+			sess.core.Cancel(c, proxy.SourceDisconnect, "client disconnected", nil)
 		}
 	})
 }
@@ -561,7 +559,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 		if f.Batch && f.Errs[i] != nil {
 			o = proxy.Outcome{Verdict: proxy.Drop, Reply: sess.t.Invalid(from, f.Errs[i], m.Raw)}
 		} else {
-			o = sess.t.DecideIn(from, m, parent)
+			o = sess.core.Decide(from, m, parent)
 		}
 		if d.trace.Parent == "" {
 			d.trace = o.Trace
@@ -573,7 +571,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 			if !sess.withdrawIfHeld(mc.Call) {
 				sess.cancelled(mc.Call, s.grace)
 				if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-					go s.notify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
+					s.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
 				}
 			}
 		}
@@ -591,9 +589,9 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 			d.timed = d.timed || o.Timed
 			d.wantsLate = d.wantsLate || o.WantsLate
 			if o.Hold {
-				sess.mu.Lock()
-				d.held = append(d.held, heldCall{o.Request, sess.holdLocked(o.Request)})
-				sess.mu.Unlock()
+				h := &hold{ch: make(chan struct{})}
+				sess.core.Hold(o.Request, h)
+				d.held = append(d.held, heldCall{o.Request, h})
 			}
 		}
 		if o.Verdict != proxy.Forward {

@@ -18,8 +18,8 @@ type side struct {
 // each message in it. It takes ownership of b.
 func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	if from.peer == proxy.Client { // the governor's actions and CancelAll see tickets as the relay left them
-		s.clientMu.Lock()
-		defer s.clientMu.Unlock()
+		s.core.Lock()
+		defer s.core.Unlock()
 	}
 	if err := f.Parse(b.b); err != nil {
 		s.reply(from, s.t.Invalid(from.peer, err, b.b))
@@ -30,7 +30,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		s.handleBatch(from, f, b)
 		return
 	}
-	o := s.t.Decide(from.peer, &f.Msgs[0])
+	o := s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{})
 	s.reply(from, o.Reply)
 	if o.Verdict != proxy.Forward {
 		putBuf(b)
@@ -43,7 +43,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	case o.Cancelled != nil:
 		s.sendCancel(from, o.Cancelled, b)
 	case o.Hold:
-		s.held[o.Request] = b
+		s.core.Hold(o.Request, b)
 	case o.Request != nil:
 		// Only the issuer's relay goroutine, this one, reads the ticket:
 		// cancels come from the same peer as their request.
@@ -59,13 +59,17 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
 func (s *Session) sendCancel(from *side, c *proxy.Call, b *buf) {
-	held := s.held[c]
-	switch {
-	case held != nil: // held by the governor: never sent
-		delete(s.held, c)
-		putBuf(held)
+	if held, ok := s.core.WithdrawHeld(c); ok { // held by the governor: never sent
+		putBuf(held.(*buf))
 		putBuf(b)
-		s.t.Withdraw(from.peer, c)
+		return
+	}
+	s.sendNotice(from, c, b)
+}
+
+// sendNotice passes on the cancel of c, a request that is not held.
+func (s *Session) sendNotice(from *side, c *proxy.Call, b *buf) {
+	switch {
 	case ticketOf(c).withdraw():
 		putBuf(b)
 		s.t.Withdraw(from.peer, c)
@@ -108,7 +112,7 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 		if f.Errs[i] != nil {
 			o = proxy.Outcome{Verdict: proxy.Drop, Reply: s.t.Invalid(from.peer, f.Errs[i], m.Raw)}
 		} else {
-			o = s.t.Decide(from.peer, m)
+			o = s.core.Decide(from.peer, m, proxy.TraceContext{})
 		}
 		s.reply(from, o.Reply)
 		if o.Verdict != proxy.Forward {
@@ -159,49 +163,38 @@ func (s *Session) reply(to *side, msg []byte) {
 	to.back.send(b)
 }
 
-// Expire implements proxy.Actions: the call is cancelled on the server as a
-// client cancel would be, and the client gets reply.
-func (s *Session) Expire(c *proxy.Call, reason string, reply []byte) {
-	s.clientMu.Lock()
-	defer s.clientMu.Unlock()
-	cancel := s.t.CancelCall(c, proxy.SourceDeadline, reason)
-	if cancel == nil {
-		return // answered or cancelled meanwhile
-	}
+// carrier carries out, on the session's outboxes, what its proxy.Session
+// decides with no frame in hand; the core's lock is held.
+type carrier struct{ s *Session }
+
+// Dispatch implements proxy.Carrier: a held request is sent now.
+func (k carrier) Dispatch(c *proxy.Call, held any) {
+	k.s.sides[proxy.Client].out.send(held.(*buf)).keep(c)
+}
+
+// Withdrawn implements proxy.Carrier.
+func (k carrier) Withdrawn(_ *proxy.Call, held any, reply []byte) {
+	putBuf(held.(*buf))
+	k.s.reply(k.s.sides[proxy.Client], reply)
+}
+
+// Cancel implements proxy.Carrier: the cancel goes ahead of what is
+// queued for the server (or withdraws its request, still queued), and the
+// client gets reply.
+func (k carrier) Cancel(c *proxy.Call, notice, reply []byte) {
+	from := k.s.sides[proxy.Client]
 	b := getBuf()
-	b.b = append(b.b, cancel...)
-	s.sendCancel(s.sides[proxy.Client], c, b)
-	s.sides[proxy.Client].out.flush()
-	s.reply(s.sides[proxy.Client], reply)
+	b.b = append(b.b, notice...)
+	k.s.sendNotice(from, c, b)
+	from.out.flush()
+	k.s.reply(from, reply)
 }
 
-// Dispatch implements proxy.Actions: a held request is sent now.
-func (s *Session) Dispatch(c *proxy.Call) {
-	s.clientMu.Lock()
-	defer s.clientMu.Unlock()
-	if b := s.held[c]; b != nil {
-		delete(s.held, c)
-		s.sides[proxy.Client].out.send(b).keep(c)
-	}
-}
-
-// SendOwn implements proxy.Actions.
-func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
+// SendOwn implements proxy.Carrier.
+func (k carrier) SendOwn(frame []byte) {
 	b := getBuf()
-	b.b = append(b.b, s.t.OwnRequest(method, params, onAnswer)...)
-	s.sides[proxy.Client].out.send(b)
-}
-
-// Restart implements proxy.Actions.
-func (s *Session) Restart(reason string) bool {
-	return s.opts.OnRestart != nil && s.opts.OnRestart(reason)
-}
-
-// After implements proxy.Actions: f runs between two client frames.
-func (s *Session) After(f func()) {
-	s.clientMu.Lock()
-	defer s.clientMu.Unlock()
-	f()
+	b.b = append(b.b, frame...)
+	k.s.sides[proxy.Client].out.send(b)
 }
 
 // OwnRequest registers a request of the proxy's own to the server and
@@ -216,29 +209,17 @@ func (s *Session) OwnRequest(method string, params []byte, onAnswer func(*framin
 // CodeServerGone error saying why: what a shutdown does before it stops the
 // server. It returns how many it cancelled.
 func (s *Session) CancelAll(source proxy.Source, why string) int {
-	s.clientMu.Lock()
-	defer s.clientMu.Unlock()
-	from := s.sides[proxy.Client]
-	if from == nil {
-		return 0 // Run has not started
-	}
-	cs := s.t.CancelInFlight(source, why)
-	for _, c := range cs {
-		b := getBuf()
-		b.b = append(b.b, c.Notice...)
-		s.sendCancel(from, c.Call, b)
-		s.reply(from, s.t.ErrorReply(c.Call.ID(), proxy.CodeServerGone, why))
-	}
-	from.out.flush()
-	return len(cs)
+	return s.core.CancelAll(source, why, func(id framing.ID) []byte {
+		return s.t.ErrorReply(id, proxy.CodeServerGone, why)
+	})
 }
 
 // Restarted tells the session that its server was replaced (an
 // escalation): the client's requests still in flight are answered with an
 // error saying why, and the old server's own requests are forgotten.
 func (s *Session) Restarted(why string) {
-	s.clientMu.Lock()
-	defer s.clientMu.Unlock()
+	s.core.Lock()
+	defer s.core.Unlock()
 	for _, r := range s.t.FailInFlight(why) {
 		s.reply(s.sides[proxy.Client], r)
 	}

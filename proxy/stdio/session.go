@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,17 +81,13 @@ type Conn struct {
 var ErrServerGone = errors.New("server closed its output while the client was connected")
 
 // Session relays one client and one server over byte streams (stdio).
-// Create it with NewSession and call Run once.
+// Create it with NewSession and call Run once. What becomes of each frame
+// is decided by its proxy.Session; the Session carries it out.
 type Session struct {
 	opts  Options
-	t     *proxy.Tracker
-	gov   proxy.Governor
-	sides [2]*side
-	// clientMu is held while a client frame is handled, and by the
-	// governor's actions and CancelAll, so that they see a request's ticket
-	// and the held requests as the client's relay left them.
-	clientMu sync.Mutex
-	held     map[*proxy.Call]*buf // requests the governor holds, by call
+	core  *proxy.Session
+	t     *proxy.Tracker // core's
+	sides [2]*side       // set by Run, under core's lock
 	// clientClosed is set once the client's input has ended; serverGone
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
@@ -101,18 +96,18 @@ type Session struct {
 
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	s := &Session{opts: opts, held: map[*proxy.Call]*buf{}, readerDone: make(chan struct{})}
-	if opts.Governor != nil {
-		s.gov = opts.Governor(s)
-	}
+	s := &Session{opts: opts, readerDone: make(chan struct{})}
 	var tracer proxy.Tracer
 	if opts.NewTracer != nil {
 		tracer = opts.NewTracer()
 	}
-	s.t = proxy.NewTracker(proxy.TrackerOptions{
-		Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
-		Now: opts.Now, OnEvent: opts.OnEvent, Governor: s.gov, LogPayloads: opts.LogPayloads, Tracer: tracer,
-		Observer: opts.Observer, OnCancel: opts.OnCancel})
+	s.core = proxy.NewSession(proxy.SessionOptions{
+		Tracker: proxy.TrackerOptions{
+			Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
+			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
+			Observer: opts.Observer, OnCancel: opts.OnCancel},
+		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart})
+	s.t = s.core.Tracker()
 	return s
 }
 
@@ -142,10 +137,10 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
-	s.clientMu.Lock() // CancelAll may come at once (a session stopped as it starts)
+	s.core.Lock() // CancelAll may come at once (a session stopped as it starts)
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
-	s.clientMu.Unlock()
+	s.core.Unlock()
 	go toClient.run()
 	go toServer.run()
 	go func() {
@@ -180,8 +175,8 @@ func (s *Session) Run(client, server Conn) error {
 	<-toServer.dead
 	s.serverGone.Store(true)
 	client.In.Close()
-	if s.gov != nil {
-		s.gov.Close()
+	if gov := s.core.Governor(); gov != nil {
+		gov.Close()
 	}
 	return err
 }

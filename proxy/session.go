@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"sync"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// Session is one client session's decisions, whatever carries its frames:
+// its Tracker, its Governor, the requests the governor holds, and the lock
+// under which a client's message is decided and acted on. A transport hands
+// every message to Decide and carries out the Outcome; what the session
+// decides with no message in hand (a deadline, a held request's dispatch,
+// the proxy's own request, the end of every call) it has the transport's
+// Carrier do. Session is the one implementation of Actions.
+type Session struct {
+	// mu is held while a client's message is decided and its outcome
+	// carried out, by the Actions, and by CancelAll, so that each sees the
+	// held requests (and the transport's queue) as the last one left them.
+	mu      sync.Mutex
+	t       *Tracker
+	gov     Governor
+	carrier Carrier
+	restart func(reason string) bool
+	held    map[*Call]any // the requests the governor holds, with what the transport keeps of each; mu
+}
+
+// Carrier carries out, on one transport, what a Session decides with no
+// message in hand. Its methods are called with the session's lock held,
+// from the governor's goroutine or the transport's own, and must not block
+// (a transport that must wait, for an HTTP answer say, waits on a
+// goroutine it owns).
+type Carrier interface {
+	// Dispatch sends the server a request the governor held until now;
+	// held is what the transport gave Hold.
+	Dispatch(c *Call, held any)
+	// Withdrawn drops a held request that was cancelled before it was
+	// sent; neither it nor its cancel ever reaches the server. reply, if
+	// not nil, is the client's answer to it.
+	Withdrawn(c *Call, held any, reply []byte)
+	// Cancel sends the server notice, the cancel of c, a request it has
+	// (or is about to have), and the client reply, if not nil.
+	Cancel(c *Call, notice, reply []byte)
+	// SendOwn sends the server frame, a request of the proxy's own.
+	SendOwn(frame []byte)
+}
+
+// SessionOptions configures a Session.
+type SessionOptions struct {
+	// Tracker configures the session's Tracker; its Governor is the one
+	// Governor makes.
+	Tracker TrackerOptions
+	// Governor, if set, makes the session's Governor, which acts through
+	// the Session.
+	Governor func(Actions) Governor
+	// Carrier carries out what the session decides. Required.
+	Carrier Carrier
+	// Restart, if set, is what Actions.Restart does (the stdio wrapper's
+	// escalation); without it, Restart reports false.
+	Restart func(reason string) bool
+}
+
+// NewSession returns a Session configured by o.
+func NewSession(o SessionOptions) *Session {
+	s := &Session{carrier: o.Carrier, restart: o.Restart}
+	if o.Governor != nil {
+		s.gov = o.Governor(s)
+	}
+	o.Tracker.Governor = s.gov
+	s.t = NewTracker(o.Tracker)
+	return s
+}
+
+// Tracker returns the session's Tracker, for what is not a decision
+// (counters, error replies, the proxy's own cancels of a departed client).
+func (s *Session) Tracker() *Tracker { return s.t }
+
+// Governor returns the session's Governor, nil without a policy; the
+// transport closes it when the session ends.
+func (s *Session) Governor() Governor { return s.gov }
+
+// Lock takes the session's lock: a client's message is decided, and its
+// outcome carried out, with it held.
+func (s *Session) Lock() { s.mu.Lock() }
+
+// Unlock releases the session's lock.
+func (s *Session) Unlock() { s.mu.Unlock() }
+
+// Decide decides one valid message from a peer; parent is the trace
+// context of the transport's own that brought it (an HTTP request's
+// headers), if any. A client's message is decided with the lock held,
+// and, when the outcome says Hold, the request is held with Hold before
+// the lock is released.
+func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Outcome {
+	return s.t.DecideIn(from, m, parent)
+}
+
+// Hold keeps a request the governor asked to hold (Outcome.Hold) until
+// it is dispatched or withdrawn; held is what the transport will need to
+// send it. The lock is held.
+func (s *Session) Hold(c *Call, held any) {
+	if s.held == nil {
+		s.held = map[*Call]any{}
+	}
+	s.held[c] = held
+}
+
+// WithdrawHeld withdraws c if it is held, and returns what the transport
+// gave Hold: the request was cancelled before it was sent, and neither it
+// nor its cancel will be. The lock is held.
+func (s *Session) WithdrawHeld(c *Call) (held any, ok bool) {
+	held, ok = s.held[c]
+	if ok {
+		delete(s.held, c)
+		s.t.Withdraw(Client, c)
+	}
+	return held, ok
+}
+
+// Expire implements Actions: the call is cancelled on the server as a
+// client's cancel would be (withdrawn if still held), and the client gets
+// reply.
+func (s *Session) Expire(c *Call, reason string, reply []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelLocked(c, s.t.CancelCall(c, SourceDeadline, reason), reply)
+}
+
+// cancelLocked carries out the cancel of c, whose notice the tracker
+// made: nil when c was no longer in flight, and nothing is done.
+func (s *Session) cancelLocked(c *Call, notice, reply []byte) {
+	if notice == nil {
+		return // answered or cancelled meanwhile
+	}
+	if held, ok := s.WithdrawHeld(c); ok {
+		s.carrier.Withdrawn(c, held, reply)
+		return
+	}
+	s.carrier.Cancel(c, notice, reply)
+}
+
+// Dispatch implements Actions: a held request is sent now, unless it was
+// withdrawn meanwhile.
+func (s *Session) Dispatch(c *Call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held, ok := s.held[c]; ok {
+		delete(s.held, c)
+		s.carrier.Dispatch(c, held)
+	}
+}
+
+// SendOwn implements Actions: the proxy's own request is registered with
+// the tracker and sent; its answer goes to onAnswer.
+func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
+	s.carrier.SendOwn(s.t.OwnRequest(method, params, onAnswer))
+}
+
+// Restart implements Actions.
+func (s *Session) Restart(reason string) bool { return s.restart != nil && s.restart(reason) }
+
+// After implements Actions: f runs once the client's message being
+// decided, if any, has been carried out.
+func (s *Session) After(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+}
+
+// CancelAll cancels every request of the client still in flight, on the
+// server as a client's cancel would (so the governor runs their hooks and
+// audits them as from source), held ones withdrawn; the client gets, for
+// each, the reply reply makes of its id, when reply is not nil. It returns
+// how many it cancelled: what a shutdown or the end of a session does.
+func (s *Session) CancelAll(source Source, why string, reply func(framing.ID) []byte) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.t.CancelInFlight(source, why)
+	for _, c := range cs {
+		var r []byte
+		if reply != nil {
+			r = reply(c.Call.ID())
+		}
+		s.cancelLocked(c.Call, c.Notice, r)
+	}
+	return len(cs)
+}
+
+// Cancel cancels c on the client's behalf, as from source for reason (the
+// client went away, and by the configuration that counts as a cancel), if
+// it is still in flight: withdrawn if held, else its cancel carried to the
+// server; the client gets reply, if not nil. It reports whether c was in
+// flight.
+func (s *Session) Cancel(c *Call, source Source, reason string, reply []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	notice := s.t.CancelCall(c, source, reason)
+	s.cancelLocked(c, notice, reply)
+	return notice != nil
+}

@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// recordingCarrier notes what a Session has its transport do, in order.
+type recordingCarrier struct{ did []string }
+
+func (r *recordingCarrier) Dispatch(c *Call, held any) {
+	r.did = append(r.did, fmt.Sprintf("dispatch %s %v", c.ID(), held))
+}
+
+func (r *recordingCarrier) Withdrawn(c *Call, held any, reply []byte) {
+	r.did = append(r.did, fmt.Sprintf("withdrawn %s %v reply=%t", c.ID(), held, reply != nil))
+}
+
+func (r *recordingCarrier) Cancel(c *Call, notice, reply []byte) {
+	r.did = append(r.did, fmt.Sprintf("cancel %s notice=%t reply=%t", c.ID(), strings.Contains(string(notice), MethodCancelledForTest), reply != nil))
+}
+
+func (r *recordingCarrier) SendOwn(frame []byte) { r.did = append(r.did, "own "+string(frame)) }
+
+// MethodCancelledForTest is what a cancel notice names.
+const MethodCancelledForTest = framing.MethodCancelled
+
+// holdingGovernor holds the requests whose id is in hold, and keeps the
+// Actions it was given.
+type holdingGovernor struct {
+	act  Actions
+	hold map[string]bool
+}
+
+func (g *holdingGovernor) Admit(c *Call, _ *framing.Message) Admission {
+	return Admission{Hold: g.hold[c.ID().String()], Timed: true}
+}
+func (g *holdingGovernor) Observe(Change) {}
+func (g *holdingGovernor) Close()         {}
+
+// sessionWith returns a Session over a recording carrier whose governor
+// holds the requests with the ids named.
+func sessionWith(held ...string) (*Session, *holdingGovernor, *recordingCarrier) {
+	rec := &recordingCarrier{}
+	g := &holdingGovernor{hold: map[string]bool{}}
+	for _, id := range held {
+		g.hold[id] = true
+	}
+	s := NewSession(SessionOptions{Carrier: rec, Governor: func(a Actions) Governor { g.act = a; return g },
+		Restart: func(string) bool { return true }})
+	return s, g, rec
+}
+
+// request has the session decide a client's tools/call with id, holding
+// it if the outcome says so, as a transport does.
+func request(t *testing.T, s *Session, id int) *Call {
+	t.Helper()
+	var f framing.Frame
+	if err := f.Parse(fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow"}}`, id)); err != nil {
+		t.Fatal(err)
+	}
+	s.Lock()
+	defer s.Unlock()
+	o := s.Decide(Client, &f.Msgs[0], TraceContext{})
+	if o.Request == nil {
+		t.Fatalf("request %d: no call in %+v", id, o)
+	}
+	if o.Hold {
+		s.Hold(o.Request, fmt.Sprintf("frame%d", id))
+	}
+	return o.Request
+}
+
+// TestSessionCarriesOutItsActions: every Action a governor takes is
+// decided in the Session and carried out by its Carrier, held requests
+// being the Session's: a held request is dispatched once, withdrawn (never
+// cancelled on the server) when it expires or the session ends, and an
+// unheld one is cancelled on the server.
+func TestSessionCarriesOutItsActions(t *testing.T) {
+	s, g, rec := sessionWith("2", "3", "4")
+	c1, c2, c3, c4 := request(t, s, 1), request(t, s, 2), request(t, s, 3), request(t, s, 4)
+
+	g.act.Dispatch(c2)
+	g.act.Dispatch(c2) // already sent: nothing
+	g.act.Expire(c3, "deadline of 1s passed", DeadlineReply(c3.ID(), "1s"))
+	g.act.Expire(c3, "again", nil) // no longer in flight: nothing
+	g.act.Expire(c1, "deadline of 1s passed", DeadlineReply(c1.ID(), "1s"))
+	g.act.SendOwn(framing.MethodTasksCancel, []byte(`{"taskId":"t"}`), func(*framing.Message) {})
+	if !g.act.Restart("why") {
+		t.Error("Restart did not reach the session's restart")
+	}
+	ran := false
+	g.act.After(func() { ran = !s.mu.TryLock() }) // under the session's lock
+	if !ran {
+		t.Error("After's f ran without the session's lock")
+	}
+	if n := s.CancelAll(SourceShutdown, "stopping", func(id framing.ID) []byte { return ErrorReply(id, CodeServerGone, "stopping") }); n != 2 {
+		t.Errorf("CancelAll cancelled %d, want 2 (the dispatched request and the held one)", n)
+	}
+	if s.Cancel(c4, SourceDisconnect, "gone", nil) {
+		t.Error("Cancel of a request CancelAll ended reported it in flight")
+	}
+
+	want := []string{
+		"dispatch 2 frame2",
+		"withdrawn 3 frame3 reply=true",
+		"cancel 1 notice=true reply=true",
+		`own {"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","method":"tasks/cancel","params":{"taskId":"t"}}`,
+		"cancel 2 notice=true reply=true", // CancelAll's two, in no particular order
+		"withdrawn 4 frame4 reply=true",
+	}
+	slices.Sort(rec.did[4:])
+	if got := strings.Join(rec.did, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("the carrier did:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	if held, ok := s.WithdrawHeld(c4); ok {
+		t.Errorf("c4 still held (%v) after CancelAll", held)
+	}
+}
+
+// TestSessionCancelOnTheClientsBehalf: a departed client's request is
+// cancelled on the server once; a held one is withdrawn instead.
+func TestSessionCancelOnTheClientsBehalf(t *testing.T) {
+	s, _, rec := sessionWith("2")
+	c1, c2 := request(t, s, 1), request(t, s, 2)
+	if !s.Cancel(c1, SourceDisconnect, "client disconnected", nil) || s.Cancel(c1, SourceDisconnect, "again", nil) {
+		t.Error("Cancel did not report c1 in flight once")
+	}
+	if !s.Cancel(c2, SourceDisconnect, "client closed the stream", nil) {
+		t.Error("Cancel did not report the held c2 in flight")
+	}
+	want := "cancel 1 notice=true reply=false\nwithdrawn 2 frame2 reply=false"
+	if got := strings.Join(rec.did, "\n"); got != want {
+		t.Errorf("the carrier did:\n%s\nwant:\n%s", got, want)
+	}
+	if in, _ := s.Tracker().InFlight(); in != 0 {
+		t.Errorf("%d requests still in flight", in)
+	}
+}
