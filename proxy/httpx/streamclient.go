@@ -27,10 +27,13 @@ import (
 // lines, as does the session's GET stream once initialize has named the
 // session. A cancel is a line like any other: POSTed.
 
-// postHeadStart bounds how long a POST holds back the next one: until its
-// answer's headers come, or this long. Requests thus reach the upstream in
-// order (a cancel never overtakes its request), while a call whose server
-// answers only when done (JSON) does not hold up the rest.
+// postHeadStart bounds how long a POST holds back the next one once it has
+// been written: until its answer's headers come, or this long. A POST never
+// starts before the one before it has been written whole (a cancel never
+// overtakes its request, however slow the request's connection), and a
+// server that has answered with headers has taken the request in; a call
+// whose server answers only when done (JSON) holds up the rest no longer
+// than this.
 const postHeadStart = 100 * time.Millisecond
 
 // deleteWait bounds the wait for the answer to the DELETE that ends an
@@ -57,7 +60,28 @@ type StreamableUpstream struct {
 func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
 	r, w := io.Pipe()
 	return &streamBackend{u: u, log: log, in: r, inW: w, exited: make(chan struct{}), stop: make(chan struct{}),
-		prev: closedChan()}, nil
+		prev: posted{written: closedChan(), answered: closedChan()}}, nil
+}
+
+// posted is how far one POST has gone: written is closed once its body
+// has been written to its connection (or the request failed), answered
+// once its answer's headers came (or it failed).
+type posted struct{ written, answered chan struct{} }
+
+// writtenBody is a POST's body that closes written once fasthttp has
+// copied it to the connection: a request's Close is called then, just
+// before the connection's buffer is flushed.
+type writtenBody struct {
+	*bytes.Reader
+	once    sync.Once
+	written chan struct{}
+}
+
+// Close implements io.Closer; it is also called when the request ends
+// without having been written (the connection could not be made).
+func (w *writtenBody) Close() error {
+	w.once.Do(func() { close(w.written) })
+	return nil
 }
 
 func closedChan() chan struct{} {
@@ -74,7 +98,7 @@ type streamBackend struct {
 	wmu sync.Mutex // serialises lines toward the session
 
 	lines lineSplitter  // only Write uses it
-	prev  chan struct{} // closed once the previous POST may be overtaken; Write's
+	prev  posted // the previous POST's progress; Write's
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -130,8 +154,15 @@ func (b *streamBackend) Stop() {
 func (b *streamBackend) Write(p []byte) (int, error) {
 	b.lines.split(p, func(line []byte) bool {
 		select {
-		case <-b.prev:
-		case <-time.After(postHeadStart):
+		case <-b.prev.written:
+		case <-b.stop:
+			return false
+		}
+		wait := time.NewTimer(postHeadStart)
+		defer wait.Stop()
+		select {
+		case <-b.prev.answered:
+		case <-wait.C:
 		case <-b.stop:
 			return false
 		}
@@ -149,7 +180,7 @@ func (b *streamBackend) start(line []byte) bool {
 		return false
 	default:
 	}
-	next := make(chan struct{})
+	next := posted{written: make(chan struct{}), answered: make(chan struct{})}
 	b.prev = next
 	b.running.Add(1)
 	go b.post(line, next)
@@ -157,7 +188,7 @@ func (b *streamBackend) start(line []byte) bool {
 }
 
 // post sends one message and hands back what answers it.
-func (b *streamBackend) post(msg []byte, sent chan struct{}) {
+func (b *streamBackend) post(msg []byte, progress posted) {
 	defer b.running.Done()
 	var f framing.Frame
 	parsed := f.Parse(msg) == nil && !f.Batch
@@ -183,8 +214,10 @@ func (b *streamBackend) post(msg []byte, sent chan struct{}) {
 	if parsed {
 		m = &f.Msgs[0]
 	}
-	resp, err := b.request(fasthttp.MethodPost, msg, session, m)
-	close(sent)
+	body := &writtenBody{Reader: bytes.NewReader(msg), written: progress.written}
+	resp, err := b.requestWithin(0, fasthttp.MethodPost, body, session, m)
+	body.Close()
+	close(progress.answered)
 	var why string
 	switch {
 	case err != nil:
@@ -407,12 +440,16 @@ func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError, id *framing.I
 // message in body, whose method, name and protocol version go in the
 // headers that 2026-07-28 requires to mirror the body.
 func (b *streamBackend) request(method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
-	return b.requestWithin(0, method, body, session, m)
+	var r *writtenBody
+	if body != nil {
+		r = &writtenBody{Reader: bytes.NewReader(body), written: make(chan struct{})}
+	}
+	return b.requestWithin(0, method, r, session, m)
 }
 
 // requestWithin is request, the wait for the answer's headers bounded by
 // timeout when it is positive.
-func (b *streamBackend) requestWithin(timeout time.Duration, method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
+func (b *streamBackend) requestWithin(timeout time.Duration, method string, body *writtenBody, session string, m *framing.Message) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(b.u.URL.String())
@@ -420,7 +457,7 @@ func (b *streamBackend) requestWithin(timeout time.Duration, method string, body
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if body != nil {
 		req.Header.SetContentType("application/json")
-		req.SetBody(body)
+		req.SetBodyStream(body, body.Len())
 	}
 	if session != "" {
 		req.Header.Set(sessionHeader, session)
