@@ -170,3 +170,29 @@ func trimLeft(b []byte) []byte {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// LineSplitter cuts a byte stream written in pieces into its lines: a
+// write may hold several, or part of one. The zero value is ready.
+type LineSplitter struct{ partial []byte }
+
+// Split hands each whole line of p that is not blank to send (the line is
+// valid only during the call), until send reports false, and keeps the
+// start of a line that p does not end.
+func (l *LineSplitter) Split(p []byte, send func(line []byte) bool) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.partial = append(l.partial, p...)
+			return
+		}
+		line := p[:i]
+		if len(l.partial) > 0 {
+			line = append(l.partial, line...)
+			l.partial = l.partial[:0]
+		}
+		p = p[i+1:]
+		if len(bytes.TrimSpace(line)) > 0 && !send(line) {
+			return
+		}
+	}
+}

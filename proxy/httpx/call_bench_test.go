@@ -36,35 +36,45 @@ func BenchmarkSidecarCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { engine.Shutdown() })
-			sc := &httpx.Sidecar{Upstream: up, UpstreamTransport: httpx.TransportStreamable, Governor: engine.Governor, Logger: zap.NewNop()}
-			h, err := sc.Handler()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { sc.Cleanup("the benchmark ends") })
-			url := serveFast(b, h, httpx.Listener)
-			var req fasthttp.Request
-			var resp fasthttp.Response
-			req.SetRequestURI(url)
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
+			client, req := benchFront(b, &httpx.Sidecar{Upstream: up, UpstreamTransport: httpx.TransportStreamable,
+				Governor: engine.Governor, Logger: zap.NewNop()})
 			req.Header.Set("MCP-Protocol-Version", "2026-07-28")
 			req.Header.Set("Mcp-Method", "tools/call")
 			req.Header.Set("Mcp-Name", "echo")
 			req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, load"},` +
 				`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
-			client := &fasthttp.HostClient{Addr: string(req.URI().Host())}
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := client.DoTimeout(&req, &resp, 10*time.Second); err != nil {
-					b.Fatal(err)
-				}
-				if resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte("hello, load")) {
-					b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
-				}
-			}
+			callLoop(b, client, req)
 		})
+	}
+}
+
+// benchFront serves sc on a loopback port until the benchmark ends, and
+// returns a client of it and a POST to its MCP endpoint, to complete.
+func benchFront(b *testing.B, sc *httpx.Sidecar) (*fasthttp.HostClient, *fasthttp.Request) {
+	h, err := sc.Handler()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sc.Cleanup("the benchmark ends") })
+	req := &fasthttp.Request{}
+	req.SetRequestURI(serveFast(b, h, httpx.Listener))
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	return &fasthttp.HostClient{Addr: string(req.URI().Host())}, req
+}
+
+// callLoop sends req for the benchmark's loop, each answer checked.
+func callLoop(b *testing.B, client *fasthttp.HostClient, req *fasthttp.Request) {
+	var resp fasthttp.Response
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := client.DoTimeout(req, &resp, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		if resp.StatusCode() != 200 || !bytes.Contains(resp.Body(), []byte("hello, load")) {
+			b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
+		}
 	}
 }
 

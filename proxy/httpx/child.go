@@ -107,7 +107,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	}
 	c := &childSession{lineSession: startLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
 		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}, retiring: &cs.retiring}
-	go c.route(c.out)
+	go c.route()
 	return c, nil
 }
 
@@ -130,11 +130,10 @@ func newSessionID() string {
 }
 
 // route delivers what the session sends the client to the HTTP streams.
-func (c *childSession) route(r io.Reader) {
-	rd := framing.NewReader(r, 0)
+func (c *childSession) route() {
 	var f framing.Frame
 	for {
-		line, err := rd.Read(nil)
+		line, err := c.out.Next(nil)
 		if err != nil {
 			c.end()
 			return

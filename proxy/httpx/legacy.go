@@ -149,15 +149,15 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{lineSession: startLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
-	st.onAbort = func() { ls.in.Close() }
+	st.onAbort = func() { ls.in.CloseWrite() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {
-		ls.in.Close()
+		ls.in.CloseWrite()
 		return nil, err
 	}
 	uninitialized := s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
 		if !ls.initialized.Load() {
 			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
-			ls.in.Close()
+			ls.in.CloseWrite()
 			st.end()
 		}
 	})
@@ -167,10 +167,9 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 		l.sessions.removeIf(ls.id, ls)
 	}()
 	go func() { // the session's lines to the client, as message events
-		rd := framing.NewReader(ls.out, 0)
 		var f framing.Frame
 		for {
-			line, err := rd.Read(nil)
+			line, err := ls.out.Next(nil)
 			if err != nil {
 				st.end()
 				return

@@ -2,7 +2,6 @@ package httpx
 
 import (
 	"cmp"
-	"io"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,8 +24,8 @@ type lineSession struct {
 	id    string
 	back  Backend
 	sess  *stdio.Session
-	in    *io.PipeWriter // the client's lines toward the session
-	out   *io.PipeReader // what the session sends the client
+	in    *stdio.Frames // the client's messages toward the session
+	out   *stdio.Frames // what the session sends the client
 	log   *zap.Logger
 	done  chan struct{} // closed once the session has ended
 	// grace bounds the waits of stop for a server that does not read.
@@ -39,14 +38,12 @@ func startLineSession(back Backend, sopts stdio.Options, grace time.Duration, lo
 	sopts.Logger = log
 	sopts.OnClientClosed = func() { go back.Stop() }
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
-	cin, inW := io.Pipe()
-	outR, cout := io.Pipe()
-	ls := &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: inW, out: outR, log: log,
-		done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+	ls := &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: stdio.NewFrames(),
+		out: stdio.NewFrames(), log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
 	go func() {
 		defer close(ls.done)
-		ls.sess.Run(stdio.Conn{In: cin, Out: cout}, back.Conn())
-		<-ls.sess.ReaderDone() // cin is ours: closing it ended the reader
+		ls.sess.Run(stdio.Conn{In: ls.in, Out: stdio.WriteEnd{Frames: ls.out}}, back.Conn())
+		<-ls.sess.ReaderDone() // in is ours: closing it ended the reader
 		back.Stop()
 	}()
 	return ls
@@ -61,11 +58,9 @@ func (ls *lineSession) inFlight() int {
 	return n
 }
 
-// send hands the session one line of the client's (without its newline).
-func (ls *lineSession) send(line []byte) error {
-	_, err := ls.in.Write(append(line, '\n'))
-	return err
-}
+// send hands the session one message of the client's, one line without
+// its newline, which the session now owns.
+func (ls *lineSession) send(line []byte) error { return ls.in.Put(line) }
 
 // stop ends the session: its requests in flight are cancelled first (on
 // the server, with their hooks and audit, as from source; the client gets
@@ -81,7 +76,7 @@ func (ls *lineSession) stop(source proxy.Source, reason string) {
 	case <-done:
 	case <-grace.C: // the relay is held back by a server that does not read its stdin
 	}
-	ls.in.Close()
+	ls.in.CloseWrite()
 	// The session stops the backend once it has written what it holds; a
 	// server that does not read would hold it for ever, so the backend's
 	// stop (a process's ladder) starts after the grace regardless.

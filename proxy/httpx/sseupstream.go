@@ -119,8 +119,7 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		readHead(resp)
 		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, resp.Header.ContentType())
 	}
-	in, inW := io.Pipe()
-	b := &sseBackend{u: u, log: log, resp: resp, body: bodyOf(resp), in: in, inW: inW, exited: make(chan struct{})}
+	b := &sseBackend{u: u, log: log, resp: resp, body: bodyOf(resp), in: stdio.NewFrames(), exited: make(chan struct{})}
 	b.rd = framing.NewSSEReader(b.body, max(u.MaxBodySize, 0))
 	if err := b.awaitEndpoint(); err != nil {
 		b.Stop()
@@ -143,11 +142,9 @@ type sseBackend struct {
 	rd       *framing.SSEReader
 	endpoint string
 
-	in  *io.PipeReader
-	inW *io.PipeWriter
-	wmu sync.Mutex // serialises writes to inW: the server's lines, and the proxy's answers
+	in *stdio.Frames // the server's messages, and the proxy's answers, toward the session
 
-	lines lineSplitter // only Write uses it
+	lines framing.LineSplitter // only Write uses it
 
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called: the stream's end is no news
@@ -216,7 +213,7 @@ func (b *sseBackend) pump() {
 		if len(ev.Type) != 0 && string(ev.Type) != "message" || !ev.HasData {
 			continue
 		}
-		if err = b.line(eventLine(ev.Data)); err != nil {
+		if err = b.in.Put(eventLine(ev.Data)); err != nil {
 			break
 		}
 	}
@@ -231,7 +228,7 @@ func (b *sseBackend) pump() {
 		b.log.Warn("the upstream's event stream broke", zap.Error(err))
 	}
 	b.body.CloseWithError(err)
-	b.inW.CloseWithError(err)
+	b.in.CloseWrite()
 }
 
 // tooLarge handles an event over the size limit, which the reader skipped:
@@ -245,53 +242,18 @@ func (b *sseBackend) tooLarge(tl *framing.EventTooLargeError) error {
 		return nil
 	}
 	why := fmt.Sprintf("Internal error: the server's response was dropped: an event over the size limit of %d bytes (limits.max_frame_size)", limit)
-	return b.line(append(proxy.ErrorReply(id, framing.CodeInternalError, why), '\n'))
-}
-
-// line hands one line, newline included, to the session, as if the server
-// had written it.
-func (b *sseBackend) line(l []byte) error {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	_, err := b.inW.Write(l)
-	return err
+	return b.in.Put(proxy.ErrorReply(id, framing.CodeInternalError, why))
 }
 
 // Write POSTs each line it is given to the endpoint, in order. A request
 // the upstream does not take is answered with an error, so that its client
 // is not left waiting.
 func (b *sseBackend) Write(p []byte) (int, error) {
-	b.lines.split(p, func(line []byte) bool {
+	b.lines.Split(p, func(line []byte) bool {
 		b.post(line)
 		return true
 	})
 	return len(p), nil
-}
-
-// lineSplitter cuts what a session writes into lines: a write may hold
-// several, or part of one.
-type lineSplitter struct{ partial []byte }
-
-// split hands each whole line of p that is not blank to send (the line is
-// valid only during the call), until send reports false, and keeps the
-// start of a line that p does not end.
-func (l *lineSplitter) split(p []byte, send func(line []byte) bool) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			l.partial = append(l.partial, p...)
-			return
-		}
-		line := p[:i]
-		if len(l.partial) > 0 {
-			line = append(l.partial, line...)
-			l.partial = l.partial[:0]
-		}
-		p = p[i+1:]
-		if len(bytes.TrimSpace(line)) > 0 && !send(line) {
-			return
-		}
-	}
 }
 
 // Close ends the session: the client's side has ended.
@@ -321,7 +283,7 @@ func (b *sseBackend) post(msg []byte) {
 		readHead(resp)
 		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
 		if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
-			b.line(append(unauthorized(f.Msgs[0].ID, challenge), '\n'))
+			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
 		}
 		return
 	case resp.StatusCode() >= 300:
@@ -334,13 +296,13 @@ func (b *sseBackend) post(msg []byte) {
 	}
 	b.log.Warn("posting to the upstream failed", zap.String("why", why))
 	if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
-		b.line(append(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why), '\n'))
+		b.in.Put(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why))
 	}
 }
 
-// eventLine returns an event's data as one line, newline included: compact
-// JSON, or, if it is not JSON, with its line breaks made spaces (the
-// session answers it as the parse error it is).
+// eventLine returns an event's data as one line, without a newline:
+// compact JSON, or, if it is not JSON, with its line breaks made spaces
+// (the session answers it as the parse error it is).
 func eventLine(data []byte) []byte {
 	line, err := oneLine(data)
 	if err != nil {
@@ -351,5 +313,5 @@ func eventLine(data []byte) []byte {
 			return r
 		}, data)
 	}
-	return append(line, '\n')
+	return line
 }

@@ -58,8 +58,7 @@ type StreamableUpstream struct {
 
 // Dial returns a session's backend; nothing is sent until its first line.
 func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
-	r, w := io.Pipe()
-	return &streamBackend{u: u, log: log, in: r, inW: w, exited: make(chan struct{}), stop: make(chan struct{}),
+	return &streamBackend{u: u, log: log, in: stdio.NewFrames(), exited: make(chan struct{}), stop: make(chan struct{}),
 		prev: posted{written: closedChan(), answered: closedChan()}}, nil
 }
 
@@ -93,12 +92,10 @@ func closedChan() chan struct{} {
 type streamBackend struct {
 	u   *StreamableUpstream
 	log *zap.Logger
-	in  *io.PipeReader
-	inW *io.PipeWriter
-	wmu sync.Mutex // serialises lines toward the session
+	in  *stdio.Frames // the server's messages, and the proxy's answers, toward the session
 
-	lines lineSplitter  // only Write uses it
-	prev  posted // the previous POST's progress; Write's
+	lines framing.LineSplitter // only Write uses it
+	prev  posted               // the previous POST's progress; Write's
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -144,7 +141,7 @@ func (b *streamBackend) Stop() {
 				}
 			}
 			b.running.Wait()
-			b.inW.Close()
+			b.in.CloseWrite()
 			close(b.exited)
 		}()
 	})
@@ -152,7 +149,7 @@ func (b *streamBackend) Stop() {
 
 // Write POSTs each line, in order (see postHeadStart).
 func (b *streamBackend) Write(p []byte) (int, error) {
-	b.lines.split(p, func(line []byte) bool {
+	b.lines.Split(p, func(line []byte) bool {
 		select {
 		case <-b.prev.written:
 		case <-b.stop:
@@ -230,7 +227,7 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 		readHead(resp)
 		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
 		if isRequest {
-			b.line(append(unauthorized(f.Msgs[0].ID, challenge), '\n'))
+			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
 		}
 		return
 	case resp.StatusCode() >= 300:
@@ -262,7 +259,7 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 	}
 	b.log.Warn("posting to the upstream failed", zap.String("why", why))
 	if isRequest {
-		b.line(append(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why), '\n'))
+		b.in.Put(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why))
 	}
 }
 
@@ -346,7 +343,7 @@ func (b *streamBackend) unanswered(id framing.ID, err error) {
 		why = "the upstream ended the request's stream without answering it"
 	}
 	b.log.Warn("a request's stream ended without its answer", zap.String("why", why))
-	b.line(append(proxy.ErrorReply(id, proxy.CodeServerGone, why), '\n'))
+	b.in.Put(proxy.ErrorReply(id, proxy.CodeServerGone, why))
 }
 
 // answers reports whether data is the answer to the request id: a scan of
@@ -379,7 +376,7 @@ func (b *streamBackend) answer(data []byte, initialize bool) {
 			go b.listen()
 		}
 	}
-	b.line(eventLine(data))
+	b.in.Put(eventLine(data))
 }
 
 // listen reads the session's GET stream, if the upstream offers one.
@@ -396,12 +393,6 @@ func (b *streamBackend) listen() {
 	default:
 		b.relay(resp, false, nil)
 	}
-}
-
-func (b *streamBackend) line(l []byte) {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	b.inW.Write(l)
 }
 
 func (b *streamBackend) track(body fasthttp.ReadCloserWithError, id *framing.ID) bool {

@@ -181,14 +181,18 @@ func (s *Session) Run(client, server Conn) error {
 	return err
 }
 
-// relay reads frames from one peer until its input ends.
+// relay reads frames from one peer until its input ends: a Frames as it
+// comes, other input through a framing.Reader.
 func (s *Session) relay(from *side, in io.Reader) {
-	rd := framing.NewReader(in, s.opts.MaxFrameSize)
+	rd, ok := in.(frameSource)
+	if !ok {
+		rd = bytesSource{framing.NewReader(in, s.opts.MaxFrameSize)}
+	}
 	var f framing.Frame
 	last := 0 // the last frame's size: big frames tend to follow big frames
 	for {
 		b := getBufFor(last + 1)
-		frame, err := rd.Read(b.b)
+		frame, err := rd.Next(b.b)
 		b.b, last = frame, len(frame)
 		var tl *framing.FrameTooLargeError
 		switch {
