@@ -109,15 +109,36 @@ func (ft *fakeTransport) next() action {
 	}
 }
 
-// none checks that the governor asked nothing; what it would ask comes on
-// the work goroutine, so the check is bounded, not proof.
+// none checks that the governor asked nothing: once its work goroutine has
+// run everything posted so far (an idle signal, not a window), no action
+// may be waiting.
 func (ft *fakeTransport) none() {
 	ft.t.Helper()
 	select {
+	case <-ft.gov.(*governor).work.barrier():
+	case <-time.After(10 * time.Second):
+		ft.t.Fatal("the governor's work goroutine never got through its queue")
+	}
+	select {
 	case a := <-ft.acts:
 		ft.t.Fatalf("unexpected action %s", a.kind)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
+}
+
+// barrier returns a channel closed once everything posted to q before it
+// has run (at once if q is closed: nothing more runs).
+func (q *workQueue) barrier() <-chan struct{} {
+	done := make(chan struct{})
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		close(done)
+		return done
+	}
+	q.post(func() { close(done) })
+	return done
 }
 
 func call(id int, tool string, extra string) string {

@@ -105,9 +105,9 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &childSession{lineSession: startLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
+	c := &childSession{lineSession: newLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
 		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}, retiring: &cs.retiring}
-	go c.route()
+	c.start(c.route, nil)
 	return c, nil
 }
 

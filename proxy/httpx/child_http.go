@@ -182,14 +182,14 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	}
 	c.owner = peer
 	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
-		go c.stop(proxy.SourceSessionEnd, "too many sessions")
+		s.bg.Go(func() { c.stop(proxy.SourceSessionEnd, "too many sessions") })
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	// Forget the session once its child is gone.
-	go func() {
+	s.bg.Go(func() {
 		<-c.back.Exited()
 		cs.sessions.removeIf(c.id, c)
-	}()
+	})
 	return c, 0, ""
 }
 

@@ -47,13 +47,13 @@ func (s *Sidecar) askFleet(sessionID string, strays [][]byte) {
 	}
 	key := sessionKey(sessionID)
 	for _, c := range strays {
-		go func() {
+		s.bg.Go(func() {
 			if s.Fleet.AskCancel(key, c) {
 				s.log.Info("cancel handed to the replica that holds its request")
 			} else {
 				s.log.Debug("cancel dropped: no replica holds its request")
 			}
-		}()
+		})
 	}
 }
 

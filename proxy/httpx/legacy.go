@@ -147,11 +147,11 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
-	ls := &legacySession{lineSession: startLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
+	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
 	st.onAbort = func() { ls.in.CloseWrite() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {
-		ls.in.CloseWrite()
+		back.Stop() // never started
 		return nil, err
 	}
 	uninitialized := s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
@@ -161,12 +161,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 			st.end()
 		}
 	})
-	go func() { // forget the session once it has ended
-		<-ls.done
-		uninitialized.Stop()
-		l.sessions.removeIf(ls.id, ls)
-	}()
-	go func() { // the session's lines to the client, as message events
+	ls.start(func() { // the session's lines to the client, as message events
 		var f framing.Frame
 		for {
 			line, err := ls.out.Next(nil)
@@ -177,7 +172,10 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse
 			st.send(framing.AppendSSEMessage(nil, "", line), answer)
 		}
-	}()
+	}, func() { // forget the session once it has ended
+		uninitialized.Stop()
+		l.sessions.removeIf(ls.id, ls)
+	})
 	return ls, nil
 }
 

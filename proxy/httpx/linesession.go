@@ -28,25 +28,43 @@ type lineSession struct {
 	out   *stdio.Frames // what the session sends the client
 	log   *zap.Logger
 	done  chan struct{} // closed once the session has ended
+	// cancelling owns stop's CancelAll; the session's end waits for it.
+	cancelling goGroup
 	// grace bounds the waits of stop for a server that does not read.
 	grace time.Duration
 }
 
-// startLineSession runs a session between a front and back; grace is the
-// server's term_after, or zero for the default.
-func startLineSession(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) *lineSession {
+// newLineSession makes a session between a front and back, to start;
+// grace is the server's term_after, or zero for the default.
+func newLineSession(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) *lineSession {
 	sopts.Logger = log
 	sopts.OnClientClosed = func() { go back.Stop() }
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
-	ls := &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: stdio.NewFrames(),
+	return &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: stdio.NewFrames(),
 		out: stdio.NewFrames(), log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+}
+
+// start runs the session, and route beside it: route reads what the
+// session sends the client (out) until it ends, which it does once the
+// session has. Then onEnd, if not nil, runs, and done is closed: the
+// session's goroutines have all ended.
+func (ls *lineSession) start(route, onEnd func()) {
 	go func() {
 		defer close(ls.done)
-		ls.sess.Run(stdio.Conn{In: ls.in, Out: stdio.WriteEnd{Frames: ls.out}}, back.Conn())
+		routed := make(chan struct{})
+		go func() {
+			defer close(routed)
+			route()
+		}()
+		ls.sess.Run(stdio.Conn{In: ls.in, Out: stdio.WriteEnd{Frames: ls.out}}, ls.back.Conn())
 		<-ls.sess.ReaderDone() // in is ours: closing it ended the reader
-		back.Stop()
+		ls.back.Stop()
+		<-routed // out ended with Run
+		ls.cancelling.wait(ls.grace)
+		if onEnd != nil {
+			onEnd()
+		}
 	}()
-	return ls
 }
 
 // stats returns the session's counters.
@@ -69,7 +87,7 @@ func (ls *lineSession) send(line []byte) error { return ls.in.Put(line) }
 // whatever the server does.
 func (ls *lineSession) stop(source proxy.Source, reason string) {
 	done := make(chan struct{})
-	go func() { ls.sess.CancelAll(source, reason); close(done) }()
+	ls.cancelling.Go(func() { ls.sess.CancelAll(source, reason); close(done) })
 	grace := time.NewTimer(ls.grace)
 	defer grace.Stop()
 	select {

@@ -1,6 +1,9 @@
 package httpx
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // goGroup starts goroutines and waits for them: the owner of the ones a
 // front starts for work that outlives the request that caused it (a
@@ -29,17 +32,42 @@ func (g *goGroup) done() {
 	}
 }
 
-// Wait returns once no goroutine of the group's is running.
-func (g *goGroup) Wait() {
+// Go runs f on a goroutine of the group's.
+func (g *goGroup) Go(f func()) {
+	g.add()
+	go func() {
+		defer g.done()
+		f()
+	}()
+}
+
+// wait returns once no goroutine of the group's is running, and reports
+// true; or, if some still are after d (each is bounded by the upstream's
+// answer, which a hung upstream never gives), false, and how many.
+func (g *goGroup) wait(d time.Duration) (bool, int) {
 	g.mu.Lock()
 	if g.n == 0 {
 		g.mu.Unlock()
-		return
+		return true, 0
 	}
 	if g.idle == nil {
 		g.idle = make(chan struct{})
 	}
 	idle := g.idle
 	g.mu.Unlock()
-	<-idle
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-idle:
+		return true, 0
+	case <-timer.C:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.n == 0, g.n
+	}
 }
+
+// ownedWait bounds how long a DELETE waits for its session's cancels to
+// reach the upstream, and a shutdown for the cancels, then for the rest
+// the sidecar started. A variable for the tests.
+var ownedWait = 5 * time.Second

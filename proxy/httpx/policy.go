@@ -56,7 +56,7 @@ func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 
 // SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
 // is POSTed in the session, and its answer given to the tracker.
-func (sess *session) SendOwn(frame []byte) { go sess.sc.postOwn(sess, frame) }
+func (sess *session) SendOwn(frame []byte) { sess.sc.bg.Go(func() { sess.sc.postOwn(sess, frame) }) }
 
 // postOwn POSTs a request of the proxy's own upstream and puts the answer
 // (JSON or an event stream) to the session's tracker.

@@ -222,7 +222,7 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *strea
 		err  error
 	}
 	got := make(chan answer, 1)
-	go func() {
+	s.bg.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
 		err := s.client.Do(req, resp)
@@ -231,14 +231,14 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *strea
 			resp = nil
 		}
 		got <- answer{resp, err}
-	}()
+	})
 	select {
 	case a := <-got:
 		return a.resp, a.err
 	case <-st.watched():
 	case <-st.quit:
 	}
-	go func() { // the answer comes to nobody
+	s.bg.Go(func() { // the answer comes to nobody
 		a := <-got
 		if a.resp == nil {
 			return
@@ -249,7 +249,7 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *strea
 		}
 		a.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(a.resp)
-	}()
+	})
 	return nil, errGaveUp
 }
 
@@ -394,20 +394,20 @@ func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, err
 		err  error
 	}
 	got := make(chan answer, 1)
-	go func() {
+	s.bg.Go(func() {
 		body, err := read()
 		got <- answer{body, err}
-	}()
+	})
 	select {
 	case a := <-got:
 		return a.body, a.err
 	case <-st.quit:
-		go func() {
+		s.bg.Go(func() {
 			var f framing.Frame
 			if a := <-got; a.err == nil && f.Parse(a.body) == nil {
 				s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}) // a late answer: suppressed, and seen
 			}
-		}()
+		})
 		return nil, errGaveUp
 	}
 }
@@ -491,7 +491,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 // (source session_end), ends their streams and its governance.
 func (s *Sidecar) endSession(sess *session) {
 	sess.core.CancelAll(proxy.SourceSessionEnd, "session deleted", nil)
-	sess.notifying.Wait() // before the upstream ends the session
+	sess.notifying.wait(ownedWait) // before the upstream ends the session
 	sess.endAll()
 	sess.closeGovernor()
 }
@@ -582,7 +582,7 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls [
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
 	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
-	go func() {
+	s.notifying.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
 		if err := s.client.Do(req, resp); err != nil {
@@ -593,7 +593,7 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls [
 			}
 			readHead(resp)
 		}
-	}()
+	})
 }
 
 // notified reports a cancel's notification answered by the upstream, start

@@ -149,16 +149,18 @@ type Sidecar struct {
 
 	once    sync.Once
 	cleanup sync.Once
-	// notifying owns the goroutines that tell the upstream of cancels;
-	// Cleanup waits for them.
-	notifying goGroup
-	initErr   error
-	detected  detection
-	modern    modernity
-	client    *fasthttp.Client
-	upstream  *url.URL
-	sessions  sessionTable[*session] // the sessions relayed upstream
-	sweeper   sweeper
+	// notifying owns the goroutines that tell the upstream of cancels, bg
+	// the other ones that outlive the request that started them (the
+	// proxy's own requests, answers read for nobody, the fleet's asks);
+	// Cleanup waits for both.
+	notifying, bg goGroup
+	initErr       error
+	detected      detection
+	modern        modernity
+	client        *fasthttp.Client
+	upstream      *url.URL
+	sessions      sessionTable[*session] // the sessions relayed upstream
+	sweeper       sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
 	log       *zap.Logger
@@ -268,13 +270,13 @@ func (s *Sidecar) Cleanup(reason string) {
 			s.stopFleet()
 		}
 		s.CancelAll(reason)
-		s.notifying.Wait()
 		if s.Legacy != nil {
 			s.Legacy.stopAll(reason)
 		}
 		if s.Children != nil {
 			s.Children.stopAll(reason)
 		}
+		s.waitOwned(&s.bg, "requests to the upstream not yet answered")
 	})
 }
 
@@ -438,15 +440,27 @@ func (s *Sidecar) CancelAll(reason string) {
 	if s.init() != nil {
 		return
 	}
-	for _, sess := range s.sessions.all() {
+	sessions := s.sessions.all()
+	for _, sess := range sessions {
 		// The client hears why, as the wrapper's does: -32000 on the
 		// request's stream, not a stream that just ends; before the
 		// upstream, once notified, may end the stream.
 		sess.core.CancelAll(proxy.SourceShutdown, reason, func(id framing.ID) []byte {
 			return sess.t.ErrorReply(id, proxy.CodeServerGone, reason)
 		})
-		sess.notifying.Wait()
+	}
+	s.waitOwned(&s.notifying, "cancels not yet answered by the upstream")
+	for _, sess := range sessions {
 		sess.endAll()
+	}
+}
+
+// waitOwned waits, up to ownedWait, for the goroutines of g, and says so if
+// some are left (what each waits for is the upstream's, which a hung
+// upstream never gives).
+func (s *Sidecar) waitOwned(g *goGroup, what string) {
+	if ok, left := g.wait(ownedWait); !ok {
+		s.log.Warn("shutting down with "+what, zap.Int("requests", left), zap.Duration("waited", ownedWait))
 	}
 }
 

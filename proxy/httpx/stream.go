@@ -226,7 +226,7 @@ func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response
 	r.stopWatch = watchCloseAfter(conn, soon, func() { s.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
-		go r.pump()
+		s.bg.Go(r.pump)
 	} else if out, ok := conn.(*heldConn); ok {
 		// A lingering stream's events come through a channel, which its
 		// reader may wait on: those are written at once.

@@ -1,0 +1,100 @@
+package httpx
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// serveOn serves h on a loopback port until the test ends, and returns
+// its MCP URL.
+func serveOn(t *testing.T, h fasthttp.RequestHandler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	return "http://" + ln.Addr().String() + "/mcp"
+}
+
+// TestShutdownWithAHungUpstream: a shutdown tells the upstream of every
+// request in flight, but an upstream that never answers that cancel holds
+// the shutdown up no longer than ownedWait, and the log says what was
+// left; the client has the proxy's -32000 all the same.
+func TestShutdownWithAHungUpstream(t *testing.T) {
+	defer func(d time.Duration) { ownedWait = d }(ownedWait)
+	ownedWait = 100 * time.Millisecond
+	release, cancelled := make(chan struct{}), make(chan struct{}, 1)
+	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
+		body := ctx.PostBody()
+		switch {
+		case bytes.Contains(body, []byte(`"initialize"`)):
+			ctx.Response.Header.Set(sessionHeader, "s-1")
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+		case bytes.Contains(body, []byte(`notifications/cancelled`)):
+			cancelled <- struct{}{}
+			<-release // hung: the cancel is never answered
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+		default: // the call: an event stream that stays open
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) { w.WriteString(": open\n\n"); w.Flush(); <-release })
+		}
+	})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before the upstream's Shutdown, which waits for its handlers
+	core, logs := observer.New(zap.WarnLevel)
+	sc := &Sidecar{Upstream: up, UpstreamTransport: TransportStreamable, Logger: zap.New(core)}
+	h, err := sc.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := serveOn(t, h)
+	client := &fasthttp.Client{StreamResponseBody: true}
+	post := func(body string) *fasthttp.Response {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		req.SetRequestURI(front)
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(sessionHeader, "s-1")
+		req.SetBodyString(body)
+		if err := client.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+	call := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`)
+	defer fasthttp.ReleaseResponse(call)
+
+	done := make(chan struct{})
+	go func() { defer close(done); sc.Cleanup("the proxy is shutting down") }()
+	<-cancelled
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Cleanup still waits for a cancel the upstream never answers")
+	}
+	got := readBody(call, 1<<20)
+	if !bytes.Contains(got, []byte(`"id":1`)) || !bytes.Contains(got, []byte(`-32000`)) {
+		t.Errorf("the call's stream: %q, want the proxy's -32000", got)
+	}
+	if logs.FilterMessageSnippet("shutting down with cancels not yet answered").Len() != 1 {
+		t.Errorf("no warning of the unanswered cancel: %v", logs.All())
+	}
+	free()
+	if ok, left := sc.notifying.wait(10 * time.Second); !ok {
+		t.Errorf("%d notifications still running after the upstream answered", left)
+	}
+}
