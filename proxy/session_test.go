@@ -141,3 +141,28 @@ func TestSessionCancelOnTheClientsBehalf(t *testing.T) {
 		t.Errorf("%d requests still in flight", in)
 	}
 }
+
+// TestProxyCancelsAreTheProxys: a cancel the proxy makes on the client's
+// behalf (a deadline, a departed client) is an event from the proxy, as its
+// log line says; the client's own is the client's.
+func TestProxyCancelsAreTheProxys(t *testing.T) {
+	var from []string
+	rec := &recordingCarrier{}
+	s := NewSession(SessionOptions{Carrier: rec, Tracker: TrackerOptions{OnEvent: func(ev Event) {
+		if ev.Action == ActCancelAccepted {
+			from = append(from, ev.From)
+		}
+	}}})
+	c1, _ := request(t, s, 1), request(t, s, 2)
+	s.Expire(c1, "deadline of 1s passed", nil)
+	var f framing.Frame
+	if err := f.Parse([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.Lock()
+	s.Decide(Client, &f.Msgs[0], TraceContext{})
+	s.Unlock()
+	if got := strings.Join(from, " "); got != "proxy client" {
+		t.Errorf("cancels accepted from %q, want the deadline's from the proxy, then the client's", got)
+	}
+}

@@ -577,6 +577,9 @@ func (t *Tracker) noteCancel(from Peer, dir Direction, k framing.Kind, c *call, 
 		}
 		ce.Write(fields...)
 	}
+	if from == Client && source != SourceClient {
+		from = Peer(2) // the proxy's own cancel, on the client's behalf: no message of a peer's
+	}
 	t.emit(from, ActCancelAccepted, k, c.method, c.id, why)
 }
 

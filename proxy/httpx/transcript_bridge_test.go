@@ -38,6 +38,7 @@ func TestTranscriptsThroughTheBridge(t *testing.T) {
 					moved: make(chan struct{}, 1), bridged: true}
 				r.client.init()
 				r.server.init()
+				r.engine(&tr)
 				r.bridge(up)
 				r.initialize()
 				for _, st := range tr.Steps {
@@ -71,7 +72,11 @@ func (r *replay) bridge(upstream string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	sess := stdio.NewSession(stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t)})
+	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t)}
+	if r.policy != nil {
+		opts.Governor = r.policy.Governor("s1")
+	}
+	sess := stdio.NewSession(opts)
 	cIn, toBridge := io.Pipe()
 	fromBridge, cOut := io.Pipe()
 	ran := make(chan error, 1)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -53,6 +54,7 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 						moved: make(chan struct{}, 1), legacy: front == "legacy"}
 					r.client.init()
 					r.server.init()
+					r.engine(&tr)
 					r.serve(r.sidecar(up))
 					r.initialize()
 					for _, st := range tr.Steps {
@@ -70,6 +72,10 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 	opts := stdio.Options{OnEvent: r.onEvent}
 	sc := &httpx.Sidecar{}
+	if r.policy != nil {
+		opts.Governor = r.policy.Governor("s1")
+		sc.Governor = r.policy.Governor
+	}
 	var cs *httpx.Children
 	switch upstream {
 	case "streamable":
@@ -129,6 +135,20 @@ type replay struct {
 	postOf   map[string][]string // request id -> the POSTs that carried it
 	readers  sync.WaitGroup
 	ends     []func() // what stops the servers, before the sidecar stops
+	policy   *policy.Engine // the transcript's, if it has one
+}
+
+// engine starts the transcript's policy, if it has one, on the replay's
+// clock; it is shut down once the replay has ended.
+func (r *replay) engine(tr *transcript.Transcript) {
+	e, err := tr.Engine(r.clk)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if e != nil {
+		r.t.Cleanup(e.Shutdown) // registered first: runs last
+		r.policy = e
+	}
 }
 
 // atEnd has f run when the replay ends, before the sidecar stops; the
@@ -151,6 +171,9 @@ func (r *replay) step(st transcript.Step) {
 	case "c>":
 		r.injected += count(st.Arg)
 		r.post(st.Arg)
+	case "c~":
+		r.injected += count(st.Arg)
+		r.postHeld(st.Arg)
 	case "s>":
 		r.injected += count(st.Arg)
 		r.send(st.Arg)
@@ -167,6 +190,9 @@ func (r *replay) step(st transcript.Step) {
 		if err := transcript.CheckStats(r.stats(), st.Arg); err != nil {
 			r.t.Fatalf("steps line %d: %v", st.Line, err)
 		}
+	case "clock":
+		d, _ := st.Moved()
+		r.clk.Advance(d)
 	}
 }
 
@@ -307,7 +333,52 @@ func (r *replay) post(frame string) {
 	r.readAll(where, r.do(http.MethodPost, r.url, frame))
 }
 
+// postHeld POSTs frame, a request the proxy holds (its POST is answered
+// once it is dispatched or withdrawn), and returns once the proxy has
+// decided it; what answers it is read as it comes.
+func (r *replay) postHeld(frame string) {
+	r.t.Helper()
+	if r.legacy || r.bridged { // lines: nothing waits
+		r.post(frame)
+		return
+	}
+	r.posts++
+	where := fmt.Sprintf("POST %d", r.posts)
+	if id, isResponse, ok := framing.PeekID([]byte(frame)); ok && !isResponse {
+		r.postOf[id.String()] = append(r.postOf[id.String()], where)
+	}
+	req := r.request(http.MethodPost, r.url, frame)
+	r.readers.Add(1)
+	go func() {
+		defer r.readers.Done()
+		resp, err := testClient.Do(req)
+		if err != nil {
+			r.t.Errorf("POST %s: %v", frame, err)
+			return
+		}
+		r.readAll(where, resp)
+	}()
+	deadline := time.After(10 * time.Second)
+	for r.decided.Load() < r.injected {
+		select {
+		case <-r.moved:
+		case <-deadline:
+			r.t.Fatalf("POST %s: not decided in 10s", frame)
+		}
+	}
+}
+
 func (r *replay) do(method, url, body string) *http.Response {
+	r.t.Helper()
+	resp, err := testClient.Do(r.request(method, url, body))
+	if err != nil {
+		r.t.Fatalf("%s: %v", method, err)
+	}
+	return resp
+}
+
+// request is a request of the client's.
+func (r *replay) request(method, url, body string) *http.Request {
 	r.t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -321,11 +392,7 @@ func (r *replay) do(method, url, body string) *http.Response {
 	if r.session != "" {
 		req.Header.Set("Mcp-Session-Id", r.session)
 	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		r.t.Fatalf("%s: %v", method, err)
-	}
-	return resp
+	return req
 }
 
 // readAll puts what a response carries to the client's inbox: each

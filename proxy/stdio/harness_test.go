@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -24,6 +25,7 @@ type harness struct {
 	fromProxyS   *lineReader    // what the proxy sends the server
 	done         chan error
 	clientClosed chan struct{}
+	clk          *clock.Fake // the transcripts' clock, which their policy runs on
 }
 
 type lineReader struct {

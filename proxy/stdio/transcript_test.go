@@ -2,7 +2,9 @@ package stdio_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -17,7 +19,18 @@ func TestTranscripts(t *testing.T) {
 	}
 	for _, tr := range all {
 		t.Run(tr.Name, func(t *testing.T) {
-			h := newHarness(t, stdio.Options{})
+			clk := clock.NewFake(time.Unix(0, 0))
+			var opts stdio.Options
+			e, err := tr.Engine(clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e != nil {
+				t.Cleanup(e.Shutdown) // after the harness's end
+				opts.Governor = e.Governor("s1")
+			}
+			h := newHarness(t, opts)
+			h.clk = clk
 			for _, st := range tr.Steps {
 				if err := h.step(st); err != nil {
 					t.Fatalf("%s, steps line %d: %v", tr.Name, st.Line, err)
@@ -31,7 +44,7 @@ func TestTranscripts(t *testing.T) {
 func (h *harness) step(st transcript.Step) error {
 	h.t.Helper()
 	switch st.Op {
-	case "c>":
+	case "c>", "c~":
 		h.client(st.Arg)
 	case "s>":
 		h.server(st.Arg)
@@ -43,6 +56,9 @@ func (h *harness) step(st transcript.Step) error {
 		h.sync()
 	case "stats":
 		return transcript.CheckStats(h.sess.Stats(), st.Arg)
+	case "clock":
+		d, _ := st.Moved()
+		h.clk.Advance(d)
 	}
 	return nil
 }

@@ -6,6 +6,9 @@
 // and a file "steps" with one step a line:
 //
 //	c> FRAME   the client sends FRAME
+//	c~ FRAME   the client sends FRAME, a request the proxy holds (its
+//	           rule's max_concurrent): over HTTP its POST is answered
+//	           only once it is dispatched or withdrawn, so the steps go on
 //	s> FRAME   the server sends FRAME
 //	s< FRAME   the server receives FRAME (compared as JSON)
 //	c< FRAME   the client receives FRAME
@@ -15,6 +18,12 @@
 //	           cancels_forwarded, cancels_dropped, withdrawn,
 //	           responses_suppressed, progress_suppressed, dropped,
 //	           proxy_errors)
+//	clock +D   the fake clock every transport runs on moves by D (a Go
+//	           duration): deadlines and graces that end within it end
+//
+// A file "policy", if present, is the policy the session runs under, as
+// the configuration file's policy block holds it (YAML, without the
+// "policy:" key); without it there is none.
 //
 // A file "not-on", if present, names (one a line) the transports the
 // transcript does not hold on, as the HTTP replay names them
@@ -34,10 +43,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/tools/txtar"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 //go:embed testdata/*.txtar
@@ -45,7 +58,7 @@ var files embed.FS
 
 // Step is one line of a transcript.
 type Step struct {
-	Op   string // c>, s>, c<, s<, sync or stats
+	Op   string // c>, c~, s>, c<, s<, sync, stats or clock
 	Arg  string
 	Line int // in the steps file, from 1
 }
@@ -56,7 +69,29 @@ type Transcript struct {
 	Comment string
 	Steps   []Step
 	NotOn   []string // the transports it does not hold on
+	Policy  string   // the policy file's YAML, if any
 }
+
+// Engine returns the policy engine a transport runs the transcript's
+// session under, on clk, or nil when the transcript has no policy; the
+// test shuts it down.
+func (tr *Transcript) Engine(clk clock.Clock) (*policy.Engine, error) {
+	if tr.Policy == "" {
+		return nil, nil
+	}
+	var indented strings.Builder
+	for line := range strings.Lines(tr.Policy) {
+		indented.WriteString("  " + line)
+	}
+	cfg, err := config.Parse(tr.Name+"/policy", strings.NewReader("policy:\n"+indented.String()))
+	if err != nil {
+		return nil, err
+	}
+	return policy.New(policy.Options{Policy: cfg.Policy, Audit: policy.Audit{Path: "off"}, Clock: clk})
+}
+
+// Moved returns how far a "clock" step moves the clock.
+func (st Step) Moved() (time.Duration, error) { return time.ParseDuration(strings.TrimPrefix(st.Arg, "+")) }
 
 // Applies reports whether the transcript holds on the transport named.
 func (tr *Transcript) Applies(transport string) bool { return !slices.Contains(tr.NotOn, transport) }
@@ -89,6 +124,10 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			tr.NotOn = strings.Fields(string(f.Data))
 			continue
 		}
+		if f.Name == "policy" {
+			tr.Policy = string(f.Data)
+			continue
+		}
 		if f.Name != "steps" {
 			continue
 		}
@@ -99,11 +138,15 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			}
 			op, arg, _ := strings.Cut(line, " ")
 			switch op {
-			case "c>", "s>", "c<", "s<", "sync", "stats":
+			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock":
 			default:
 				return tr, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 			}
-			tr.Steps = append(tr.Steps, Step{Op: op, Arg: arg, Line: n + 1})
+			st := Step{Op: op, Arg: arg, Line: n + 1}
+			if _, err := st.Moved(); op == "clock" && err != nil {
+				return tr, fmt.Errorf("%s, steps line %d: %v", name, n+1, err)
+			}
+			tr.Steps = append(tr.Steps, st)
 		}
 	}
 	if len(tr.Steps) == 0 {
