@@ -10,8 +10,9 @@ import (
 // The process's signals are read in one place, here: in the proxy's modes
 // (the wrapper, the sidecar, the bridge) SIGINT and SIGTERM end the context
 // the mode runs under (its cause names the signal), and SIGHUP asks for a
-// reload of the configuration. Each mode watches the context and the
-// reload channel; none calls signal.Notify. The subcommands keep the
+// reload of the configuration, and the wrapper and the bridge ignore
+// SIGPIPE. Each mode watches the context and the reload channel; none
+// calls signal.Notify. The subcommands keep the
 // signals' default actions (Ctrl-C ends `hooks list`).
 
 // stopSignal is the cause of a context a signal ended.
@@ -50,6 +51,12 @@ func signalContext(parent context.Context) (ctx context.Context, stop func()) {
 	}()
 	return ctx, func() { signal.Stop(sigs); close(done); cancel(context.Canceled) }
 }
+
+// ignoreSIGPIPE makes a write to a client that has gone fail with EPIPE
+// instead of killing the proxy (Go's default for stdout), so that the
+// wrapper and the bridge still shut down in order; for the process's life.
+// (Windows has no SIGPIPE: a write to a client that has gone fails there.)
+func ignoreSIGPIPE() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }
 
 // why says what ended ctx: the signal's name, or the context's error.
 func why(ctx context.Context) string {

@@ -5,7 +5,6 @@ package main
 import (
 	"io"
 	"os"
-	"os/signal"
 	"syscall"
 )
 
@@ -51,11 +50,4 @@ func pollable(f *os.File) *os.File {
 		return nil
 	}
 	return os.NewFile(f.Fd(), f.Name()) // a new File sees the mode and uses the poller
-}
-
-// ignoreSIGPIPE makes a write to a client that has gone fail with EPIPE
-// instead of killing the proxy (Go's default for stdout), so the proxy
-// still shuts the server down in order.
-func ignoreSIGPIPE() {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }

@@ -9,7 +9,3 @@ func clientStdout(stdout io.WriteCloser) io.WriteCloser { return stdout }
 
 // clientStdin returns stdin as it is.
 func clientStdin(stdin io.ReadCloser) io.ReadCloser { return stdin }
-
-// ignoreSIGPIPE does nothing: Windows has no SIGPIPE; a write to a client
-// that has gone fails with an error.
-func ignoreSIGPIPE() {}
