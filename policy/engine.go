@@ -24,6 +24,9 @@ type Metrics interface {
 	// kept in the local store because the queue could not be reached.
 	Forwarded(ok bool)
 	Waiting(delta int)
+	// HooksWaiting moves the count of hooks waiting for a turn
+	// (hooks.max_running are running).
+	HooksWaiting(delta int)
 	// CancelSettled says whether the upstream honoured a cancel: no answer
 	// came within the late window.
 	CancelSettled(honoured bool)
@@ -124,6 +127,7 @@ func New(o Options) (*Engine, error) {
 		return nil, err
 	}
 	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes, dial, dialTLS)
+	e.run.metrics = e.metrics
 	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil
@@ -248,6 +252,7 @@ func (noMetrics) Orphan()              {}
 func (noMetrics) Orphans(int)          {}
 func (noMetrics) Forwarded(bool)       {}
 func (noMetrics) Waiting(int)          {}
+func (noMetrics) HooksWaiting(int)     {}
 func (noMetrics) CancelSettled(bool)   {}
 func (noMetrics) AuditFailed()         {}
 func (noMetrics) StoreDamaged()        {}

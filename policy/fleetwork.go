@@ -93,9 +93,7 @@ func (e *Engine) attemptFor(d *fleet.Delivery, h *Hook, ev *HookEvent) (HookResu
 			}
 		}
 	}()
-	select {
-	case r.sem <- struct{}{}:
-	case <-r.ctx.Done():
+	if !r.turn() {
 		return res, false
 	}
 	start := time.Now()

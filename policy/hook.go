@@ -57,6 +57,8 @@ type runner struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	jobs   *durable
+	// metrics is told of hooks waiting for a turn (see turn).
+	metrics Metrics
 	// passEnv names the proxy's own variables an exec hook gets (see
 	// child.Environ).
 	passEnv []string
@@ -64,6 +66,32 @@ type runner struct {
 
 // dialer is a fasthttp dial function; nil is fasthttp's own.
 type dialer = func(addr string) (net.Conn, error)
+
+// turn waits for one of the hooks.max_running turns, counted as waiting
+// while none is free; false if the proxy stopped waiting first (shutdown).
+// The caller gives the turn back with <-r.sem.
+func (r *runner) turn() bool {
+	select {
+	case r.sem <- struct{}{}:
+		return r.ctx.Err() == nil || r.giveBack()
+	default:
+	}
+	r.metrics.HooksWaiting(1)
+	defer r.metrics.HooksWaiting(-1)
+	select {
+	case r.sem <- struct{}{}:
+		return r.ctx.Err() == nil || r.giveBack()
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// giveBack returns a turn taken as the proxy stopped waiting, and reports
+// false.
+func (r *runner) giveBack() bool {
+	<-r.sem
+	return false
+}
 
 func newRunner(max int, jobs *durable, passEnv []string, maxHeader int, dial, dialTLS dialer) *runner {
 	ctx, stop := context.WithCancel(context.Background())
@@ -74,7 +102,8 @@ func newRunner(max int, jobs *durable, passEnv []string, maxHeader int, dial, di
 		return &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true,
 			ReadBufferSize: cmp.Or(maxHeader, 64<<10), Dial: d} // the answer's headers' limit
 	}
-	r := &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv, client: client(dial)}
+	r := &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv, client: client(dial),
+		metrics: noMetrics{}}
 	r.tls = r.client
 	if dialTLS != nil {
 		r.tls = client(dialTLS)
@@ -133,12 +162,8 @@ func (r *runner) attempts(j *job, h *Hook, ev *HookEvent) HookResult {
 			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
 			break
 		}
-		select { // wait for a turn
-		case r.sem <- struct{}{}:
-		case <-r.ctx.Done():
+		if !r.turn() {
 			res.Error = "abandoned at shutdown: " + cmp.Or(res.Error, "never started")
-		}
-		if r.ctx.Err() != nil {
 			break
 		}
 		res.Attempts++

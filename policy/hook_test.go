@@ -231,7 +231,12 @@ func TestHooksRunAtMostMaxRunning(t *testing.T) {
 	p := Defaults()
 	p.Hooks.MaxRunning = 2
 	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}, Timeout: 20 * time.Second}}}
-	e, _ := hookEngine(t, p)
+	waits := &hookWaits{moved: make(chan int, 8)}
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Metrics: waits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
 	ft := newTransport(t, e)
 	for i := 1; i <= 3; i++ {
 		ft.client(call(i, "job", ""))
@@ -239,11 +244,35 @@ func TestHooksRunAtMostMaxRunning(t *testing.T) {
 	}
 	<-arrived
 	<-arrived
+	if n := <-waits.moved; n != 1 { // the third waits for a turn: it has not arrived, and will not
+		t.Fatalf("hooks waiting: %d, want 1", n)
+	}
 	select {
 	case <-arrived:
 		t.Fatal("a third hook ran while two were running")
-	case <-time.After(200 * time.Millisecond): // a bounded look for something that must not happen
+	default:
 	}
+	release <- struct{}{} // one ends: the third gets its turn
+	if n := <-waits.moved; n != 0 {
+		t.Fatalf("hooks waiting once a turn freed: %d, want 0", n)
+	}
+	<-arrived
+}
+
+// hookWaits reports each move of the hooks-waiting gauge, with its value.
+type hookWaits struct {
+	noMetrics
+	mu    sync.Mutex
+	n     int
+	moved chan int
+}
+
+func (w *hookWaits) HooksWaiting(delta int) {
+	w.mu.Lock()
+	w.n += delta
+	n := w.n
+	w.mu.Unlock()
+	w.moved <- n
 }
 
 // TestShutdownWaitsForHooksUpToItsBound: at shutdown a hook still running

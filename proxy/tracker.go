@@ -225,12 +225,12 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 		}
 		return Outcome{Verdict: Drop, Reply: t.refuseDuplicate(from, m)}
 	}
-	t.forwarded(from, m.Kind, m.Method, m.ID)
 	o := Outcome{Request: c}
 	if g := t.opts.Governor; g != nil && from == Client {
 		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
 	}
+	t.forwarded(from, m.Kind, m.Method, m.ID) // once admitted: its event says the decision is made, deadline and all
 	if c.aliased() || c.tokenAliased() {
 		t.log(from, zapcore.DebugLevel, "request id or progress token reused while a cancelled request may still use it; renamed upstream",
 			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),

@@ -315,7 +315,8 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 	metrics.Body.Close()
 	for _, want := range []string{`mcp_cancel_proxy_hooks_total{outcome="ok",phase="on_cancel"} 1`,
 		`mcp_cancel_proxy_hooks_total{outcome="ok",phase="on_late_result"} 1`, "mcp_cancel_proxy_deadlines_total 2",
-		`mcp_cancel_proxy_cancels_total{source="deadline"} 2`, "mcp_cancel_proxy_requests_waiting 0"} {
+		`mcp_cancel_proxy_cancels_total{source="deadline"} 2`, "mcp_cancel_proxy_requests_waiting 0",
+		"mcp_cancel_proxy_hooks_waiting 0"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -15,6 +15,7 @@ type Policy struct {
 	stored        prometheus.Gauge
 	forwarded     *prometheus.CounterVec
 	waiting       prometheus.Gauge
+	hooksWaiting  prometheus.Gauge
 	restarts      prometheus.Counter
 	settled       *prometheus.CounterVec
 	auditFailures prometheus.Counter
@@ -41,6 +42,8 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 			[]string{"outcome"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "requests_waiting",
 			Help: "Requests waiting in the proxy for a slot of their rule's max_concurrent."}),
+		hooksWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "hooks_waiting",
+			Help: "Compensating hooks waiting for a turn: hooks.max_running of them are running."}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "restarts_total",
 			Help: "Server restarts by escalate: restart."}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "cancels_settled_total",
@@ -55,7 +58,7 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
 			"server's stdin, or answered by an HTTP upstream.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.restarts, p.settled,
+	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.hooksWaiting, p.restarts, p.settled,
 		p.auditFailures, p.damaged, p.notify)
 	return p
 }
@@ -95,6 +98,9 @@ func (p *Policy) Forwarded(ok bool) {
 
 // Waiting moves the waiting gauge.
 func (p *Policy) Waiting(delta int) { p.waiting.Add(float64(delta)) }
+
+// HooksWaiting moves the gauge of hooks waiting for a turn.
+func (p *Policy) HooksWaiting(delta int) { p.hooksWaiting.Add(float64(delta)) }
 
 // CancelSettled counts a cancel as honoured or not.
 func (p *Policy) CancelSettled(honoured bool) {

@@ -158,6 +158,7 @@ func (w *waitMetrics) Forwarded(bool)       {}
 func (w *waitMetrics) CancelSettled(bool)   {}
 func (w *waitMetrics) AuditFailed()         {}
 func (w *waitMetrics) StoreDamaged()        {}
+func (w *waitMetrics) HooksWaiting(int)     {}
 func (w *waitMetrics) Waiting(delta int) {
 	if delta > 0 {
 		w.waiting <- struct{}{}

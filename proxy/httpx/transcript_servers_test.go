@@ -127,7 +127,6 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		io.WriteString(w, initAnswer)
 		return
 	}
-	u.r.server.put("POST", body)
 	var f framing.Frame
 	st := &upStream{out: make(chan []byte, 64)}
 	requests := 0
@@ -148,6 +147,8 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		u.mu.Unlock()
 	}
+	// Once its stream is known: a step that answers it may come at once.
+	u.r.server.put("POST", body)
 	if requests == 0 {
 		w.WriteHeader(http.StatusAccepted)
 		return

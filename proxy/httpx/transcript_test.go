@@ -134,7 +134,7 @@ type replay struct {
 	posts    int
 	postOf   map[string][]string // request id -> the POSTs that carried it
 	readers  sync.WaitGroup
-	ends     []func() // what stops the servers, before the sidecar stops
+	ends     []func()       // what stops the servers, before the sidecar stops
 	policy   *policy.Engine // the transcript's, if it has one
 }
 

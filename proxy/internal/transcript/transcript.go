@@ -91,7 +91,9 @@ func (tr *Transcript) Engine(clk clock.Clock) (*policy.Engine, error) {
 }
 
 // Moved returns how far a "clock" step moves the clock.
-func (st Step) Moved() (time.Duration, error) { return time.ParseDuration(strings.TrimPrefix(st.Arg, "+")) }
+func (st Step) Moved() (time.Duration, error) {
+	return time.ParseDuration(strings.TrimPrefix(st.Arg, "+"))
+}
 
 // Applies reports whether the transcript holds on the transport named.
 func (tr *Transcript) Applies(transport string) bool { return !slices.Contains(tr.NotOn, transport) }
