@@ -90,9 +90,38 @@ func (s *Session) Unlock() { s.mu.Unlock() }
 // context of the transport's own that brought it (an HTTP request's
 // headers), if any. A client's message is decided with the lock held,
 // and, when the outcome says Hold, the request is held with Hold before
-// the lock is released.
+// the lock is released. A client's cancel of a held request withdraws it
+// here (the Carrier's Withdrawn is told; Outcome.Withdrawn says so, and the
+// cancel is dropped), as do those of Outcome.More, which then holds only
+// the ones the server must be told of.
 func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Outcome {
-	return s.t.DecideIn(from, m, parent)
+	o := s.t.DecideIn(from, m, parent)
+	if from != Client || o.Cancelled == nil {
+		return o
+	}
+	if s.withdrawLocked(o.Cancelled) {
+		o.Withdrawn, o.Verdict = true, Drop
+	}
+	if len(o.More) > 0 {
+		more := o.More[:0]
+		for _, mc := range o.More {
+			if !s.withdrawLocked(mc.Call) {
+				more = append(more, mc)
+			}
+		}
+		o.More = more
+	}
+	return o
+}
+
+// withdrawLocked withdraws c if it is held, telling the Carrier, and
+// reports whether it was.
+func (s *Session) withdrawLocked(c *Call) bool {
+	held, ok := s.WithdrawHeld(c)
+	if ok {
+		s.carrier.Withdrawn(c, held, nil)
+	}
+	return ok
 }
 
 // Hold keeps a request the governor asked to hold (Outcome.Hold) until

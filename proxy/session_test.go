@@ -166,3 +166,33 @@ func TestProxyCancelsAreTheProxys(t *testing.T) {
 		t.Errorf("cancels accepted from %q, want the deadline's from the proxy, then the client's", got)
 	}
 }
+
+// TestSessionWithdrawsOnTheClientsCancel: a client's cancel of a held
+// request is decided in the Session: the request is withdrawn (the carrier
+// is told), the cancel dropped; a cancel of one that is not held passes.
+func TestSessionWithdrawsOnTheClientsCancel(t *testing.T) {
+	s, _, rec := sessionWith("2")
+	request(t, s, 1)
+	request(t, s, 2)
+	decide := func(id int) Outcome {
+		var f framing.Frame
+		if err := f.Parse(fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id)); err != nil {
+			t.Fatal(err)
+		}
+		s.Lock()
+		defer s.Unlock()
+		return s.Decide(Client, &f.Msgs[0], TraceContext{})
+	}
+	if o := decide(2); !o.Withdrawn || o.Verdict != Drop {
+		t.Errorf("cancel of the held request: %+v, want it withdrawn and the cancel dropped", o)
+	}
+	if o := decide(1); o.Withdrawn || o.Verdict != Forward || o.Cancelled == nil {
+		t.Errorf("cancel of the running request: %+v, want it forwarded", o)
+	}
+	if got := strings.Join(rec.did, "\n"); got != "withdrawn 2 frame2 reply=false" {
+		t.Errorf("the carrier did:\n%s", got)
+	}
+	if st := s.Tracker().Stats(); st.Withdrawn != 1 {
+		t.Errorf("withdrawn = %d, want 1", st.Withdrawn)
+	}
+}

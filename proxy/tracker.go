@@ -140,6 +140,10 @@ type Outcome struct {
 	// dispatches it; Timed says it has a deadline; WantsLate that its late
 	// answer is wanted (see Admission).
 	Hold, Timed, WantsLate bool
+	// Withdrawn says that Cancelled was still held (Session.Decide): it is
+	// withdrawn, and neither it nor the cancel reaches the server (the
+	// Verdict is Drop).
+	Withdrawn bool
 }
 
 // NewTracker returns a Tracker configured by opts.

@@ -98,17 +98,6 @@ func readBody(resp *fasthttp.Response, max int) []byte {
 	return body
 }
 
-// withdrawIfHeld withdraws a held request its client cancelled: it was
-// never sent, and neither is its cancel. It reports whether c was held.
-// The core's lock is held.
-func (sess *session) withdrawIfHeld(c *proxy.Call) bool {
-	held, ok := sess.core.WithdrawHeld(c)
-	if ok {
-		sess.Withdrawn(c, held, nil)
-	}
-	return ok
-}
-
 // closeGovernor ends the session's governance, once.
 func (sess *session) closeGovernor() {
 	gov := sess.core.Governor()

@@ -568,19 +568,17 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 			d.replies = append(d.replies, o.Reply)
 		}
 		for _, mc := range o.More { // the other requests in flight under the id the cancel names
-			if !sess.withdrawIfHeld(mc.Call) {
-				sess.cancelled(mc.Call, s.grace)
-				if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-					s.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
-				}
+			sess.cancelled(mc.Call, s.grace)
+			if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
+				s.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
 			}
 		}
+		if o.Withdrawn { // held, never sent, and neither is its cancel
+			d.same = false
+			d.withdrawn++
+			continue
+		}
 		if o.Cancelled != nil && from == proxy.Client {
-			if sess.withdrawIfHeld(o.Cancelled) {
-				d.same = false // never sent, and neither is its cancel
-				d.withdrawn++
-				continue
-			}
 			d.cancels = append(d.cancels, o.Cancelled)
 			sess.cancelled(o.Cancelled, s.grace)
 		}

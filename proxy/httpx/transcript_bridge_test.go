@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"io"
 	"testing"
-	"time"
 
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -23,30 +21,13 @@ import (
 // so the rules of the stdio relay hold (the shared-id transcript among
 // them).
 func TestTranscriptsThroughTheBridge(t *testing.T) {
-	all, err := transcript.All()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, up := range []string{"streamable", "sse"} {
-		for _, tr := range all {
-			t.Run("bridge-to-"+up+"/"+tr.Name, func(t *testing.T) {
-				if !tr.Applies("bridge-to-" + up) {
-					t.Skip("does not hold on this transport: see the transcript's comment")
-				}
-				watchdog(t, 30*time.Second)
-				r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{},
-					moved: make(chan struct{}, 1), bridged: true}
-				r.client.init()
-				r.server.init()
-				r.engine(&tr)
-				r.bridge(up)
-				r.initialize()
-				for _, st := range tr.Steps {
-					r.step(st)
-				}
-				r.sync()
-			})
-		}
+		transcript.ForEach(t, "bridge-to-"+up, func(t *testing.T, tr *transcript.Transcript) {
+			r := newReplay(t, tr)
+			r.bridged = true
+			r.bridge(up)
+			r.play(tr)
+		})
 	}
 }
 

@@ -38,33 +38,37 @@ import (
 // never moves, so a cancelled request's stream stays open for its late
 // answer.
 func TestTranscriptsOverHTTP(t *testing.T) {
-	all, err := transcript.All()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, front := range []string{"streamable", "legacy"} {
 		for _, up := range []string{"streamable", "stdio", "sse"} {
-			for _, tr := range all {
-				t.Run(front+"-to-"+up+"/"+tr.Name, func(t *testing.T) {
-					if !tr.Applies(front + "-to-" + up) {
-						t.Skip("does not hold on this transport: see the transcript's comment")
-					}
-					watchdog(t, 30*time.Second)
-					r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{},
-						moved: make(chan struct{}, 1), legacy: front == "legacy"}
-					r.client.init()
-					r.server.init()
-					r.engine(&tr)
-					r.serve(r.sidecar(up))
-					r.initialize()
-					for _, st := range tr.Steps {
-						r.step(st)
-					}
-					r.sync()
-				})
-			}
+			transcript.ForEach(t, front+"-to-"+up, func(t *testing.T, tr *transcript.Transcript) {
+				r := newReplay(t, tr)
+				r.legacy = front == "legacy"
+				r.serve(r.sidecar(up))
+				r.play(tr)
+			})
 		}
 	}
+}
+
+// newReplay starts a transcript's replay: its inboxes, its fake clock and
+// its policy, if it has one.
+func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
+	watchdog(t, 30*time.Second)
+	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1)}
+	r.client.init()
+	r.server.init()
+	r.engine(tr)
+	return r
+}
+
+// play opens the session, plays the transcript's steps, and checks that
+// nothing unexpected came.
+func (r *replay) play(tr *transcript.Transcript) {
+	r.initialize()
+	for _, st := range tr.Steps {
+		r.step(st)
+	}
+	r.sync()
 }
 
 // sidecar returns the sidecar for the replay's front in front of a

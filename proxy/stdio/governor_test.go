@@ -1,6 +1,7 @@
 package stdio_test
 
 import (
+	"slices"
 	"sync"
 	"testing"
 
@@ -71,4 +72,67 @@ func TestSessionHoldsRequestsForTheGovernor(t *testing.T) {
 	h.serverGetsExactly(`{"jsonrpc":"2.0","id":4,"method":"ping"}`) // answered only once received: else a race
 	h.server(`{"jsonrpc":"2.0","id":4,"result":{}}`)
 	h.clientGetsExactly(`{"jsonrpc":"2.0","id":4,"result":{}}`)
+}
+
+// TestHeldRequestAnsweredAtShutdownOverStdio: the wrapper's side of
+// httpx's TestHeldRequestAnsweredAtShutdown: CancelAll withdraws a held
+// request (never sent, nor its cancel) and answers it -32000, as it cancels
+// and answers a running one.
+func TestHeldRequestAnsweredAtShutdownOverStdio(t *testing.T) {
+	g := &holdingGovernor{withdrawn: make(chan *proxy.Call, 4), cancelled: make(chan string, 4)}
+	h := newHarness(t, stdio.Options{Governor: func(a proxy.Actions) proxy.Governor { g.act = a; return g }})
+	h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`)
+	h.client(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"b"}}`)
+	h.client(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	h.serverGetsExactly(`{"jsonrpc":"2.0","id":3,"method":"ping"}`) // 1 and 2 decided and held
+	g.mu.Lock()
+	first := g.held[0]
+	g.mu.Unlock()
+	g.act.Dispatch(first)
+	h.serverGetsExactly(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`)
+	if n := h.sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down"); n != 3 {
+		t.Errorf("CancelAll cancelled %d, want 3 (the running call, the held one, the ping)", n)
+	}
+	if c := <-g.withdrawn; c.ID() != framing.IntID(2) {
+		t.Errorf("withdrawn %v, want 2", c.ID())
+	}
+	var answered, told []string // in no particular order
+	for range 3 {
+		answered = append(answered, string(next(t, h.fromProxyC, "client")))
+	}
+	for range 2 {
+		told = append(told, string(next(t, h.fromProxyS, "server")))
+	}
+	slices.Sort(answered)
+	slices.Sort(told)
+	var want []string
+	for _, id := range []string{"1", "2", "3"} {
+		want = append(want, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32000,"message":"the proxy is shutting down","data":{"proxy":"mcp-cancel-proxy"}}}`)
+	}
+	if !slices.Equal(answered, want) {
+		t.Errorf("the client got %q, want %q", answered, want)
+	}
+	if want := []string{`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"the proxy is shutting down"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"the proxy is shutting down"}}`}; !slices.Equal(told, want) {
+		t.Errorf("the server got %q, want %q", told, want)
+	}
+	h.client(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	h.serverGetsExactly(`{"jsonrpc":"2.0","id":4,"method":"ping"}`) // nothing of 2, nor its cancel
+}
+
+// TestHeldRequestCancelledInABatch: a cancel inside a batch (2025-03-26)
+// withdraws a held request as a lone one does: the batch goes on without
+// it, and the request never reaches the server.
+func TestHeldRequestCancelledInABatch(t *testing.T) {
+	g := &holdingGovernor{withdrawn: make(chan *proxy.Call, 4), cancelled: make(chan string, 4)}
+	h := newHarness(t, stdio.Options{Governor: func(a proxy.Actions) proxy.Governor { g.act = a; return g }})
+	h.client(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}`)
+	h.client(`[{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}},{"jsonrpc":"2.0","id":2,"method":"ping"}]`)
+	if c := <-g.withdrawn; c.ID() != framing.IntID(1) {
+		t.Fatalf("withdrawn %v, want 1", c.ID())
+	}
+	h.serverGetsExactly(`[{"jsonrpc":"2.0","id":2,"method":"ping"}]`)
+	if st := h.sess.Stats(); st.Withdrawn != 1 {
+		t.Errorf("withdrawn = %d, want 1", st.Withdrawn)
+	}
 }

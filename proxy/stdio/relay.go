@@ -41,7 +41,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	}
 	switch {
 	case o.Cancelled != nil:
-		s.sendCancel(from, o.Cancelled, b)
+		s.sendNotice(from, o.Cancelled, b)
 	case o.Hold:
 		s.core.Hold(o.Request, b)
 	case o.Request != nil:
@@ -53,21 +53,12 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	}
 }
 
-// sendCancel passes on an accepted cancel without letting it wait behind
+// sendNotice passes on an accepted cancel of c, a request that is not held
+// (Session.Decide withdrew it if it was), without letting it wait behind
 // other frames: if its request is still queued in the proxy, the request is
 // withdrawn and neither is ever sent; if the request has been written, the
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
-func (s *Session) sendCancel(from *side, c *proxy.Call, b *buf) {
-	if held, ok := s.core.WithdrawHeld(c); ok { // held by the governor: never sent
-		putBuf(held.(*buf))
-		putBuf(b)
-		return
-	}
-	s.sendNotice(from, c, b)
-}
-
-// sendNotice passes on the cancel of c, a request that is not held.
 func (s *Session) sendNotice(from *side, c *proxy.Call, b *buf) {
 	switch {
 	case ticketOf(c).withdraw():

@@ -13,31 +13,25 @@ import (
 // through the stdio relay, where each peer receives frames in the order of
 // the steps.
 func TestTranscripts(t *testing.T) {
-	all, err := transcript.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tr := range all {
-		t.Run(tr.Name, func(t *testing.T) {
-			clk := clock.NewFake(time.Unix(0, 0))
-			var opts stdio.Options
-			e, err := tr.Engine(clk)
-			if err != nil {
-				t.Fatal(err)
+	transcript.ForEach(t, "stdio", func(t *testing.T, tr *transcript.Transcript) {
+		clk := clock.NewFake(time.Unix(0, 0))
+		var opts stdio.Options
+		e, err := tr.Engine(clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e != nil {
+			t.Cleanup(e.Shutdown) // after the harness's end
+			opts.Governor = e.Governor("s1")
+		}
+		h := newHarness(t, opts)
+		h.clk = clk
+		for _, st := range tr.Steps {
+			if err := h.step(st); err != nil {
+				t.Fatalf("%s, steps line %d: %v", tr.Name, st.Line, err)
 			}
-			if e != nil {
-				t.Cleanup(e.Shutdown) // after the harness's end
-				opts.Governor = e.Governor("s1")
-			}
-			h := newHarness(t, opts)
-			h.clk = clk
-			for _, st := range tr.Steps {
-				if err := h.step(st); err != nil {
-					t.Fatalf("%s, steps line %d: %v", tr.Name, st.Line, err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // step plays one step of a transcript.

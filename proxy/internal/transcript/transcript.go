@@ -43,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"golang.org/x/tools/txtar"
@@ -97,6 +98,26 @@ func (st Step) Moved() (time.Duration, error) {
 
 // Applies reports whether the transcript holds on the transport named.
 func (tr *Transcript) Applies(transport string) bool { return !slices.Contains(tr.NotOn, transport) }
+
+// ForEach runs f as a subtest, transport/NAME, for every transcript that
+// holds on the transport named (the others are skipped, as their not-on
+// file says).
+func ForEach(t *testing.T, transport string, f func(t *testing.T, tr *Transcript)) {
+	t.Helper()
+	all, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range all {
+		tr := &all[i]
+		t.Run(transport+"/"+tr.Name, func(t *testing.T) {
+			if !tr.Applies(transport) {
+				t.Skip("does not hold on this transport: see the transcript's comment")
+			}
+			f(t, tr)
+		})
+	}
+}
 
 // All returns every transcript, in the order of their names.
 func All() ([]Transcript, error) {
