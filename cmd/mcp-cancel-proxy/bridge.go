@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/url"
@@ -10,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -23,10 +23,10 @@ import (
 // returns 0 when the client or a signal ended the session, 1 when the
 // upstream did. With --admin it serves the operations listener too: /healthz, /readyz
 // (the upstream session lives), /metrics and the status page.
-func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
+func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
-	ignoreSIGPIPE()
+	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	headers, _ := headersOf(cfg) // checked with the flags
 	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, httpx.UpstreamOptions{
@@ -68,7 +68,6 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		return 1
 	}
 	running.Store(engine)
-	defer reloadOnChange(cfg.Path, engine, log)()
 	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
 	if err != nil {
 		log.Error("cannot start tracing", zap.Error(err))
@@ -83,29 +82,34 @@ func bridge(ctx context.Context, cfg config.Config, stdin io.ReadCloser, stdout 
 		NewTracer: tel.SessionFunc("pipe"), OnNotified: notified, Observer: observer(m), OnCancel: cancelCounter(m),
 	})
 	var asked atomic.Bool
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done(): // SIGINT, SIGTERM (signals.go), or the caller's end
-			log.Info("stopping", zap.String("why", why(ctx)))
-		case <-done:
+	code := 0
+	rl := newReloader(cfg.Path, sigs.Hangups(), engine, log)
+	var g actor.Group
+	g.Add(sigs.Run, sigs.Stop)
+	g.Add(func() error {
+		log.Info("bridging stdio to the upstream", zap.String("upstream", cfg.HTTP.Upstream))
+		runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, back.Conn())
+		back.Stop()
+		engine.Shutdown()
+		logStats(log, sess.Stats())
+		if errors.Is(runErr, stdio.ErrServerGone) && !asked.Load() {
+			log.Error("the upstream ended the session")
+			code = 1
+		}
+		return errRelayEnded
+	}, func(why error) {
+		if why == errRelayEnded {
 			return
 		}
+		log.Info("stopping", zap.String("why", why.Error())) // SIGINT, SIGTERM, or the caller's end
 		asked.Store(true)
 		sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")
 		back.Stop()
-	}()
-	log.Info("bridging stdio to the upstream", zap.String("upstream", cfg.HTTP.Upstream))
-	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, back.Conn())
-	back.Stop()
-	engine.Shutdown()
-	logStats(log, sess.Stats())
-	if errors.Is(runErr, stdio.ErrServerGone) && !asked.Load() {
-		log.Error("the upstream ended the session")
-		return 1
-	}
-	return 0
+	})
+	g.Add(rl.run, rl.stop)
+	g.Add(actor.Until(stopAdmin))
+	g.Run()
+	return code
 }
 
 // upstreamName is the short name of an upstream URL the metrics label it

@@ -35,6 +35,7 @@ import (
 	// https:// upstreams, collectors and webhooks are reached there too.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/exampleserver"
 )
@@ -121,15 +122,15 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		}
 		return exitUsage
 	}
-	ctx, stop := signalContext(ctx) // the proxy's modes stop on SIGINT and SIGTERM, and reload on SIGHUP
-	defer stop()
+	sigs := actor.Catch(ctx) // the proxy's modes stop on SIGINT, SIGTERM or the end of ctx, and reload on SIGHUP
+	defer sigs.Stop(nil)
 	switch {
 	case cfg.HTTP.Listen != "":
-		return sidecar(ctx, cfg, argv, stderr)
+		return sidecar(sigs, cfg, argv, stderr)
 	case cfg.HTTP.Upstream != "":
-		return bridge(ctx, cfg, stdin, stdout, stderr)
+		return bridge(sigs, cfg, stdin, stdout, stderr)
 	}
-	return wrap(ctx, cfg, argv, stdin, stdout, stderr)
+	return wrap(sigs, cfg, argv, stdin, stdout, stderr)
 }
 
 // exampleHead heads example-server's usage.

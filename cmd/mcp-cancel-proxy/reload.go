@@ -18,35 +18,73 @@ import (
 // a burst of renames.
 const settle = 100 * time.Millisecond
 
-// reloadOnChange reloads the policy from the configuration file when the
-// file changes (watched through its folder, so that an editor's
+// reloader reloads the policy from the configuration file when the file
+// changes (watched through its folder, so that an editor's
 // rename-and-replace and a Kubernetes ConfigMap's symlink swap are seen),
 // and on SIGHUP where there is one. A change is validated first; on error
 // the policy in force stays, and the error is logged; requests in flight
-// keep the rule they started with. The returned function stops it.
-func reloadOnChange(path string, e *policy.Engine, log *zap.Logger) (stop func()) {
-	done := make(chan struct{})
-	changed := watchFile(path, log)
-	last, _ := os.ReadFile(path)
-	started, _ := config.Load(path) // what runs: a change outside the policy waits for a restart
-	go func() {
-		for {
-			select {
-			case <-reloads: // SIGHUP (signals.go); never on Windows
-				if path == "" {
-					log.Warn("SIGHUP: no configuration file to reload (no --config)")
-					continue
-				}
-				last, _ = reload(path, e, log, "SIGHUP", nil, started)
-			case <-changed:
-				last, _ = reload(path, e, log, "the configuration file changed", last, started)
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { close(done) }
+// keep the rule they started with. It is an actor of its mode's group: run
+// watches until stop.
+type reloader struct {
+	path    string
+	e       *policy.Engine
+	log     *zap.Logger
+	w       *fsnotify.Watcher // nil: the file is not watched
+	last    []byte            // the file as last read
+	started config.Config     // what runs: a change outside the policy waits for a restart
+	hups    <-chan struct{}   // SIGHUPs
+	quit    chan struct{}
 }
+
+// newReloader reads the file as it is at start and starts watching it.
+func newReloader(path string, hups <-chan struct{}, e *policy.Engine, log *zap.Logger) *reloader {
+	r := &reloader{path: path, e: e, log: log, w: watchFile(path, log), hups: hups, quit: make(chan struct{})}
+	r.last, _ = os.ReadFile(path)
+	r.started, _ = config.Load(path)
+	return r
+}
+
+// run reloads on each SIGHUP, and once the file's folder has been quiet for
+// settle after a change, until stop.
+func (r *reloader) run() error {
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if r.w != nil {
+		defer r.w.Close()
+		events, errs = r.w.Events, r.w.Errors
+	}
+	quiet := time.NewTimer(time.Hour)
+	quiet.Stop()
+	for {
+		select {
+		case <-r.hups:
+			if r.path == "" {
+				r.log.Warn("SIGHUP: no configuration file to reload (no --config)")
+				continue
+			}
+			r.last, _ = reload(r.path, r.e, r.log, "SIGHUP", nil, r.started)
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			quiet.Reset(settle)
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			r.log.Warn("watching the configuration file", zap.Error(err))
+		case <-quiet.C:
+			r.last, _ = reload(r.path, r.e, r.log, "the configuration file changed", r.last, r.started)
+		case <-r.quit:
+			return nil
+		}
+	}
+}
+
+// stop makes run return; it is the actor's interrupt.
+func (r *reloader) stop(error) { close(r.quit) }
 
 // reload loads the file and puts its policy in force, unless the file
 // reads as it did (prev, when not nil), or holds no setting at all (a file
@@ -79,10 +117,9 @@ func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []b
 	return data, true
 }
 
-// watchFile returns a channel that receives once the folder holding path
-// has been quiet for settle after a change; nil (never ready) when there
-// is no file or it cannot be watched.
-func watchFile(path string, log *zap.Logger) <-chan struct{} {
+// watchFile watches the folder holding path; nil when there is no file
+// or it cannot be watched.
+func watchFile(path string, log *zap.Logger) *fsnotify.Watcher {
 	if path == "" {
 		return nil
 	}
@@ -97,29 +134,5 @@ func watchFile(path string, log *zap.Logger) <-chan struct{} {
 		}
 		return nil
 	}
-	out := make(chan struct{}, 1)
-	go func() { // for the process's life, like the file
-		quiet := time.NewTimer(time.Hour)
-		quiet.Stop()
-		for {
-			select {
-			case _, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				quiet.Reset(settle)
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				log.Warn("watching the configuration file", zap.Error(err))
-			case <-quiet.C:
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	return out
+	return w
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
@@ -27,7 +28,7 @@ import (
 // sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
 // the end of ctx), then stops accepting, gives open requests the shutdown
 // grace, and returns 0.
-func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Writer) int {
+func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -49,21 +50,21 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 		return 1
 	}
 	defer engine.Shutdown()
-	defer reloadOnChange(cfg.Path, engine, log)()
 	if err := sc.Provision(); err != nil {
 		log.Error("bad sidecar configuration", zap.Error(err))
 		return 1
 	}
 	handler, _ := sc.Handler() // provisioned: no error
+	stopAdmin := func() {}
 	if cfg.HTTP.Admin != "" {
 		var running atomic.Pointer[policy.Engine]
 		running.Store(engine)
-		stopAdmin, err := admin.Serve(cfg.HTTP, m, sc.Ready, &running, log)
+		stop, err := admin.Serve(cfg.HTTP, m, sc.Ready, &running, log)
 		if err != nil {
 			log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 			return 1
 		}
-		defer stopAdmin()
+		stopAdmin = stop
 	}
 	srv := &fasthttp.Server{
 		Handler:               handler,
@@ -87,13 +88,64 @@ func sidecar(ctx context.Context, cfg config.Config, argv []string, stderr io.Wr
 	}
 	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
-	code := serveUntilStopped(ctx, srv, ln, cfg.HTTP.ShutdownGrace, log)
+	f := &front{srv: srv, ln: ln, sc: sc, grace: cfg.HTTP.ShutdownGrace, log: log, shut: make(chan struct{})}
+	rl := newReloader(cfg.Path, sigs.Hangups(), engine, log)
+	var g actor.Group
+	g.Add(sigs.Run, sigs.Stop)
+	g.Add(f.run, f.stop)
+	g.Add(rl.run, rl.stop)
+	g.Add(actor.Until(stopAdmin))
+	g.Run()
+	return f.code
+}
+
+// front is the sidecar's HTTP listener as an actor of its group: it serves
+// until it fails (status 1) or is stopped (0), then gives open requests the
+// shutdown grace, cancels upstream what the grace did not see finish, and
+// tells their clients so on their streams.
+type front struct {
+	srv      *fasthttp.Server
+	ln       net.Listener
+	sc       *httpx.Sidecar
+	grace    time.Duration
+	log      *zap.Logger
+	stopping atomic.Bool
+	shut     chan struct{} // closed once stop's shutdown has run its course
+	code     int
+}
+
+func (f *front) run() error {
+	err := f.srv.Serve(httpx.Listener(f.ln))
+	if !f.stopping.Load() {
+		f.log.Error("serving failed", zap.Error(err))
+		f.code = 1
+		return errFrontFailed
+	}
+	<-f.shut
 	// What the grace did not see finish is cancelled upstream, not abandoned,
 	// and its client told so on its stream before the process ends.
-	sc.Cleanup("the proxy is shutting down")
-	waitWritten(srv, time.Second)
-	return code
+	f.sc.Cleanup("the proxy is shutting down")
+	waitWritten(f.srv, time.Second)
+	return nil
 }
+
+// stop stops accepting and waits, up to the grace, for open requests.
+func (f *front) stop(why error) {
+	defer close(f.shut)
+	if why == errFrontFailed {
+		return
+	}
+	f.stopping.Store(true)
+	f.log.Info("shutting down", zap.String("why", why.Error()), zap.Duration("grace", f.grace))
+	ctx, cancel := context.WithTimeout(context.Background(), f.grace)
+	defer cancel()
+	if err := f.srv.ShutdownWithContext(ctx); err != nil {
+		f.log.Warn("open requests cut at the end of the shutdown grace", zap.Error(err))
+	}
+}
+
+// errFrontFailed ends the sidecar's group when its listener fails.
+var errFrontFailed = errors.New("the sidecar's listener failed")
 
 // waitWritten waits, up to d, for the connections still open to end: the
 // streams Cleanup ended write their last event (the proxy's -32000) first.
@@ -233,26 +285,6 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 	})
 	sc.Tracker.Observer, sc.OnUpstreamError, sc.OnCancel = m, m.UpstreamErrors.Inc, m.Cancelled
 	return sc, m
-}
-
-// serveUntilStopped serves until the server fails (1), or the end of ctx
-// (a signal) asks it to stop (0, after the shutdown grace at most).
-func serveUntilStopped(ctx context.Context, srv *fasthttp.Server, ln net.Listener, grace time.Duration, log *zap.Logger) int {
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(httpx.Listener(ln)) }()
-	select {
-	case err := <-served:
-		log.Error("serving failed", zap.Error(err))
-		return 1
-	case <-ctx.Done(): // SIGINT, SIGTERM (signals.go), or the caller's end
-		log.Info("shutting down", zap.String("why", why(ctx)), zap.Duration("grace", grace))
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.ShutdownWithContext(sctx); err != nil {
-		log.Warn("open requests cut at the end of the shutdown grace", zap.Error(err))
-	}
-	return 0
 }
 
 const (

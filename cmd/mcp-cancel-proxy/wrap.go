@@ -1,19 +1,20 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
@@ -28,10 +29,10 @@ import (
 // wrap runs the stdio wrapper: the server as a child, the client on stdin
 // and stdout. It returns 0 after a shutdown that the client or a signal
 // asked for, and non-zero when the server exited on its own.
-func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
+func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	defer log.Sync()
-	ignoreSIGPIPE()
+	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	copts := child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr, Logger: log}
 	first, err := child.Start(argv, copts)
@@ -41,7 +42,6 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	}
 	link := restart.New(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))
 	st := &stopper{current: link.Current, log: log, grace: cfg.Child.TermAfter}
-	defer st.watch(ctx)()
 
 	var running atomic.Pointer[policy.Engine]
 	m, pm, stopAdmin, err := wrapperAdmin(cfg, argv, link, &running, log)
@@ -77,7 +77,6 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 		return 1
 	}
 	running.Store(engine)
-	defer reloadOnChange(cfg.Path, engine, log)()
 	sess := stdio.NewSession(stdio.Options{
 		Logger:         log,
 		LogPayloads:    cfg.Log.Payloads,
@@ -95,30 +94,42 @@ func wrap(ctx context.Context, cfg config.Config, argv []string, stdin io.ReadCl
 	})
 	link.Session = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })
+	code := 0
+	rl := newReloader(cfg.Path, sigs.Hangups(), engine, log)
+	var g actor.Group
+	g.Add(sigs.Run, sigs.Stop)
+	g.Add(func() error {
+		runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.Conn())
+		// Run reports ErrServerGone only when the server left while the client
+		// was still there; that is a failure unless a signal asked for it.
+		asked := st.signalled.Load()
+		st.stop("server closed its output")
+		p := link.Current()
+		p.Stop()
+		engine.Shutdown()
+		logStats(log, sess.Stats())
+		if errors.Is(runErr, stdio.ErrServerGone) && !asked {
+			log.Error("the server exited on its own", zap.String("status", describe(p.Err())))
+			code = exitStatus(p.Err())
+		}
+		return errRelayEnded
+	}, func(err error) {
+		if err != errRelayEnded {
+			st.signal(err.Error())
+		}
+	})
+	g.Add(rl.run, rl.stop)
+	g.Add(actor.Until(stopAdmin))
 	if hup := hangup(stdin); hup != nil {
-		go func() {
-			<-hup
-			// The relay sees the end of its input and stops the server; one
-			// held back by a server that does not read cannot: the ladder
-			// starts after the grace whatever the server does.
-			time.AfterFunc(st.grace, func() { st.stop("client closed its input") })
-		}()
+		g.Add(st.onHangup(hup))
 	}
-	runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.Conn())
-	// Run reports ErrServerGone only when the server left while the client
-	// was still there; that is a failure unless a signal asked for it.
-	asked := st.signalled.Load()
-	st.stop("server closed its output")
-	p := link.Current()
-	p.Stop()
-	engine.Shutdown()
-	logStats(log, sess.Stats())
-	if errors.Is(runErr, stdio.ErrServerGone) && !asked {
-		log.Error("the server exited on its own", zap.String("status", describe(p.Err())))
-		return exitStatus(p.Err())
-	}
-	return 0
+	g.Run()
+	return code
 }
+
+// errRelayEnded ends a mode's group when its relay has ended: the client
+// or the server left, or a signal's stop ran its course.
+var errRelayEnded = errors.New("the session has ended")
 
 // stopper starts the server's stop ladder once, for whichever reason comes
 // first: client EOF, a signal, the end of ctx, or the server leaving.
@@ -160,19 +171,29 @@ func (s *stopper) stop(why string) {
 	}
 }
 
-// watch stops the server when ctx ends (SIGINT, SIGTERM: see signals.go),
-// until the server exits. The returned function stops watching.
-func (s *stopper) watch(ctx context.Context) (unwatch func()) {
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			s.signal(why(ctx))
-		case <-s.current().Exited():
-		case <-done:
+// onHangup returns the actor that stops the server a grace after the
+// client closes its end of stdin (hup): the relay sees the end of its input
+// and stops the server, but one held back by a server that does not read
+// cannot, so the ladder starts after the grace whatever the server does.
+func (s *stopper) onHangup(hup <-chan struct{}) (execute func() error, interrupt func(error)) {
+	quit := make(chan struct{})
+	return func() error {
+			select {
+			case <-hup:
+			case <-quit:
+				return nil
+			}
+			select {
+			case <-time.After(s.grace):
+				s.stop("client closed its input")
+			case <-quit:
+				return nil
+			}
+			<-quit
+			return nil
+		}, func(error) {
+			close(quit)
 		}
-	}()
-	return func() { close(done) }
 }
 
 func logStats(log *zap.Logger, st proxy.Stats) {
@@ -257,7 +278,7 @@ func startAdmin(cfg config.Config, upstream string, ready func() error, engine *
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("cannot listen for admin on %s (http.admin, --admin): %w", cfg.HTTP.Admin, err)
 	}
-	return m, pm, stop, nil
+	return m, pm, sync.OnceFunc(stop), nil
 }
 
 // observer returns what counts a session's decisions in m, if there is m.
