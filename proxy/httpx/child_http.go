@@ -17,7 +17,7 @@ import (
 )
 
 // childPost relays a POST to the session's child.
-func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
+func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	var f framing.Frame
 	body, err := oneLine(ctx.PostBody())
 	if err != nil { // framing's own words, where it has any
@@ -26,10 +26,10 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		err = f.Parse(body)
 	}
 	if err != nil {
-		writeJSON(ctx, fasthttp.StatusBadRequest, s.childInvalid(ctx, err))
+		writeJSON(ctx, fasthttp.StatusBadRequest, lu.childInvalid(ctx, err))
 		return
 	}
-	body = s.headerTraceInto(ctx, &f, body)
+	body = lu.headerTraceInto(ctx, &f, body)
 	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
 		switch m := &f.Msgs[0]; {
 		case f.Batch:
@@ -38,11 +38,11 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 				"Invalid Request: a batch needs a session: initialize first"))
 			return
 		case m.Kind != framing.KindRequest || m.Method != framing.MethodInitialize:
-			s.sharedPost(ctx, m)
+			lu.sharedPost(ctx, m)
 			return
 		}
 	}
-	c, status, why := s.childSessionFor(ctx, &f)
+	c, status, why := lu.childSessionFor(ctx, &f)
 	if c == nil {
 		ctx.Error(why, status)
 		return
@@ -50,12 +50,12 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	body, st := c.admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
 		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.isInitialize(m.RequestID) {
-			c.cancelled(m.RequestID, s.grace)
+			c.cancelled(m.RequestID, lu.s.grace)
 			// Requests kept apart under the same id: the cancel names each.
 			if more := c.renamedOf(m.RequestID); len(more) > 0 {
-				s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
+				lu.s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
 				for _, id := range more {
-					c.cancelled(id, s.grace)
+					c.cancelled(id, lu.s.grace)
 					c.send(framing.AppendCancelled(nil, id, m.Reason))
 				}
 			}
@@ -63,7 +63,7 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	if body != nil {
 		if err := c.send(body); err != nil {
-			s.log.Warn("the server's session has ended", zap.Error(err))
+			lu.s.log.Warn("the server's session has ended", zap.Error(err))
 			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
 				// A new session's server already gone: its client gets the
 				// proxy's error, as for a request in flight when it went.
@@ -75,13 +75,13 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if st == nil { // notifications and answers only
-		s.relayReplies(ctx, nil, false)
+		relay{lu.s}.relayReplies(ctx, nil, false)
 		return
 	}
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
-	st.onAbort = func() { s.afterDisconnect(nil, func() { s.cancelAbandoned(c, st) }) }
+	st.onAbort = func() { lu.s.afterDisconnect(nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.stopWatch = watchCloseAfter(ctx.Conn(), soon, st.abort)
@@ -91,9 +91,9 @@ func (s *Sidecar) childPost(ctx *fasthttp.RequestCtx) {
 
 // childInvalid returns the error owed for a POST body that does not
 // parse, counted by its session when it names one.
-func (s *Sidecar) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
+func (lu lineUpstream) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 	if id := peek(ctx.Request.Header.All(), sessionHeader); len(id) > 0 {
-		if c, ok := s.Children.sessions.lookup(string(id)); ok {
+		if c, ok := lu.s.Children.sessions.lookup(string(id)); ok {
 			return c.sess.Invalid(err, ctx.PostBody())
 		}
 	}
@@ -110,8 +110,8 @@ func (s *Sidecar) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 // goes into _meta, where the session's tracker continues it (and replaces
 // it with the proxy's span, as on the relay). It returns the line to send,
 // with f parsed from it.
-func (s *Sidecar) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Frame, line []byte) []byte {
-	tc := s.traceHeaders(&ctx.Request)
+func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Frame, line []byte) []byte {
+	tc := outbound{lu.s}.traceHeaders(&ctx.Request)
 	if tc.Parent == "" || f.Batch || f.Msgs[0].Kind != framing.KindRequest || f.Msgs[0].TraceParentSpan.Found() {
 		return line
 	}
@@ -143,7 +143,7 @@ func oneLine(body []byte) ([]byte, error) {
 // cancelAbandoned cancels, on the client's behalf, the requests of a
 // stream the client left that are still unanswered: the cancel goes into
 // the session as the client's own would.
-func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
+func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
 	for _, id := range st.ids {
 		c.mu.Lock()
 		mine := c.byID[id] == st
@@ -160,8 +160,8 @@ func (s *Sidecar) cancelAbandoned(c *childSession, st *outStream) {
 // childSessionFor finds the request's session, or opens one for an
 // initialize; otherwise it returns nil, and the HTTP status and message to
 // answer.
-func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
-	cs := s.Children
+func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
+	cs := lu.s.Children
 	if id := string(peek(ctx.Request.Header.All(), sessionHeader)); id != "" {
 		if c, ok := cs.sessions.lookup(id); ok {
 			return c, 0, ""
@@ -172,21 +172,21 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 	defer cs.mu.Unlock()
 	peer := peerOf(ctx)
 	if !cs.sessions.roomFor(peer) {
-		s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.len()))
+		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
-	c, err := cs.start(s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
+	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
 	if err != nil {
-		s.log.Error("cannot start the server", zap.Error(err))
+		lu.s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
 	c.owner = peer
 	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
-		s.bg.Go(func() { c.stop(proxy.SourceSessionEnd, "too many sessions") })
+		lu.s.bg.Go(func() { c.stop(proxy.SourceSessionEnd, "too many sessions") })
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	// Forget the session once its child is gone.
-	s.bg.Go(func() {
+	lu.s.bg.Go(func() {
 		<-c.back.Exited()
 		cs.sessions.removeIf(c.id, c)
 	})
@@ -194,8 +194,8 @@ func (s *Sidecar) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*
 }
 
 // childGet opens the session's standalone stream.
-func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
-	c, ok := s.Children.sessions.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
+func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
+	c, ok := lu.s.Children.sessions.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -213,9 +213,9 @@ func (s *Sidecar) childGet(ctx *fasthttp.RequestCtx) {
 
 // childDelete ends a session: the child's stdin closes, and the stop
 // ladder follows.
-func (s *Sidecar) childDelete(ctx *fasthttp.RequestCtx) {
+func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	c, ok := s.Children.sessions.lookup(id)
+	c, ok := lu.s.Children.sessions.lookup(id)
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -401,14 +401,14 @@ func (cs *Children) stopAll(reason string) {
 // the answer has the child sent notifications/cancelled for it, which on
 // stdio is how 2026-07-28 cancels. Notifications get 202 and go nowhere: a
 // client-chosen id must never cancel another client's request.
-func (s *Sidecar) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
+func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
 	if m.Kind != framing.KindRequest {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	c, err := s.Children.sharedChild(s.log)
+	c, err := lu.s.Children.sharedChild(lu.s.log)
 	if err != nil {
-		s.log.Error("cannot start the server", zap.Error(err))
+		lu.s.log.Error("cannot start the server", zap.Error(err))
 		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
 		return
 	}

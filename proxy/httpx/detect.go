@@ -55,14 +55,14 @@ func (s *Sidecar) viaChildren() bool {
 	case s.Children.Dial == nil || s.UpstreamTransport != TransportAuto:
 		return true
 	}
-	return s.detectSSE()
+	return outbound{s}.detectSSE()
 }
 
 // detectSSE detects the upstream's transport once; until it can be reached,
 // each request is relayed as Streamable HTTP (and fails as such) and the
 // next one probes again.
-func (s *Sidecar) detectSSE() bool {
-	d := &s.detected
+func (ob outbound) detectSSE() bool {
+	d := &ob.s.detected
 	if d.done.Load() {
 		return d.sse
 	}
@@ -71,9 +71,9 @@ func (s *Sidecar) detectSSE() bool {
 	if d.done.Load() {
 		return d.sse
 	}
-	sse, err := s.probe()
+	sse, err := ob.probe()
 	if err != nil {
-		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
+		ob.s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
 			zap.String("error", brief(err)))
 		return false
 	}
@@ -83,13 +83,13 @@ func (s *Sidecar) detectSSE() bool {
 	if sse {
 		name = "HTTP+SSE (protocol 2024-11-05)"
 	}
-	s.log.Info("upstream transport detected", zap.String("transport", name))
+	ob.s.log.Info("upstream transport detected", zap.String("transport", name))
 	return sse
 }
 
 // probe finds out the sidecar's upstream's transport (probeTransport).
-func (s *Sidecar) probe() (sse bool, err error) {
-	return probeTransport(s.client, s.upstream, s.maxBody, s.log)
+func (ob outbound) probe() (sse bool, err error) {
+	return probeTransport(ob.s.client, ob.s.upstream, ob.s.maxBody, ob.s.log)
 }
 
 // UpstreamOptions are what DialUpstream makes its client of an upstream

@@ -77,7 +77,7 @@ func (s *Sidecar) fleetSessionEnded(key string) bool {
 	}
 	s.sessions.removeIf(sess.sessionID(), sess)
 	s.log.Info("session deleted through another replica", zap.String("session", sess.scope))
-	s.endSession(sess)
+	relay{s}.endSession(sess)
 	return true
 }
 
@@ -91,14 +91,14 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 		return false
 	}
 	sess.core.Lock()
-	d := s.decideFrame(sess, proxy.Client, &f, proxy.TraceContext{})
+	d := relay{s}.decideFrame(sess, proxy.Client, &f, proxy.TraceContext{})
 	sess.core.Unlock()
 	if len(d.cancels) == 0 && d.withdrawn == 0 {
 		return false
 	}
 	s.log.Info("cancel accepted for another replica", zap.String("session", sess.scope))
 	if len(d.cancels) > 0 {
-		s.goNotify(sess, d.data, d.cancels...)
+		outbound{s}.goNotify(sess, d.data, d.cancels...)
 	}
 	return true
 }

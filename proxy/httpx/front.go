@@ -49,32 +49,43 @@ func (s *Sidecar) upstreamNow() upstream {
 	if s.viaChildren() {
 		return lineUpstream{s}
 	}
-	return relayUpstream{s}
+	return relay{s}
 }
 
-// relayUpstream relays to a Streamable HTTP upstream (post.go, stream.go).
-type relayUpstream struct{ s *Sidecar }
+// The sidecar's parts: each is a view of the sidecar (its configuration,
+// its tables, its goroutine groups) with the methods of one concern, made
+// where it is needed (relay{s}).
+type (
+	// relay serves Streamable HTTP clients in front of a Streamable HTTP
+	// upstream: their POSTs, GET streams and DELETEs, each session's
+	// decisions and response streams (post.go, stream.go, policy.go).
+	relay struct{ s *Sidecar }
+	// outbound is the relay's side toward the upstream: the requests it
+	// sends, the cancels it tells, the proxy's own requests, and what it
+	// learns of the upstream (its transport, its revision).
+	outbound struct{ s *Sidecar }
+	// lineUpstream serves Streamable HTTP clients in sessions of lines:
+	// Children's (child_http.go).
+	lineUpstream struct{ s *Sidecar }
+	// legacyFront serves old clients (the 2024-11-05 HTTP+SSE transport),
+	// each in a session of lines (legacy.go).
+	legacyFront struct{ s *Sidecar }
+)
 
-func (u relayUpstream) post(ctx *fasthttp.RequestCtx)   { u.s.post(ctx) }
-func (u relayUpstream) get(ctx *fasthttp.RequestCtx)    { u.s.get(ctx) }
-func (u relayUpstream) delete(ctx *fasthttp.RequestCtx) { u.s.delete(ctx) }
-func (u relayUpstream) servesLines() bool               { return u.s.Legacy.Dial != nil }
+func (rl relay) servesLines() bool { return rl.s.Legacy.Dial != nil }
 
-func (u relayUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
-	back, err := u.s.Legacy.Dial(log)
-	return back, u.s.Legacy.Session, 0, err
+func (rl relay) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+	back, err := rl.s.Legacy.Dial(log)
+	return back, rl.s.Legacy.Session, 0, err
 }
 
-// lineUpstream serves sessions of lines: Children's (child_http.go).
-type lineUpstream struct{ s *Sidecar }
+func (lu lineUpstream) post(ctx *fasthttp.RequestCtx)   { lu.childPost(ctx) }
+func (lu lineUpstream) get(ctx *fasthttp.RequestCtx)    { lu.childGet(ctx) }
+func (lu lineUpstream) delete(ctx *fasthttp.RequestCtx) { lu.childDelete(ctx) }
+func (lu lineUpstream) servesLines() bool               { return true }
 
-func (u lineUpstream) post(ctx *fasthttp.RequestCtx)   { u.s.childPost(ctx) }
-func (u lineUpstream) get(ctx *fasthttp.RequestCtx)    { u.s.childGet(ctx) }
-func (u lineUpstream) delete(ctx *fasthttp.RequestCtx) { u.s.childDelete(ctx) }
-func (u lineUpstream) servesLines() bool               { return true }
-
-func (u lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
-	cs := u.s.Children
+func (lu lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+	cs := lu.s.Children
 	copts := cs.Child
 	copts.Logger = log
 	back, err := cs.backend(copts)
@@ -340,23 +351,28 @@ type sweeper struct {
 	stopped bool
 }
 
-// sweepEvery sweeps the sidecar's tables every period until Cleanup.
-func (s *Sidecar) sweepEvery(period time.Duration) {
-	s.sweeper.mu.Lock()
-	defer s.sweeper.mu.Unlock()
-	if s.sweeper.stopped {
+// every sweeps the tables every period until stop.
+func (w *sweeper) every(clk clock.Clock, period time.Duration, tables []table) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
 		return
 	}
-	s.sweeper.timer = s.clock.AfterFunc(period, func() {
-		s.sweep()
-		s.sweepEvery(period)
+	w.timer = clk.AfterFunc(period, func() {
+		for _, t := range tables { // retire the idle sessions of every kind
+			t.sweep()
+		}
+		w.every(clk, period, tables)
 	})
 }
 
-// sweep retires the idle sessions of every kind.
-func (s *Sidecar) sweep() {
-	for _, t := range s.tables() {
-		t.sweep()
+// stop ends the idle sweep.
+func (w *sweeper) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }
 
@@ -371,9 +387,14 @@ type table interface {
 // tables returns the sidecar's session tables, one per kind of session;
 // none before Provision.
 func (s *Sidecar) tables() []table {
-	if s.init() != nil {
+	if s.Provision() != nil {
 		return nil
 	}
+	return tablesOf(s)
+}
+
+// tablesOf returns s's session tables, Provision done or under way.
+func tablesOf(s *Sidecar) []table {
 	t := []table{&s.sessions}
 	if s.Children != nil {
 		t = append(t, &s.Children.sessions)
@@ -382,16 +403,6 @@ func (s *Sidecar) tables() []table {
 		t = append(t, &s.Legacy.sessions)
 	}
 	return t
-}
-
-// stopSweeping ends the idle sweep.
-func (s *Sidecar) stopSweeping() {
-	s.sweeper.mu.Lock()
-	defer s.sweeper.mu.Unlock()
-	s.sweeper.stopped = true
-	if s.sweeper.timer != nil {
-		s.sweeper.timer.Stop()
-	}
 }
 
 // afterDisconnect is the opt-in disconnect grace (DisconnectCancelAfter),

@@ -86,35 +86,35 @@ func (l *Legacy) msgRoute() string { return cmp.Or(l.MessagePath, DefaultLegacyM
 
 // serveLegacy serves a request for the legacy endpoints, and reports
 // whether it was one.
-func (s *Sidecar) serveLegacy(ctx *fasthttp.RequestCtx) bool {
+func (lg legacyFront) serveLegacy(ctx *fasthttp.RequestCtx) bool {
 	var serve func(*fasthttp.RequestCtx)
 	switch method, path := string(ctx.Method()), string(ctx.Path()); {
-	case path == s.Legacy.sseRoute() && method == fasthttp.MethodGet:
-		serve = s.legacyGet
-	case path == s.Legacy.msgRoute() && method == fasthttp.MethodPost:
-		serve = s.legacyPost
-	case path == s.Legacy.sseRoute() || path == s.Legacy.msgRoute():
+	case path == lg.s.Legacy.sseRoute() && method == fasthttp.MethodGet:
+		serve = lg.legacyGet
+	case path == lg.s.Legacy.msgRoute() && method == fasthttp.MethodPost:
+		serve = lg.legacyPost
+	case path == lg.s.Legacy.sseRoute() || path == lg.s.Legacy.msgRoute():
 		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
 		return true
 	default:
 		return false
 	}
-	if s.allowed(ctx) {
+	if lg.s.allowed(ctx) {
 		serve(ctx)
 	}
 	return true
 }
 
 // legacyGet opens an old client's session and serves its event stream.
-func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
-	l := s.Legacy
-	up := s.upstreamNow()
+func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
+	l := lg.s.Legacy
+	up := lg.s.upstreamNow()
 	if !up.servesLines() {
-		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+s.path, fasthttp.StatusNotImplemented)
+		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+lg.s.path, fasthttp.StatusNotImplemented)
 		return
 	}
 	full := func() {
-		s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
+		lg.s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 	}
 	peer := peerOf(ctx)
@@ -122,14 +122,14 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 		full()
 		return
 	}
-	log := s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
+	log := lg.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
 	back, sopts, grace, err := up.dialLines(log)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
 		return
 	}
-	ls, err := s.startLegacy(back, sopts, grace, peer, log)
+	ls, err := lg.startLegacy(back, sopts, grace, peer, log)
 	if err != nil { // another session took the room meanwhile
 		full()
 		return
@@ -144,8 +144,8 @@ func (s *Sidecar) legacyGet(ctx *fasthttp.RequestCtx) {
 // startLegacy runs a session of peer's between an old client's lines and back, and
 // returns it with its event stream; or stops it again, and returns
 // errFull, if another session took the last room meanwhile.
-func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
-	l := s.Legacy
+func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
+	l := lg.s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
@@ -154,7 +154,7 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 		back.Stop() // never started
 		return nil, err
 	}
-	uninitialized := s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
+	uninitialized := lg.s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
 		if !ls.initialized.Load() {
 			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
 			ls.in.CloseWrite()
@@ -181,8 +181,8 @@ func (s *Sidecar) startLegacy(back Backend, sopts stdio.Options, grace time.Dura
 
 // legacyPost hands an old client's message to its session: 202 at once;
 // whatever answers it comes on the event stream.
-func (s *Sidecar) legacyPost(ctx *fasthttp.RequestCtx) {
-	ls, ok := s.Legacy.sessions.lookup(string(ctx.QueryArgs().Peek("sessionId")))
+func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
+	ls, ok := lg.s.Legacy.sessions.lookup(string(ctx.QueryArgs().Peek("sessionId")))
 	if !ok {
 		ctx.Error("unknown or ended session: open the event stream anew", fasthttp.StatusNotFound)
 		return

@@ -108,9 +108,9 @@ func speaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error)
 // only a 2026-07-28 request is cancelled by it (the go-sdk's stateless
 // handler, for one). The session, the request's own, then takes the
 // stream's close as the cancel too.
-func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
+func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
 	v := sess.protocolVersion()
-	if s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !s.upstreamModern() {
+	if rl.s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !(outbound{rl.s}).upstreamModern() {
 		return
 	}
 	var f framing.Frame
@@ -130,21 +130,21 @@ func (s *Sidecar) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, 
 
 // upstreamModern reports whether the upstream speaks 2026-07-28, asking it
 // once (again after a failure to ask).
-func (s *Sidecar) upstreamModern() bool {
-	m := &s.modern
+func (ob outbound) upstreamModern() bool {
+	m := &ob.s.modern
 	if m.done.Load() {
 		return m.yes
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.done.Load() {
-		yes, err := speaksModern(s.client, s.upstream, s.log)
+		yes, err := speaksModern(ob.s.client, ob.s.upstream, ob.s.log)
 		if err == nil {
 			m.yes = yes
 			m.done.Store(true)
 		}
 		if yes {
-			s.log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them")
+			ob.s.log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them")
 		}
 	}
 	return m.yes

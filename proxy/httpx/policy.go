@@ -50,20 +50,22 @@ func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 		sess.finishCall(c, reply)
 	}
 	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-		sess.sc.goNotify(sess, notice, c)
+		outbound{sess.sc}.goNotify(sess, notice, c)
 	}
 }
 
 // SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
 // is POSTed in the session, and its answer given to the tracker.
-func (sess *session) SendOwn(frame []byte) { sess.sc.bg.Go(func() { sess.sc.postOwn(sess, frame) }) }
+func (sess *session) SendOwn(frame []byte) {
+	sess.sc.bg.Go(func() { outbound{sess.sc}.postOwn(sess, frame) })
+}
 
 // postOwn POSTs a request of the proxy's own upstream and puts the answer
 // (JSON or an event stream) to the session's tracker.
-func (s *Sidecar) postOwn(sess *session, frame []byte) {
+func (ob outbound) postOwn(sess *session, frame []byte) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(s.upstream.String())
+	req.SetRequestURI(ob.s.upstream.String())
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -79,12 +81,12 @@ func (s *Sidecar) postOwn(sess *session, frame []byte) {
 		}
 	}
 	req.SetBody(frame)
-	if err := s.client.Do(req, resp); err != nil {
-		s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
+	if err := ob.s.client.Do(req, resp); err != nil {
+		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
 		fasthttp.ReleaseResponse(resp)
 		return
 	}
-	s.toTracker(sess, resp)
+	ob.toTracker(sess, resp)
 }
 
 // readBody reads a streamed response's body, up to max bytes.
@@ -121,7 +123,7 @@ type closerSoon interface{ CloseSoon() }
 // heldClientGone withdraws the requests of a POST still waiting in the
 // sidecar whose client closed the stream (protocol 2026-07-28): they are
 // cancelled before dispatch and never sent.
-func (s *Sidecar) heldClientGone(sess *session, d *decided) {
+func (rl relay) heldClientGone(sess *session, d *decided) {
 	for _, hc := range d.held {
 		sess.core.Cancel(hc.c, proxy.SourceDisconnect, "client closed the stream", nil)
 	}
@@ -130,11 +132,11 @@ func (s *Sidecar) heldClientGone(sess *session, d *decided) {
 // waitHeld waits until every held request of a POST is dispatched or
 // withdrawn, and returns the frame to forward without the withdrawn ones,
 // and their deadline replies; data is nil when nothing is left to send.
-func (s *Sidecar) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (data []byte, replies [][]byte) {
+func (rl relay) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (data []byte, replies [][]byte) {
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the stream is the cancel: one closed while its requests
 		// wait cancels them before dispatch.
-		stop := watchClose(ctx.Conn(), func() { s.heldClientGone(sess, d) })
+		stop := watchClose(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
 		defer stop()
 	}
 	withdrawn := map[*proxy.Call]bool{}

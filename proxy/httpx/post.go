@@ -29,20 +29,20 @@ const (
 // at the same moment, must find their calls in the same ledger, or their
 // answers would name no request in flight. noteSession forgets it if the
 // upstream refuses it.
-func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
+func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
 	if id == "" {
-		return newSession(id, s, governed), false
+		return newSession(id, rl.s, governed), false
 	}
-	if sess, ok := s.sessions.lookup(id); ok {
+	if sess, ok := rl.s.sessions.lookup(id); ok {
 		return sess, true
 	}
-	sess := newSession(id, s, governed)
+	sess := newSession(id, rl.s, governed)
 	if !governed {
 		return sess, false
 	}
 	sess.key = sessionKey(id) // before it is registered: read unlocked
-	if got, err := s.sessions.add(id, sess); err == nil && got != sess {
+	if got, err := rl.s.sessions.add(id, sess); err == nil && got != sess {
 		sess.closeGovernor()
 		return got, true // registered by a request of the same moment
 	}
@@ -50,13 +50,13 @@ func (s *Sidecar) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session,
 }
 
 // post relays a POST: one JSON-RPC message or a batch from the client.
-func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
-	sess, known := s.sessionFor(ctx, true)
+func (rl relay) post(ctx *fasthttp.RequestCtx) {
+	sess, known := rl.sessionFor(ctx, true)
 	sess.setVersion(peek(ctx.Request.Header.All(), versionHeader))
 	streaming := false
 	defer func() {
 		if !streaming {
-			s.requestDone(sess)
+			rl.requestDone(sess)
 		}
 	}()
 	var f framing.Frame
@@ -65,56 +65,56 @@ func (s *Sidecar) post(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	sess.core.Lock()
-	d := s.decideFrame(sess, proxy.Client, &f, s.traceHeaders(&ctx.Request))
-	st := s.newStream()
+	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
+	st := rl.newStream()
 	for _, c := range d.requests {
 		sess.attach(c, st)
 	}
 	sess.core.Unlock()
 	if len(d.strays) > 0 {
-		s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
+		rl.s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
 	}
-	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !s.sessions.roomFor(peerOf(ctx)) {
-		s.refuseFull(ctx, sess, d.requests)
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !rl.s.sessions.roomFor(peerOf(ctx)) {
+		rl.refuseFull(ctx, sess, d.requests)
 		return
 	}
 	if !known && !f.Batch && len(d.requests) == 1 {
-		s.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
+		rl.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
 		st.downgrade = d.upgraded
 	}
 	if d.trace.Parent != "" {
 		setTraceHeaders(&ctx.Request, d.trace)
 	}
-	if !s.admit(ctx, sess, st, &d) {
+	if !rl.admit(ctx, sess, st, &d) {
 		return
 	}
-	resp, err := s.forwardPost(ctx, sess, st, d.data, d.timed)
+	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.data, d.timed)
 	switch {
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
 		if final := st.takeFinal(); final != nil {
 			writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(d.replies, final), len(d.replies) > 0))
 		} else {
-			s.relayReplies(ctx, d.replies, len(d.requests) > 0)
+			rl.relayReplies(ctx, d.replies, len(d.requests) > 0)
 		}
 		return
 	case err != nil:
 		sess.detach(st)
-		s.log.Error("upstream unreachable", zap.String("upstream", s.upstream.Redacted()), zap.String("error", brief(err)))
-		s.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+brief(err))
+		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.upstream.Redacted()), zap.String("error", brief(err)))
+		rl.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+brief(err))
 		return
 	}
-	sess = s.noteSession(sess, known, resp)
-	streaming = s.respond(ctx, sess, st, resp, d)
+	sess = rl.noteSession(sess, known, resp)
+	streaming = rl.respond(ctx, sess, st, resp, d)
 }
 
 // refuseFull answers an initialize the relayed sessions' cap leaves no
 // room for: 503 with Retry-After, the request never sent.
-func (s *Sidecar) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call) {
+func (rl relay) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call) {
 	for _, c := range calls {
 		sess.t.Abandon(c)
 	}
-	s.log.Warn("session refused: too many relayed sessions (http.max_relayed_sessions)", zap.Int("sessions", s.sessions.len()))
+	rl.s.log.Warn("session refused: too many relayed sessions (http.max_relayed_sessions)", zap.Int("sessions", rl.s.sessions.len()))
 	ctx.Error("too many sessions: try again later\n", fasthttp.StatusServiceUnavailable)
 	ctx.Response.Header.Set("Retry-After", relayedFullRetry) // after Error, which resets the headers
 }
@@ -123,10 +123,10 @@ func (s *Sidecar) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*p
 // requests, answers at once what needs no upstream answer (reporting
 // false), and sets the stream to linger after a cancel where the governor
 // wants a late answer.
-func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
+func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
 	if len(d.held) > 0 {
 		var replies [][]byte
-		d.data, replies = s.waitHeld(ctx, sess, d)
+		d.data, replies = rl.waitHeld(ctx, sess, d)
 		d.replies = append(d.replies, replies...)
 		if len(d.requests) == 0 {
 			sess.detach(st)
@@ -135,26 +135,26 @@ func (s *Sidecar) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *
 	switch {
 	case d.data == nil: // nothing left to forward
 		// Cancelled while waiting: the stream ends without an answer.
-		s.relayReplies(ctx, d.replies, len(d.held) > 0)
+		rl.relayReplies(ctx, d.replies, len(d.held) > 0)
 		return false
 	case len(d.requests) == 0 && len(d.cancels) > 0:
 		// A cancel is answered at once; it goes upstream on its own.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		s.forwardDetached(ctx, d.data, d.cancels)
+		outbound{rl.s}.forwardDetached(ctx, d.data, d.cancels)
 		return false
 	}
-	if d.wantsLate && s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
+	if d.wantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
 		// After a cancel the client's stream ends, but the upstream's
 		// answer is still read a while, for the hooks that compensate it.
 		// (In 2026-07-28 closing the upstream's stream is the cancel.)
-		st.lingerFor(s.LateWatch)
+		st.lingerFor(rl.s.LateWatch)
 	}
 	return true
 }
 
 // noteSession registers the session the upstream opened, or forgets one it
 // no longer knows, and returns the session the answer belongs to.
-func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
+func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
 	id := peek(resp.Header.All(), sessionHeader)
 	if len(id) == 0 && !known && sess.sessionID() != "" && resp.StatusCode() < 300 {
 		// A session the upstream knows and this sidecar did not (it runs
@@ -164,37 +164,37 @@ func (s *Sidecar) noteSession(sess *session, known bool, resp *fasthttp.Response
 	}
 	switch {
 	case len(id) > 0 && !known:
-		if adopted := s.adopt(string(id), sess); adopted != sess {
+		if adopted := rl.adopt(string(id), sess); adopted != sess {
 			sess.closeGovernor() // the id was known after all: this one is not kept
 			sess = adopted
 		}
-		s.log.Info("session opened", zap.String("session", sess.scope))
+		rl.s.log.Info("session opened", zap.String("session", sess.scope))
 	case !known && resp.StatusCode() >= 300:
-		s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
+		rl.s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
-		s.sessions.remove(sess.sessionID())
+		rl.s.sessions.remove(sess.sessionID())
 		sess.closeGovernor()
-		s.log.Info("session expired upstream", zap.String("session", sess.scope))
+		rl.s.log.Info("session expired upstream", zap.String("session", sess.scope))
 	}
 	return sess
 }
 
 // adopt registers sess under id, the session id the upstream assigned in
 // its answer to initialize, and returns the registered session.
-func (s *Sidecar) adopt(id string, sess *session) *session {
+func (rl relay) adopt(id string, sess *session) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
-	sess.key = sessionKey(id)              // before it is registered: read unlocked
-	adopted, _ := s.sessions.add(id, sess) // no cap: the upstream caps its sessions
+	sess.key = sessionKey(id)                 // before it is registered: read unlocked
+	adopted, _ := rl.s.sessions.add(id, sess) // no cap: the upstream caps its sessions
 	return adopted
 }
 
 // requestDone ends the governance of a session that was the request's own
 // (no session, or one the upstream did not take), once its answer is done.
-func (s *Sidecar) requestDone(sess *session) {
-	if sess.core.Governor() != nil && !s.sessions.holds(sess.sessionID(), sess) {
+func (rl relay) requestDone(sess *session) {
+	if sess.core.Governor() != nil && !rl.s.sessions.holds(sess.sessionID(), sess) {
 		sess.closeGovernor()
 	}
 }
@@ -211,21 +211,21 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 // is given up as soon as the stream ends (or the client's side of it), and
 // errGaveUp returned; an answer that comes later is read for the tracker
 // alone when the stream lingers, else closed.
-func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
+func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
 	if !timed && st.quit == nil {
-		return s.forward(ctx, fasthttp.MethodPost, body)
+		return ob.forward(ctx, fasthttp.MethodPost, body)
 	}
 	req := fasthttp.AcquireRequest()
-	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body)
+	ob.upstreamRequest(req, ctx, fasthttp.MethodPost, body)
 	type answer struct {
 		resp *fasthttp.Response
 		err  error
 	}
 	got := make(chan answer, 1)
-	s.bg.Go(func() {
+	ob.s.bg.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
-		err := s.client.Do(req, resp)
+		err := ob.s.client.Do(req, resp)
 		if err != nil {
 			fasthttp.ReleaseResponse(resp)
 			resp = nil
@@ -238,13 +238,13 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *strea
 	case <-st.watched():
 	case <-st.quit:
 	}
-	s.bg.Go(func() { // the answer comes to nobody
+	ob.s.bg.Go(func() { // the answer comes to nobody
 		a := <-got
 		if a.resp == nil {
 			return
 		}
 		if st.quit != nil && st.setBody(bodyOf(a.resp)) {
-			s.toTracker(sess, a.resp) // a late answer: suppressed, and seen
+			ob.toTracker(sess, a.resp) // a late answer: suppressed, and seen
 			return
 		}
 		a.resp.CloseBodyStream()
@@ -256,19 +256,19 @@ func (s *Sidecar) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *strea
 // toTracker reads an upstream answer, JSON or an event stream, puts every
 // message in it to the session's tracker, and releases the response: for
 // answers no client waits for (the proxy's own requests, late answers).
-func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
+func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 	defer fasthttp.ReleaseResponse(resp)
 	var f framing.Frame
 	put := func(data []byte) {
 		if f.Parse(data) == nil {
-			s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+			relay{ob.s}.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
 		}
 	}
 	if !isEventStream(resp.Header.ContentType()) {
-		put(readBody(resp, s.maxBody))
+		put(readBody(resp, ob.s.maxBody))
 		return
 	}
-	rd := s.newSSEReader(resp)
+	rd := ob.newSSEReader(resp)
 	defer rd.Release()
 	for {
 		ev, err := rd.Next()
@@ -284,14 +284,14 @@ func (s *Sidecar) toTracker(sess *session, resp *fasthttp.Response) {
 
 // respond relays the upstream's answer to a POST; it reports whether the
 // answer goes on streaming after it returns.
-func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
+func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
 	status := resp.StatusCode()
 	if status >= 500 && len(d.requests) > 0 {
 		head := readHead(resp)
 		sess.detach(st)
-		s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
-		s.payload("the upstream's error body", head)
-		s.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
+		rl.s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
+		outbound{rl.s}.payload("the upstream's error body", head)
+		rl.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
 	if isEventStream(resp.Header.ContentType()) && !st.setBody(bodyOf(resp)) {
@@ -309,13 +309,13 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 	ctx.SetStatusCode(status)
 	if isEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		relay := s.newSSERelay(sess, st, resp, ctx.Conn(), d.replies)
+		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.replies)
 		relay.lazyHead = true // the headers go with the first event: one write, not two
 		ctx.SetBodyStream(relay, -1)
 		return true
 	}
 	defer sess.detach(st)
-	s.relayJSON(ctx, sess, st, resp, d.replies)
+	rl.relayJSON(ctx, sess, st, resp, d.replies)
 	// A JSON answer is whole: requests it did not answer never will be.
 	for _, c := range d.requests {
 		sess.t.Abandon(c)
@@ -324,10 +324,10 @@ func (s *Sidecar) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 }
 
 // relayJSON relays a JSON response, held back where the tracker says so.
-func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
+func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
 	st.setBody(bodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
-		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(s.maxBody)+1))
+		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(rl.s.maxBody)+1))
 		st.end(nil)
 		fasthttp.ReleaseResponse(resp)
 		return body, err
@@ -336,8 +336,8 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 	var err error
 	if st.quit == nil {
 		body, err = read()
-	} else if body, err = s.readOrQuit(sess, st, read); errors.Is(err, errGaveUp) {
-		s.relayReplies(ctx, replies, true) // cancelled: the answer is read on, for the tracker alone
+	} else if body, err = rl.readOrQuit(sess, st, read); errors.Is(err, errGaveUp) {
+		rl.relayReplies(ctx, replies, true) // cancelled: the answer is read on, for the tracker alone
 		return
 	}
 	if final := st.takeFinal(); final != nil {
@@ -345,11 +345,11 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		return
 	}
 	if err != nil && st.wasCut() { // the requests were cancelled: their answer is not awaited
-		s.relayReplies(ctx, replies, true)
+		rl.relayReplies(ctx, replies, true)
 		return
 	}
-	if err != nil || len(body) > s.maxBody {
-		s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", s.maxBody))
+	if err != nil || len(body) > rl.s.maxBody {
+		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", rl.s.maxBody))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		return
 	}
@@ -358,7 +358,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		ctx.SetBody(body) // not JSON-RPC (an HTTP error page, a 202): as it is
 		return
 	}
-	d := s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+	d := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
 	if st.downgrade && d.data != nil {
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
@@ -379,7 +379,7 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 		// The answer names no request in flight (FastMCP answers what it
 		// cannot place with the id "server-error" and HTTP 400): the
 		// client gets it as it is, never a 202 in place of an answer.
-		s.log.Warn("upstream answer names no request in flight: relayed as it is",
+		rl.s.log.Warn("upstream answer names no request in flight: relayed as it is",
 			zap.String("session", sess.scope), zap.Int("status", ctx.Response.StatusCode()))
 		ctx.SetBody(body)
 	}
@@ -388,13 +388,13 @@ func (s *Sidecar) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream,
 // readOrQuit reads a lingering stream's JSON answer, unless the client's
 // side ends first (errGaveUp): then the answer is read on in the
 // background, and put to the tracker alone, so that a late answer is seen.
-func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, error)) ([]byte, error) {
+func (rl relay) readOrQuit(sess *session, st *stream, read func() ([]byte, error)) ([]byte, error) {
 	type answer struct {
 		body []byte
 		err  error
 	}
 	got := make(chan answer, 1)
-	s.bg.Go(func() {
+	rl.s.bg.Go(func() {
 		body, err := read()
 		got <- answer{body, err}
 	})
@@ -402,10 +402,10 @@ func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, err
 	case a := <-got:
 		return a.body, a.err
 	case <-st.quit:
-		s.bg.Go(func() {
+		rl.s.bg.Go(func() {
 			var f framing.Frame
 			if a := <-got; a.err == nil && f.Parse(a.body) == nil {
-				s.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}) // a late answer: suppressed, and seen
+				rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}) // a late answer: suppressed, and seen
 			}
 		})
 		return nil, errGaveUp
@@ -415,7 +415,7 @@ func (s *Sidecar) readOrQuit(sess *session, st *stream, read func() ([]byte, err
 // relayReplies answers with the proxy's own replies; if there are none, a
 // POST that carried requests (all cancelled) gets an event stream that ends
 // without a message, any other 202: a request is never answered 202.
-func (s *Sidecar) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte, requests bool) {
+func (rl relay) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte, requests bool) {
 	switch {
 	case len(replies) == 0 && requests:
 		emptyStream(ctx)
@@ -429,9 +429,9 @@ func (s *Sidecar) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte, reque
 }
 
 // failRequests answers the client's requests with errors, as JSON.
-func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, why string) {
-	if s.OnUpstreamError != nil {
-		s.OnUpstreamError()
+func (rl relay) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, why string) {
+	if rl.s.OnUpstreamError != nil {
+		rl.s.OnUpstreamError()
 	}
 	var replies [][]byte
 	for _, c := range calls {
@@ -439,28 +439,28 @@ func (s *Sidecar) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []
 			replies = append(replies, r)
 		}
 	}
-	s.relayReplies(ctx, replies, len(calls) > 0)
+	rl.relayReplies(ctx, replies, len(calls) > 0)
 }
 
 // get relays the standalone event stream that carries the server's own
 // requests and notifications.
-func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
-	sess, _ := s.sessionFor(ctx, false)
+func (rl relay) get(ctx *fasthttp.RequestCtx) {
+	sess, _ := rl.sessionFor(ctx, false)
 	if len(peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
-		sess.resumed(s.clock.Now())
+		sess.resumed(rl.s.clock.Now())
 	}
-	resp, err := s.forward(ctx, fasthttp.MethodGet, nil)
+	resp, err := outbound{rl.s}.forward(ctx, fasthttp.MethodGet, nil)
 	if err != nil {
-		s.log.Error("upstream unreachable", zap.String("error", brief(err)))
+		rl.s.log.Error("upstream unreachable", zap.String("error", brief(err)))
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
-	st := s.newStream()
+	st := rl.newStream()
 	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
 		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
-		ctx.SetBodyStream(s.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
+		ctx.SetBodyStream(rl.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
 		return
 	}
 	ctx.SetBody(readHead(resp))
@@ -468,16 +468,16 @@ func (s *Sidecar) get(ctx *fasthttp.RequestCtx) {
 
 // delete ends a session: its requests in flight are cancelled upstream
 // first, then the DELETE is relayed.
-func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
+func (rl relay) delete(ctx *fasthttp.RequestCtx) {
 	id := string(peek(ctx.Request.Header.All(), sessionHeader))
-	if sess, ok := s.sessions.remove(id); ok {
-		s.log.Info("session deleted", zap.String("session", sess.scope))
-		s.endSession(sess)
+	if sess, ok := rl.s.sessions.remove(id); ok {
+		rl.s.log.Info("session deleted", zap.String("session", sess.scope))
+		rl.endSession(sess)
 	}
-	if s.Fleet != nil && id != "" {
-		s.Fleet.EndSession(sessionKey(id)) // the session's requests held by other replicas
+	if rl.s.Fleet != nil && id != "" {
+		rl.s.Fleet.EndSession(sessionKey(id)) // the session's requests held by other replicas
 	}
-	resp, err := s.forward(ctx, fasthttp.MethodDelete, nil)
+	resp, err := outbound{rl.s}.forward(ctx, fasthttp.MethodDelete, nil)
 	if err != nil {
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
@@ -489,7 +489,7 @@ func (s *Sidecar) delete(ctx *fasthttp.RequestCtx) {
 
 // endSession cancels upstream a deleted session's requests in flight
 // (source session_end), ends their streams and its governance.
-func (s *Sidecar) endSession(sess *session) {
+func (rl relay) endSession(sess *session) {
 	sess.core.CancelAll(proxy.SourceSessionEnd, "session deleted", nil)
 	sess.notifying.wait(ownedWait) // before the upstream ends the session
 	sess.endAll()
@@ -512,20 +512,20 @@ func brief(err error) string {
 
 // payload logs, at debug level, the start of what the sidecar refused or
 // could not place, when the configuration asks for payloads in logs.
-func (s *Sidecar) payload(what string, b []byte) {
-	if s.Tracker.LogPayloads {
-		s.log.Debug(what, zap.ByteString("head", b[:min(len(b), 200)]))
+func (ob outbound) payload(what string, b []byte) {
+	if ob.s.Tracker.LogPayloads {
+		ob.s.log.Debug(what, zap.ByteString("head", b[:min(len(b), 200)]))
 	}
 }
 
 // forward sends the client's request upstream with the given method and
 // body, and returns the response with its body still streaming.
-func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
+func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	s.upstreamRequest(req, ctx, method, body)
+	ob.upstreamRequest(req, ctx, method, body)
 	resp := fasthttp.AcquireResponse()
-	if err := s.client.Do(req, resp); err != nil {
+	if err := ob.s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, err
 	}
@@ -535,11 +535,11 @@ func (s *Sidecar) forward(ctx *fasthttp.RequestCtx, method string, body []byte) 
 // notify POSTs a notification of the proxy's own to the upstream, in a
 // session, and waits for the answer (202); the cancels it holds, if any,
 // are of calls.
-func (s *Sidecar) notify(sess *session, msg []byte, calls ...*proxy.Call) {
+func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	start := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(s.upstream.String())
+	req.SetRequestURI(ob.s.upstream.String())
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -549,47 +549,47 @@ func (s *Sidecar) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	}
 	req.SetBody(msg)
 	resp := fasthttp.AcquireResponse()
-	if err := s.client.Do(req, resp); err != nil {
+	if err := ob.s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
+		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
 		return
 	}
 	if status := resp.StatusCode(); status >= 300 {
 		body := readHead(resp)
-		s.log.Warn("the upstream refused a notification", zap.String("session", sess.scope), zap.Int("status", status),
+		ob.s.log.Warn("the upstream refused a notification", zap.String("session", sess.scope), zap.Int("status", status),
 			zap.Int("body_bytes", len(body)))
-		s.payload("the upstream's refusal", body)
+		ob.payload("the upstream's refusal", body)
 		return
 	}
 	readHead(resp)
-	s.notified(start, calls)
+	ob.notified(start, calls)
 }
 
 // goNotify notifies the upstream (see notify) on a goroutine the session
 // and the sidecar own: a shutdown waits for them.
-func (s *Sidecar) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
-	s.notifying.add()
+func (ob outbound) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
+	ob.s.notifying.add()
 	sess.notifying.add()
 	go func() {
-		defer s.notifying.done()
+		defer ob.s.notifying.done()
 		defer sess.notifying.done()
-		s.notify(sess, msg, calls...)
+		ob.notify(sess, msg, calls...)
 	}()
 }
 
 // forwardDetached sends a POST upstream without waiting for its answer.
-func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls []*proxy.Call) {
+func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls []*proxy.Call) {
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
-	s.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
-	s.notifying.Go(func() {
+	ob.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
+	ob.s.notifying.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
-		if err := s.client.Do(req, resp); err != nil {
-			s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
+		if err := ob.s.client.Do(req, resp); err != nil {
+			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
 		} else {
 			if resp.StatusCode() < 300 {
-				s.notified(start, calls)
+				ob.notified(start, calls)
 			}
 			readHead(resp)
 		}
@@ -598,17 +598,17 @@ func (s *Sidecar) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls [
 
 // notified reports a cancel's notification answered by the upstream, start
 // being when the cancel came, and records it on the cancelled calls' spans.
-func (s *Sidecar) notified(start time.Time, calls []*proxy.Call) {
-	if s.OnNotified != nil {
-		s.OnNotified(time.Since(start))
+func (ob outbound) notified(start time.Time, calls []*proxy.Call) {
+	if ob.s.OnNotified != nil {
+		ob.s.OnNotified(time.Since(start))
 	}
 	for _, c := range calls {
 		c.Span().Event(proxy.EventCancelForwarded)
 	}
 }
 
-func (s *Sidecar) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestCtx, method string, body []byte) {
-	req.SetRequestURI(s.upstream.String())
+func (ob outbound) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestCtx, method string, body []byte) {
+	req.SetRequestURI(ob.s.upstream.String())
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		req.URI().SetQueryStringBytes(q)
 	}
@@ -654,8 +654,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 
 // traceHeaders returns the W3C trace context headers of a client's POST,
 // when the sidecar traces requests.
-func (s *Sidecar) traceHeaders(req *fasthttp.Request) proxy.TraceContext {
-	if s.NewTracer == nil {
+func (ob outbound) traceHeaders(req *fasthttp.Request) proxy.TraceContext {
+	if ob.s.NewTracer == nil {
 		return proxy.TraceContext{}
 	}
 	return proxy.TraceContext{Parent: string(req.Header.Peek("traceparent")), State: string(req.Header.Peek("tracestate"))}

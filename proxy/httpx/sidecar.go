@@ -244,7 +244,7 @@ func (s *Sidecar) Provision() error {
 			s.Legacy.sessions.init(idle, most, s.clock)
 		}
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
-		s.sweepEvery(max(idle/4, time.Second))
+		s.sweeper.every(s.clock, max(idle/4, time.Second), tablesOf(s))
 		if s.Fleet != nil {
 			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel, s.fleetSessionEnded)
 		}
@@ -252,20 +252,17 @@ func (s *Sidecar) Provision() error {
 	return s.initErr
 }
 
-// init is Provision, for the methods that need it done.
-func (s *Sidecar) init() error { return s.Provision() }
-
 // Cleanup ends what the sidecar started, once its server has stopped
 // serving: the idle sweep stops; requests still in flight are cancelled
 // upstream, as a client cancel would, with reason; old clients' sessions
 // and the children end, and Cleanup returns once they have. Calls after
 // the first do nothing.
 func (s *Sidecar) Cleanup(reason string) {
-	if s.init() != nil {
+	if s.Provision() != nil {
 		return
 	}
 	s.cleanup.Do(func() {
-		s.stopSweeping()
+		s.sweeper.stop()
 		if s.stopFleet != nil {
 			s.stopFleet()
 		}
@@ -286,7 +283,7 @@ var ErrNoUpstream = errors.New("httpx: no valid upstream")
 // Handler returns the fasthttp handler, or an error for a bad configuration.
 // Served on a Listener, its event streams take fewer writes.
 func (s *Sidecar) Handler() (fasthttp.RequestHandler, error) {
-	if err := s.init(); err != nil {
+	if err := s.Provision(); err != nil {
 		return nil, errors.Join(ErrNoUpstream, err)
 	}
 	return s.serve, nil
@@ -296,7 +293,7 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if s.cors(ctx) {
 		return
 	}
-	if s.Legacy != nil && s.serveLegacy(ctx) {
+	if s.Legacy != nil && (legacyFront{s}).serveLegacy(ctx) {
 		return
 	}
 	if string(ctx.Path()) != s.path {
@@ -416,7 +413,7 @@ func (s *Sidecar) shared() *childSession {
 
 // Ready reports whether the upstream accepts connections.
 func (s *Sidecar) Ready() error {
-	if err := s.init(); err != nil {
+	if err := s.Provision(); err != nil {
 		return err
 	}
 	if s.Children != nil && s.Children.Dial == nil {
@@ -437,7 +434,7 @@ func (s *Sidecar) Ready() error {
 // session, as a client cancel would, and ends their streams: what a
 // shutdown does once its grace is over.
 func (s *Sidecar) CancelAll(reason string) {
-	if s.init() != nil {
+	if s.Provision() != nil {
 		return
 	}
 	sessions := s.sessions.all()

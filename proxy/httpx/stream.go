@@ -71,7 +71,7 @@ type stream struct {
 }
 
 // newStream returns a stream whose timers run on the sidecar's clock.
-func (s *Sidecar) newStream() *stream { return &stream{clock: s.clock} }
+func (rl relay) newStream() *stream { return &stream{clock: rl.s.clock} }
 
 // lingerFor makes the stream read on for d after its cancel.
 func (st *stream) lingerFor(d time.Duration) {
@@ -215,18 +215,18 @@ type sseRelay struct {
 }
 
 // newSSERelay starts relaying resp's events for a client on conn.
-func (s *Sidecar) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
-	r := &sseRelay{s: s, sess: sess, st: st, resp: resp, rd: s.newSSEReader(resp)}
+func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
+	r := &sseRelay{s: rl.s, sess: sess, st: st, resp: resp, rd: outbound{rl.s}.newSSEReader(resp)}
 	sess.open.Add(1)
 	for _, m := range prefix {
 		r.pending = framing.AppendSSEMessage(r.pending, "", m)
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = watchCloseAfter(conn, soon, func() { s.clientGone(sess, st) })
+	r.stopWatch = watchCloseAfter(conn, soon, func() { rl.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
-		s.bg.Go(r.pump)
+		rl.s.bg.Go(r.pump)
 	} else if out, ok := conn.(*heldConn); ok {
 		// A lingering stream's events come through a channel, which its
 		// reader may wait on: those are written at once.
@@ -370,7 +370,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	ev, err := r.rd.Next()
 	switch {
 	case errors.Is(err, framing.ErrBudgetSpent):
-		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", r.s.budgetSize())
+		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", outbound{r.s}.budgetSize())
 	case errors.Is(err, framing.ErrEventTooLarge):
 		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.maxBody)
 	case err == nil && ev.Cut && ev.HasData:
@@ -384,7 +384,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 		r.st.end(errStreamCancelled)
 		return nil, false
 	default:
-		return r.s.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
+		return relay{r.s}.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
 	}
 	if r.broken != nil && !r.st.wasCut() {
 		out = r.failOpen()
@@ -401,13 +401,13 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 
 // newSSEReader reads an upstream response's event stream, within the
 // sidecar's limits.
-func (s *Sidecar) newSSEReader(resp *fasthttp.Response) *framing.SSEReader {
-	rd := framing.NewSSEReader(resp.BodyStream(), s.maxBody)
-	rd.SetBudget(s.budget)
+func (ob outbound) newSSEReader(resp *fasthttp.Response) *framing.SSEReader {
+	rd := framing.NewSSEReader(resp.BodyStream(), ob.s.maxBody)
+	rd.SetBudget(ob.s.budget)
 	return rd
 }
 
-func (s *Sidecar) budgetSize() int64 { return cmp.Or(s.EventMemory, DefaultEventMemory) }
+func (ob outbound) budgetSize() int64 { return cmp.Or(ob.s.EventMemory, DefaultEventMemory) }
 
 // failOpen answers, with the proxy's own error, each request still waiting
 // for its answer on a stream that broke, and logs the break once.
@@ -433,7 +433,7 @@ func (r *sseRelay) Close() error {
 	r.stopWatch()
 	r.sess.open.Add(-1)
 	if !r.eof {
-		r.s.clientGone(r.sess, r.st)
+		relay{r.s}.clientGone(r.sess, r.st)
 	}
 	r.sess.detach(r.st)
 	if r.evs == nil {
@@ -441,14 +441,14 @@ func (r *sseRelay) Close() error {
 		r.rd.Release()
 		fasthttp.ReleaseResponse(r.resp)
 	} // else the pump ends the upstream's side, and releases the response
-	r.s.requestDone(r.sess)
+	relay{r.s}.requestDone(r.sess)
 	return nil
 }
 
 // clientGone handles a client that closed a response stream: the upstream
 // stream is closed too, and, where configured, the requests it was to
 // answer are cancelled if the client does not resume in time.
-func (s *Sidecar) clientGone(sess *session, st *stream) {
+func (rl relay) clientGone(sess *session, st *stream) {
 	calls := sess.callsOn(st)
 	st.end(errClientGone)
 	if sess.protocolVersion().CancelsByClose() {
@@ -462,7 +462,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 		return
 	}
 	came := func(left int64) bool { return sess.lastResume.Load() > left } // for its answers
-	s.afterDisconnect(came, func() {
+	rl.s.afterDisconnect(came, func() {
 		for _, c := range calls {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client disconnected", nil)
 		}
@@ -475,7 +475,7 @@ func (s *Sidecar) clientGone(sess *session, st *stream) {
 // (priming events, keep-alive comments) pass as they are. An event whose
 // lines end in a lone "\r" goes with "\n" instead, so that a client that
 // splits lines only on "\n" reads the event the sidecar read.
-func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, downgrade bool) []byte {
+func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, downgrade bool) []byte {
 	if !ev.HasData || len(ev.Data) == 0 {
 		return framing.NormalizeLineEnds(ev.Raw)
 	}
@@ -483,7 +483,7 @@ func (s *Sidecar) filterEvent(sess *session, ev *framing.Event, f *framing.Frame
 		sess.t.Invalid(proxy.Server, err, ev.Data)
 		return nil
 	}
-	d := s.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
+	d := rl.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
 	data := d.data
 	if downgrade && data != nil {
 		if down := downgradeAnswer(data); len(down) != len(data) {
@@ -549,7 +549,7 @@ type heldCall struct {
 // decideFrame puts each message of a frame to the tracker; parent is the
 // trace context of the HTTP request that brought it, if any. Cancels the
 // client sends end the cancelled request's stream after the grace.
-func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, parent proxy.TraceContext) decided {
+func (rl relay) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, parent proxy.TraceContext) decided {
 	var d decided
 	var kept [][]byte
 	d.same = true
@@ -568,9 +568,9 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 			d.replies = append(d.replies, o.Reply)
 		}
 		for _, mc := range o.More { // the other requests in flight under the id the cancel names
-			sess.cancelled(mc.Call, s.grace)
+			sess.cancelled(mc.Call, rl.s.grace)
 			if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-				s.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
+				outbound{rl.s}.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
 			}
 		}
 		if o.Withdrawn { // held, never sent, and neither is its cancel
@@ -580,7 +580,7 @@ func (s *Sidecar) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, 
 		}
 		if o.Cancelled != nil && from == proxy.Client {
 			d.cancels = append(d.cancels, o.Cancelled)
-			sess.cancelled(o.Cancelled, s.grace)
+			sess.cancelled(o.Cancelled, rl.s.grace)
 		}
 		if o.Request != nil {
 			d.requests = append(d.requests, o.Request)
