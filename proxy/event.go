@@ -56,19 +56,40 @@ func (s *Stats) Add(o Stats) {
 	s.Withdrawn += o.Withdrawn
 }
 
-type stats struct {
-	forwarded, cancelsForwarded, cancelsDropped, responsesSuppressed, progressSuppressed, dropped, proxyErrors, withdrawn atomic.Int64
-}
+// Counters is a set of counters that several trackers add to besides their
+// own (TrackerOptions.Totals): an HTTP front's, for every session it ever
+// had. The zero Counters is ready. Safe for concurrent use.
+type Counters struct{ c stats }
+
+// Stats returns the counts so far.
+func (c *Counters) Stats() Stats { return c.c.snapshot() }
+
+// counter names one of Stats' counts.
+type counter int
+
+const (
+	cForwarded counter = iota
+	cCancelsForwarded
+	cCancelsDropped
+	cResponsesSuppressed
+	cProgressSuppressed
+	cDropped
+	cProxyErrors
+	cWithdrawn
+	nCounters
+)
+
+type stats [nCounters]atomic.Int64
 
 func (s *stats) snapshot() Stats {
 	return Stats{
-		Forwarded:           s.forwarded.Load(),
-		CancelsForwarded:    s.cancelsForwarded.Load(),
-		CancelsDropped:      s.cancelsDropped.Load(),
-		ResponsesSuppressed: s.responsesSuppressed.Load(),
-		ProgressSuppressed:  s.progressSuppressed.Load(),
-		Dropped:             s.dropped.Load(),
-		ProxyErrors:         s.proxyErrors.Load(),
-		Withdrawn:           s.withdrawn.Load(),
+		Forwarded:           s[cForwarded].Load(),
+		CancelsForwarded:    s[cCancelsForwarded].Load(),
+		CancelsDropped:      s[cCancelsDropped].Load(),
+		ResponsesSuppressed: s[cResponsesSuppressed].Load(),
+		ProgressSuppressed:  s[cProgressSuppressed].Load(),
+		Dropped:             s[cDropped].Load(),
+		ProxyErrors:         s[cProxyErrors].Load(),
+		Withdrawn:           s[cWithdrawn].Load(),
 	}
 }

@@ -67,6 +67,10 @@ type TrackerOptions struct {
 	OnEvent func(Event)
 	// Observer, if set, counts every decision, for metrics.
 	Observer Observer
+	// Totals, if set, gets every count the tracker makes besides the
+	// tracker's own Stats: an HTTP front's sessions share one, so that
+	// what the front did outlives the sessions that did it.
+	Totals *Counters
 	// AllowSharedIDs lets the client's requests in flight share an id: a
 	// transport that carries each request's answer on a route of its own
 	// (an HTTP response stream) keeps them apart; each after the first is
@@ -171,6 +175,14 @@ func NewTracker(opts TrackerOptions) *Tracker {
 
 // Stats returns the counters so far.
 func (t *Tracker) Stats() Stats { return t.stats.snapshot() }
+
+// count adds n to one of the tracker's counters, and to its Totals.
+func (t *Tracker) count(c counter, n int64) {
+	t.stats[c].Add(n)
+	if t.opts.Totals != nil {
+		t.opts.Totals.c[c].Add(n)
+	}
+}
 
 // Logger returns the logger of one peer's messages.
 func (t *Tracker) Logger(p Peer) *zap.Logger { return t.opts.Logger.With(t.peers[p].from) }
@@ -304,7 +316,7 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		return Outcome{Verdict: Drop}
 	case Suppress:
 		c.Span().Event(EventLateSuppressed)
-		t.stats.responsesSuppressed.Add(1)
+		t.count(cResponsesSuppressed, 1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
 		if g := t.opts.Governor; g != nil && from == Server {
 			g.Observe(Change{Kind: ChangeLate, Call: c, Msg: m})
@@ -383,14 +395,14 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 		g = nil
 	}
 	if reason != "" {
-		t.stats.cancelsDropped.Add(1)
+		t.count(cCancelsDropped, 1)
 		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
 		if g != nil && m.RequestID.IsValid() {
 			g.Observe(Change{Kind: ChangeCancelMissed, ID: m.RequestID})
 		}
 		return Outcome{Verdict: Drop}
 	}
-	t.stats.cancelsForwarded.Add(1)
+	t.count(cCancelsForwarded, 1)
 	why := CapReason(m.Reason) // the cancel goes on whole; what the proxy writes of it is capped
 	t.noteCancel(from, p.issued.dir, m.Kind, c, SourceClient, why)
 	if from == Client && t.opts.OnCancel != nil {
@@ -419,7 +431,7 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	c, v := p.answers.progress(m.Token)
 	if v == Suppress {
 		c.Span().Event(EventProgressDropped)
-		t.stats.progressSuppressed.Add(1)
+		t.count(cProgressSuppressed, 1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
 	}
@@ -442,8 +454,8 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 func (t *Tracker) Withdraw(from Peer, c *Call) {
 	p := &t.peers[from]
 	p.issued.forget(c)
-	t.stats.withdrawn.Add(1)
-	t.stats.forwarded.Add(-1) // counted when it was queued; it never left
+	t.count(cWithdrawn, 1)
+	t.count(cForwarded, -1) // counted when it was queued; it never left
 	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
 		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
 	c.Span().Event(EventWithdrawn)
@@ -457,7 +469,7 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 // -32600 for valid JSON that is no JSON-RPC message); a server gets a log
 // line only, and a nil reply.
 func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
-	t.stats.dropped.Add(1)
+	t.count(cDropped, 1)
 	t.log(from, zapcore.WarnLevel, "malformed message dropped", zap.Error(err), zap.Int("bytes", len(raw)))
 	t.payload(from, raw)
 	t.emit(from, ActDropped, framing.KindInvalid, "", framing.ID{}, err.Error())
@@ -477,7 +489,7 @@ func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 // sender of a request it held (or any client), and an error for the issuer
 // of the request a response it held answered.
 func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender, toOther []byte) {
-	t.stats.dropped.Add(1)
+	t.count(cDropped, 1)
 	id, isResponse, ok := framing.PeekID(tl.Head)
 	t.log(from, zapcore.ErrorLevel, "frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
 		zap.Stringer("id", id))
@@ -510,7 +522,7 @@ func (t *Tracker) FailInFlight(why string) [][]byte {
 
 // ErrorReply builds the proxy's own error response, and counts it.
 func (t *Tracker) ErrorReply(id framing.ID, code int, msg string) []byte {
-	t.stats.proxyErrors.Add(1)
+	t.count(cProxyErrors, 1)
 	t.emit(Peer(2), ActReplied, framing.KindResponse, "", id, msg)
 	return ErrorReply(id, code, msg)
 }
@@ -532,7 +544,7 @@ func ErrorReplyKind(id framing.ID, code int, msg, kind string) []byte {
 // forwarded counts a message passed on; method and id are the message's, or
 // for a response those of the request it answers.
 func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing.ID) {
-	t.stats.forwarded.Add(1)
+	t.count(cForwarded, 1)
 	if t.opts.Observer != nil {
 		t.opts.Observer.Observe(ActForwarded, from)
 	}
@@ -542,7 +554,7 @@ func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing
 }
 
 func (t *Tracker) dropped(from Peer, dir Direction, m *framing.Message, id framing.ID, why string, lvl zapcore.Level) {
-	t.stats.dropped.Add(1)
+	t.count(cDropped, 1)
 	t.note(from, dir, ActDropped, m.Kind, m.Method, id, why, lvl)
 }
 
@@ -676,7 +688,7 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 // cancelled accounts for a call the proxy cancelled on the client's behalf
 // and returns the cancel notification for the server.
 func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
-	t.stats.cancelsForwarded.Add(1)
+	t.count(cCancelsForwarded, 1)
 	t.noteCancel(Client, ClientToServer, framing.KindNotification, c, source, reason)
 	if t.opts.OnCancel != nil {
 		t.opts.OnCancel(source)

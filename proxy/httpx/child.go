@@ -41,11 +41,14 @@ type Children struct {
 	mu       sync.Mutex                  // guards shared; held while a session starts
 	shared   *childSession               // serves every sessionless request
 	retiring sync.WaitGroup              // the sessions idle or evicted, stopping
+	totals   *proxy.Counters             // the Sidecar's
 }
 
-// provision sets up the session table: idle, the cap, the clock.
-func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock) {
+// provision sets up the session table (idle, the cap, the clock) and the
+// counters every session adds to.
+func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
 	cs.sessions.init(idle, most, clk)
+	cs.totals = totals
 }
 
 func (cs *Children) clock() clock.Clock { return cs.sessions.clock }
@@ -105,7 +108,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &childSession{lineSession: newLineSession(proc, cs.Session, copts.TermAfter, log), clock: cs.clock(),
+	c := &childSession{lineSession: newLineSession(proc, cs.Session, copts.TermAfter, cs.totals, log), clock: cs.clock(),
 		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}, retiring: &cs.retiring}
 	c.start(c.route, nil)
 	return c, nil

@@ -147,7 +147,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
-	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, log), st: st, retiring: &l.retiring}
+	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, &lg.s.totals, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
 	st.onAbort = func() { ls.in.CloseWrite() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {

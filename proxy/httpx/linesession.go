@@ -35,9 +35,11 @@ type lineSession struct {
 }
 
 // newLineSession makes a session between a front and back, to start;
-// grace is the server's term_after, or zero for the default.
-func newLineSession(back Backend, sopts stdio.Options, grace time.Duration, log *zap.Logger) *lineSession {
+// grace is the server's term_after, or zero for the default; totals, the
+// front's counters, get the session's counts.
+func newLineSession(back Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *lineSession {
 	sopts.Logger = log
+	sopts.Totals = totals
 	sopts.OnClientClosed = func() { go back.Stop() }
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
 	return &lineSession{id: newSessionID(), back: back, sess: stdio.NewSession(sopts), in: stdio.NewFrames(),

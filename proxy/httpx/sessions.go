@@ -56,6 +56,7 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	// that share an id (claude.ai sends every one with id 1) are kept apart,
 	// renamed toward the upstream.
 	opts.AllowSharedIDs = true
+	opts.Totals = &s.totals
 	// Every accepted cancel is counted by the tracker that accepts it.
 	if opts.OnCancel == nil && s.OnCancel != nil {
 		opts.OnCancel = s.cancelled

@@ -160,6 +160,7 @@ type Sidecar struct {
 	client        *fasthttp.Client
 	upstream      *url.URL
 	sessions      sessionTable[*session] // the sessions relayed upstream
+	totals        proxy.Counters         // every session's counts, ended ones' too
 	sweeper       sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
@@ -238,7 +239,7 @@ func (s *Sidecar) Provision() error {
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
 		s.sessions.noEvict = true // a relayed session is the client's and the upstream's: never dropped for another
 		if s.Children != nil {
-			s.Children.provision(idle, most, s.clock)
+			s.Children.provision(idle, most, s.clock, &s.totals)
 		}
 		if s.Legacy != nil {
 			s.Legacy.sessions.init(idle, most, s.clock)
@@ -386,20 +387,10 @@ func (s *Sidecar) InFlight() int {
 	return n
 }
 
-// Stats sums the counters of every session the sidecar serves: those it
-// relays, those of Children (the shared child's included) and those of
-// Legacy (sessions that ended, or that the sidecar forgot, no longer
-// count).
-func (s *Sidecar) Stats() proxy.Stats {
-	var st proxy.Stats
-	for _, t := range s.tables() {
-		st.Add(t.stats())
-	}
-	if sh := s.shared(); sh != nil {
-		st.Add(sh.stats())
-	}
-	return st
-}
+// Stats returns the counters of every session the sidecar has served,
+// those that ended included: those it relays, those of Children (the
+// shared child's included) and those of Legacy.
+func (s *Sidecar) Stats() proxy.Stats { return s.totals.Stats() }
 
 // shared returns the child serving sessionless requests, if one runs.
 func (s *Sidecar) shared() *childSession {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -75,6 +76,7 @@ func (r *replay) bridge(upstream string) {
 		}
 	}()
 	r.lines, r.stats = toBridge, sess.Stats
+	r.shutdown = func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") } // as the bridge's signal does
 	r.t.Cleanup(func() {
 		toBridge.Close() // the client leaves: the session ends, and its backend
 		back.Stop()

@@ -112,6 +112,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 	}
 	r.atEnd(func() { sc.Cleanup("the replay ends") })
 	r.stats = sc.Stats
+	r.shutdown = func() { sc.Cleanup("the proxy is shutting down") } // once the shutdown grace is over
 	return sc
 }
 
@@ -140,6 +141,7 @@ type replay struct {
 	readers  sync.WaitGroup
 	ends     []func()       // what stops the servers, before the sidecar stops
 	policy   *policy.Engine // the transcript's, if it has one
+	shutdown func()         // shuts the proxy down, as its signal's end does
 }
 
 // engine starts the transcript's policy, if it has one, on the replay's
@@ -197,6 +199,8 @@ func (r *replay) step(st transcript.Step) {
 	case "clock":
 		d, _ := st.Moved()
 		r.clk.Advance(d)
+	case "shutdown":
+		r.shutdown()
 	}
 }
 

@@ -67,6 +67,9 @@ type Options struct {
 	// Observer and OnCancel, if set, count the session's decisions and its
 	// accepted cancels, for metrics (see proxy.TrackerOptions).
 	Observer proxy.Observer
+	// Totals, if set, gets the session's counts besides its own Stats (an
+	// HTTP front's, for all its sessions).
+	Totals   *proxy.Counters
 	OnCancel func(proxy.Source)
 }
 
@@ -105,7 +108,7 @@ func NewSession(opts Options) *Session {
 		Tracker: proxy.TrackerOptions{
 			Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
 			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
-			Observer: opts.Observer, OnCancel: opts.OnCancel},
+			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals},
 		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart})
 	s.t = s.core.Tracker()
 	return s

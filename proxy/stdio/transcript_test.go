@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -53,6 +54,8 @@ func (h *harness) step(st transcript.Step) error {
 	case "clock":
 		d, _ := st.Moved()
 		h.clk.Advance(d)
+	case "shutdown": // as the wrapper's signal does
+		h.sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")
 	}
 	return nil
 }

@@ -20,6 +20,10 @@
 //	           proxy_errors)
 //	clock +D   the fake clock every transport runs on moves by D (a Go
 //	           duration): deadlines and graces that end within it end
+//	shutdown   the proxy shuts down, as on SIGTERM once the shutdown
+//	           grace is over: what is still in flight is cancelled on the
+//	           server and answered to its client; the steps after it see
+//	           what the shutdown sent, but nothing more is played
 //
 // A file "policy", if present, is the policy the session runs under, as
 // the configuration file's policy block holds it (YAML, without the
@@ -59,7 +63,7 @@ var files embed.FS
 
 // Step is one line of a transcript.
 type Step struct {
-	Op   string // c>, c~, s>, c<, s<, sync, stats or clock
+	Op   string // c>, c~, s>, c<, s<, sync, stats, clock or shutdown
 	Arg  string
 	Line int // in the steps file, from 1
 }
@@ -161,7 +165,7 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			}
 			op, arg, _ := strings.Cut(line, " ")
 			switch op {
-			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock":
+			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "shutdown":
 			default:
 				return tr, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 			}
