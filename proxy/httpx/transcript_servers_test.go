@@ -41,6 +41,7 @@ func (r *replay) scriptedStdio() *pipeBackend {
 			r.server.put("stdin", bytes.Clone(line))
 		}
 	}()
+	r.cut = func(string) { fromServer.Close() } // the server exits
 	r.atEnd(func() { fromServer.Close(); fromProxy.Close() })
 	return b
 }
@@ -72,7 +73,7 @@ func (b *pipeBackend) Exited() <-chan struct{} { return b.exited }
 // the rest.
 func (r *replay) scriptedStreamable() string {
 	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}, getOpen: make(chan struct{})}
-	r.send = up.send
+	r.send, r.cut = up.send, up.cut
 	return r.listen(up)
 }
 
@@ -102,8 +103,25 @@ type scriptedUpstream struct {
 
 // upStream is one response stream of the scripted server.
 type upStream struct {
-	out     chan []byte // events to write; closed when the stream is to end
-	pending int         // requests not yet answered
+	out     chan []byte   // events to write; closed when the stream is to end
+	broken  chan struct{} // closed when the stream is to break
+	pending int           // requests not yet answered
+}
+
+func newUpStream() *upStream {
+	return &upStream{out: make(chan []byte, 64), broken: make(chan struct{})}
+}
+
+// cut breaks the stream that is to carry the answer to request id: the
+// response ends without its last chunk, as when a server dies.
+func (u *scriptedUpstream) cut(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	st := u.byID[id]
+	if st == nil {
+		u.r.t.Fatalf("cut %s: no stream carries its answer", id)
+	}
+	close(st.broken)
 }
 
 func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -112,7 +130,7 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case req.Method == http.MethodDelete:
 		return
 	case req.Method == http.MethodGet:
-		st := &upStream{out: make(chan []byte, 64)}
+		st := newUpStream()
 		u.mu.Lock()
 		if u.get == nil {
 			close(u.getOpen)
@@ -128,7 +146,7 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var f framing.Frame
-	st := &upStream{out: make(chan []byte, 64)}
+	st := newUpStream()
 	requests := 0
 	if f.Parse(body) == nil {
 		u.mu.Lock()
@@ -169,6 +187,8 @@ func (u *scriptedUpstream) stream(w http.ResponseWriter, req *http.Request, st *
 			}
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 			w.(http.Flusher).Flush()
+		case <-st.broken:
+			panic(http.ErrAbortHandler) // the connection is cut, the response unfinished
 		case <-req.Context().Done():
 			return
 		}
@@ -243,7 +263,9 @@ func cmpOr(a, b *upStream) *upStream {
 // messages are POSTed (202), and every frame the server sends comes on it.
 func (r *replay) scriptedSSE() string {
 	out := make(chan []byte, 64)
+	broken := make(chan struct{})
 	r.send = func(frame string) { out <- []byte(frame) }
+	r.cut = func(string) { close(broken) } // the event stream breaks
 	return r.listen(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -254,6 +276,8 @@ func (r *replay) scriptedSSE() string {
 				case frame := <-out:
 					fmt.Fprintf(w, "event: message\ndata: %s\n\n", frame)
 					w.(http.Flusher).Flush()
+				case <-broken:
+					panic(http.ErrAbortHandler)
 				case <-req.Context().Done():
 					return
 				}

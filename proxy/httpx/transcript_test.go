@@ -139,9 +139,10 @@ type replay struct {
 	posts    int
 	postOf   map[string][]string // request id -> the POSTs that carried it
 	readers  sync.WaitGroup
-	ends     []func()       // what stops the servers, before the sidecar stops
-	policy   *policy.Engine // the transcript's, if it has one
-	shutdown func()         // shuts the proxy down, as its signal's end does
+	ends     []func()        // what stops the servers, before the sidecar stops
+	policy   *policy.Engine  // the transcript's, if it has one
+	shutdown func()          // shuts the proxy down, as its signal's end does
+	cut      func(id string) // breaks the server's side of request id's answer
 }
 
 // engine starts the transcript's policy, if it has one, on the replay's
@@ -199,6 +200,8 @@ func (r *replay) step(st transcript.Step) {
 	case "clock":
 		d, _ := st.Moved()
 		r.clk.Advance(d)
+	case "cut":
+		r.cut(st.Arg)
 	case "shutdown":
 		r.shutdown()
 	}

@@ -1,6 +1,7 @@
 package stdio_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,9 +45,9 @@ func (h *harness) step(st transcript.Step) error {
 	case "s>":
 		h.server(st.Arg)
 	case "c<":
-		h.clientGets(st.Arg)
+		return h.gets(h.fromProxyC, st.Arg)
 	case "s<":
-		h.serverGets(st.Arg)
+		return h.gets(h.fromProxyS, st.Arg)
 	case "sync":
 		h.sync()
 	case "stats":
@@ -54,8 +55,24 @@ func (h *harness) step(st transcript.Step) error {
 	case "clock":
 		d, _ := st.Moved()
 		h.clk.Advance(d)
+	case "cut": // the server exits
+		h.toProxyS.Close()
 	case "shutdown": // as the wrapper's signal does
 		h.sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")
+	}
+	return nil
+}
+
+// gets reads the next frame the proxy sent a peer and compares it with
+// want, as the transcripts compare ("*" matches anything).
+func (h *harness) gets(r *lineReader, want string) error {
+	h.t.Helper()
+	got, err := r.r.Read(nil)
+	if err != nil {
+		return fmt.Errorf("reading from the proxy: %v (want %s)", err, want)
+	}
+	if !transcript.SameJSON(got, want) {
+		return fmt.Errorf("got\n  %s\nwant\n  %s", got, want)
 	}
 	return nil
 }
