@@ -42,7 +42,10 @@ var ErrEventTooLarge = errors.New("server-sent event exceeds the size limit")
 // EventTooLargeError is ErrEventTooLarge with the start of the skipped
 // event's data (4 KiB at most), so that the reader's caller can tell whose
 // answer it was (PeekID) and answer for it.
-type EventTooLargeError struct{ Head []byte }
+type EventTooLargeError struct {
+	Head []byte // the start of its data, kept so that its id can be read
+	Size int64  // the event's length in bytes, its field names included
+}
 
 func (e *EventTooLargeError) Error() string { return ErrEventTooLarge.Error() }
 func (e *EventTooLargeError) Unwrap() error { return ErrEventTooLarge }
@@ -88,6 +91,7 @@ type SSEReader struct {
 	raw      []byte
 	data     []byte
 	overflow bool
+	size     int64 // the event's bytes so far
 	// pendingCR is set when the last line ended with a "\r": a "\n"
 	// right after it belongs to the same line end.
 	pendingCR bool
@@ -145,7 +149,7 @@ var bom = []byte("\xef\xbb\xbf")
 func (r *SSEReader) Next() (*Event, error) {
 	r.Release()
 	r.ev = Event{}
-	r.raw, r.data, r.overflow = r.raw[:0], r.data[:0], false
+	r.raw, r.data, r.overflow, r.size = r.raw[:0], r.data[:0], false, 0
 	atLineStart := true
 	for {
 		buf, err := r.br.Peek(1)
@@ -166,6 +170,7 @@ func (r *SSEReader) Next() (*Event, error) {
 		}
 		buf, _ = r.br.Peek(r.br.Buffered())
 		n, end := r.scan(buf, &atLineStart)
+		r.size += int64(n)
 		switch {
 		case r.overflow:
 		case r.fits(len(r.raw) + n):
@@ -174,6 +179,11 @@ func (r *SSEReader) Next() (*Event, error) {
 			r.Release()
 			return nil, ErrBudgetSpent
 		default:
+			// Over the limit: the rest is skipped, but the event's start
+			// is kept (as much as a FrameTooLargeError keeps of a line), so that its id can still be read.
+			if keep := min(n, headSize-len(r.raw)); keep > 0 {
+				r.raw = append(r.raw, buf[:keep]...)
+			}
 			r.overflow = true
 		}
 		r.br.Discard(n)
@@ -235,7 +245,7 @@ func lineEnd(b []byte) int {
 // finish parses the collected lines into the event.
 func (r *SSEReader) finish(readErr error) (*Event, error) {
 	if r.overflow {
-		return nil, &EventTooLargeError{Head: dataHead(r.raw, 4<<10)}
+		return nil, &EventTooLargeError{Head: dataHead(r.raw, headSize), Size: r.size}
 	}
 	if len(r.raw) == 0 && readErr == io.EOF {
 		return nil, io.EOF

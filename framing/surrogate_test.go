@@ -55,3 +55,24 @@ func TestEventTooLargeKeepsItsHead(t *testing.T) {
 		t.Errorf("the next event: %v, %v", ev, err)
 	}
 }
+
+// TestEventTooLargeInOneReadKeepsItsHead: an event over the limit that
+// comes whole in one read (a short one, just over a small limit) keeps the
+// start of its data too.
+func TestEventTooLargeInOneReadKeepsItsHead(t *testing.T) {
+	big := `{"jsonrpc":"2.0","id":1,"result":{"text":"` + strings.Repeat("x", 400) + `"}}`
+	for _, prefix := range []string{"", "event: message\n"} {
+		rd := framing.NewSSEReader(strings.NewReader(prefix+"data: "+big+"\n\ndata: {\"next\":1}\n\n"), 300)
+		_, err := rd.Next()
+		var tl *framing.EventTooLargeError
+		if !errors.As(err, &tl) {
+			t.Fatalf("Next = %v, want an EventTooLargeError", err)
+		}
+		if id, isResponse, ok := framing.PeekID(tl.Head); !ok || !isResponse || id.String() != `1` {
+			t.Errorf("%q: head %.60q: id %v, response %v, ok %v", prefix, tl.Head, id, isResponse, ok)
+		}
+		if ev, err := rd.Next(); err != nil || string(ev.Data) != `{"next":1}` {
+			t.Errorf("the next event: %v, %v", ev, err)
+		}
+	}
+}

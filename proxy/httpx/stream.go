@@ -361,23 +361,43 @@ func (r *sseRelay) next() bool {
 	return true
 }
 
+// tooLarge accounts for an upstream event over the size limit, which the
+// reader skipped, as the stdio relay does for a line: the request it
+// answered gets the proxy's error in its place on this stream, and a request
+// of the server's it carried is refused to the server.
+func (r *sseRelay) tooLarge(tl *framing.EventTooLargeError) []byte {
+	toServer, toClient := r.sess.t.TooLarge(proxy.Server, &framing.FrameTooLargeError{Size: tl.Size, Limit: r.s.maxBody, Head: tl.Head})
+	if toServer != nil {
+		outbound{r.s}.goNotify(r.sess, toServer)
+	}
+	if toClient == nil {
+		return nil
+	}
+	return framing.AppendSSEMessage(nil, "", toClient)
+}
+
 // readEvent reads one upstream event and returns what of it to relay (nil
 // for nothing), and whether more may come. At the end it returns the
 // proxy's own last message, if the stream has one. A stream that breaks
-// (the upstream gone mid-stream, an event cut off at the end, an event over
-// the size limit) ends with an error for each request it was to answer.
+// (the upstream gone mid-stream, an event cut off at the end) ends with an
+// error for each request it was to answer; an event over the size limit is
+// skipped, as the wrapper skips an over-long line, and the stream goes on.
 func (r *sseRelay) readEvent() (out []byte, more bool) {
 	ev, err := r.rd.Next()
+	if tl, ok := errors.AsType[*framing.EventTooLargeError](err); ok {
+		return r.tooLarge(tl), true
+	}
 	switch {
 	case errors.Is(err, framing.ErrBudgetSpent):
 		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", outbound{r.s}.budgetSize())
-	case errors.Is(err, framing.ErrEventTooLarge):
-		r.broken = fmt.Errorf("an event of the upstream's is over the size limit of %d bytes", r.s.maxBody)
 	case err == nil && ev.Cut && ev.HasData:
 		r.broken = errors.New("the upstream's stream ended in the middle of an event")
 	case err != nil && !errors.Is(err, io.EOF):
 		r.broken = fmt.Errorf("the upstream's stream broke: %w", err)
 	case err != nil: // the upstream ended the stream, or the sidecar did
+		if r.owesAnswers() {
+			r.broken = errEndedUnanswered
+		}
 	case string(ev.Type) == "endpoint":
 		r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
 			"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
@@ -395,8 +415,28 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	// Read to its clean end, the upstream connection goes back to the
 	// pool now, before the client sees the end; any other end has
 	// fasthttp close it.
-	r.st.end(r.broken)
+	if r.broken == errEndedUnanswered {
+		r.st.end(nil)
+	} else {
+		r.st.end(r.broken)
+	}
 	return out, false
+}
+
+// errEndedUnanswered ends a client's stream whose upstream stream ended,
+// cleanly, without the answers it was to carry.
+var errEndedUnanswered = errors.New("the upstream ended the request's stream without answering it")
+
+// owesAnswers reports whether the upstream, having ended this stream, left
+// requests unanswered that nobody can resume: the client did not leave it,
+// and there is no session whose GET stream could still bring the answers
+// (a sessionless request, or 2026-07-28, where streams do not resume). The
+// bridge answers such a request the same way.
+func (r *sseRelay) owesAnswers() bool {
+	if r.st.wasCut() || len(r.sess.callsOn(r.st)) == 0 {
+		return false
+	}
+	return r.sess.sessionID() == "" || r.sess.protocolVersion().CancelsByClose()
 }
 
 // newSSEReader reads an upstream response's event stream, within the

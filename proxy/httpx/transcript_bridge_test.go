@@ -26,6 +26,7 @@ func TestTranscriptsThroughTheBridge(t *testing.T) {
 		transcript.ForEach(t, "bridge-to-"+up, func(t *testing.T, tr *transcript.Transcript) {
 			r := newReplay(t, tr)
 			r.bridged = true
+			r.maxFrame = tr.MaxFrameSize
 			r.bridge(up)
 			r.play(tr)
 		})
@@ -42,19 +43,19 @@ func (r *replay) bridge(upstream string) {
 	switch upstream {
 	case "streamable":
 		var up *httpx.StreamableUpstream
-		if up, err = httpx.NewStreamableUpstream(r.scriptedStreamable(), 0, 0); err == nil {
+		if up, err = httpx.NewStreamableUpstream(r.scriptedStreamable(), r.maxFrame, 0); err == nil {
 			back, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	case "sse":
 		var up *httpx.SSEUpstream
-		if up, err = httpx.NewSSEUpstream(r.scriptedSSE(), 0, 0); err == nil {
+		if up, err = httpx.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0); err == nil {
 			back, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	}
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t)}
+	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t), MaxFrameSize: r.maxFrame}
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")
 	}

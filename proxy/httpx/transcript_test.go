@@ -43,6 +43,7 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 			transcript.ForEach(t, front+"-to-"+up, func(t *testing.T, tr *transcript.Transcript) {
 				r := newReplay(t, tr)
 				r.legacy = front == "legacy"
+				r.maxFrame = tr.MaxFrameSize
 				r.serve(r.sidecar(up))
 				r.play(tr)
 			})
@@ -74,8 +75,8 @@ func (r *replay) play(tr *transcript.Transcript) {
 // sidecar returns the sidecar for the replay's front in front of a
 // scripted upstream of the kind named.
 func (r *replay) sidecar(upstream string) *httpx.Sidecar {
-	opts := stdio.Options{OnEvent: r.onEvent}
-	sc := &httpx.Sidecar{}
+	opts := stdio.Options{OnEvent: r.onEvent, MaxFrameSize: r.maxFrame}
+	sc := &httpx.Sidecar{MaxBodySize: r.maxFrame}
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")
 		sc.Governor = r.policy.Governor
@@ -86,7 +87,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		url := r.scriptedStreamable()
 		sc.Upstream = url
 		if r.legacy {
-			up, err := httpx.NewStreamableUpstream(url, 0, 0)
+			up, err := httpx.NewStreamableUpstream(url, r.maxFrame, 0)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -96,7 +97,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		b := r.scriptedStdio()
 		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
 	case "sse":
-		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), 0, 0)
+		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0)
 		if err != nil {
 			r.t.Fatal(err)
 		}
@@ -143,6 +144,7 @@ type replay struct {
 	policy   *policy.Engine  // the transcript's, if it has one
 	shutdown func()          // shuts the proxy down, as its signal's end does
 	cut      func(id string) // breaks the server's side of request id's answer
+	maxFrame int             // the transcript's max-frame-size, or zero
 }
 
 // engine starts the transcript's policy, if it has one, on the replay's

@@ -17,7 +17,7 @@ import (
 func TestTranscripts(t *testing.T) {
 	transcript.ForEach(t, "stdio", func(t *testing.T, tr *transcript.Transcript) {
 		clk := clock.NewFake(time.Unix(0, 0))
-		var opts stdio.Options
+		opts := stdio.Options{MaxFrameSize: tr.MaxFrameSize}
 		e, err := tr.Engine(clk)
 		if err != nil {
 			t.Fatal(err)

@@ -33,6 +33,9 @@
 // the configuration file's policy block holds it (YAML, without the
 // "policy:" key); without it there is none.
 //
+// A file "max-frame-size", if present, holds the largest message, in
+// bytes, that every transport of the session takes (limits.max_frame_size).
+//
 // A file "not-on", if present, names (one a line) the transports the
 // transcript does not hold on, as the HTTP replay names them
 // ("streamable-to-streamable"); its comment says why.
@@ -79,6 +82,8 @@ type Transcript struct {
 	Steps   []Step
 	NotOn   []string // the transports it does not hold on
 	Policy  string   // the policy file's YAML, if any
+	// MaxFrameSize is the max-frame-size file's, or zero for the default.
+	MaxFrameSize int
 }
 
 // Engine returns the policy engine a transport runs the transcript's
@@ -157,6 +162,14 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 		}
 		if f.Name == "policy" {
 			tr.Policy = string(f.Data)
+			continue
+		}
+		if f.Name == "max-frame-size" {
+			n, err := strconv.Atoi(strings.TrimSpace(string(f.Data)))
+			if err != nil || n <= 0 {
+				return tr, fmt.Errorf("%s: max-frame-size: not a size: %q", name, f.Data)
+			}
+			tr.MaxFrameSize = n
 			continue
 		}
 		if f.Name != "steps" {
