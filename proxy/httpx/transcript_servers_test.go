@@ -106,6 +106,10 @@ type upStream struct {
 	out     chan []byte   // events to write; closed when the stream is to end
 	broken  chan struct{} // closed when the stream is to break
 	pending int           // requests not yet answered
+	ids     []string      // the requests it carries
+	// closeCancels: the stream is of protocol 2026-07-28, where its close
+	// under a request is the request's cancel.
+	closeCancels bool
 }
 
 func newUpStream() *upStream {
@@ -153,6 +157,7 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		for i := range f.Msgs {
 			if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
 				st.pending++
+				st.ids = append(st.ids, m.ID.String())
 				requests++
 				u.byID[m.ID.String()] = st
 				if m.Token.IsValid() {
@@ -165,6 +170,7 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		u.mu.Unlock()
 	}
+	st.closeCancels = req.Header.Get("MCP-Protocol-Version") == "2026-07-28"
 	// Once its stream is known: a step that answers it may come at once.
 	u.r.server.put("POST", body)
 	if requests == 0 {
@@ -190,7 +196,24 @@ func (u *scriptedUpstream) stream(w http.ResponseWriter, req *http.Request, st *
 		case <-st.broken:
 			panic(http.ErrAbortHandler) // the connection is cut, the response unfinished
 		case <-req.Context().Done():
+			u.closed(st)
 			return
+		}
+	}
+}
+
+// closed takes the close of a 2026-07-28 stream with requests unanswered
+// as what it is, their cancel: the server's inbox gets a cancel for each.
+func (u *scriptedUpstream) closed(st *upStream) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !st.closeCancels {
+		return
+	}
+	for _, id := range st.ids {
+		if u.byID[id] == st {
+			delete(u.byID, id)
+			u.r.server.put("the stream's close", []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"(its stream closed)"}}`))
 		}
 	}
 }

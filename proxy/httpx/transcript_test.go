@@ -2,10 +2,13 @@ package httpx_test
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,7 +58,8 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 // its policy, if it has one.
 func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 	watchdog(t, 30*time.Second)
-	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1)}
+	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
+		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}}
 	r.client.init()
 	r.server.init()
 	r.engine(tr)
@@ -65,7 +69,10 @@ func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 // play opens the session, plays the transcript's steps, and checks that
 // nothing unexpected came.
 func (r *replay) play(tr *transcript.Transcript) {
-	r.initialize()
+	r.era = tr.Era()
+	if r.era != stateless { // a 2026-07-28 request stands alone
+		r.initialize()
+	}
 	for _, st := range tr.Steps {
 		r.step(st)
 	}
@@ -140,12 +147,19 @@ type replay struct {
 	posts    int
 	postOf   map[string][]string // request id -> the POSTs that carried it
 	readers  sync.WaitGroup
-	ends     []func()        // what stops the servers, before the sidecar stops
-	policy   *policy.Engine  // the transcript's, if it has one
-	shutdown func()          // shuts the proxy down, as its signal's end does
-	cut      func(id string) // breaks the server's side of request id's answer
-	maxFrame int             // the transcript's max-frame-size, or zero
+	ends     []func()             // what stops the servers, before the sidecar stops
+	policy   *policy.Engine       // the transcript's, if it has one
+	shutdown func()               // shuts the proxy down, as its signal's end does
+	cut      func(id string)      // breaks the server's side of request id's answer
+	maxFrame int                  // the transcript's max-frame-size, or zero
+	era      string               // the transcript's protocol revision, if it names one
+	renamed  map[string]any       // a request's id -> its name toward a shared server (serverGets)
+	bodyOf   map[string]io.Closer // request id -> the response of the POST that carried it
 }
+
+// stateless is the protocol revision without sessions, where closing a
+// request's stream is its cancel.
+const stateless = "2026-07-28"
 
 // engine starts the transcript's policy, if it has one, on the replay's
 // clock; it is shut down once the replay has ended.
@@ -185,14 +199,14 @@ func (r *replay) step(st transcript.Step) {
 		r.postHeld(st.Arg)
 	case "s>":
 		r.injected += count(st.Arg)
-		r.send(st.Arg)
+		r.send(r.serverNames(st.Arg))
 	case "c<":
 		got := r.client.take(r.t, "client", st.Arg)
 		if !r.legacy && !r.bridged {
 			r.onItsStream(got)
 		}
 	case "s<":
-		r.server.take(r.t, "server", st.Arg)
+		r.serverGets(st.Arg)
 	case "sync":
 		r.sync()
 	case "stats":
@@ -202,11 +216,77 @@ func (r *replay) step(st transcript.Step) {
 	case "clock":
 		d, _ := st.Moved()
 		r.clk.Advance(d)
+	case "close":
+		body := r.bodyOf[st.Arg]
+		if body == nil {
+			r.t.Fatalf("steps line %d: no POST carried request %s", st.Line, st.Arg)
+		}
+		body.Close()
 	case "cut":
 		r.cut(st.Arg)
 	case "shutdown":
 		r.shutdown()
 	}
+}
+
+// serverGets takes want from what reached the server. In a 2026-07-28
+// transcript a request may reach a server the proxy shares between clients
+// (a stdio or HTTP+SSE server, for requests without a session) under a name
+// of the proxy's: the replay follows the rename, taking the request under
+// any id and naming it so in what the server then gets and sends.
+func (r *replay) serverGets(want string) {
+	r.t.Helper()
+	want = r.serverNames(want)
+	if r.era != stateless {
+		r.server.take(r.t, "server", want)
+		return
+	}
+	var w map[string]any
+	json.Unmarshal([]byte(want), &w)
+	id, isRequest := w["id"], w["method"] != nil && w["id"] != nil
+	got := r.server.takeMatch(r.t, "server", want, func(raw []byte) bool {
+		if transcript.SameJSON(raw, want) {
+			return true
+		}
+		var g map[string]any
+		if !isRequest || json.Unmarshal(raw, &g) != nil || g["id"] == nil {
+			return false
+		}
+		w["id"] = g["id"]
+		defer func() { w["id"] = id }()
+		b, _ := json.Marshal(w)
+		return transcript.SameJSON(raw, string(b))
+	})
+	if isRequest {
+		var g map[string]any
+		json.Unmarshal(got.raw, &g)
+		if !reflect.DeepEqual(g["id"], id) {
+			r.renamed[fmt.Sprint(id)] = g["id"]
+		}
+	}
+}
+
+// serverNames returns frame with the requests the proxy renamed toward a
+// shared server named as the server knows them: an answer's id, a cancel's
+// requestId.
+func (r *replay) serverNames(frame string) string {
+	if len(r.renamed) == 0 {
+		return frame
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(frame), &m) != nil {
+		return frame
+	}
+	if id, ok := r.renamed[fmt.Sprint(m["id"])]; ok && m["method"] == nil {
+		m["id"] = id
+	}
+	if p, ok := m["params"].(map[string]any); ok && m["method"] == framing.MethodCancelled {
+		if id, ok := r.renamed[fmt.Sprint(p["requestId"])]; ok {
+			p["requestId"] = id
+		}
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
 }
 
 // count returns how many messages a frame holds, as the tracker counts
@@ -343,7 +423,13 @@ func (r *replay) post(frame string) {
 	} else if id, isResponse, ok := framing.PeekID([]byte(frame)); ok && !isResponse {
 		r.postOf[id.String()] = append(r.postOf[id.String()], where) // a refused request: answered under its id
 	}
-	r.readAll(where, r.do(http.MethodPost, r.url, frame))
+	resp := r.do(http.MethodPost, r.url, frame)
+	for i := range f.Msgs {
+		if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
+			r.bodyOf[m.ID.String()] = resp.Body
+		}
+	}
+	r.readAll(where, resp)
 }
 
 // postHeld POSTs frame, a request the proxy holds (its POST is answered
@@ -400,7 +486,16 @@ func (r *replay) request(method, url, body string) *http.Request {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if !r.legacy {
-		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		req.Header.Set("MCP-Protocol-Version", cmp.Or(r.era, "2025-06-18"))
+	}
+	if r.era == stateless { // the headers that mirror the body
+		var f framing.Frame
+		if f.Parse([]byte(body)) == nil && !f.Batch {
+			req.Header.Set("Mcp-Method", f.Msgs[0].Method)
+			if name := f.Msgs[0].Name(); name != "" {
+				req.Header.Set("Mcp-Name", name)
+			}
+		}
 	}
 	if r.session != "" {
 		req.Header.Set("Mcp-Session-Id", r.session)
@@ -493,11 +588,17 @@ func (b *inbox) put(where string, raw []byte) {
 // waiting for it to come.
 func (b *inbox) take(t *testing.T, who, want string) item {
 	t.Helper()
+	return b.takeMatch(t, who, want, func(raw []byte) bool { return transcript.SameJSON(raw, want) })
+}
+
+// takeMatch is take, with what matches want said by match.
+func (b *inbox) takeMatch(t *testing.T, who, want string, match func([]byte) bool) item {
+	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		b.mu.Lock()
 		for i, it := range b.items {
-			if transcript.SameJSON(it.raw, want) {
+			if match(it.raw) {
 				b.items = append(b.items[:i:i], b.items[i+1:]...)
 				b.mu.Unlock()
 				return it

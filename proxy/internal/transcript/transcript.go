@@ -20,6 +20,15 @@
 //	           proxy_errors)
 //	clock +D   the fake clock every transport runs on moves by D (a Go
 //	           duration): deadlines and graces that end within it end
+//	era REV    the session speaks protocol revision REV; first if at all
+//	           (without it, 2025-06-18 over HTTP). In 2026-07-28 there is
+//	           no initialize and no session: each request stands alone
+//	close ID   the client leaves the response stream of the POST that
+//	           carried request ID (Streamable HTTP clients only): in
+//	           2026-07-28 that is the request's cancel. A Streamable HTTP
+//	           server that sees a stream of 2026-07-28 closed under a
+//	           request receives it as that request's notifications/cancelled,
+//	           with the reason "(its stream closed)"
 //	cut ID     the server's side of the connection that would carry the
 //	           answer to request ID breaks: a stdio server exits, an
 //	           HTTP+SSE server's event stream breaks, a Streamable HTTP
@@ -70,7 +79,7 @@ var files embed.FS
 
 // Step is one line of a transcript.
 type Step struct {
-	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, cut or shutdown
+	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, era, close, cut or shutdown
 	Arg  string
 	Line int // in the steps file, from 1
 }
@@ -102,6 +111,15 @@ func (tr *Transcript) Engine(clk clock.Clock) (*policy.Engine, error) {
 		return nil, err
 	}
 	return policy.New(policy.Options{Policy: cfg.Policy, Audit: policy.Audit{Path: "off"}, Clock: clk})
+}
+
+// Era returns the protocol revision the transcript's session speaks, or
+// "" for the transport's default.
+func (tr *Transcript) Era() string {
+	if len(tr.Steps) > 0 && tr.Steps[0].Op == "era" {
+		return tr.Steps[0].Arg
+	}
+	return ""
 }
 
 // Moved returns how far a "clock" step moves the clock.
@@ -182,11 +200,14 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			}
 			op, arg, _ := strings.Cut(line, " ")
 			switch op {
-			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "cut", "shutdown":
+			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "shutdown":
 			default:
 				return tr, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 			}
 			st := Step{Op: op, Arg: arg, Line: n + 1}
+			if op == "era" && len(tr.Steps) > 0 {
+				return tr, fmt.Errorf("%s, steps line %d: era must be the first step", name, n+1)
+			}
 			if _, err := st.Moved(); op == "clock" && err != nil {
 				return tr, fmt.Errorf("%s, steps line %d: %v", name, n+1, err)
 			}
