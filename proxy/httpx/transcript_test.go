@@ -47,7 +47,9 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 				r := newReplay(t, tr)
 				r.legacy = front == "legacy"
 				r.maxFrame = tr.MaxFrameSize
-				r.serve(r.sidecar(up))
+				sc := r.sidecar(up)
+				sc.DisconnectCancelAfter, r.graced = tr.DisconnectCancelAfter, tr.DisconnectCancelAfter > 0
+				r.serve(sc)
 				r.play(tr)
 			})
 		}
@@ -153,6 +155,7 @@ type replay struct {
 	cut      func(id string)      // breaks the server's side of request id's answer
 	maxFrame int                  // the transcript's max-frame-size, or zero
 	era      string               // the transcript's protocol revision, if it names one
+	graced   bool                 // the front cancels a left request after a grace
 	renamed  map[string]any       // a request's id -> its name toward a shared server (serverGets)
 	bodyOf   map[string]io.Closer // request id -> the response of the POST that carried it
 }
@@ -221,7 +224,17 @@ func (r *replay) step(st transcript.Step) {
 		if body == nil {
 			r.t.Fatalf("steps line %d: no POST carried request %s", st.Line, st.Arg)
 		}
+		if !r.graced || r.era == stateless {
+			body.Close()
+			break
+		}
+		armed := r.clk.Armed()
 		body.Close()
+		select { // the grace starts once the front has seen the close
+		case <-armed:
+		case <-time.After(10 * time.Second):
+			r.t.Fatalf("steps line %d: the disconnect grace did not start", st.Line)
+		}
 	case "cut":
 		r.cut(st.Arg)
 	case "shutdown":

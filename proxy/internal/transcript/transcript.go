@@ -45,6 +45,12 @@
 // A file "max-frame-size", if present, holds the largest message, in
 // bytes, that every transport of the session takes (limits.max_frame_size).
 //
+// A file "disconnect-cancel-after", if present, holds the HTTP fronts'
+// disconnect grace (http.disconnect_cancel_after, a Go duration): in the
+// 2025 revisions a request whose stream the client left ("close") is
+// cancelled once it passes; the replay waits for the grace's timer to be
+// set before it goes on.
+//
 // A file "not-on", if present, names (one a line) the transports the
 // transcript does not hold on, as the HTTP replay names them
 // ("streamable-to-streamable"); its comment says why.
@@ -93,6 +99,8 @@ type Transcript struct {
 	Policy  string   // the policy file's YAML, if any
 	// MaxFrameSize is the max-frame-size file's, or zero for the default.
 	MaxFrameSize int
+	// DisconnectCancelAfter is the disconnect-cancel-after file's, or zero.
+	DisconnectCancelAfter time.Duration
 }
 
 // Engine returns the policy engine a transport runs the transcript's
@@ -180,6 +188,14 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 		}
 		if f.Name == "policy" {
 			tr.Policy = string(f.Data)
+			continue
+		}
+		if f.Name == "disconnect-cancel-after" {
+			d, err := time.ParseDuration(strings.TrimSpace(string(f.Data)))
+			if err != nil || d <= 0 {
+				return tr, fmt.Errorf("%s: disconnect-cancel-after: not a duration: %q", name, f.Data)
+			}
+			tr.DisconnectCancelAfter = d
 			continue
 		}
 		if f.Name == "max-frame-size" {
