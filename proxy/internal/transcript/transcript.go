@@ -63,6 +63,7 @@ package transcript
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"reflect"
@@ -182,58 +183,62 @@ func All() ([]Transcript, error) {
 func parse(name string, a *txtar.Archive) (Transcript, error) {
 	tr := Transcript{Name: name, Comment: string(a.Comment)}
 	for _, f := range a.Files {
-		if f.Name == "not-on" {
+		var err error
+		switch f.Name {
+		case "not-on":
 			tr.NotOn = strings.Fields(string(f.Data))
-			continue
-		}
-		if f.Name == "policy" {
+		case "policy":
 			tr.Policy = string(f.Data)
-			continue
+		case "disconnect-cancel-after":
+			tr.DisconnectCancelAfter, err = time.ParseDuration(strings.TrimSpace(string(f.Data)))
+			if err == nil && tr.DisconnectCancelAfter <= 0 {
+				err = errors.New("not positive")
+			}
+		case "max-frame-size":
+			tr.MaxFrameSize, err = strconv.Atoi(strings.TrimSpace(string(f.Data)))
+			if err == nil && tr.MaxFrameSize <= 0 {
+				err = errors.New("not positive")
+			}
+		case "steps":
+			tr.Steps, err = parseSteps(name, string(f.Data))
+			if err != nil {
+				return tr, err
+			}
 		}
-		if f.Name == "disconnect-cancel-after" {
-			d, err := time.ParseDuration(strings.TrimSpace(string(f.Data)))
-			if err != nil || d <= 0 {
-				return tr, fmt.Errorf("%s: disconnect-cancel-after: not a duration: %q", name, f.Data)
-			}
-			tr.DisconnectCancelAfter = d
-			continue
-		}
-		if f.Name == "max-frame-size" {
-			n, err := strconv.Atoi(strings.TrimSpace(string(f.Data)))
-			if err != nil || n <= 0 {
-				return tr, fmt.Errorf("%s: max-frame-size: not a size: %q", name, f.Data)
-			}
-			tr.MaxFrameSize = n
-			continue
-		}
-		if f.Name != "steps" {
-			continue
-		}
-		for n, line := range strings.Split(string(f.Data), "\n") {
-			line = strings.TrimSpace(line)
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			op, arg, _ := strings.Cut(line, " ")
-			switch op {
-			case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "shutdown":
-			default:
-				return tr, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
-			}
-			st := Step{Op: op, Arg: arg, Line: n + 1}
-			if op == "era" && len(tr.Steps) > 0 {
-				return tr, fmt.Errorf("%s, steps line %d: era must be the first step", name, n+1)
-			}
-			if _, err := st.Moved(); op == "clock" && err != nil {
-				return tr, fmt.Errorf("%s, steps line %d: %v", name, n+1, err)
-			}
-			tr.Steps = append(tr.Steps, st)
+		if err != nil {
+			return tr, fmt.Errorf("%s: %s: %v", name, f.Name, err)
 		}
 	}
 	if len(tr.Steps) == 0 {
 		return tr, fmt.Errorf("%s: no steps", name)
 	}
 	return tr, nil
+}
+
+// parseSteps reads a transcript's steps file.
+func parseSteps(name, data string) ([]Step, error) {
+	var steps []Step
+	for n, line := range strings.Split(data, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		op, arg, _ := strings.Cut(line, " ")
+		switch op {
+		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "shutdown":
+		default:
+			return nil, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
+		}
+		st := Step{Op: op, Arg: arg, Line: n + 1}
+		if op == "era" && len(steps) > 0 {
+			return nil, fmt.Errorf("%s, steps line %d: era must be the first step", name, n+1)
+		}
+		if _, err := st.Moved(); op == "clock" && err != nil {
+			return nil, fmt.Errorf("%s, steps line %d: %v", name, n+1, err)
+		}
+		steps = append(steps, st)
+	}
+	return steps, nil
 }
 
 // CheckStats compares the counters named in arg ("forwarded=3 ...") with
