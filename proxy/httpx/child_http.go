@@ -84,7 +84,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	st.onAbort = func() { lu.s.afterDisconnect(nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.stopWatch = watchCloseAfter(ctx.Conn(), soon, st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
 	ctx.Response.Header.Set(sessionHeader, c.id)
 	serveEvents(ctx, st)
 }
@@ -207,7 +207,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 	}
 	c.get = st
 	c.mu.Unlock()
-	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	st.stopWatch = lu.s.closes.watch(ctx.Conn(), st.abort)
 	serveEvents(ctx, st)
 }
 
@@ -422,7 +422,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.stopWatch = watchCloseAfter(ctx.Conn(), soon, st.abort)
+	st.stopWatch = watchCloseAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
 	serveEvents(ctx, st)
 }
 

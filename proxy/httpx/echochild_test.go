@@ -41,11 +41,10 @@ func TestMain(m *testing.M) {
 }
 
 // processWide are the goroutines that outlive tests by design: fasthttp's
-// dialer cache, date clock and client and server housekeeping, and the
-// close watcher's one event loop. Every other goroutine a test starts must
-// end with it.
-var processWide = append(leaktest.ProcessWide,
-	goleak.IgnoreAnyFunction("github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx.(*watcher).loop"))
+// dialer cache, date clock and client and server housekeeping. Every other
+// goroutine a test starts must end with it: a sidecar's close watcher ends
+// with its Cleanup.
+var processWide = leaktest.ProcessWide
 
 // echoChild is a real stdio MCP server process (this test binary run with
 // echoChildArg) that reports exactly what it received: it keeps every line

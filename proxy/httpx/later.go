@@ -13,12 +13,18 @@ import (
 // other wakes an idle thread of the process to wait for it, which under a
 // busy load costs the sidecar more than the stream's whole relay; watched
 // streams and late headers (watchDelay) wait here instead.
+//
+// A sidecar owns its later: stop, in Cleanup, drops what still waits and
+// waits for what runs. Its delay is a cost saving, not a protocol's time,
+// so it runs on the real clock.
 type later struct {
-	delay time.Duration
-	mu    sync.Mutex
-	queue []*laterFunc // in the order added, which is the order due
-	timer *time.Timer
-	armed bool
+	delay   time.Duration
+	running sync.Mutex   // held while fire runs the functions due
+	mu      sync.Mutex   // guards the fields below
+	queue   []*laterFunc // in the order added, which is the order due
+	timer   *time.Timer
+	armed   bool
+	stopped bool
 }
 
 // laterFunc is a function waiting in a later.
@@ -28,9 +34,6 @@ type laterFunc struct {
 	stopped atomic.Bool
 }
 
-// soon runs what waits watchDelay.
-var soon = &later{delay: watchDelay}
-
 // add runs f once the delay has passed, from a goroutine of the later's
 // own (one after the other with the functions due then), up to half the
 // delay late; unless stopped first.
@@ -38,6 +41,9 @@ func (l *later) add(f func()) *laterFunc {
 	lf := &laterFunc{due: time.Now().Add(l.delay), f: f}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.stopped {
+		return lf // never runs
+	}
 	l.queue = append(l.queue, lf)
 	if !l.armed {
 		l.armed = true
@@ -53,8 +59,25 @@ func (l *later) add(f func()) *laterFunc {
 // stop keeps the function from running, unless it has begun.
 func (lf *laterFunc) stop() { lf.stopped.Store(true) }
 
+// stop drops the functions still waiting and waits for those running; add
+// runs nothing after it.
+func (l *later) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	clear(l.queue)
+	l.queue = nil
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.running.Lock() // a fire under way ends
+	l.running.Unlock()
+}
+
 // fire runs the functions due, and sets the timer for the next ones.
 func (l *later) fire() {
+	l.running.Lock()
+	defer l.running.Unlock()
 	now := time.Now()
 	l.mu.Lock()
 	n := 0
@@ -66,12 +89,16 @@ func (l *later) fire() {
 	rest := copy(l.queue, l.queue[n:])
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
-	if len(l.queue) > 0 {
+	if len(l.queue) > 0 && !l.stopped {
 		l.timer.Reset(max(l.queue[0].due.Sub(now), l.delay/2))
 	} else {
 		l.armed = false
 	}
+	stopped := l.stopped
 	l.mu.Unlock()
+	if stopped {
+		return
+	}
 	for _, lf := range due {
 		if !lf.stopped.Load() {
 			lf.f()

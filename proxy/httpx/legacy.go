@@ -136,7 +136,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	}
 	st := ls.st
 	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
-	st.stopWatch = watchClose(ctx.Conn(), st.abort)
+	st.stopWatch = lg.s.closes.watch(ctx.Conn(), st.abort)
 	log.Info("HTTP+SSE client session opened")
 	serveEvents(ctx, st)
 }

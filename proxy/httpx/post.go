@@ -52,6 +52,9 @@ func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, b
 // post relays a POST: one JSON-RPC message or a batch from the client.
 func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	sess, known := rl.sessionFor(ctx, true)
+	if !known {
+		rl.s.own.add(sess) // until requestDone
+	}
 	sess.setVersion(peek(ctx.Request.Header.All(), versionHeader))
 	streaming := false
 	defer func() {
@@ -194,6 +197,7 @@ func (rl relay) adopt(id string, sess *session) *session {
 // requestDone ends the governance of a session that was the request's own
 // (no session, or one the upstream did not take), once its answer is done.
 func (rl relay) requestDone(sess *session) {
+	rl.s.own.remove(sess)
 	if sess.core.Governor() != nil && !rl.s.sessions.holds(sess.sessionID(), sess) {
 		sess.closeGovernor()
 	}

@@ -213,3 +213,21 @@ func (sess *session) protocolVersion() framing.Revision {
 	defer sess.mu.Unlock()
 	return framing.Revision(sess.version)
 }
+
+// requestSessions are the sessions that are one request's own (it named no
+// session, or one the upstream did not take), while the request runs: no
+// table holds them, yet a shutdown must cancel their requests too.
+type requestSessions struct{ m sync.Map } // *session -> struct{}
+
+func (r *requestSessions) add(sess *session)    { r.m.Store(sess, struct{}{}) }
+func (r *requestSessions) remove(sess *session) { r.m.Delete(sess) }
+
+// all returns the sessions whose request still runs.
+func (r *requestSessions) all() []*session {
+	var all []*session
+	r.m.Range(func(k, _ any) bool {
+		all = append(all, k.(*session))
+		return true
+	})
+	return all
+}

@@ -160,8 +160,13 @@ type Sidecar struct {
 	client        *fasthttp.Client
 	upstream      *url.URL
 	sessions      sessionTable[*session] // the sessions relayed upstream
-	totals        proxy.Counters         // every session's counts, ended ones' too
-	sweeper       sweeper
+	own           requestSessions        // the sessions that are a request's own, while it runs
+	// closes sees clients leave their streams; soon runs what waits
+	// watchDelay. Both are stopped by Cleanup.
+	closes  watcher
+	soon    later
+	totals  proxy.Counters // every session's counts, ended ones' too
+	sweeper sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
 	log       *zap.Logger
@@ -244,6 +249,7 @@ func (s *Sidecar) Provision() error {
 		if s.Legacy != nil {
 			s.Legacy.sessions.init(idle, most, s.clock)
 		}
+		s.soon.delay = watchDelay
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		s.sweeper.every(s.clock, max(idle/4, time.Second), tablesOf(s))
 		if s.Fleet != nil {
@@ -275,6 +281,8 @@ func (s *Sidecar) Cleanup(reason string) {
 			s.Children.stopAll(reason)
 		}
 		s.waitOwned(&s.bg, "requests to the upstream not yet answered")
+		s.soon.stop()
+		s.closes.stop()
 	})
 }
 
@@ -384,6 +392,11 @@ func (s *Sidecar) InFlight() int {
 	if sh := s.shared(); sh != nil {
 		n += sh.inFlight()
 	}
+	for _, sess := range s.own.all() {
+		if !s.sessions.holds(sess.sessionID(), sess) {
+			n += sess.inFlight()
+		}
+	}
 	return n
 }
 
@@ -429,6 +442,11 @@ func (s *Sidecar) CancelAll(reason string) {
 		return
 	}
 	sessions := s.sessions.all()
+	for _, sess := range s.own.all() {
+		if !slices.Contains(sessions, sess) { // one the upstream took is in both
+			sessions = append(sessions, sess)
+		}
+	}
 	for _, sess := range sessions {
 		// The client hears why, as the wrapper's does: -32000 on the
 		// request's stream, not a stream that just ends; before the

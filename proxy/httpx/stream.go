@@ -223,7 +223,7 @@ func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, 
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = watchCloseAfter(conn, soon, func() { rl.clientGone(sess, st) })
+	r.stopWatch = watchCloseAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
 		rl.s.bg.Go(r.pump)
@@ -274,7 +274,7 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 		// Clients must not wait for the headers of a long call (some give
 		// up on a response without them): a comment, which no client takes
 		// for an event, sends them if no event does first.
-		t := soon.add(func() { r.flushHead(w) })
+		t := r.s.soon.add(func() { r.flushHead(w) })
 		defer func() {
 			t.stop()
 			r.flushHead(nil) // from now on w is not ours
@@ -490,14 +490,16 @@ func (r *sseRelay) Close() error {
 // answer are cancelled if the client does not resume in time.
 func (rl relay) clientGone(sess *session, st *stream) {
 	calls := sess.callsOn(st)
-	st.end(errClientGone)
 	if sess.protocolVersion().CancelsByClose() {
-		// Closing the upstream stream was the cancel itself: record it.
+		// Closing the upstream stream is the cancel itself: decided first,
+		// then carried out, so that nothing hears of it before it counts.
 		for _, c := range calls {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client closed the stream", nil)
 		}
+		st.end(errClientGone)
 		return
 	}
+	st.end(errClientGone)
 	if len(calls) == 0 || sess.sessionID() == "" {
 		return
 	}

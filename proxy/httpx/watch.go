@@ -1,47 +1,51 @@
 package httpx
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// watchClose calls onClose, from a goroutine of its own, if the peer of
+// watch calls onClose, from a goroutine of the watcher's, if the peer of
 // conn closes the connection (or resets it) before stop is called; stop
 // waits for an onClose already running. It never reads from conn: one
-// kernel watcher per process (epoll on Linux, kqueue on macOS and the BSDs),
+// kernel watcher per sidecar (epoll on Linux, kqueue on macOS and the BSDs),
 // shared by every watched connection and waited on by one goroutine,
 // reports the peer's hang-up, so a watched stream costs a map entry, not a
-// goroutine. Elsewhere (Windows) nothing is watched, and a closed stream is
-// seen at the next write to it.
+// goroutine. Elsewhere (Windows), and once the watcher has stopped, nothing
+// is watched, and a closed stream is seen at the next write to it.
 //
 // fasthttp does not notice a client that goes away while a response
 // streams until a write fails; with nothing to write (a tool still
 // working), that could be never. In protocol 2026-07-28 that close is the
 // cancel, so it must be seen at once.
-func watchClose(conn net.Conn, onClose func()) (stop func()) {
+func (wr *watcher) watch(conn net.Conn, onClose func()) (stop func()) {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return func() {}
 	}
 	raw, err := sc.SyscallConn()
-	if err != nil || closeWatcher.start() != nil {
+	if err != nil || wr.start() != nil {
 		return func() {}
 	}
 	w := &watch{onClose: onClose}
-	key := closeWatcher.add(w)
+	key, ok := wr.add(w)
+	if !ok {
+		return func() {}
+	}
 	var added bool
-	raw.Control(func(fd uintptr) { added = closeWatcher.register(fd, key) })
+	raw.Control(func(fd uintptr) { added = wr.registerIfRunning(fd, key) })
 	if !added {
-		closeWatcher.remove(key)
+		wr.remove(key)
 		return func() {}
 	}
 	return func() {
 		w.stop()
-		closeWatcher.remove(key)
+		wr.remove(key)
 		// Control runs only while conn is open, so fd is still conn's own.
-		raw.Control(func(fd uintptr) { closeWatcher.unregister(fd, key) })
+		raw.Control(func(fd uintptr) { wr.unregisterIfRunning(fd, key) })
 	}
 }
 
@@ -51,9 +55,9 @@ func watchClose(conn net.Conn, onClose func()) (stop func()) {
 // when the watch begins, the kernel reporting a hang-up that came before.
 const watchDelay = 10 * time.Millisecond
 
-// watchCloseAfter is watchClose, begun once l's delay has passed, unless
+// watchCloseAfter is wr.watch, begun once l's delay has passed, unless
 // stop has been called by then.
-func watchCloseAfter(conn net.Conn, l *later, onClose func()) (stop func()) {
+func watchCloseAfter(conn net.Conn, l *later, wr *watcher, onClose func()) (stop func()) {
 	var (
 		mu      sync.Mutex // guards stopped and unwatch
 		stopped bool
@@ -63,7 +67,7 @@ func watchCloseAfter(conn net.Conn, l *later, onClose func()) (stop func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped { // stop not yet called: conn is still this stream's
-			unwatch = watchClose(conn, onClose)
+			unwatch = wr.watch(conn, onClose)
 		}
 	})
 	return func() {
@@ -102,39 +106,105 @@ func (w *watch) stop() {
 	w.mu.Unlock()
 }
 
-// closeWatcher is the process's one kernel watcher for watchClose.
-var closeWatcher watcher
-
-// watcher holds the watches by key, for the platform's kernel watcher.
+// watcher is a sidecar's one kernel watcher for watch: the platform's
+// instance (epoll, kqueue), the goroutine that waits on it, and the watches
+// by key. It starts with the first watch, and stop ends it: the goroutine,
+// every onClose it started, the instance. The zero watcher is ready.
 type watcher struct {
 	once    sync.Once
-	kfd     int // the epoll or kqueue instance
+	kfd     int    // the epoll or kqueue instance
+	wake    [2]int // a pipe whose read end, watched too, ends the loop
 	err     error
+	looped  chan struct{} // closed when the loop has returned
+	fires   sync.WaitGroup
 	mu      sync.Mutex // guards the fields below
+	stopped bool
 	next    uint64
 	watches map[uint64]*watch
+	fdKeys  map[uintptr]uint64 // kqueue's: events carry the descriptor, not the key
 }
 
-// start creates the kernel watcher and its goroutine, once.
+// start creates the kernel watcher and its goroutine, once; never after
+// stop.
 func (wr *watcher) start() error {
 	wr.once.Do(func() {
-		wr.kfd, wr.err = newKernelWatcher()
+		wr.mu.Lock()
+		defer wr.mu.Unlock()
+		if wr.stopped {
+			wr.err = errWatcherStopped
+			return
+		}
+		wr.kfd, wr.wake, wr.err = newKernelWatcher()
 		if wr.err == nil {
-			wr.watches = make(map[uint64]*watch)
-			go wr.loop()
+			wr.watches, wr.fdKeys = make(map[uint64]*watch), make(map[uintptr]uint64)
+			wr.looped = make(chan struct{})
+			go func() {
+				defer close(wr.looped)
+				wr.loop()
+			}()
 		}
 	})
 	return wr.err
 }
 
-// add registers w and returns its key. Keys are never reused, so an event
-// can never reach a later watch.
-func (wr *watcher) add(w *watch) uint64 {
+var errWatcherStopped = errors.New("the close watcher has stopped")
+
+// stop ends the watcher: no watch begins after it, the loop returns, and
+// stop waits for it and for every onClose it started before it closes the
+// kernel's instance.
+func (wr *watcher) stop() {
+	wr.once.Do(func() {}) // never started: now it never will
+	wr.mu.Lock()
+	was := wr.stopped
+	wr.stopped = true
+	wr.mu.Unlock()
+	if was || wr.looped == nil {
+		return
+	}
+	wakeKernelWatcher(wr.wake)
+	<-wr.looped
+	wr.fires.Wait()
+	closeKernelWatcher(wr.kfd, wr.wake)
+}
+
+// fire runs w's onClose on a goroutine that stop waits for.
+func (wr *watcher) fire(w *watch) {
+	wr.fires.Add(1) // on the loop, which stop waits for first
+	go func() {
+		defer wr.fires.Done()
+		w.fire()
+	}()
+}
+
+// registerIfRunning registers fd under key, unless the watcher has stopped.
+func (wr *watcher) registerIfRunning(fd uintptr, key uint64) bool {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
+	return !wr.stopped && wr.register(fd, key)
+}
+
+// unregisterIfRunning unregisters fd, unless the watcher has stopped (its
+// instance is closed, and its number may be another file's).
+func (wr *watcher) unregisterIfRunning(fd uintptr, key uint64) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	if !wr.stopped {
+		wr.unregister(fd, key)
+	}
+}
+
+// add registers w and returns its key, unless the watcher has stopped.
+// Keys are never reused, so an event can never reach a later watch; 0 is
+// the wake pipe's.
+func (wr *watcher) add(w *watch) (uint64, bool) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	if wr.stopped {
+		return 0, false
+	}
 	wr.next++
 	wr.watches[wr.next] = w
-	return wr.next
+	return wr.next, true
 }
 
 // remove forgets the watch of key and returns it, nil if already gone.

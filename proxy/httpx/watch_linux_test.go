@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -33,11 +34,13 @@ func TestWatchCloseSeesTheHangUp(t *testing.T) {
 	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchCloseSeesTheHangUp hung") })
 	defer tm.Stop()
 	const n = 50
+	var wr watcher
+	defer wr.stop()
 	fired := make(chan int, n)
 	servers, clients, stops := make([]net.Conn, n), make([]net.Conn, n), make([]func(), n)
 	for i := range n {
 		servers[i], clients[i] = pipeTCP(t)
-		stops[i] = watchClose(servers[i], func() { fired <- i })
+		stops[i] = wr.watch(servers[i], func() { fired <- i })
 	}
 	for i := 0; i < n; i += 2 {
 		clients[i].Close() // the even ones hang up
@@ -77,10 +80,12 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	early, earlyPeer := pipeTCP(t)
 	stopped, stoppedPeer := pipeTCP(t)
 	fired := make(chan string, 2)
+	var wr watcher
+	defer wr.stop()
 	earlyPeer.Close() // before the watch begins
-	stopEarly := watchCloseAfter(early, &later{delay: time.Millisecond}, func() { fired <- "early" })
+	stopEarly := watchCloseAfter(early, &later{delay: time.Millisecond}, &wr, func() { fired <- "early" })
 	defer stopEarly()
-	stop := watchCloseAfter(stopped, &later{delay: time.Hour}, func() { fired <- "stopped" })
+	stop := watchCloseAfter(stopped, &later{delay: time.Hour}, &wr, func() { fired <- "stopped" })
 	stop()
 	stoppedPeer.Close()
 	if got := <-fired; got != "early" {
@@ -91,9 +96,50 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	// watch, never registered, had none.
 	last, lastPeer := pipeTCP(t)
 	lastPeer.Close()
-	stopLast := watchCloseAfter(last, &later{delay: time.Millisecond}, func() { fired <- "last" })
+	stopLast := watchCloseAfter(last, &later{delay: time.Millisecond}, &wr, func() { fired <- "last" })
 	defer stopLast()
 	if got := <-fired; got != "last" {
 		t.Errorf("%s fired, want last", got)
+	}
+}
+
+// TestWatcherStops: stop waits for an onClose that is running and ends the
+// watcher's goroutine; a watch after it is a no-op that never fires, and
+// the watches' own stops, called after it, are harmless.
+func TestWatcherStops(t *testing.T) {
+	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatcherStops hung") })
+	defer tm.Stop()
+	var wr watcher
+	server, client := pipeTCP(t)
+	running, release := make(chan struct{}), make(chan struct{})
+	var ended atomic.Bool
+	stopFirst := wr.watch(server, func() {
+		close(running)
+		<-release
+		time.Sleep(10 * time.Millisecond) // a slow onClose: stop must still wait for it
+		ended.Store(true)
+	})
+	client.Close()
+	<-running
+	stopped := make(chan struct{})
+	go func() {
+		wr.stop()
+		close(stopped)
+	}()
+	close(release)
+	<-stopped
+	if !ended.Load() {
+		t.Fatal("stop returned before the onClose it waited for ended")
+	}
+	stopFirst()
+	late, latePeer := pipeTCP(t)
+	stopLate := wr.watch(late, func() { t.Error("a watch begun after stop fired") })
+	latePeer.Close()
+	stopLate()
+	wr.stop()
+	select {
+	case <-wr.looped:
+	default:
+		t.Fatal("the watcher's loop still runs")
 	}
 }

@@ -7,9 +7,12 @@ import "errors"
 // newKernelWatcher reports that this platform has no watcher the sidecar
 // uses: watchClose then watches nothing, and a stream the client closed is
 // seen at the next write to it.
-func newKernelWatcher() (int, error) {
-	return 0, errors.New("no kernel watcher for peer hang-ups on this platform")
+func newKernelWatcher() (int, [2]int, error) {
+	return 0, [2]int{}, errors.New("no kernel watcher for peer hang-ups on this platform")
 }
+
+func closeKernelWatcher(int, [2]int) {}
+func wakeKernelWatcher([2]int)       {}
 
 func (wr *watcher) register(uintptr, uint64) bool { return false }
 func (wr *watcher) unregister(uintptr, uint64)    {}
