@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Sessions (-sessions): clients that open a session each (initialize, then
@@ -34,7 +35,7 @@ func runSessions(n, rounds int) error {
 		return err
 	}
 	defer stop1()
-	up, err := httpx.NewSSEUpstream(sseURL, 0, 0)
+	up, err := upstream.NewSSEUpstream(sseURL, 0, 0)
 	if err != nil {
 		return err
 	}

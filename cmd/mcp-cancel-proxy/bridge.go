@@ -13,8 +13,8 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // bridge serves a stdio client (on stdin and stdout) in front of an HTTP
@@ -29,7 +29,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	headers, _ := headersOf(cfg) // checked with the flags
-	back, err := httpx.DialUpstream(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, httpx.UpstreamOptions{
+	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
 		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile}, log)
 	if err != nil {

@@ -9,24 +9,24 @@ import (
 	"strings"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // parseHeader reads a "Name: value" header as --header gives it, the value
 // expanded (see expand).
-func parseHeader(line string) (httpx.Header, error) {
+func parseHeader(line string) (upstream.Header, error) {
 	name, value, err := splitHeader(line)
 	if err != nil {
-		return httpx.Header{}, err
+		return upstream.Header{}, err
 	}
 	if strings.ContainsAny(value, "\r\n") {
-		return httpx.Header{}, fmt.Errorf("header %s: a value has no line breaks", name)
+		return upstream.Header{}, fmt.Errorf("header %s: a value has no line breaks", name)
 	}
 	v, err := expand(value)
 	if err != nil {
-		return httpx.Header{}, fmt.Errorf("header %s: %w", name, err)
+		return upstream.Header{}, fmt.Errorf("header %s: %w", name, err)
 	}
-	return httpx.Header{Name: name, Value: v}, nil
+	return upstream.Header{Name: name, Value: v}, nil
 }
 
 // expand replaces each ${NAME} in v with the environment variable NAME, so
@@ -62,8 +62,8 @@ func expand(v string) (string, error) {
 
 // headersOf returns the upstream headers the configuration (and the
 // flags over it) set, their values expanded; sorted by name.
-func headersOf(cfg config.Config) ([]httpx.Header, error) {
-	var hs []httpx.Header
+func headersOf(cfg config.Config) ([]upstream.Header, error) {
+	var hs []upstream.Header
 	for _, name := range slices.Sorted(maps.Keys(cfg.HTTP.UpstreamHeaders)) {
 		h, err := parseHeader(name + ": " + cfg.HTTP.UpstreamHeaders[name])
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
@@ -190,15 +191,15 @@ func drain(c net.Conn) {
 // sets up the children, each session's with a governor of its own, and the
 // backends of old clients' sessions.
 func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
-	upstream := upstreamName(cfg.HTTP.Upstream) // the host, never a path (or credentials) in a label
+	server := upstreamName(cfg.HTTP.Upstream) // the host, never a path (or credentials) in a label
 	if len(argv) > 0 {
-		upstream = filepath.Base(argv[0])
+		server = filepath.Base(argv[0])
 	}
 	popts, err := policyOptions(cfg, argv, log)
 	if err != nil {
 		return nil, err
 	}
-	pm := m.NewPolicy(upstream)
+	pm := m.NewPolicy(server)
 	popts.Metrics, sc.OnNotified = pm, pm.CancelNotified
 	if popts.Fleet != nil { // cancels find the replica holding their request
 		sc.Fleet = popts.Fleet
@@ -220,23 +221,23 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) == 0 {
 		maxBody, maxHeader := int(cfg.Limits.MaxFrameSize), int(cfg.Limits.MaxResponseHeaderBytes)
 		if cfg.HTTP.UpstreamTransport != httpx.TransportSSE { // old clients' sessions of a Streamable HTTP upstream
-			up, err := httpx.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
+			up, err := upstream.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
 			if err != nil {
 				return nil, err
 			}
 			up.KeepRevision = !cfg.HTTP.UpgradeStateless
-			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
+			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {
 				return nil, err
 			}
 			sc.Legacy.Dial = up.Dial
 		}
 		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
-			up, err := httpx.NewSSEUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
+			up, err := upstream.NewSSEUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
 			if err != nil {
 				return nil, err
 			}
-			httpx.AddHeaders(up.Client, sc.UpstreamHeaders)
+			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {
 				return nil, err
 			}
@@ -258,7 +259,7 @@ func viaEnvProxy(cfg config.Config, c *fasthttp.Client) error {
 	if cfg.HTTP.Proxy != "env" {
 		return nil
 	}
-	return httpx.UseProxyFromEnv(c, strings.HasPrefix(strings.ToLower(cfg.HTTP.Upstream), "https://"))
+	return upstream.UseProxyFromEnv(c, strings.HasPrefix(strings.ToLower(cfg.HTTP.Upstream), "https://"))
 }
 
 // newSidecar builds the sidecar and its metrics from the configuration.

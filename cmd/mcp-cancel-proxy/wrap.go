@@ -266,14 +266,14 @@ func wrapperAdmin(cfg config.Config, argv []string, link *restart.Link, engine *
 }
 
 // startAdmin serves the admin listener of a stdio front (the wrapper, the
-// bridge) when one is configured; upstream names the server in the
+// bridge) when one is configured; server names the server in the
 // policy's metrics, ready tells /readyz.
-func startAdmin(cfg config.Config, upstream string, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+func startAdmin(cfg config.Config, server string, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
 	if cfg.HTTP.Admin == "" {
 		return nil, nil, func() {}, nil
 	}
 	m := metrics.New(metrics.Gauges{})
-	pm := m.NewPolicy(upstream)
+	pm := m.NewPolicy(server)
 	stop, err := admin.Serve(cfg.HTTP, m, ready, engine, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("cannot listen for admin on %s (http.admin, --admin): %w", cfg.HTTP.Admin, err)
@@ -308,11 +308,11 @@ func policyOptions(cfg config.Config, argv []string, log *zap.Logger) (policy.Op
 	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads, PassEnv: cfg.Child.PassEnv,
 		MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes), WebhookProxyFromEnv: cfg.HTTP.Proxy == "env"}
 	if shared := config.DefaultHookStore(); shared != "" {
-		upstream := cfg.HTTP.Upstream
+		url := cfg.HTTP.Upstream
 		if len(argv) > 0 {
-			upstream = ""
+			url = ""
 		}
-		o.DefaultStore, o.SharedStore = filepath.Join(shared, config.ServerStoreName(argv, upstream)), shared
+		o.DefaultStore, o.SharedStore = filepath.Join(shared, config.ServerStoreName(argv, url)), shared
 	}
 	if c := cfg.Cluster; c.NATS != "" {
 		q, err := fleet.Dial(fleet.Options{URL: c.NATS, CredentialsFile: c.CredentialsFile, AckWait: c.AckWait, Lease: c.SlotLease, MaxDeliver: c.MaxDeliver,

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Children serves a stdio MCP server over Streamable HTTP (protocol
@@ -53,18 +54,9 @@ func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, tot
 
 func (cs *Children) clock() clock.Clock { return cs.sessions.clock }
 
-// Backend is one session's server as a child session talks to it: its
-// lines in and out, a way to end it, and a channel closed once it has.
-type Backend interface {
-	// Conn returns the server's lines (In) and the way to send it lines
-	// (Out).
-	Conn() stdio.Conn
-	// Stop ends the server: the stop ladder for a process, closing the
-	// connection for an upstream. It does not wait, and may be called again.
-	Stop()
-	// Exited is closed once the server has ended.
-	Exited() <-chan struct{}
-}
+// Backend is one session's server as a session of lines talks to it (see
+// upstream.Backend): a stdio child, or an HTTP upstream reached as a client.
+type Backend = upstream.Backend
 
 // procBackend is a stdio server process as a Backend.
 type procBackend struct{ *child.Process }

@@ -1,9 +1,7 @@
 package httpx
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,12 +12,13 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // childPost relays a POST to the session's child.
 func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	var f framing.Frame
-	body, err := oneLine(ctx.PostBody())
+	body, err := upstream.OneLine(ctx.PostBody())
 	if err != nil { // framing's own words, where it has any
 		err = cmp.Or(f.Parse(ctx.PostBody()), err)
 	} else {
@@ -30,7 +29,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	body = lu.headerTraceInto(ctx, &f, body)
-	if len(peek(ctx.Request.Header.All(), sessionHeader)) == 0 {
+	if len(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)) == 0 {
 		switch m := &f.Msgs[0]; {
 		case f.Batch:
 			// Only initialize opens a session, and it is never batched.
@@ -85,14 +84,14 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.stopWatch = watchCloseAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
-	ctx.Response.Header.Set(sessionHeader, c.id)
+	ctx.Response.Header.Set(upstream.SessionHeader, c.id)
 	serveEvents(ctx, st)
 }
 
 // childInvalid returns the error owed for a POST body that does not
 // parse, counted by its session when it names one.
 func (lu lineUpstream) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
-	if id := peek(ctx.Request.Header.All(), sessionHeader); len(id) > 0 {
+	if id := upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader); len(id) > 0 {
 		if c, ok := lu.s.Children.sessions.lookup(string(id)); ok {
 			return c.sess.Invalid(err, ctx.PostBody())
 		}
@@ -123,23 +122,6 @@ func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Fram
 	return traced
 }
 
-// oneLine returns a POST's body as exactly one line for a child's stdin: a
-// message spread over several lines (pretty-printed JSON is valid) would
-// otherwise reach the child as several messages, some of them a client's
-// own inventions. JSON strings cannot hold a raw line break, so compacting
-// removes every one; a body that does not compact is not JSON.
-func oneLine(body []byte) ([]byte, error) {
-	out := make([]byte, 0, len(body)+1)
-	if !bytes.ContainsAny(body, "\r\n") {
-		return append(out, body...), nil
-	}
-	buf := bytes.NewBuffer(out)
-	if err := json.Compact(buf, body); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
 // cancelAbandoned cancels, on the client's behalf, the requests of a
 // stream the client left that are still unanswered: the cancel goes into
 // the session as the client's own would.
@@ -162,7 +144,7 @@ func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
 // answer.
 func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
 	cs := lu.s.Children
-	if id := string(peek(ctx.Request.Header.All(), sessionHeader)); id != "" {
+	if id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)); id != "" {
 		if c, ok := cs.sessions.lookup(id); ok {
 			return c, 0, ""
 		}
@@ -195,7 +177,7 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 
 // childGet opens the session's standalone stream.
 func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
-	c, ok := lu.s.Children.sessions.lookup(string(peek(ctx.Request.Header.All(), sessionHeader)))
+	c, ok := lu.s.Children.sessions.lookup(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)))
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -214,7 +196,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 // childDelete ends a session: the child's stdin closes, and the stop
 // ladder follows.
 func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
-	id := string(peek(ctx.Request.Header.All(), sessionHeader))
+	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
 	c, ok := lu.s.Children.sessions.lookup(id)
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)

@@ -4,11 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // Fewer writes for relayed event streams. fasthttp flushes each chunk of a
@@ -116,62 +112,4 @@ func (c *heldConn) SyscallConn() (syscall.RawConn, error) {
 		return sc.SyscallConn()
 	}
 	return nil, errors.ErrUnsupported
-}
-
-// upConn is a connection to the upstream that runs a function, once,
-// before it next reads from the kernel: the relay's release of its
-// client's held write. What the HTTP client has already buffered is read
-// without it.
-type upConn struct {
-	net.Conn
-	local  upAddr
-	onRead atomic.Pointer[func()]
-}
-
-// upAddr is an upConn's local address, which a fasthttp response gives
-// back (Response.LocalAddr): it leads from the response to its connection.
-type upAddr struct {
-	net.Addr
-	c *upConn
-}
-
-func (c *upConn) Read(p []byte) (int, error) {
-	if f := c.onRead.Swap(nil); f != nil {
-		(*f)()
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *upConn) LocalAddr() net.Addr { return &c.local }
-
-// upstreamConnOf returns the connection a response is read from, if it is
-// an upConn.
-func upstreamConnOf(resp *fasthttp.Response) *upConn {
-	if a, ok := resp.LocalAddr().(*upAddr); ok {
-		return a.c
-	}
-	return nil
-}
-
-// dialUpstream dials an upstream connection as fasthttp would (its dialer,
-// with its DNS cache), as an upConn.
-func dialUpstream(addr string, timeout time.Duration) (net.Conn, error) {
-	var c net.Conn
-	var err error
-	if timeout > 0 {
-		c, err = fasthttp.DialTimeout(addr, timeout)
-	} else {
-		c, err = fasthttp.Dial(addr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return newUpConn(c), nil
-}
-
-// newUpConn wraps an upstream connection as an upConn.
-func newUpConn(c net.Conn) *upConn {
-	u := &upConn{Conn: c}
-	u.local = upAddr{Addr: c.LocalAddr(), c: u}
-	return u
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -25,7 +26,7 @@ const corsExposed = "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"
 // cors sets the CORS headers of a request from an accepted origin, and
 // answers its preflight; it reports whether the request was answered.
 func (s *Sidecar) cors(ctx *fasthttp.RequestCtx) bool {
-	origin := string(peek(ctx.Request.Header.All(), "Origin"))
+	origin := string(upstream.Peek(ctx.Request.Header.All(), "Origin"))
 	preflight := ctx.IsOptions() && len(ctx.Request.Header.Peek("Access-Control-Request-Method")) > 0
 	if origin == "" || !originAllowed(origin, s.AllowedOrigins, s.CheckHost) {
 		if preflight {

@@ -1,36 +1,12 @@
 package httpx
 
 import (
-	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"go.uber.org/zap"
 )
-
-// Upstream transports (Sidecar.UpstreamTransport).
-const (
-	// TransportStreamable is Streamable HTTP (protocol 2025-03-26 and
-	// later): the sidecar relays each request.
-	TransportStreamable = "streamable"
-	// TransportSSE is the 2024-11-05 HTTP+SSE transport, served through
-	// Children, whose Dial opens the upstream's event stream.
-	TransportSSE = "sse"
-	// TransportAuto detects which of the two the upstream speaks, at the
-	// first request, as the spec tells clients to: POST initialize; on 400,
-	// 404 or 405, GET the URL and expect an endpoint event.
-	TransportAuto = "auto"
-)
-
-// probeWait bounds each step of the detection.
-const probeWait = 10 * time.Second
-
-// probeInitialize is the detection's initialize request.
-const probeInitialize = `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-probe","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy","version":"probe"}}}`
 
 // detection remembers what the upstream was found to speak.
 type detection struct {
@@ -46,13 +22,21 @@ type modernity struct {
 	yes  bool // set before done
 }
 
+// The upstream transports Sidecar.UpstreamTransport names (see
+// upstream.TransportStreamable).
+const (
+	TransportStreamable = upstream.TransportStreamable
+	TransportSSE        = upstream.TransportSSE
+	TransportAuto       = upstream.TransportAuto
+)
+
 // viaChildren reports whether requests go to Children: a stdio server, or
 // an HTTP+SSE upstream (as told, or as detected).
 func (s *Sidecar) viaChildren() bool {
 	switch {
 	case s.Children == nil:
 		return false
-	case s.Children.Dial == nil || s.UpstreamTransport != TransportAuto:
+	case s.Children.Dial == nil || s.UpstreamTransport != upstream.TransportAuto:
 		return true
 	}
 	return outbound{s}.detectSSE()
@@ -74,7 +58,7 @@ func (ob outbound) detectSSE() bool {
 	sse, err := ob.probe()
 	if err != nil {
 		ob.s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
-			zap.String("error", brief(err)))
+			zap.String("error", upstream.Brief(err)))
 		return false
 	}
 	d.sse = sse
@@ -89,113 +73,5 @@ func (ob outbound) detectSSE() bool {
 
 // probe finds out the sidecar's upstream's transport (probeTransport).
 func (ob outbound) probe() (sse bool, err error) {
-	return probeTransport(ob.s.client, ob.s.upstream, ob.s.maxBody, ob.s.log)
-}
-
-// UpstreamOptions are what DialUpstream makes its client of an upstream
-// with.
-type UpstreamOptions struct {
-	MaxBody   int // an answer or an event at most (zero: the default)
-	MaxHeader int // the response headers at most (zero: the default)
-	// Headers are added to every request (an API key, a bearer token).
-	Headers []Header
-	// KeepRevision sends a 2025 client's requests as they are, never
-	// upgraded to 2026-07-28 (http.upgrade_stateless: false).
-	KeepRevision bool
-	// ProxyFromEnv reaches the upstream through HTTPS_PROXY/HTTP_PROXY (as
-	// NO_PROXY allows; never for a loopback upstream).
-	ProxyFromEnv bool
-	// CAFile, if set, is a PEM file of CA certificates trusted for the
-	// upstream's TLS besides the system's.
-	CAFile string
-}
-
-// DialUpstream returns a session's backend for the MCP server at rawURL,
-// speaking transport (TransportAuto: found out first, by probeTransport):
-// what a stdio client needs to reach an HTTP server.
-func DialUpstream(rawURL, transport string, o UpstreamOptions, log *zap.Logger) (Backend, error) {
-	u, err := parseUpstream(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	maxBody, keepRevision := o.MaxBody, o.KeepRevision
-	client := upstreamClient(maxBody, o.MaxHeader)
-	AddHeaders(client, o.Headers)
-	if o.ProxyFromEnv {
-		if err := UseProxyFromEnv(client, isTLSURL(rawURL)); err != nil {
-			return nil, err
-		}
-	}
-	if o.CAFile != "" {
-		if err := UseCAFile(client, o.CAFile); err != nil {
-			return nil, err
-		}
-	}
-	if transport == TransportAuto {
-		sse, err := probeTransport(client, u, maxBody, log)
-		if err != nil {
-			return nil, fmt.Errorf("finding out the upstream's transport: %w", err)
-		}
-		transport = TransportStreamable
-		if sse {
-			transport = TransportSSE
-		}
-		log.Info("upstream transport detected", zap.String("transport", transport))
-	}
-	if transport == TransportSSE {
-		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
-	}
-	return (&StreamableUpstream{URL: u, Client: client, MaxBodySize: maxBody, KeepRevision: keepRevision}).Dial(log)
-}
-
-// probeTransport POSTs initialize to the upstream; on 400, 404 or 405 it
-// reports whether a GET opens an event stream that names an endpoint. A
-// session the initialize opened is deleted.
-func probeTransport(client *fasthttp.Client, upstream *url.URL, maxBody int, log *zap.Logger) (sse bool, err error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(upstream.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.SetBodyString(probeInitialize)
-	resp := fasthttp.AcquireResponse()
-	if err := client.DoTimeout(req, resp, probeWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		return false, err
-	}
-	status := resp.StatusCode()
-	session := strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
-	readHead(resp)
-	switch status {
-	case fasthttp.StatusBadRequest, fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
-		up := &SSEUpstream{URL: upstream, Client: client, MaxBodySize: maxBody, EndpointWait: probeWait}
-		b, err := up.Dial(zap.NewNop())
-		if err != nil {
-			log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
-				zap.String("error", brief(err)))
-			return false, nil
-		}
-		b.Stop()
-		return true, nil
-	}
-	if session != "" {
-		deleteSession(client, upstream, session)
-	}
-	return false, nil
-}
-
-// deleteSession ends an upstream session the proxy opened for itself.
-func deleteSession(client *fasthttp.Client, upstream *url.URL, id string) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(upstream.String())
-	req.Header.SetMethod(fasthttp.MethodDelete)
-	req.Header.Set(sessionHeader, id)
-	resp := fasthttp.AcquireResponse()
-	if err := client.DoTimeout(req, resp, probeWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		return
-	}
-	readHead(resp)
+	return upstream.ProbeTransport(ob.s.client, ob.s.upstream, ob.s.maxBody, ob.s.log)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // The sidecar's front keeps every client session in a sessionTable, one per
@@ -23,14 +24,14 @@ import (
 // swept once idle by the one sweep the Sidecar runs from Provision to
 // Cleanup, capped where the session runs a server of its own.
 
-// upstream is what the front hands a client's request to once it has
+// target is what the front hands a client's request to once it has
 // checked it (path, Origin, Host): the relay to a Streamable HTTP upstream,
 // whose sessions and streams are the upstream's own, each cancel decided
 // by the session's tracker on the way; or sessions of lines, each with a
 // server of its own (a stdio child, an HTTP+SSE upstream's session), whose
 // cancels the stdio relay decides. Old clients' sessions are always of
 // lines: their backend comes from dialLines.
-type upstream interface {
+type target interface {
 	post(ctx *fasthttp.RequestCtx)
 	get(ctx *fasthttp.RequestCtx)
 	delete(ctx *fasthttp.RequestCtx)
@@ -45,7 +46,7 @@ type upstream interface {
 // upstreamNow returns the upstream requests go to: Children's, when there
 // are children and the upstream is not (known or detected to be) a
 // Streamable HTTP one; else the relay.
-func (s *Sidecar) upstreamNow() upstream {
+func (s *Sidecar) upstreamNow() target {
 	if s.viaChildren() {
 		return lineUpstream{s}
 	}
@@ -427,7 +428,7 @@ func (s *Sidecar) afterDisconnect(came func(left int64) bool, cancel func()) boo
 // client's credential when it sends one (a hash of its Authorization
 // header: never the header itself), else its address.
 func peerOf(ctx *fasthttp.RequestCtx) string {
-	if a := peek(ctx.Request.Header.All(), "Authorization"); len(a) > 0 {
+	if a := upstream.Peek(ctx.Request.Header.All(), "Authorization"); len(a) > 0 {
 		sum := sha256.Sum256(a)
 		return "credential:" + hex.EncodeToString(sum[:8])
 	}

@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"bytes"
 	"iter"
 	"strings"
 
@@ -44,18 +43,6 @@ func skipped(name []byte, extra ...string) bool {
 	return false
 }
 
-// peek returns the value of the first header called name, matched without
-// regard to case as HTTP requires: the upstream client keeps names as
-// received, and servers such as uvicorn send them in lower case.
-func peek(all iter.Seq2[[]byte, []byte], name string) []byte {
-	for k, v := range all {
-		if strings.EqualFold(string(k), name) {
-			return v
-		}
-	}
-	return nil
-}
-
 // count returns how many headers are called name, in any case.
 func count(all iter.Seq2[[]byte, []byte], name string) int {
 	n := 0
@@ -89,18 +76,6 @@ func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
 		}
 		dst.Header.SetBytesKV(k, v)
 	}
-}
-
-// isEventStream reports whether a Content-Type is text/event-stream, with
-// or without parameters.
-func isEventStream(contentType []byte) bool {
-	const want = "text/event-stream"
-	ct := bytes.TrimSpace(contentType)
-	if len(ct) < len(want) || !strings.EqualFold(string(ct[:len(want)]), want) {
-		return false
-	}
-	rest := bytes.TrimLeft(ct[len(want):], " \t")
-	return len(rest) == 0 || rest[0] == ';'
 }
 
 // loopbackHost reports whether a Host header names this machine: the only

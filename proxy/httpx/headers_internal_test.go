@@ -1,6 +1,8 @@
 package httpx
 
-import "testing"
+import (
+	"testing"
+)
 
 // TestSkipped: hop-by-hop headers and the extra names are skipped in any
 // case, every other header is relayed, and none costs an allocation.
@@ -21,18 +23,5 @@ func TestSkipped(t *testing.T) {
 	name := []byte("Transfer-Encoding")
 	if n := testing.AllocsPerRun(100, func() { skipped(name, "host") }); n != 0 {
 		t.Errorf("skipped allocates %v times", n)
-	}
-}
-
-// TestIsEventStream: the media type in any case, with parameters and
-// surrounding space; nothing else.
-func TestIsEventStream(t *testing.T) {
-	for ct, want := range map[string]bool{
-		"text/event-stream": true, "Text/Event-Stream; charset=utf-8": true, " text/event-stream ": true,
-		"application/json": false, "text/event": false, "": false, "text/event-streamx": false, "text/event-stream ;x=1": true,
-	} {
-		if got := isEventStream([]byte(ct)); got != want {
-			t.Errorf("isEventStream(%q) = %v, want %v", ct, got, want)
-		}
 	}
 }

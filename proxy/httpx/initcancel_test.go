@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestInitializeCancelIsDroppedOnAStdioServer: the client MUST NOT cancel
@@ -61,7 +62,7 @@ func TestUpstreamGoneBeforeTheFirstAnswer(t *testing.T) {
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	up, err := httpx.NewSSEUpstream(srv.URL+"/sse", 0, 0)
+	up, err := upstream.NewSSEUpstream(srv.URL+"/sse", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Old clients speak the 2024-11-05 HTTP+SSE transport: GET the SSE
@@ -187,7 +188,7 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown or ended session: open the event stream anew", fasthttp.StatusNotFound)
 		return
 	}
-	line, err := oneLine(ctx.PostBody())
+	line, err := upstream.OneLine(ctx.PostBody())
 	if err != nil || len(line) == 0 {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return

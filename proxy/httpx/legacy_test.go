@@ -16,18 +16,19 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // legacyFront serves the sidecar, with its legacy endpoints, in front of
 // the upstream's MCP server on an HTTP+SSE handler (sse) or a Streamable
 // HTTP one, the transport detected; it returns the upstream and the
 // sidecar's base URL.
-func legacyFront(t *testing.T, sse bool) (*upstream, string) {
+func legacyFront(t *testing.T, sse bool) (*sdkServer, string) {
 	return legacyFrontWith(t, sse, nil)
 }
 
 // legacyFrontWith is legacyFront with the Streamable HTTP handler's options.
-func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*upstream, string) {
+func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*sdkServer, string) {
 	u, url := autoSidecar(t, sse, opts, zaptest.NewLogger(t))
 	return u, strings.TrimSuffix(url, "/mcp")
 }
@@ -44,7 +45,7 @@ func mustParse(t *testing.T, raw string) *url.URL {
 // or a Streamable HTTP one (with opts), and the sidecar in front of it,
 // transport detected, legacy endpoints served; it returns the upstream and
 // the sidecar's /mcp URL.
-func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *zap.Logger) (*upstream, string) {
+func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *zap.Logger) (*sdkServer, string) {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 	if sse {
@@ -53,12 +54,12 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) })
-	up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
+	up, err := upstream.NewSSEUpstream(srv.URL, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
-	streamable := &httpx.StreamableUpstream{URL: mustParse(t, srv.URL), Client: up.Client}
+	streamable := &upstream.StreamableUpstream{URL: mustParse(t, srv.URL), Client: up.Client}
 	legacy := &httpx.Legacy{Dial: streamable.Dial}
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto,
 		Logger: log, Children: cs, Legacy: legacy})

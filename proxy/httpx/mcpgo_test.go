@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // mcpgoCallAndAbandon connects mark3labs/mcp-go's client to url, calls
@@ -105,7 +106,7 @@ func TestDisconnectIsNotACancelByDefault(t *testing.T) {
 func TestLegacyStopCancelsInFlight(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	streamable, err := httpx.NewStreamableUpstream(up.url, 0, 0)
+	streamable, err := upstream.NewStreamableUpstream(up.url, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,11 @@ package httpx
 import (
 	"bytes"
 	"encoding/json"
-	"net/url"
-	"slices"
-	"time"
 
 	"github.com/valyala/fasthttp"
-	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // A client of the 2025 revisions can cancel a request of a stateless
@@ -24,82 +21,6 @@ import (
 // them. The client still speaks its revision; what it gets back is the
 // same kind of answer.
 
-const (
-	metaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
-	metaClientInfo         = "io.modelcontextprotocol/clientInfo"
-	metaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
-)
-
-// discoverRequest asks a server which revisions it speaks, in 2026-07-28.
-var discoverRequest = []byte(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-discover","method":"server/discover","params":{"_meta":{"` +
-	metaProtocolVersion + `":"` + string(framing.RevisionStateless) + `","` + metaClientCapabilities + `":{}}}}`)
-
-// discoverWait bounds the wait for an answer to server/discover.
-const discoverWait = 5 * time.Second
-
-// probeModern asks a stateless upstream whether it speaks 2026-07-28, and
-// sets b.modern if it does.
-func (b *streamBackend) probeModern() {
-	if ok, _ := speaksModern(b.u.Client, b.u.URL, b.log); !ok {
-		return
-	}
-	b.mu.Lock()
-	b.modern = true
-	b.mu.Unlock()
-	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them")
-}
-
-// speaksModern asks the server at u, with server/discover, whether it
-// speaks 2026-07-28; each wait is bounded by discoverWait. An error says
-// the server could not be asked.
-func speaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(u.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(versionHeader, string(framing.RevisionStateless))
-	req.Header.Set("Mcp-Method", "server/discover")
-	req.SetBody(discoverRequest)
-	if err := c.DoTimeout(req, resp, discoverWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		log.Info("stateless upstream: server/discover unanswered", zap.String("error", brief(err)))
-		return false, err
-	}
-	var data []byte
-	if isEventStream(resp.Header.ContentType()) {
-		body := bodyOf(resp)
-		cut := time.AfterFunc(discoverWait, func() { body.CloseWithError(errSSEStopped) })
-		rd := framing.NewSSEReader(body, 1<<20)
-		for { // to the end, which gives the connection back for reuse
-			ev, err := rd.Next()
-			if err != nil {
-				break
-			}
-			if ev.HasData && data == nil {
-				data = append([]byte(nil), ev.Data...)
-			}
-		}
-		cut.Stop()
-		rd.Release()
-		resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(resp)
-	} else {
-		data = readHead(resp)
-	}
-	var r struct {
-		Result struct {
-			SupportedVersions []string `json:"supportedVersions"`
-		} `json:"result"`
-	}
-	if json.Unmarshal(data, &r) != nil || !slices.Contains(r.Result.SupportedVersions, string(framing.RevisionStateless)) {
-		log.Info("stateless upstream without protocol 2026-07-28: a cancel closes the request's stream, which it may not take as one")
-		return false, nil
-	}
-	return true, nil
-}
-
 // modernizeSessionless sends a request that a client of the 2025
 // revisions POSTs without a session (its upstream, stateless, gave it
 // none) as a 2026-07-28 one, when the upstream speaks that revision: the
@@ -110,21 +31,21 @@ func speaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error)
 // stream's close as the cancel too.
 func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
 	v := sess.protocolVersion()
-	if rl.s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !modernizable(m.Method) || !(outbound{rl.s}).upstreamModern() {
+	if rl.s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !upstream.Modernizable(m.Method) || !(outbound{rl.s}).upstreamModern() {
 		return
 	}
 	var f framing.Frame
 	if f.Parse(d.data) != nil || f.Batch {
 		return
 	}
-	modern, err := modernize(&f.Msgs[0], nil)
+	modern, err := upstream.Modernize(&f.Msgs[0], nil)
 	if err != nil || f.Parse(modern) != nil {
 		return
 	}
 	d.data, d.upgraded = modern, true
 	version := string(framing.RevisionStateless)
-	mirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
-	ctx.Request.Header.Set(versionHeader, version)
+	upstream.MirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
+	ctx.Request.Header.Set(upstream.VersionHeader, version)
 	sess.setVersion([]byte(version))
 }
 
@@ -138,7 +59,7 @@ func (ob outbound) upstreamModern() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.done.Load() {
-		yes, err := speaksModern(ob.s.client, ob.s.upstream, ob.s.log)
+		yes, err := upstream.SpeaksModern(ob.s.client, ob.s.upstream, ob.s.log)
 		if err == nil {
 			m.yes = yes
 			m.done.Store(true)
@@ -148,79 +69,6 @@ func (ob outbound) upstreamModern() bool {
 		}
 	}
 	return m.yes
-}
-
-// modernizable reports whether a request of the 2025 revisions exists in
-// 2026-07-28 too; those removed from it (initialize, ping, logging level,
-// subscriptions) are sent as they are.
-func modernizable(method string) bool {
-	switch method {
-	case framing.MethodInitialize, "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
-		return false
-	}
-	return true
-}
-
-// modernize returns the request m with the 2026-07-28 fields in its
-// params._meta: the protocol version, and the client's info and
-// capabilities (empty: a stateless server sends the client no requests)
-// where the request has none. The fields are spliced in: every other byte
-// of the request (its id, method and arguments) goes as the client wrote
-// it. Params or _meta that are not objects (or null) are an error: the
-// request then goes as it is.
-func modernize(m *framing.Message, clientInfo json.RawMessage) ([]byte, error) {
-	raw, meta := m.Raw, m.MetaSpan
-	if meta.Found() && raw[meta.Start] == '{' &&
-		(bytes.Contains(raw[meta.Start:meta.End], []byte("modelcontextprotocol")) || bytes.IndexByte(raw[meta.Start:meta.End], '\\') >= 0) {
-		return mergeMeta(raw, meta, clientInfo)
-	}
-	fields := make([]byte, 0, 120+len(clientInfo))
-	fields = append(fields, `"`+metaProtocolVersion+`":"`+string(framing.RevisionStateless)+`","`+metaClientCapabilities+`":{}`...)
-	if len(clientInfo) > 0 {
-		fields = append(fields, `,"`+metaClientInfo+`":`...)
-		fields = append(fields, clientInfo...)
-	}
-	return framing.AddMeta(m, fields)
-}
-
-// mergeMeta handles a _meta that may already hold some of the 2026-07-28
-// fields (or spells a key with escapes): it is decoded and written again,
-// the protocol version set, the client's own info and capabilities kept.
-func mergeMeta(raw []byte, meta framing.Span, clientInfo json.RawMessage) ([]byte, error) {
-	fields := map[string]json.RawMessage{}
-	if err := json.Unmarshal(raw[meta.Start:meta.End], &fields); err != nil {
-		return nil, err
-	}
-	fields[metaProtocolVersion] = json.RawMessage(`"` + string(framing.RevisionStateless) + `"`)
-	if _, ok := fields[metaClientCapabilities]; !ok {
-		fields[metaClientCapabilities] = json.RawMessage(`{}`)
-	}
-	if _, ok := fields[metaClientInfo]; !ok && len(clientInfo) > 0 {
-		fields[metaClientInfo] = clientInfo
-	}
-	var b bytes.Buffer
-	b.Write(raw[:meta.Start])
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(fields); err != nil {
-		return nil, err
-	}
-	b.Truncate(b.Len() - 1) // Encode's newline
-	b.Write(raw[meta.End:])
-	return b.Bytes(), nil
-}
-
-// clientInfoOf returns the clientInfo of an initialize request, if valid.
-func clientInfoOf(m *framing.Message) json.RawMessage {
-	var req struct {
-		Params struct {
-			ClientInfo json.RawMessage `json:"clientInfo"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(m.Raw, &req) != nil || !json.Valid(req.Params.ClientInfo) {
-		return nil
-	}
-	return req.Params.ClientInfo
 }
 
 // downgradeAnswer returns a 2026-07-28 answer (a message, or a batch) in

@@ -12,11 +12,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/zap"
-
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 // TestCancelNeverOvertakesItsRequest: a Streamable HTTP upstream reached
@@ -53,7 +52,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 			return ln.Dial()
 		}}
 		u, _ := url.Parse("http://upstream.test/mcp")
-		back, err := (&httpx.StreamableUpstream{URL: u, Client: client}).Dial(zap.NewNop())
+		back, err := (&upstream.StreamableUpstream{URL: u, Client: client}).Dial(zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -38,7 +39,7 @@ func TestShutdownWithAHungUpstream(t *testing.T) {
 		body := ctx.PostBody()
 		switch {
 		case bytes.Contains(body, []byte(`"initialize"`)):
-			ctx.Response.Header.Set(sessionHeader, "s-1")
+			ctx.Response.Header.Set(upstream.SessionHeader, "s-1")
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
 		case bytes.Contains(body, []byte(`notifications/cancelled`)):
@@ -67,7 +68,7 @@ func TestShutdownWithAHungUpstream(t *testing.T) {
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.Header.SetContentType("application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(sessionHeader, "s-1")
+		req.Header.Set(upstream.SessionHeader, "s-1")
 		req.SetBodyString(body)
 		if err := client.Do(req, resp); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // errGaveUp is a POST whose answer the sidecar stopped waiting for: the
@@ -70,19 +71,19 @@ func (ob outbound) postOwn(sess *session, frame []byte) {
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if id := sess.sessionID(); id != "" {
-		req.Header.Set(sessionHeader, id)
+		req.Header.Set(upstream.SessionHeader, id)
 	}
 	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(versionHeader, string(v))
+		req.Header.Set(upstream.VersionHeader, string(v))
 		var f framing.Frame
 		if v.CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
 			version := string(v)
-			mirrorHeaders(req, &f.Msgs[0], &version)
+			upstream.MirrorHeaders(req, &f.Msgs[0], &version)
 		}
 	}
 	req.SetBody(frame)
 	if err := ob.s.client.Do(req, resp); err != nil {
-		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
+		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		fasthttp.ReleaseResponse(resp)
 		return
 	}

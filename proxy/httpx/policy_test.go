@@ -115,7 +115,7 @@ func TestHeldRequestAnsweredAtShutdown(t *testing.T) {
 type heldSecond struct {
 	c      *rawClient
 	sc     *httpx.Sidecar
-	up     *upstream
+	up     *sdkServer
 	sp     *spy
 	first  <-chan map[string]any
 	second chan *http.Response

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,11 +12,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-)
-
-const (
-	sessionHeader = "Mcp-Session-Id"
-	versionHeader = "MCP-Protocol-Version"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // sessionFor returns the session a request belongs to, and whether the
@@ -30,7 +25,7 @@ const (
 // answers would name no request in flight. noteSession forgets it if the
 // upstream refuses it.
 func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
-	id := string(peek(ctx.Request.Header.All(), sessionHeader))
+	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
 	if id == "" {
 		return newSession(id, rl.s, governed), false
 	}
@@ -55,7 +50,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	if !known {
 		rl.s.own.add(sess) // until requestDone
 	}
-	sess.setVersion(peek(ctx.Request.Header.All(), versionHeader))
+	sess.setVersion(upstream.Peek(ctx.Request.Header.All(), upstream.VersionHeader))
 	streaming := false
 	defer func() {
 		if !streaming {
@@ -75,7 +70,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess.core.Unlock()
 	if len(d.strays) > 0 {
-		rl.s.askFleet(string(peek(ctx.Request.Header.All(), sessionHeader)), d.strays)
+		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.strays)
 	}
 	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !rl.s.sessions.roomFor(peerOf(ctx)) {
 		rl.refuseFull(ctx, sess, d.requests)
@@ -103,8 +98,8 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		return
 	case err != nil:
 		sess.detach(st)
-		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.upstream.Redacted()), zap.String("error", brief(err)))
-		rl.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+brief(err))
+		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.upstream.Redacted()), zap.String("error", upstream.Brief(err)))
+		rl.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
 	sess = rl.noteSession(sess, known, resp)
@@ -158,7 +153,7 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *de
 // noteSession registers the session the upstream opened, or forgets one it
 // no longer knows, and returns the session the answer belongs to.
 func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
-	id := peek(resp.Header.All(), sessionHeader)
+	id := upstream.Peek(resp.Header.All(), upstream.SessionHeader)
 	if len(id) == 0 && !known && sess.sessionID() != "" && resp.StatusCode() < 300 {
 		// A session the upstream knows and this sidecar did not (it runs
 		// without affinity, or was restarted): kept from now on, so that its
@@ -247,7 +242,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stre
 		if a.resp == nil {
 			return
 		}
-		if st.quit != nil && st.setBody(bodyOf(a.resp)) {
+		if st.quit != nil && st.setBody(upstream.BodyOf(a.resp)) {
 			ob.toTracker(sess, a.resp) // a late answer: suppressed, and seen
 			return
 		}
@@ -268,7 +263,7 @@ func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 			relay{ob.s}.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
 		}
 	}
-	if !isEventStream(resp.Header.ContentType()) {
+	if !upstream.IsEventStream(resp.Header.ContentType()) {
 		put(readBody(resp, ob.s.maxBody))
 		return
 	}
@@ -291,14 +286,14 @@ func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
 	status := resp.StatusCode()
 	if status >= 500 && len(d.requests) > 0 {
-		head := readHead(resp)
+		head := upstream.ReadHead(resp)
 		sess.detach(st)
 		rl.s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
 		outbound{rl.s}.payload("the upstream's error body", head)
 		rl.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
-	if isEventStream(resp.Header.ContentType()) && !st.setBody(bodyOf(resp)) {
+	if upstream.IsEventStream(resp.Header.ContentType()) && !st.setBody(upstream.BodyOf(resp)) {
 		// Every request it was to answer was ended before it began.
 		fasthttp.ReleaseResponse(resp)
 		sess.detach(st)
@@ -311,7 +306,7 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, res
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(status)
-	if isEventStream(resp.Header.ContentType()) {
+	if upstream.IsEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
 		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.replies)
 		relay.lazyHead = true // the headers go with the first event: one write, not two
@@ -329,7 +324,7 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, res
 
 // relayJSON relays a JSON response, held back where the tracker says so.
 func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
-	st.setBody(bodyOf(resp)) // so that a deadline can cut the read short
+	st.setBody(upstream.BodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
 		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(rl.s.maxBody)+1))
 		st.end(nil)
@@ -353,7 +348,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		return
 	}
 	if err != nil || len(body) > rl.s.maxBody {
-		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("error", brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", rl.s.maxBody))
+		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("error", upstream.Brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", rl.s.maxBody))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		return
 	}
@@ -450,30 +445,30 @@ func (rl relay) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*p
 // requests and notifications.
 func (rl relay) get(ctx *fasthttp.RequestCtx) {
 	sess, _ := rl.sessionFor(ctx, false)
-	if len(peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
+	if len(upstream.Peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
 		sess.resumed(rl.s.clock.Now())
 	}
 	resp, err := outbound{rl.s}.forward(ctx, fasthttp.MethodGet, nil)
 	if err != nil {
-		rl.s.log.Error("upstream unreachable", zap.String("error", brief(err)))
+		rl.s.log.Error("upstream unreachable", zap.String("error", upstream.Brief(err)))
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
 	st := rl.newStream()
-	if resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()) && st.setBody(bodyOf(resp)) {
+	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.setBody(upstream.BodyOf(resp)) {
 		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 		ctx.SetBodyStream(rl.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
 		return
 	}
-	ctx.SetBody(readHead(resp))
+	ctx.SetBody(upstream.ReadHead(resp))
 }
 
 // delete ends a session: its requests in flight are cancelled upstream
 // first, then the DELETE is relayed.
 func (rl relay) delete(ctx *fasthttp.RequestCtx) {
-	id := string(peek(ctx.Request.Header.All(), sessionHeader))
+	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
 	if sess, ok := rl.s.sessions.remove(id); ok {
 		rl.s.log.Info("session deleted", zap.String("session", sess.scope))
 		rl.endSession(sess)
@@ -488,7 +483,7 @@ func (rl relay) delete(ctx *fasthttp.RequestCtx) {
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
-	ctx.SetBody(readHead(resp))
+	ctx.SetBody(upstream.ReadHead(resp))
 }
 
 // endSession cancels upstream a deleted session's requests in flight
@@ -498,20 +493,6 @@ func (rl relay) endSession(sess *session) {
 	sess.notifying.wait(ownedWait) // before the upstream ends the session
 	sess.endAll()
 	sess.closeGovernor()
-}
-
-// brief returns an error's message without what fasthttp quotes of the
-// bytes it could not read ("..., contents: ..."): an upstream's headers
-// may hold anything, and they go neither to the client nor to the log.
-func brief(err error) string {
-	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
-		return "its response headers are larger than limits.max_response_header_bytes allows (" + err.Error() + ")"
-	}
-	msg := err.Error()
-	if i := strings.Index(msg, "contents:"); i >= 0 {
-		msg = strings.TrimRight(msg[:i], " ,:")
-	}
-	return msg[:min(len(msg), 300)]
 }
 
 // payload logs, at debug level, the start of what the sidecar refused or
@@ -547,25 +528,25 @@ func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(sessionHeader, sess.sessionID())
+	req.Header.Set(upstream.SessionHeader, sess.sessionID())
 	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(versionHeader, string(v))
+		req.Header.Set(upstream.VersionHeader, string(v))
 	}
 	req.SetBody(msg)
 	resp := fasthttp.AcquireResponse()
 	if err := ob.s.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", brief(err)))
+		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return
 	}
 	if status := resp.StatusCode(); status >= 300 {
-		body := readHead(resp)
+		body := upstream.ReadHead(resp)
 		ob.s.log.Warn("the upstream refused a notification", zap.String("session", sess.scope), zap.Int("status", status),
 			zap.Int("body_bytes", len(body)))
 		ob.payload("the upstream's refusal", body)
 		return
 	}
-	readHead(resp)
+	upstream.ReadHead(resp)
 	ob.notified(start, calls)
 }
 
@@ -590,12 +571,12 @@ func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls 
 		defer fasthttp.ReleaseRequest(req)
 		resp := fasthttp.AcquireResponse()
 		if err := ob.s.client.Do(req, resp); err != nil {
-			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", brief(err)))
+			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", upstream.Brief(err)))
 		} else {
 			if resp.StatusCode() < 300 {
 				ob.notified(start, calls)
 			}
-			readHead(resp)
+			upstream.ReadHead(resp)
 		}
 	})
 }
@@ -621,33 +602,6 @@ func (ob outbound) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestC
 	if body != nil {
 		req.SetBody(body)
 	}
-}
-
-// bodyOf returns a streaming response's body.
-func bodyOf(resp *fasthttp.Response) fasthttp.ReadCloserWithError {
-	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
-		return rc
-	}
-	return nopCloser{resp.BodyStream()}
-}
-
-type nopCloser struct{ io.Reader }
-
-// CloseWithError does nothing: the body has nothing to close.
-func (nopCloser) CloseWithError(error) error { return nil }
-
-// readHead reads up to 64 KiB of a response's body, then closes and
-// releases the response.
-func readHead(resp *fasthttp.Response) []byte {
-	var body []byte
-	if bs := resp.BodyStream(); bs != nil {
-		body, _ = io.ReadAll(io.LimitReader(bs, 64<<10))
-		resp.CloseBodyStream()
-	} else {
-		body = append(body, resp.Body()...)
-	}
-	fasthttp.ReleaseResponse(resp)
-	return body
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Defaults for Sidecar.
@@ -66,7 +67,7 @@ type Sidecar struct {
 	MaxResponseHeaderBytes int
 	// UpstreamHeaders are added to each request the sidecar sends the
 	// upstream that does not set them itself (a deployment's API key).
-	UpstreamHeaders []Header
+	UpstreamHeaders []upstream.Header
 	// ProxyFromEnv sends the requests to the upstream through the HTTP
 	// proxy HTTPS_PROXY or HTTP_PROXY names, as NO_PROXY allows (never to a
 	// loopback upstream): http.proxy: env.
@@ -190,10 +191,10 @@ func (s *Sidecar) Validate() error {
 		errs = append(errs, fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream))
 	}
 	switch s.UpstreamTransport {
-	case "", TransportStreamable, TransportSSE, TransportAuto:
+	case "", upstream.TransportStreamable, upstream.TransportSSE, upstream.TransportAuto:
 	default:
 		errs = append(errs, fmt.Errorf("upstream transport %q is none of %s, %s, %s", s.UpstreamTransport,
-			TransportAuto, TransportStreamable, TransportSSE))
+			upstream.TransportAuto, upstream.TransportStreamable, upstream.TransportSSE))
 	}
 	path := cmp.Or(s.Path, DefaultPath)
 	if !strings.HasPrefix(path, "/") {
@@ -232,10 +233,10 @@ func (s *Sidecar) Provision() error {
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		s.client = upstreamClient(s.maxBody, s.MaxResponseHeaderBytes)
-		AddHeaders(s.client, s.UpstreamHeaders)
+		s.client = upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)
+		upstream.AddHeaders(s.client, s.UpstreamHeaders)
 		if s.ProxyFromEnv {
-			if s.initErr = UseProxyFromEnv(s.client, isTLSURL(s.Upstream)); s.initErr != nil {
+			if s.initErr = upstream.UseProxyFromEnv(s.client, upstream.IsTLSURL(s.Upstream)); s.initErr != nil {
 				return
 			}
 		}
@@ -337,7 +338,7 @@ func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
 		return true
 	}
 	h := &ctx.Request.Header
-	s.log.Warn("request refused: "+why, zap.ByteString("origin", peek(h.All(), "Origin")), zap.ByteString("host", h.Host()),
+	s.log.Warn("request refused: "+why, zap.ByteString("origin", upstream.Peek(h.All(), "Origin")), zap.ByteString("host", h.Host()),
 		zap.ByteString("uri_host", ctx.URI().Host()))
 	ctx.Error(why, status)
 	return false
@@ -355,7 +356,7 @@ func RefuseHostOrigin(ctx *fasthttp.RequestCtx, allowedOrigins []string, loopbac
 	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
 		return fasthttp.StatusBadRequest, "more than one Host or Origin header"
 	}
-	if origin := string(peek(h.All(), "Origin")); origin != "" && !originAllowed(origin, allowedOrigins, loopback) {
+	if origin := string(upstream.Peek(h.All(), "Origin")); origin != "" && !originAllowed(origin, allowedOrigins, loopback) {
 		return fasthttp.StatusForbidden, "origin not allowed"
 	}
 	if loopback && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {

@@ -33,11 +33,11 @@ func watchdog(t testing.TB, d time.Duration) {
 	t.Cleanup(func() { tm.Stop() })
 }
 
-// upstream is a real go-sdk Streamable HTTP server with one tool,
+// sdkServer is a real go-sdk Streamable HTTP server with one tool,
 // wait_cancel: it reports progress, waits until it is cancelled, reports
 // that on sawCancel, then sends progress again and answers anyway, as a
 // careless server would.
-type upstream struct {
+type sdkServer struct {
 	url       string
 	started   chan struct{} // a wait_cancel call is running
 	sawCancel chan string
@@ -45,13 +45,13 @@ type upstream struct {
 	sayNow    chan struct{} // closed: say calls answer
 }
 
-func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *upstream {
+func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *sdkServer {
 	return newUpstreamWrapped(t, opts, nil)
 }
 
 // newUpstreamWrapped is newUpstream with the server's handler wrapped, if
 // wrap is not nil: a way to make the real server misbehave on the wire.
-func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func(http.Handler) http.Handler) *upstream {
+func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func(http.Handler) http.Handler) *sdkServer {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 	if wrap != nil {
@@ -64,8 +64,8 @@ func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func
 }
 
 // newUpstreamServer returns the upstream's MCP server, not yet served.
-func newUpstreamServer() (*upstream, *mcp.Server) {
-	u := &upstream{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{}), sayNow: make(chan struct{})}
+func newUpstreamServer() (*sdkServer, *mcp.Server) {
+	u := &sdkServer{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{}), sayNow: make(chan struct{})}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Key string `json:"key"`
@@ -231,7 +231,7 @@ func TestPostedCancelEndsTheStream(t *testing.T) {
 // postedCancelEndsTheStream runs a wait_cancel call of up through the
 // sidecar at url, POSTs its cancel, and checks that the cancel is answered
 // 202, reaches the upstream, and that the stream ends with nothing late.
-func postedCancelEndsTheStream(t *testing.T, up *upstream, url string) {
+func postedCancelEndsTheStream(t *testing.T, up *sdkServer, url string) {
 	t.Helper()
 	c := &rawClient{t: t, url: url}
 	c.initialize()
@@ -273,7 +273,7 @@ func TestGoSDKClientCancel(t *testing.T) {
 // goSDKClientCancels has a go-sdk client cancel a wait_cancel call through
 // the sidecar: the upstream sees the cancel, the client gets no progress
 // after it, and the session goes on.
-func goSDKClientCancels(t *testing.T, up *upstream, tr mcp.Transport) {
+func goSDKClientCancels(t *testing.T, up *sdkServer, tr mcp.Transport) {
 	t.Helper()
 	progressed := make(chan struct{}, 4)
 	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, &mcp.ClientOptions{

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestSSEUpstreamWantsAuthorization: an HTTP+SSE upstream that answers
@@ -40,7 +40,7 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	up, err := httpx.NewSSEUpstream(srv.URL+"/sse", 0, 0)
+	up, err := upstream.NewSSEUpstream(srv.URL+"/sse", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 		t.Errorf("a request the endpoint refused with 401 got %s, want the proxy's unauthorized error quoting the challenge", got)
 	}
 
-	locked, err := httpx.NewSSEUpstream(srv.URL+"/locked", 0, 0)
+	locked, err := upstream.NewSSEUpstream(srv.URL+"/locked", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

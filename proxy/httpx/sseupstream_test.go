@@ -17,18 +17,19 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // sseUpstream serves the upstream's MCP server over the go-sdk's HTTP+SSE
 // handler (protocol 2024-11-05) and a sidecar in front of it, and returns
 // the upstream, its HTTP server and the sidecar's URL.
-func sseUpstream(t *testing.T) (*upstream, *httptest.Server, string) {
+func sseUpstream(t *testing.T) (*sdkServer, *httptest.Server, string) {
 	return sseUpstreamWrapped(t, nil)
 }
 
 // sseUpstreamWrapped is sseUpstream with the server's handler wrapped, if
 // wrap is not nil.
-func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*upstream, *httptest.Server, string) {
+func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*sdkServer, *httptest.Server, string) {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	if wrap != nil {
@@ -38,7 +39,7 @@ func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*up
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) }) // calls whose session broke end before the server
 	u.url = srv.URL
-	up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
+	up, err := upstream.NewSSEUpstream(srv.URL, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestSSEUpstreamThatIsNot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(tc.h)
 			defer srv.Close()
-			up, err := httpx.NewSSEUpstream(srv.URL, 0, 0)
+			up, err := upstream.NewSSEUpstream(srv.URL, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

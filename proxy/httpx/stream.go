@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 var (
@@ -210,7 +211,7 @@ type sseRelay struct {
 	// the next write to the client, as long as the upstream's next bytes
 	// are already read (coalesce.go).
 	out     *heldConn
-	up      *upConn
+	up      *upstream.Link
 	release func()
 }
 
@@ -230,7 +231,7 @@ func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, 
 	} else if out, ok := conn.(*heldConn); ok {
 		// A lingering stream's events come through a channel, which its
 		// reader may wait on: those are written at once.
-		r.out, r.up = out, upstreamConnOf(resp)
+		r.out, r.up = out, upstream.LinkOf(resp)
 		r.release = out.release
 	}
 	return r
@@ -283,7 +284,7 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 	if r.up != nil {
 		// Once the upstream's response is read, its connection serves
 		// other requests: the release is not theirs to run.
-		defer r.up.onRead.CompareAndSwap(&r.release, nil)
+		defer r.up.OnRead.CompareAndSwap(&r.release, nil)
 	}
 	var total int64
 	for r.next() {
@@ -307,7 +308,7 @@ func (r *sseRelay) holdWrite() {
 		return
 	}
 	r.out.holdNext()
-	r.up.onRead.Store(&r.release)
+	r.up.OnRead.Store(&r.release)
 }
 
 // keepAlive is an SSE comment: it carries no event.

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestTranscriptsThroughTheBridge replays every golden transcript through
@@ -36,19 +37,19 @@ func TestTranscriptsThroughTheBridge(t *testing.T) {
 // bridge starts the bridge's session over a backend of the upstream kind
 // named, its client's lines written by post and read into the client's
 // inbox.
-func (r *replay) bridge(upstream string) {
+func (r *replay) bridge(kind string) {
 	r.t.Helper()
 	var back httpx.Backend
 	var err error
-	switch upstream {
+	switch kind {
 	case "streamable":
-		var up *httpx.StreamableUpstream
-		if up, err = httpx.NewStreamableUpstream(r.scriptedStreamable(), r.maxFrame, 0); err == nil {
+		var up *upstream.StreamableUpstream
+		if up, err = upstream.NewStreamableUpstream(r.scriptedStreamable(), r.maxFrame, 0); err == nil {
 			back, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	case "sse":
-		var up *httpx.SSEUpstream
-		if up, err = httpx.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0); err == nil {
+		var up *upstream.SSEUpstream
+		if up, err = upstream.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0); err == nil {
 			back, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestTranscriptsOverHTTP replays every golden transcript (the ones the
@@ -83,7 +84,7 @@ func (r *replay) play(tr *transcript.Transcript) {
 
 // sidecar returns the sidecar for the replay's front in front of a
 // scripted upstream of the kind named.
-func (r *replay) sidecar(upstream string) *httpx.Sidecar {
+func (r *replay) sidecar(kind string) *httpx.Sidecar {
 	opts := stdio.Options{OnEvent: r.onEvent, MaxFrameSize: r.maxFrame}
 	sc := &httpx.Sidecar{MaxBodySize: r.maxFrame}
 	if r.policy != nil {
@@ -91,12 +92,12 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		sc.Governor = r.policy.Governor
 	}
 	var cs *httpx.Children
-	switch upstream {
+	switch kind {
 	case "streamable":
 		url := r.scriptedStreamable()
 		sc.Upstream = url
 		if r.legacy {
-			up, err := httpx.NewStreamableUpstream(url, r.maxFrame, 0)
+			up, err := upstream.NewStreamableUpstream(url, r.maxFrame, 0)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -106,7 +107,7 @@ func (r *replay) sidecar(upstream string) *httpx.Sidecar {
 		b := r.scriptedStdio()
 		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
 	case "sse":
-		up, err := httpx.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0)
+		up, err := upstream.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0)
 		if err != nil {
 			r.t.Fatal(err)
 		}

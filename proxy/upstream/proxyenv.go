@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"crypto/tls"
@@ -59,4 +59,4 @@ func UseCAFile(c *fasthttp.Client, path string) error {
 }
 
 // isTLSURL reports whether an upstream URL is https.
-func isTLSURL(raw string) bool { return strings.HasPrefix(strings.ToLower(raw), "https://") }
+func IsTLSURL(raw string) bool { return strings.HasPrefix(strings.ToLower(raw), "https://") }

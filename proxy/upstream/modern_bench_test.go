@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"testing"
@@ -15,6 +15,6 @@ func BenchmarkModernize(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		modernize(&f.Msgs[0], nil)
+		Modernize(&f.Msgs[0], nil)
 	}
 }

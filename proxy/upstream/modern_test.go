@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"bytes"
@@ -64,7 +64,7 @@ func TestModernize(t *testing.T) {
 		}
 	}
 	for _, m := range []string{"initialize", "ping", "logging/setLevel", "resources/subscribe"} {
-		if modernizable(m) {
+		if Modernizable(m) {
 			t.Errorf("%s is not in 2026-07-28: it must go as it is", m)
 		}
 	}
@@ -76,7 +76,7 @@ func modernizeBytes(msg []byte, info json.RawMessage) ([]byte, error) {
 	if err := f.Parse(msg); err != nil {
 		return nil, err
 	}
-	return modernize(&f.Msgs[0], info)
+	return Modernize(&f.Msgs[0], info)
 }
 
 // TestModernizeKeepsTheRestAsWritten: the fields are spliced in; every
@@ -115,7 +115,7 @@ func FuzzModernize(f *testing.F) {
 		if !json.Valid(info) {
 			info = nil
 		}
-		out, err := modernize(&in.Msgs[0], info)
+		out, err := Modernize(&in.Msgs[0], info)
 		if err != nil {
 			return // sent as it is
 		}

@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"bytes"
@@ -35,6 +35,10 @@ import (
 // whose server answers only when done (JSON) holds up the rest no longer
 // than this.
 const postHeadStart = 100 * time.Millisecond
+
+// errStreamCancelled ends a request's stream the session no longer wants
+// (its request was cancelled).
+var errStreamCancelled = errors.New("the request this stream answers was cancelled")
 
 // deleteWait bounds the wait for the answer to the DELETE that ends an
 // upstream session.
@@ -137,7 +141,7 @@ func (b *streamBackend) Stop() {
 			if session != "" {
 				// Bounded: a server may hold its answer until its calls end.
 				if resp, err := b.requestWithin(deleteWait, fasthttp.MethodDelete, nil, session, nil); err == nil {
-					readHead(resp)
+					ReadHead(resp)
 				}
 			}
 			b.running.Wait()
@@ -196,8 +200,8 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 	if initialize {
 		b.clientInfo = clientInfoOf(&f.Msgs[0])
 	}
-	if isRequest && b.modern && modernizable(f.Msgs[0].Method) {
-		if modern, err := modernize(&f.Msgs[0], b.clientInfo); err == nil && f.Parse(modern) == nil {
+	if isRequest && b.modern && Modernizable(f.Msgs[0].Method) {
+		if modern, err := Modernize(&f.Msgs[0], b.clientInfo); err == nil && f.Parse(modern) == nil {
 			msg = modern
 		}
 	}
@@ -218,13 +222,13 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 	var why string
 	switch {
 	case err != nil:
-		why = "the upstream could not be reached: " + brief(err)
+		why = "the upstream could not be reached: " + Brief(err)
 	case resp.StatusCode() == fasthttp.StatusAccepted:
-		readHead(resp)
+		ReadHead(resp)
 		return
 	case resp.StatusCode() == fasthttp.StatusUnauthorized:
-		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
-		readHead(resp)
+		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
+		ReadHead(resp)
 		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
 		if isRequest {
 			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
@@ -232,7 +236,7 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 		return
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
-		head := readHead(resp)
+		head := ReadHead(resp)
 		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
 	default:
 		if initialize {
@@ -240,7 +244,7 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 			first := !b.initialized
 			if first {
 				b.initialized = true
-				b.session = strings.Clone(string(peek(resp.Header.All(), sessionHeader)))
+				b.session = strings.Clone(string(Peek(resp.Header.All(), SessionHeader)))
 			}
 			stateless := first && b.session == "" && !b.u.KeepRevision
 			b.mu.Unlock()
@@ -268,9 +272,9 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 // nil, is the request the stream answers.
 func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *framing.ID) {
 	defer fasthttp.ReleaseResponse(resp)
-	body := bodyOf(resp)
+	body := BodyOf(resp)
 	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
-	if !isEventStream(resp.Header.ContentType()) {
+	if !IsEventStream(resp.Header.ContentType()) {
 		data, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 		body.CloseWithError(nil)
 		if err == nil && len(data) <= limit && len(bytes.TrimSpace(data)) > 0 {
@@ -336,7 +340,7 @@ func (b *streamBackend) unanswered(id framing.ID, err error) {
 	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped):
 		return
 	case !errors.Is(err, io.EOF):
-		why = "the upstream's stream broke: " + brief(err)
+		why = "the upstream's stream broke: " + Brief(err)
 	case resumable:
 		return // the session's GET stream may still bring it (a resumed stream)
 	default:
@@ -388,8 +392,8 @@ func (b *streamBackend) listen() {
 	resp, err := b.request(fasthttp.MethodGet, nil, session, nil)
 	switch {
 	case err != nil:
-	case resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()):
-		readHead(resp) // the upstream has no stream for other traffic
+	case resp.StatusCode() != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()):
+		ReadHead(resp) // the upstream has no stream for other traffic
 	default:
 		b.relay(resp, false, nil)
 	}
@@ -451,16 +455,16 @@ func (b *streamBackend) requestWithin(timeout time.Duration, method string, body
 		req.SetBodyStream(body, body.Len())
 	}
 	if session != "" {
-		req.Header.Set(sessionHeader, session)
+		req.Header.Set(SessionHeader, session)
 	}
 	b.mu.Lock()
 	version := b.version
 	b.mu.Unlock()
 	if m != nil {
-		mirrorHeaders(req, m, &version)
+		MirrorHeaders(req, m, &version)
 	}
 	if version != "" {
-		req.Header.Set(versionHeader, version)
+		req.Header.Set(VersionHeader, version)
 	}
 	resp := fasthttp.AcquireResponse()
 	do := b.u.Client.Do
@@ -480,7 +484,7 @@ func (b *streamBackend) requestWithin(timeout time.Duration, method string, body
 // body: Mcp-Method, Mcp-Name (the tool, prompt or resource named, or the
 // task of a tasks/* request), and the
 // protocol version the message's _meta names, which replaces *version.
-func mirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
+func MirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
 	if m.Method == "" {
 		return
 	}

@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"testing"
@@ -27,7 +27,7 @@ func TestMirrorHeaders(t *testing.T) {
 		}
 		var req fasthttp.Request
 		version := "old"
-		mirrorHeaders(&req, &f.Msgs[0], &version)
+		MirrorHeaders(&req, &f.Msgs[0], &version)
 		if got := string(req.Header.Peek("Mcp-Method")); got != tc.method {
 			t.Errorf("%s: Mcp-Method %q", tc.body, got)
 		}

@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ func NewSSEUpstream(rawURL string, maxBody, maxHeader int) (*SSEUpstream, error)
 	if err != nil {
 		return nil, err
 	}
-	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody, maxHeader)}, nil
+	return &SSEUpstream{URL: u, MaxBodySize: maxBody, Client: NewClient(maxBody, maxHeader)}, nil
 }
 
 // NewStreamableUpstream returns a StreamableUpstream for the MCP endpoint at
@@ -65,7 +65,7 @@ func NewStreamableUpstream(rawURL string, maxBody, maxHeader int) (*StreamableUp
 	if err != nil {
 		return nil, err
 	}
-	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: upstreamClient(maxBody, maxHeader)}, nil
+	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: NewClient(maxBody, maxHeader)}, nil
 }
 
 func parseUpstream(rawURL string) (*url.URL, error) {
@@ -85,7 +85,7 @@ const DefaultMaxResponseHeaderBytes = 64 << 10
 // names and paths as they are, responses up to maxBody and their headers
 // up to maxHeader (zero: the defaults). fasthttp's read buffer is the
 // header limit, held per connection while a response streams.
-func upstreamClient(maxBody, maxHeader int) *fasthttp.Client {
+func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 	return &fasthttp.Client{
 		ReadBufferSize:                cmp.Or(maxHeader, DefaultMaxResponseHeaderBytes),
 		StreamResponseBody:            true,
@@ -112,14 +112,14 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		return nil, fmt.Errorf("opening the upstream's event stream: %w", err)
 	}
 	if status := resp.StatusCode(); status == fasthttp.StatusUnauthorized {
-		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
-		readHead(resp)
+		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
+		ReadHead(resp)
 		return nil, errors.New(wantsAuthorization(challenge))
-	} else if status != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
-		readHead(resp)
+	} else if status != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()) {
+		ReadHead(resp)
 		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, resp.Header.ContentType())
 	}
-	b := &sseBackend{u: u, log: log, resp: resp, body: bodyOf(resp), in: stdio.NewFrames(), exited: make(chan struct{})}
+	b := &sseBackend{u: u, log: log, resp: resp, body: BodyOf(resp), in: stdio.NewFrames(), exited: make(chan struct{})}
 	b.rd = framing.NewSSEReader(b.body, max(u.MaxBodySize, 0))
 	if err := b.awaitEndpoint(); err != nil {
 		b.Stop()
@@ -277,10 +277,10 @@ func (b *sseBackend) post(msg []byte) {
 	switch {
 	case err != nil:
 		fasthttp.ReleaseResponse(resp)
-		why = "the upstream could not be reached: " + brief(err)
+		why = "the upstream could not be reached: " + Brief(err)
 	case resp.StatusCode() == fasthttp.StatusUnauthorized: // as a Streamable HTTP upstream's: the error says how to give it
-		challenge := string(peek(resp.Header.All(), "WWW-Authenticate"))
-		readHead(resp)
+		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
+		ReadHead(resp)
 		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
 		if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
 			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
@@ -288,10 +288,10 @@ func (b *sseBackend) post(msg []byte) {
 		return
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
-		head := readHead(resp)
+		head := ReadHead(resp)
 		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
 	default:
-		readHead(resp)
+		ReadHead(resp)
 		return
 	}
 	b.log.Warn("posting to the upstream failed", zap.String("why", why))
@@ -304,7 +304,7 @@ func (b *sseBackend) post(msg []byte) {
 // compact JSON, or, if it is not JSON, with its line breaks made spaces
 // (the session answers it as the parse error it is).
 func eventLine(data []byte) []byte {
-	line, err := oneLine(data)
+	line, err := OneLine(data)
 	if err != nil {
 		line = bytes.Map(func(r rune) rune {
 			if r == '\r' || r == '\n' {

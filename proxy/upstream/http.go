@@ -1,0 +1,99 @@
+package upstream
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"iter"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+const (
+	SessionHeader = "Mcp-Session-Id"
+	VersionHeader = "MCP-Protocol-Version"
+)
+
+// brief returns an error's message without what fasthttp quotes of the
+// bytes it could not read ("..., contents: ..."): an upstream's headers
+// may hold anything, and they go neither to the client nor to the log.
+func Brief(err error) string {
+	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
+		return "its response headers are larger than limits.max_response_header_bytes allows (" + err.Error() + ")"
+	}
+	msg := err.Error()
+	if i := strings.Index(msg, "contents:"); i >= 0 {
+		msg = strings.TrimRight(msg[:i], " ,:")
+	}
+	return msg[:min(len(msg), 300)]
+}
+
+// bodyOf returns a streaming response's body.
+func BodyOf(resp *fasthttp.Response) fasthttp.ReadCloserWithError {
+	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
+		return rc
+	}
+	return nopCloser{resp.BodyStream()}
+}
+
+type nopCloser struct{ io.Reader }
+
+// CloseWithError does nothing: the body has nothing to close.
+func (nopCloser) CloseWithError(error) error { return nil }
+
+// readHead reads up to 64 KiB of a response's body, then closes and
+// releases the response.
+func ReadHead(resp *fasthttp.Response) []byte {
+	var body []byte
+	if bs := resp.BodyStream(); bs != nil {
+		body, _ = io.ReadAll(io.LimitReader(bs, 64<<10))
+		resp.CloseBodyStream()
+	} else {
+		body = append(body, resp.Body()...)
+	}
+	fasthttp.ReleaseResponse(resp)
+	return body
+}
+
+// peek returns the value of the first header called name, matched without
+// regard to case as HTTP requires: the upstream client keeps names as
+// received, and servers such as uvicorn send them in lower case.
+func Peek(all iter.Seq2[[]byte, []byte], name string) []byte {
+	for k, v := range all {
+		if strings.EqualFold(string(k), name) {
+			return v
+		}
+	}
+	return nil
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream, with
+// or without parameters.
+func IsEventStream(contentType []byte) bool {
+	const want = "text/event-stream"
+	ct := bytes.TrimSpace(contentType)
+	if len(ct) < len(want) || !strings.EqualFold(string(ct[:len(want)]), want) {
+		return false
+	}
+	rest := bytes.TrimLeft(ct[len(want):], " \t")
+	return len(rest) == 0 || rest[0] == ';'
+}
+
+// oneLine returns a POST's body as exactly one line for a child's stdin: a
+// message spread over several lines (pretty-printed JSON is valid) would
+// otherwise reach the child as several messages, some of them a client's
+// own inventions. JSON strings cannot hold a raw line break, so compacting
+// removes every one; a body that does not compact is not JSON.
+func OneLine(body []byte) ([]byte, error) {
+	out := make([]byte, 0, len(body)+1)
+	if !bytes.ContainsAny(body, "\r\n") {
+		return append(out, body...), nil
+	}
+	buf := bytes.NewBuffer(out)
+	if err := json.Compact(buf, body); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
