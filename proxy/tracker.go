@@ -203,6 +203,15 @@ func (t *Tracker) InFlight() (clientToServer, serverToClient int) {
 	return a, b
 }
 
+// Awaited reports whether the client still waits for the server's answer
+// to c: in flight, neither answered, cancelled nor failed.
+func (t *Tracker) Awaited(c *Call) bool {
+	l := t.peers[Client].issued
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlightLocked(c)
+}
+
 // Decide decides one valid message from a peer.
 func (t *Tracker) Decide(from Peer, m *framing.Message) Outcome {
 	return t.DecideIn(from, m, TraceContext{})

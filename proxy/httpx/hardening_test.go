@@ -518,6 +518,32 @@ func TestBrokenUpstreamStreamAnswersTheRequest(t *testing.T) {
 	}
 }
 
+// TestCleanStreamEndLogsNoError: a request without a session, answered on
+// an event stream that then ends cleanly, is no broken stream: the client
+// gets its answer alone, and nothing is logged at error level (each such
+// request logged "upstream stream broke" once, when an unanswered end
+// became an error).
+func TestCleanStreamEndLogsNoError(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n")
+	}))
+	defer srv.Close()
+	core, logs := observer.New(zapcore.ErrorLevel)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Logger: zap.New(core)})}
+	var got []map[string]any
+	for m := range events(c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`).Body) {
+		got = append(got, m)
+	}
+	if len(got) != 1 || got[0]["result"] == nil {
+		t.Errorf("client got %v, want the answer alone", got)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("logged at error level: %v", logs.All())
+	}
+}
+
 // TestEventMemoryIsBounded: an upstream event larger than what is left of
 // the sidecar's event memory ends the stream with the proxy's error for
 // the request, not with the process's memory (issue 8, item 13).

@@ -166,6 +166,19 @@ func (sess *session) callsOn(st *stream) []*proxy.Call {
 	return calls
 }
 
+// awaitsOn reports whether the client still waits for an answer st was
+// to carry.
+func (sess *session) awaitsOn(st *stream) bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	for c, s := range sess.streams {
+		if s == st && sess.t.Awaited(c) {
+			return true
+		}
+	}
+	return false
+}
+
 // resumed notes that the client resumed a stream (a GET with
 // Last-Event-ID): dropped connections before now were not abandonment.
 func (sess *session) resumed(now time.Time) { sess.lastResume.Store(now.UnixNano()) }
@@ -217,17 +230,33 @@ func (sess *session) protocolVersion() framing.Revision {
 // requestSessions are the sessions that are one request's own (it named no
 // session, or one the upstream did not take), while the request runs: no
 // table holds them, yet a shutdown must cancel their requests too.
-type requestSessions struct{ m sync.Map } // *session -> struct{}
+type requestSessions struct {
+	mu sync.Mutex
+	m  map[*session]struct{}
+}
 
-func (r *requestSessions) add(sess *session)    { r.m.Store(sess, struct{}{}) }
-func (r *requestSessions) remove(sess *session) { r.m.Delete(sess) }
+func (r *requestSessions) add(sess *session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[*session]struct{})
+	}
+	r.m[sess] = struct{}{}
+}
+
+func (r *requestSessions) remove(sess *session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, sess)
+}
 
 // all returns the sessions whose request still runs.
 func (r *requestSessions) all() []*session {
-	var all []*session
-	r.m.Range(func(k, _ any) bool {
-		all = append(all, k.(*session))
-		return true
-	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := make([]*session, 0, len(r.m))
+	for sess := range r.m {
+		all = append(all, sess)
+	}
 	return all
 }

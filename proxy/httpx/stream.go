@@ -434,10 +434,10 @@ var errEndedUnanswered = errors.New("the upstream ended the request's stream wit
 // (a sessionless request, or 2026-07-28, where streams do not resume). The
 // bridge answers such a request the same way.
 func (r *sseRelay) owesAnswers() bool {
-	if r.st.wasCut() || len(r.sess.callsOn(r.st)) == 0 {
+	if r.st.wasCut() || r.sess.sessionID() != "" && !r.sess.protocolVersion().CancelsByClose() {
 		return false
 	}
-	return r.sess.sessionID() == "" || r.sess.protocolVersion().CancelsByClose()
+	return r.sess.awaitsOn(r.st)
 }
 
 // newSSEReader reads an upstream response's event stream, within the
