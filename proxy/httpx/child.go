@@ -58,11 +58,6 @@ func (cs *Children) clock() clock.Clock { return cs.sessions.clock }
 // upstream.Backend): a stdio child, or an HTTP upstream reached as a client.
 type Backend = upstream.Backend
 
-// procBackend is a stdio server process as a Backend.
-type procBackend struct{ *child.Process }
-
-func (p procBackend) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.Stdin} }
-
 // childSession is one session's server and the routes of what it sends
 // to the client's HTTP streams.
 type childSession struct {
@@ -111,11 +106,7 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 	if cs.Dial != nil {
 		return cs.Dial(copts.Logger)
 	}
-	p, err := child.Start(cs.Argv, copts)
-	if err != nil {
-		return nil, err
-	}
-	return procBackend{p}, nil
+	return upstream.StartChild(cs.Argv, copts)
 }
 
 func newSessionID() string {

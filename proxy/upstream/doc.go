@@ -1,9 +1,10 @@
-// Package upstream is the client side of MCP's HTTP transports: what the
-// HTTP front and the bridge reach a server with. It dials a session of a
+// Package upstream is what the HTTP front and the bridge reach a server
+// with, the client side of MCP's transports: it dials a session of a
 // Streamable HTTP server (StreamableUpstream) or of a 2024-11-05 HTTP+SSE
 // one (SSEUpstream), or finds out which the server speaks first (Dial,
-// ProbeTransport), each as a Backend: the server's messages in and out as
-// lines, the way a stdio child's are, so that one session of lines (package
+// ProbeTransport), or starts a stdio server (StartChild), each as a
+// Backend: the server's messages in and out as lines, the way a stdio
+// child's are, so that one session of lines (package
 // stdio) decides every frame of it. It also holds what the HTTP front's
 // relay shares with those clients: the fasthttp client every upstream
 // request goes through (NewClient, with its headers, the HTTP proxy of the
