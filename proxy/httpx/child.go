@@ -42,14 +42,26 @@ type Children struct {
 	mu       sync.Mutex                  // guards shared; held while a session starts
 	shared   *childSession               // serves every sessionless request
 	retiring sync.WaitGroup              // the sessions idle or evicted, stopping
-	totals   *proxy.Counters             // the Sidecar's
+	totals   *proxy.Counters             // the Sidecar's, set by its Provision (kind)
 }
 
-// provision sets up the session table (idle, the cap, the clock) and the
-// counters every session adds to.
 func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
 	cs.sessions.init(idle, most, clk)
 	cs.totals = totals
+}
+
+func (cs *Children) table() table { return &cs.sessions }
+
+// inFlight counts the requests in flight in the sessions, and on the child
+// shared by sessionless requests.
+func (cs *Children) inFlight() int {
+	n := cs.sessions.inFlight()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.shared != nil {
+		n += cs.shared.inFlight()
+	}
+	return n
 }
 
 func (cs *Children) clock() clock.Clock { return cs.sessions.clock }

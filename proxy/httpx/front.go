@@ -397,13 +397,37 @@ func (s *Sidecar) tables() []table {
 // tablesOf returns s's session tables, Provision done or under way.
 func tablesOf(s *Sidecar) []table {
 	t := []table{&s.sessions}
-	if s.Children != nil {
-		t = append(t, &s.Children.sessions)
-	}
-	if s.Legacy != nil {
-		t = append(t, &s.Legacy.sessions)
+	for _, k := range s.kinds {
+		t = append(t, k.table())
 	}
 	return t
+}
+
+// kind is a kind of session the front serves besides those it relays:
+// Children's (a stdio server's, or an HTTP+SSE upstream's) and Legacy's
+// (old HTTP+SSE clients'). The front provisions, sweeps, counts and stops
+// every kind the same way; which kinds it has is its configuration's
+// (kindsOf), said once.
+type kind interface {
+	// provision sets up its table (idle, the cap, the clock) and the
+	// counters its sessions add to.
+	provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters)
+	table() table
+	inFlight() int // the requests in flight in its sessions
+	stopAll(reason string)
+}
+
+// kindsOf returns the kinds of session s's configuration names, in the
+// order they stop: old clients' sessions first, then the servers'.
+func kindsOf(s *Sidecar) []kind {
+	var ks []kind
+	if s.Legacy != nil {
+		ks = append(ks, s.Legacy)
+	}
+	if s.Children != nil {
+		ks = append(ks, s.Children)
+	}
+	return ks
 }
 
 // afterDisconnect is the opt-in disconnect grace (DisconnectCancelAfter),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -54,6 +55,7 @@ type Legacy struct {
 
 	sessions sessionTable[*legacySession] // set up by the Sidecar's Provision
 	retiring sync.WaitGroup               // the sessions the sweep stops
+	totals   *proxy.Counters              // the Sidecar's, set by its Provision
 }
 
 // legacySession is one old client's session, as long as its event stream
@@ -148,7 +150,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := newOutStream(1) // pending until the client leaves: onAbort says it did
-	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, &lg.s.totals, log), st: st, retiring: &l.retiring}
+	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
 	st.onAbort = func() { ls.in.CloseWrite() }
 	if _, err := l.sessions.add(ls.id, ls); err != nil {
@@ -204,6 +206,14 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusAccepted)
 	ctx.SetBodyString("Accepted")
 }
+
+func (l *Legacy) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
+	l.sessions.init(idle, most, clk)
+	l.totals = totals
+}
+
+func (l *Legacy) table() table  { return &l.sessions }
+func (l *Legacy) inFlight() int { return l.sessions.inFlight() }
 
 // stopAll ends every old client's session as lineSession.stop does (its
 // requests in flight cancelled upstream first, as from "shutdown"), all at

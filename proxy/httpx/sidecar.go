@@ -167,6 +167,7 @@ type Sidecar struct {
 	closes  watcher
 	soon    later
 	totals  proxy.Counters // every session's counts, ended ones' too
+	kinds   []kind         // the other kinds of session it serves (kindsOf)
 	sweeper sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
@@ -244,11 +245,9 @@ func (s *Sidecar) Provision() error {
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
 		s.sessions.noEvict = true // a relayed session is the client's and the upstream's: never dropped for another
-		if s.Children != nil {
-			s.Children.provision(idle, most, s.clock, &s.totals)
-		}
-		if s.Legacy != nil {
-			s.Legacy.sessions.init(idle, most, s.clock)
+		s.kinds = kindsOf(s)
+		for _, k := range s.kinds {
+			k.provision(idle, most, s.clock, &s.totals)
 		}
 		s.soon.delay = watchDelay
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
@@ -275,11 +274,8 @@ func (s *Sidecar) Cleanup(reason string) {
 			s.stopFleet()
 		}
 		s.CancelAll(reason)
-		if s.Legacy != nil {
-			s.Legacy.stopAll(reason)
-		}
-		if s.Children != nil {
-			s.Children.stopAll(reason)
+		for _, k := range s.kinds {
+			k.stopAll(reason)
 		}
 		s.waitOwned(&s.bg, "requests to the upstream not yet answered")
 		s.soon.stop()
@@ -387,11 +383,12 @@ func (s *Sidecar) Sessions() int {
 // the sidecar serves, of every kind, and on the shared child.
 func (s *Sidecar) InFlight() int {
 	n := 0
-	for _, t := range s.tables() {
-		n += t.inFlight()
+	if s.Provision() != nil {
+		return 0
 	}
-	if sh := s.shared(); sh != nil {
-		n += sh.inFlight()
+	n += s.sessions.inFlight()
+	for _, k := range s.kinds {
+		n += k.inFlight()
 	}
 	for _, sess := range s.own.all() {
 		if !s.sessions.holds(sess.sessionID(), sess) {
@@ -405,16 +402,6 @@ func (s *Sidecar) InFlight() int {
 // those that ended included: those it relays, those of Children (the
 // shared child's included) and those of Legacy.
 func (s *Sidecar) Stats() proxy.Stats { return s.totals.Stats() }
-
-// shared returns the child serving sessionless requests, if one runs.
-func (s *Sidecar) shared() *childSession {
-	if s.Children == nil {
-		return nil
-	}
-	s.Children.mu.Lock()
-	defer s.Children.mu.Unlock()
-	return s.Children.shared
-}
 
 // Ready reports whether the upstream accepts connections.
 func (s *Sidecar) Ready() error {
