@@ -2,25 +2,50 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
 
 // freePort returns a loopback address that was free a moment ago.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if portsGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsGiven[port] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port found")
+	return ""
 }
+
+// freePort picks its ports below the kernel's range of ephemeral ports
+// (32768-60999 on Linux), never the same one twice in a run: a port that
+// net.Listen(":0") gave and freed could be taken as the local port of any
+// outgoing connection before the process it was meant for binds it.
+const freePortLow, freePortHigh = 20000, 32768
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // startBackground starts a process for the test and stops it, by its PID,
 // when the test ends.
