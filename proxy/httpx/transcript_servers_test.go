@@ -42,6 +42,7 @@ func (r *replay) scriptedStdio() *pipeBackend {
 		}
 	}()
 	r.cut = func(string) { fromServer.Close() } // the server exits
+	r.end = r.cut
 	r.atEnd(func() { fromServer.Close(); fromProxy.Close() })
 	return b
 }
@@ -73,7 +74,7 @@ func (b *pipeBackend) Exited() <-chan struct{} { return b.exited }
 // the rest.
 func (r *replay) scriptedStreamable() string {
 	up := &scriptedUpstream{r: r, byID: map[string]*upStream{}, byToken: map[string]*upStream{}, getOpen: make(chan struct{})}
-	r.send, r.cut = up.send, up.cut
+	r.send, r.cut, r.end = up.send, up.cut, up.end
 	return r.listen(up)
 }
 
@@ -202,6 +203,19 @@ func (u *scriptedUpstream) stream(w http.ResponseWriter, req *http.Request, st *
 	}
 }
 
+// end ends the stream that is to carry the answer to request id, cleanly,
+// without the answer.
+func (u *scriptedUpstream) end(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	st := u.byID[id]
+	if st == nil {
+		u.r.t.Fatalf("end %s: no stream carries its answer", id)
+	}
+	delete(u.byID, id)
+	close(st.out)
+}
+
 // closed takes the close of a 2026-07-28 stream with requests unanswered
 // as what it is, their cancel: the server's inbox gets a cancel for each.
 func (u *scriptedUpstream) closed(st *upStream) {
@@ -286,9 +300,10 @@ func cmpOr(a, b *upStream) *upStream {
 // messages are POSTed (202), and every frame the server sends comes on it.
 func (r *replay) scriptedSSE() string {
 	out := make(chan []byte, 64)
-	broken := make(chan struct{})
+	broken, ended := make(chan struct{}), make(chan struct{})
 	r.send = func(frame string) { out <- []byte(frame) }
 	r.cut = func(string) { close(broken) } // the event stream breaks
+	r.end = func(string) { close(ended) }  // it ends
 	return r.listen(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -301,6 +316,8 @@ func (r *replay) scriptedSSE() string {
 					w.(http.Flusher).Flush()
 				case <-broken:
 					panic(http.ErrAbortHandler)
+				case <-ended:
+					return
 				case <-req.Context().Done():
 					return
 				}

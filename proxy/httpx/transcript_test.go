@@ -154,6 +154,7 @@ type replay struct {
 	policy   *policy.Engine       // the transcript's, if it has one
 	shutdown func()               // shuts the proxy down, as its signal's end does
 	cut      func(id string)      // breaks the server's side of request id's answer
+	end      func(id string)      // ends it cleanly, unanswered
 	maxFrame int                  // the transcript's max-frame-size, or zero
 	era      string               // the transcript's protocol revision, if it names one
 	graced   bool                 // the front cancels a left request after a grace
@@ -238,6 +239,8 @@ func (r *replay) step(st transcript.Step) {
 		}
 	case "cut":
 		r.cut(st.Arg)
+	case "end":
+		r.end(st.Arg)
 	case "shutdown":
 		r.shutdown()
 	}

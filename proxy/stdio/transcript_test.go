@@ -58,7 +58,7 @@ func (h *harness) step(st transcript.Step) error {
 	case "era": // over stdio a revision changes no rule of a transcript's
 	case "close":
 		return fmt.Errorf("a stdio client has no stream to leave: the transcript's not-on must name this transport")
-	case "cut": // the server exits
+	case "cut", "end": // the server exits
 		h.toProxyS.Close()
 	case "shutdown": // as the wrapper's signal does
 		h.sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")

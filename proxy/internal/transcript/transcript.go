@@ -33,6 +33,10 @@
 //	           answer to request ID breaks: a stdio server exits, an
 //	           HTTP+SSE server's event stream breaks, a Streamable HTTP
 //	           server's response stream for ID breaks before its end
+//	end ID     the server ends, cleanly, what was to carry the answer to
+//	           request ID without answering it: a stdio server exits, an
+//	           HTTP+SSE server ends its event stream, a Streamable HTTP
+//	           server ends ID's response stream
 //	shutdown   the proxy shuts down, as on SIGTERM once the shutdown
 //	           grace is over: what is still in flight is cancelled on the
 //	           server and answered to its client; the steps after it see
@@ -86,7 +90,7 @@ var files embed.FS
 
 // Step is one line of a transcript.
 type Step struct {
-	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, era, close, cut or shutdown
+	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, era, close, cut, end or shutdown
 	Arg  string
 	Line int // in the steps file, from 1
 }
@@ -225,7 +229,7 @@ func parseSteps(name, data string) ([]Step, error) {
 		}
 		op, arg, _ := strings.Cut(line, " ")
 		switch op {
-		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "shutdown":
+		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "end", "shutdown":
 		default:
 			return nil, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 		}
