@@ -431,7 +431,7 @@ func (s *Sidecar) CancelAll(reason string) {
 	}
 	sessions := s.sessions.all()
 	for _, sess := range s.own.all() {
-		if !slices.Contains(sessions, sess) { // one the upstream took is in both
+		if !s.sessions.holds(sess.sessionID(), sess) { // one the upstream took is in both
 			sessions = append(sessions, sess)
 		}
 	}

@@ -136,7 +136,7 @@ func (wr *watcher) start() error {
 		}
 		wr.kfd, wr.wake, wr.err = newKernelWatcher()
 		if wr.err == nil {
-			wr.watches, wr.fdKeys = make(map[uint64]*watch), make(map[uintptr]uint64)
+			wr.watches = make(map[uint64]*watch)
 			wr.looped = make(chan struct{})
 			go func() {
 				defer close(wr.looped)

@@ -45,6 +45,9 @@ func (wr *watcher) register(fd uintptr, key uint64) bool {
 	if _, err := unix.Kevent(wr.kfd, []unix.Kevent_t{ev}, nil, nil); err != nil {
 		return false
 	}
+	if wr.fdKeys == nil {
+		wr.fdKeys = make(map[uintptr]uint64)
+	}
 	wr.fdKeys[fd] = key
 	return true
 }
