@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
@@ -61,7 +62,7 @@ func (d *durable) forward(j *job) bool {
 	d.mu.Unlock()
 	switch {
 	case first:
-		d.log.Warn("the fleet's job queue cannot be reached: hook jobs are kept in the local store and forwarded once it can (logged once until then)",
+		d.log.Warn("the fleet's job queue cannot be reached: hook jobs are kept in the local store and forwarded once it can (logged once until then)", events.Mark(events.FleetUnreachable),
 			zap.Bool("local_store", d.store != nil), zap.Error(err))
 	case back:
 		d.log.Info("the fleet's job queue is reachable again: kept hook jobs are forwarded")

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -196,7 +197,7 @@ func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 // requests in flight keep the rule they started with. p must be valid.
 func (e *Engine) Reload(p Policy) {
 	e.m.Store(compile(&p, e.fleetSlots()))
-	e.log.Info("policy reloaded", zap.Int("rules", len(p.Rules)))
+	e.log.Info("policy reloaded", events.Mark(events.PolicyReloaded), zap.Int("rules", len(p.Rules)))
 }
 
 // Governor returns the factory of a session's Governor, for

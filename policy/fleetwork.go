@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
@@ -39,7 +40,7 @@ func (e *Engine) work(d *fleet.Delivery) {
 		d.Done()
 	case d.Attempt <= h.Retries:
 		wait := cmp.Or(h.Backoff, DefaultHookBackoff) << (d.Attempt - 1)
-		e.log.Warn("fleet hook failed: retried by the fleet", zap.String("job", d.Job.ID), zap.Int("attempt", d.Attempt),
+		e.log.Warn("fleet hook failed: retried by the fleet", events.Mark(events.HookFailed), zap.String("job", d.Job.ID), zap.Int("attempt", d.Attempt),
 			zap.Duration("after", wait), zap.String("error", res.Error))
 		d.Retry(wait)
 		return

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
 
@@ -144,14 +145,14 @@ func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
 		zap.String("tool", ev.Tool), zap.String("job", ev.IdempotencyKey))
 	switch {
 	case res.OK:
-		log.Info("resumed hook ran")
+		log.Info("resumed hook ran", events.Mark(events.HookRan))
 	case res.Pending:
 		rec.Status = StatusCompensationPending
 		log.Warn("resumed hook still pending at shutdown: kept for the next start", zap.String("error", res.Error))
 	default:
 		rec.Status = StatusOrphan
 		e.metrics.Orphan()
-		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", zap.String("error", res.Error))
+		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", events.Mark(events.HookFailed), zap.String("error", res.Error))
 	}
 	e.stories.note(rec, false)
 	e.writeAudit(rec, log)

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -39,7 +40,7 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		case !res.OK:
 			g.e.metrics.HookRan(phase, false)
-			g.log.Error("hook failed: the work it was to undo or stop is orphaned", zap.String("phase", phase),
+			g.log.Error("hook failed: the work it was to undo or stop is orphaned", events.Mark(events.HookFailed), zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
 				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 			if g.e.opts.LogPayloads {
@@ -47,7 +48,7 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 			}
 		default:
 			g.e.metrics.HookRan(phase, true)
-			g.log.Info("hook ran", zap.String("phase", phase), zap.String("hook", res.Target),
+			g.log.Info("hook ran", events.Mark(events.HookRan), zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		}
 		g.event(r, event{kind: evHookDone, result: res})

@@ -4,7 +4,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // Action is what the proxy did with a message.
@@ -20,6 +23,23 @@ const (
 	ActReplied        Action = "answered by proxy"
 	ActWithdrawn      Action = "withdrawn before dispatch"
 )
+
+// feed is the name of the events feed's event for the action.
+func (a Action) feed() zap.Field {
+	switch a {
+	case ActCancelAccepted:
+		return events.Mark(events.CancelAccepted)
+	case ActCancelDropped:
+		return events.Mark(events.CancelDropped)
+	case ActSuppressed:
+		return events.Mark(events.Suppressed)
+	case ActReplied:
+		return events.Mark(events.Answered)
+	case ActWithdrawn:
+		return events.Mark(events.Withdrawn)
+	}
+	return events.Mark(events.Dropped)
+}
 
 // Event describes one decision of the proxy, for timelines and tests.
 type Event struct {

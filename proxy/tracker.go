@@ -574,7 +574,7 @@ func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, metho
 		t.opts.Observer.Observe(a, from)
 	}
 	if ce := t.opts.Logger.Check(lvl, string(a)); ce != nil {
-		ce.Write(t.peers[from].from, zap.String("direction", travel(from, dir).String()), zap.String("kind", k.String()),
+		ce.Write(a.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()), zap.String("kind", k.String()),
 			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
 	}
 	t.emit(from, a, k, method, id, why)
@@ -592,7 +592,7 @@ func (t *Tracker) noteCancel(from Peer, dir Direction, k framing.Kind, c *call, 
 		if source != SourceClient {
 			who = zap.String("from", "proxy")
 		}
-		fields := []zap.Field{who, zap.String("direction", dir.String()), zap.String("kind", k.String()),
+		fields := []zap.Field{ActCancelAccepted.feed(), who, zap.String("direction", dir.String()), zap.String("kind", k.String()),
 			zap.String("method", c.method), zap.Stringer("id", c.id), zap.String("reason", why)}
 		if c.tool != "" {
 			fields = append(fields, zap.String("tool", c.tool))

@@ -24,7 +24,11 @@ import (
 // upstream did. With --admin it serves the operations listener too: /healthz, /readyz
 // (the upstream session lives), /metrics and the status page.
 func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
-	log := newLogger(cfg.Log, stderr)
+	log, feed, ok := startLog(cfg.Log, stderr)
+	if !ok {
+		return 1
+	}
+	defer feed.Close()
 	defer log.Sync()
 	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
@@ -44,7 +48,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		default:
 			return nil
 		}
-	}, &running, log)
+	}, &running, feed, log)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		back.Stop()

@@ -106,7 +106,7 @@ func (t *timeline) event(e proxy.Event) {
 
 func runDemo(ctx context.Context, argv []string, name string, stdout, stderr io.Writer) error {
 	tl := &timeline{w: stdout, start: time.Now()}
-	log := newLogger(config.Log{Level: "warn", Format: "console"}, stderr)
+	log := newLogger(config.Log{Level: "warn", Format: "console"}, stderr, nil)
 	p, err := child.Start(argv, child.Options{Stderr: io.Discard, Logger: log, TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
 	if err != nil {
 		return err

@@ -79,6 +79,7 @@ type wrapped struct {
 	stdin  io.WriteCloser
 	frames chan []byte // what the proxy wrote to stdout
 	logs   *logTail
+	events *eventTail // its --events feed, when the command has one
 	exited chan struct{}
 	err    error
 }
@@ -89,9 +90,13 @@ func startWrapped(t testing.TB, args ...string) *wrapped {
 }
 
 // startCommand is startWrapped for a command that runs the proxy some other
-// way (through npm's launcher, say).
+// way (through npm's launcher, say). The proxy binary itself is given
+// --events (withEvents); another command passes it on if it wants events.
 func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 	t.Helper()
+	if cmd.Path == proxyBin {
+		cmd.Args = append(cmd.Args[:1:1], withEvents(t, cmd.Args[1:])...)
+	}
 	watchdog(t, 60*time.Second)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -105,11 +110,16 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 	if err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	var feed *eventTail
+	if path := eventsPath(cmd.Args[1:]); path != "" {
+		feed = followEvents(t, path, exited)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	w := &wrapped{t: t, cmd: cmd, stdin: stdin, frames: make(chan []byte, 256),
-		logs: newLogTail(stderr), exited: make(chan struct{})}
+		logs: newLogTail(stderr), events: feed, exited: exited}
 	go func() {
 		rd := framing.NewReader(stdout, 0)
 		for {
@@ -255,42 +265,29 @@ func newLogTail(r io.Reader) *logTail {
 // waitFor blocks until a log line contains every one of parts.
 func (l *logTail) waitFor(t testing.TB, parts ...string) string {
 	t.Helper()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	seen := 0
-	for {
-		l.mu.Lock()
-		for ; seen < len(l.lines); seen++ {
-			if containsAll(l.lines[seen], parts) {
-				line := l.lines[seen]
-				l.mu.Unlock()
-				return line
-			}
-		}
-		wake := l.wake
-		l.mu.Unlock()
-		select {
-		case <-wake:
-		case <-l.done:
-			t.Fatalf("proxy stderr ended without a line containing %q", parts)
-		case <-deadline.C:
-			t.Fatalf("no proxy log line containing %q in 30s", parts)
-		}
-	}
+	return l.waitMatch(t, 1, func(line string) bool { return containsAll(line, parts) }, fmt.Sprintf("a line containing %q", parts))[0]
 }
 
 // waitCount blocks until n lines contain every one of parts, and returns
 // the first n.
 func (l *logTail) waitCount(t testing.TB, n int, parts ...string) []string {
 	t.Helper()
+	return l.waitMatch(t, n, func(line string) bool { return containsAll(line, parts) }, fmt.Sprintf("lines containing %q", parts))
+}
+
+// waitMatch blocks until n lines match, and returns the first n; what
+// says what is waited for.
+func (l *logTail) waitMatch(t testing.TB, n int, match func(string) bool, what string) []string {
+	t.Helper()
 	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
+	var found []string
+	seen := 0
 	for {
-		var found []string
 		l.mu.Lock()
-		for _, line := range l.lines {
-			if containsAll(line, parts) && len(found) < n {
-				found = append(found, line)
+		for ; seen < len(l.lines) && len(found) < n; seen++ {
+			if match(l.lines[seen]) {
+				found = append(found, l.lines[seen])
 			}
 		}
 		wake := l.wake
@@ -301,9 +298,9 @@ func (l *logTail) waitCount(t testing.TB, n int, parts ...string) []string {
 		select {
 		case <-wake:
 		case <-l.done:
-			t.Fatalf("proxy stderr ended with %d of %d lines containing %q", len(found), n, parts)
+			t.Fatalf("the stream ended with %d of %d of %s", len(found), n, what)
 		case <-deadline.C:
-			t.Fatalf("%d of %d log lines containing %q in 30s", len(found), n, parts)
+			t.Fatalf("%d of %d of %s in 30s", len(found), n, what)
 		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -54,7 +56,7 @@ func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
 	waitListening(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
 	serverIgnoresCancel(t, w)
-	w.logs.waitFor(t, "upstream transport detected", "streamable")
+	w.events.waitFor(t, events.UpstreamDetected, "transport", "streamable")
 }
 
 // TestE2EStdioClient2025ToStatelessUpstream: a stdio client of the 2025
@@ -68,7 +70,7 @@ func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
 	up := freePort(t)
 	server := startExampleStateless(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
-	statelessCancel(t, w, w.logs, server)
+	statelessCancel(t, w, w.events, server)
 	w.stdin.Close()
 	if code := w.wait(); code != 0 {
 		t.Errorf("proxy exit status %d after client EOF, want 0", code)
@@ -93,11 +95,11 @@ func startExampleStateless(t *testing.T, addr string) *logTail {
 
 // statelessCancel cancels the example server's block tool through w, in
 // front of a stateless example server whose log is server: the proxy
-// (logs) sends the requests as 2026-07-28 ones, and the tool sees its
+// (its events feed) sends the requests as 2026-07-28 ones, and the tool sees its
 // request cancelled; nothing of the call reaches the client after.
-func statelessCancel(t *testing.T, w *wrapped, logs, server *logTail) {
+func statelessCancel(t *testing.T, w *wrapped, feed *eventTail, server *logTail) {
 	w.initialize(`{}`)
-	logs.waitFor(t, "stateless upstream speaks protocol 2026-07-28")
+	feed.waitFor(t, events.UpstreamStateless)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"s"},"_meta":{"progressToken":"tok"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
@@ -116,14 +118,14 @@ func serverIgnoresCancel(t *testing.T, w *wrapped) {
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"k"},"_meta":{"progressToken":"tok"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
-	w.logs.waitFor(t, `"cancel accepted"`, `"id":"2"`, `"reason":"test"`)
+	w.events.waitFor(t, events.CancelAccepted, "id", "2", "reason", "test")
 	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"k"}}}`)
 	got := w.recvUntil(isResponse(3))
-	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"2"`)
+	w.events.waitFor(t, events.Suppressed, "kind", "response", "id", "2")
 	w.send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 	got = append(got, w.recvUntil(isResponse(4))...)
 	assertNothingAfter(t, got, 2, "tok")
-	w.logs.waitFor(t, `"suppressed"`, `"kind":"notification"`, `"method":"notifications/progress"`)
+	w.events.waitFor(t, events.Suppressed, "kind", "notification", "method", "notifications/progress")
 	w.stdin.Close()
 	if code := w.wait(); code != 0 {
 		t.Errorf("proxy exit status %d after client EOF, want 0", code)
@@ -138,7 +140,7 @@ func TestE2EServerHonoursCancel(t *testing.T) {
 	w.send(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":60,"steps":600},"_meta":{"progressToken":7}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "7") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"h"}}`)
-	w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"h\""`)
+	w.events.waitFor(t, events.Suppressed, "kind", "response", "id", `"h"`)
 	w.send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 	assertNothingAfter(t, w.recvUntil(isResponse(5)), "h", "7")
 }
@@ -163,7 +165,7 @@ func TestE2EServerCancelsSampling(t *testing.T) {
 		idJSON = fmt.Sprint(samplingID)
 	}
 	w.send(`{"jsonrpc":"2.0","id":` + idJSON + `,"result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}`)
-	w.logs.waitFor(t, `"suppressed"`, `"from":"client"`, `"direction":"client_to_server"`)
+	w.events.waitFor(t, events.Suppressed, "from", "client", "direction", "client_to_server")
 	w.send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
 	w.recvUntil(isResponse(9))
 }
@@ -172,10 +174,8 @@ func TestE2EServerCancelsSampling(t *testing.T) {
 // sends the cancel when the call's context ends.
 func TestE2EGoSDKClient(t *testing.T) {
 	watchdog(t, 60*time.Second)
-	cmd := exec.Command(proxyBin, "--log-level", "debug", "--", proxyBin, "example-server")
-	logR, logW := io.Pipe()
-	cmd.Stderr = logW
-	logs := newLogTail(logR)
+	args, feed := eventsFor(t, []string{"--log-level", "debug", "--", proxyBin, "example-server"})
+	cmd := exec.Command(proxyBin, args...)
 	firstProgress := make(chan struct{})
 	var mu sync.Mutex
 	var progressAfterCancel int
@@ -203,18 +203,17 @@ func TestE2EGoSDKClient(t *testing.T) {
 	})
 	// The go-sdk sends its cancel asynchronously: release the blocked tool
 	// only once the proxy has it, or the release could overtake it.
-	logs.waitFor(t, `"cancel accepted"`)
+	feed.waitFor(t, events.CancelAccepted)
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
 		t.Fatal(err)
 	}
-	logs.waitFor(t, `"late response to a cancelled request"`)
-	logs.waitFor(t, `"progress for a cancelled request"`)
+	feed.waitFor(t, events.Suppressed, "kind", "response")
+	feed.waitFor(t, events.Suppressed, "method", "notifications/progress")
 	if err := cs.Ping(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	cs.Close()
 	cmd.Wait()
-	logW.Close()
 	mu.Lock()
 	defer mu.Unlock()
 	if progressAfterCancel != 0 {
@@ -265,8 +264,8 @@ func TestE2EChildIgnoresEOFAndTERM(t *testing.T) {
 	if code := w.wait(); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
-	w.logs.waitFor(t, "sending SIGTERM")
-	w.logs.waitFor(t, "sending SIGKILL")
+	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGTERM")
+	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGKILL")
 	for _, pid := range pids {
 		if alive(pid) {
 			t.Errorf("process %d survived the proxy", pid)
@@ -305,7 +304,7 @@ func TestE2ESIGTERMStopsInOrder(t *testing.T) {
 	if code := w.wait(); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
-	w.logs.waitFor(t, `"stopping the server"`, `"why":"terminated"`)
+	w.events.waitFor(t, events.ServerStopping, "why", "terminated")
 }
 
 // TestE2EMcpGoServerLateError: mcp-go cancels the handler's context on a
@@ -326,22 +325,22 @@ func TestE2EStdioClientToMcpGoSSE(t *testing.T) {
 	waitListening(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
 	mcpGoLateError(t, w)
-	w.logs.waitFor(t, "upstream transport detected", "sse")
+	w.events.waitFor(t, events.UpstreamDetected, "transport", "sse")
 }
 
 // mcpGoLateError cancels mcp-go's wait_for_cancel through w: its late
 // error is held back (the proxy's log says so), and nothing of the call
 // reaches the client after.
-func mcpGoLateError(t *testing.T, w *wrapped) { mcpGoLateErrorLogged(t, w, w.logs) }
+func mcpGoLateError(t *testing.T, w *wrapped) { mcpGoLateErrorLogged(t, w, w.events) }
 
 // mcpGoLateErrorLogged is mcpGoLateError for a client w that is not the
-// proxy itself (another program in between): logs are the proxy's.
-func mcpGoLateErrorLogged(t *testing.T, w *wrapped, logs *logTail) {
+// proxy itself (another program in between): feed is the proxy's events.
+func mcpGoLateErrorLogged(t *testing.T, w *wrapped, feed *eventTail) {
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"wait_for_cancel","arguments":{},"_meta":{"progressToken":"mg"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "mg") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"m1"}}`)
-	logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"\"m1\""`)
+	feed.waitFor(t, events.Suppressed, "kind", "response", "id", `"m1"`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	assertNothingAfter(t, w.recvUntil(isResponse(2)), "m1", "mg")
 }
@@ -358,7 +357,7 @@ func TestE2ESidecarAdmin(t *testing.T) {
 	sc := startWrapped(t, "--listen", front, "--upstream", "http://"+up+"/mcp", "--admin", adm)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	waitListening(t, up)
-	sc.logs.waitFor(t, "admin listening")
+	sc.events.waitFor(t, events.AdminListening)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + adm + path)
 		if err != nil {
@@ -407,7 +406,7 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	os.WriteFile(cfg, []byte("http:\n  shutdown_grace: 200ms\n"), 0o600)
 	sc := startWrapped(t, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
 	waitListening(t, up)
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	post := func(session, body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
 	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"a","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
@@ -426,7 +425,7 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	if !strings.Contains(last, `"id":2`) || !strings.Contains(last, `"code":-32000`) || !strings.Contains(last, "shutting down") {
 		t.Errorf("the call's stream ended with %s, want -32000 saying the proxy is shutting down", last)
 	}
-	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"the proxy is shutting down"`)
+	sc.events.waitFor(t, events.CancelAccepted, "reason", "the proxy is shutting down")
 	if code := sc.wait(); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
@@ -443,7 +442,7 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--cancel-grace", "200ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	session := ""
 	post := func(body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
 	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
@@ -467,7 +466,7 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	if rel := <-sseMessages(post(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"h"}}}`)); !strings.Contains(rel, `"id":3`) {
 		t.Errorf("release answered %s", rel)
 	}
-	sc.logs.waitFor(t, `"late response to a cancelled request"`)
+	sc.events.waitFor(t, events.Suppressed, "kind", "response")
 	// DELETE with a call in flight: the call is cancelled on the child first.
 	pending := sseMessages(post(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"d"}}}`))
 	<-pending
@@ -476,8 +475,8 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	if del, err := http.DefaultClient.Do(req); err != nil || del.StatusCode != http.StatusOK {
 		t.Errorf("DELETE: %v %v", del, err)
 	}
-	sc.logs.waitFor(t, `"cancel accepted"`, `"id":"4"`, `"reason":"session deleted"`)
-	sc.logs.waitFor(t, `"server exited"`)
+	sc.events.waitFor(t, events.CancelAccepted, "id", "4", "reason", "session deleted")
+	sc.events.waitFor(t, events.ServerExited)
 
 	// A session still open at shutdown has its child stopped too.
 	session = ""
@@ -486,7 +485,9 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 	if code := sc.wait(); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
-	if n := strings.Count(sc.logs.all(), `"server exited"`); n != 2 {
+	sc.events.waitCount(t, 2, events.ServerExited)
+	<-sc.events.lines.done // the feed read to its end
+	if n := sc.events.count(events.ServerExited); n != 2 {
 		t.Errorf("%d children reported exiting, want 2", n)
 	}
 }
@@ -500,7 +501,7 @@ func TestE2EStdioServerOverHTTP2026(t *testing.T) {
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	progressed := make(chan struct{}, 8)
 	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk-2026", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) { progressed <- struct{}{} },
@@ -523,7 +524,7 @@ func TestE2EStdioServerOverHTTP2026(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Error("CallTool returned no error after its context was cancelled")
 	}
-	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"the client closed the stream"`)
+	sc.events.waitFor(t, events.CancelAccepted, "reason", "the client closed the stream")
 	if _, err := cs.ListTools(context.Background(), nil); err != nil {
 		t.Errorf("tools/list after the cancel: %v", err)
 	}
@@ -536,12 +537,12 @@ func TestE2EStdioSessionIdle(t *testing.T) {
 	os.WriteFile(cfg, []byte("http:\n  session_idle: 300ms\n"), 0o600)
 	sc := startWrapped(t, "--config", cfg, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"i","version":"1"}}}`)
 	io.Copy(io.Discard, resp.Body) // the stream ends with the answer
 	resp.Body.Close()
-	sc.logs.waitFor(t, "session idle: stopping its server")
-	sc.logs.waitFor(t, `"server exited"`)
+	sc.events.waitFor(t, events.SessionIdle)
+	sc.events.waitFor(t, events.ServerExited)
 }
 
 // TestE2EStdioSessionDisconnectGrace: with the opt-in grace, a client of a
@@ -551,7 +552,7 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--disconnect-cancel-after", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	url := "http://" + front + "/mcp"
 	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"d","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")
@@ -563,7 +564,7 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 		t.Fatalf("first message of the call's stream: %q", first)
 	}
 	call.Body.Close() // the client leaves without a word
-	sc.logs.waitFor(t, `"cancel accepted"`, `"reason":"client disconnected"`)
+	sc.events.waitFor(t, events.CancelAccepted, "reason", "client disconnected")
 }
 
 // TestE2EGoSDKClientToStatelessUpstream: the go-sdk client, which finds
@@ -577,7 +578,7 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 	up, front := freePort(t), freePort(t)
 	server := startExampleStateless(t, up)
 	goSDKClientCancelsThroughSidecar(t, front, "http://"+up+"/mcp", server,
-		&mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, `"reason":"client closed the stream"`, false)
+		&mcp.StreamableClientTransport{Endpoint: "http://" + front + "/mcp"}, []string{"reason", "client closed the stream"}, false)
 }
 
 // TestE2EGoSDKSSEClientToGoSDKSSEServer: the HTTP+SSE transport on both
@@ -600,7 +601,7 @@ func TestE2EGoSDKSSEClientToGoSDKSSEServer(t *testing.T) {
 	server := newLogTail(stderr)
 	waitListening(t, up)
 	goSDKClientCancelsThroughSidecar(t, front, "http://"+up+"/sse", server,
-		&mcp.SSEClientTransport{Endpoint: "http://" + front + "/sse"}, `"cancel accepted"`, true)
+		&mcp.SSEClientTransport{Endpoint: "http://" + front + "/sse"}, nil, true)
 }
 
 // goSDKClientCancelsThroughSidecar runs the sidecar at front in front of
@@ -611,9 +612,9 @@ func TestE2EGoSDKSSEClientToGoSDKSSEServer(t *testing.T) {
 // late, the server answers the cancelled call once released (a stateful
 // server; a stateless one lost it with its stream), and the sidecar holds
 // the answer back.
-func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, server *logTail, tr mcp.Transport, accepted string, late bool) {
+func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, server *logTail, tr mcp.Transport, accepted []string, late bool) {
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", upstream)
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	progressed := make(chan struct{}, 8)
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e-go-sdk", Version: "1"}, &mcp.ClientOptions{
@@ -627,12 +628,12 @@ func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, serv
 	defer cs.Close()
 	blockAndCancel(t, cs, "g-tok", progressed, func() {})
 	server.waitFor(t, "block g: the request was cancelled")
-	sc.logs.waitFor(t, `"cancel accepted"`, accepted)
+	sc.events.waitFor(t, events.CancelAccepted, accepted...)
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "g"}}); err != nil {
 		t.Fatal(err)
 	}
 	if late {
-		sc.logs.waitFor(t, `"late response to a cancelled request"`)
+		sc.events.waitFor(t, events.Suppressed, "kind", "response")
 	}
 	select {
 	case <-progressed:
@@ -658,7 +659,7 @@ func TestE2EStdioClientToGoSDKSSEServer(t *testing.T) {
 	waitListening(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
 	w.initialize(`{"sampling":{}}`)
-	w.logs.waitFor(t, "upstream transport detected", "sse")
+	w.events.waitFor(t, events.UpstreamDetected, "transport", "sse")
 
 	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ask_sampling"}}`)
 	got := w.recvUntil(func(m map[string]any) bool { return m["method"] == "sampling/createMessage" })

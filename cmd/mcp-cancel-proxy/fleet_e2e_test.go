@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 )
 
@@ -66,7 +68,7 @@ func startFleet(t *testing.T, cfg string) *replicaSet {
 		front := freePort(t)
 		sc := startWrapped(t, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp")
 		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-		sc.logs.waitFor(t, "sidecar listening")
+		sc.events.waitFor(t, events.SidecarListening)
 		f.fronts, f.replicas = append(f.fronts, front), append(f.replicas, sc)
 	}
 	f.lb = roundRobin(t, f.fronts)
@@ -134,7 +136,7 @@ func TestE2EFleetNoAffinity(t *testing.T) {
 	<-stream                                    // progress: the call runs
 	cancel(t, f.lb, session, 2)                 // replica 0
 	f.server.waitFor(t, "block far: the request was cancelled")
-	f.replicas[2].logs.waitFor(t, "cancel accepted for another replica")
+	f.replicas[2].events.waitFor(t, events.FleetStray)
 	<-rc.hit // the hook ran
 	release(t, f.lb, session, "far")
 	noLateAnswerNorHook(t, stream, 2, rc)
@@ -322,16 +324,16 @@ func TestE2EFleetNATSRestart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	for _, r := range f.replicas {
-		r.logs.waitFor(t, "NATS connection lost")
+		r.events.waitFor(t, events.FleetLost)
 	}
 	one := "http://" + f.fronts[1] + "/mcp"
 	<-block(t, one, session, 2, "down")
 	cancel(t, one, session, 2)
 	f.server.waitFor(t, "block down: the request was cancelled")
-	f.replicas[1].logs.waitFor(t, "the fleet's job queue cannot be reached")
+	f.replicas[1].events.waitFor(t, events.FleetUnreachable)
 	natstest.RunIn(t, port, natsDir)
 	for _, r := range f.replicas {
-		r.logs.waitFor(t, "NATS connection back")
+		r.events.waitFor(t, events.FleetBack)
 	}
 	<-rc.hit // the kept job ran
 	release(t, one, session, "down")

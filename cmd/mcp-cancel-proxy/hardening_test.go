@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
@@ -112,7 +114,7 @@ func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
 				args = append(append(args, "--"), tg.child...)
 			}
 			sidecar := startWrapped(t, args...)
-			sidecar.logs.waitFor(t, "sidecar listening")
+			sidecar.events.waitFor(t, events.SidecarListening)
 			t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
 
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -202,7 +204,7 @@ func TestE2EStdioClientToFastMCPOverSSE(t *testing.T) {
 	up, pyLogs := startFastMCP(t, "--sse")
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
 	w.initialize(`{}`)
-	w.logs.waitFor(t, "upstream transport detected", "sse")
+	w.events.waitFor(t, events.UpstreamDetected, "transport", "sse")
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"seconds":30,"steps":300},"_meta":{"progressToken":"py"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "py") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
@@ -219,7 +221,7 @@ func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 	up, pyLogs := startFastMCP(t, mode)
 	front := freePort(t)
 	sidecar := startWrapped(t, append([]string{"--listen", front, "--upstream", "http://" + up + path, "--log-level", "debug"}, flags...)...)
-	sidecar.logs.waitFor(t, "sidecar listening")
+	sidecar.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -233,10 +235,11 @@ func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 		t.Fatalf("connecting through the sidecar: %v", err)
 	}
 	defer cs.Close()
-	sidecar.logs.waitFor(t, "session opened")
-	if mode == "--sse" {
-		sidecar.logs.waitFor(t, "upstream transport detected", "HTTP+SSE")
-		sidecar.logs.waitFor(t, "upstream HTTP+SSE session opened")
+	if mode == "--sse" { // the client's session is a session of the upstream's
+		sidecar.events.waitFor(t, events.UpstreamDetected, "transport", "sse")
+		sidecar.events.waitFor(t, events.UpstreamSessionOpened)
+	} else {
+		sidecar.events.waitFor(t, events.SessionOpened)
 	}
 	callCtx, stop := context.WithCancel(ctx)
 	errc := make(chan error, 1)
@@ -251,7 +254,7 @@ func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("CallTool after cancel = %v, want context.Canceled", err)
 	}
-	sidecar.logs.waitFor(t, `"cancel accepted"`)
+	sidecar.events.waitFor(t, events.CancelAccepted)
 	pyLogs.waitFor(t, "slow: CANCELLED") // the server heard the cancel
 	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "after"}}); err != nil || r.IsError {
 		t.Fatalf("a call after the cancel: %v %+v", err, r)
@@ -335,8 +338,8 @@ func TestE2EShutdownCancelsInFlight(t *testing.T) {
 	if e, _ := answer[len(answer)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32000) {
 		t.Errorf("the call in flight was answered %v, want error -32000", answer[len(answer)-1])
 	}
-	w.logs.waitFor(t, `"cancel accepted"`, `"reason":"the proxy is shutting down"`)
-	w.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	w.events.waitFor(t, events.CancelAccepted, "reason", "the proxy is shutting down")
+	w.events.waitFor(t, events.HookRan, "phase", "on_cancel")
 	if ev := readEvent(t, filepath.Join(dir, "cancel.json")); ev["source"] != "shutdown" {
 		t.Errorf("on_cancel event: %v, want source shutdown", ev)
 	}
@@ -366,7 +369,7 @@ func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
 			} else {
 				w.stdin.Close()
 			}
-			w.logs.waitFor(t, `"server exited"`)
+			w.events.waitFor(t, events.ServerExited)
 			w.wait()
 		})
 	}
@@ -377,7 +380,7 @@ func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
 // a hundred; debug and info lines are never dropped (issue 8, item 15).
 func TestRepeatedWarningsAreSampled(t *testing.T) {
 	var out strings.Builder
-	log := newLogger(config.Log{Level: "debug", Format: "json"}, &out)
+	log := newLogger(config.Log{Level: "debug", Format: "json"}, &out, nil)
 	for range 300 {
 		log.Warn("malformed message dropped")
 		log.Debug("suppressed")
@@ -433,10 +436,9 @@ func TestE2EReloadOnFileChange(t *testing.T) {
 			w := startWrapped(t, "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug", "--", proxyBin, "example-server")
 			w.initialize(`{}`)
 			change(dir, invalid)
-			w.logs.waitFor(t, "the configuration file changed: the configuration is invalid; the policy in force stays")
+			w.events.waitFor(t, events.PolicyKept, "why", "the configuration file changed")
 			change(dir, valid)
-			w.logs.waitFor(t, "the configuration file changed: reloading the policy")
-			w.logs.waitFor(t, "policy reloaded") // logged once the new policy is in force
+			w.events.waitFor(t, events.PolicyReloaded) // once the new policy is in force
 			w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"f"}}}`)
 			got := w.recvUntil(isResponse(1))
 			if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {

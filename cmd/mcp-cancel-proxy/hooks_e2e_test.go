@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
@@ -156,7 +158,7 @@ func TestE2EHooksCommand(t *testing.T) {
 	w := startWrapped(t, "--config", cfg, "--admin", adminAddr, "--", proxyBin, "example-server")
 	w.initialize(`{}`)
 	cancelBlock(t, w, "1", "k1")
-	w.logs.waitFor(t, "hook failed")
+	w.events.waitFor(t, events.HookFailed)
 	jobs := listed(t, hooksCLI(t, "list", "--admin", adminAddr, "--json"))
 	if len(jobs) != 1 || jobs[0].State != "orphaned" || !strings.Contains(jobs[0].LastError, "503") {
 		t.Fatalf("orphans: %+v", jobs)
@@ -175,7 +177,7 @@ func TestE2EHooksCommand(t *testing.T) {
 	}
 	rc.set(true)
 	cancelBlock(t, w, "2", "k2")
-	w.logs.waitFor(t, "hook failed", `"id":"2"`)
+	w.events.waitFor(t, events.HookFailed, "id", "2")
 	w.stdin.Close()
 	<-w.exited
 	store := filepath.Join(dir, "hooks")
@@ -217,7 +219,7 @@ audit:
 	b.initialize(`{}`)
 	cancelBlock(t, a, "1", "k1")
 	<-rc.hit
-	a.logs.waitFor(t, "fleet member")
+	a.events.waitFor(t, events.FleetMember)
 	statuses := map[string]bool{}
 	for !statuses["compensating hook ran (fleet)"] || !statuses["compensation queued to the fleet"] {
 		msg, err := lines.NextMsg(20 * time.Second)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
 
@@ -45,7 +47,7 @@ policy:
 		w := startWrapped(t, append([]string{"--config", cfg, "--"}, args...)...)
 		w.initialize(`{}`)
 		cancelBlock(t, w, "1", "k1")
-		w.logs.waitFor(t, "hook failed")
+		w.events.waitFor(t, events.HookFailed)
 		w.stdin.Close()
 		<-w.exited
 	}

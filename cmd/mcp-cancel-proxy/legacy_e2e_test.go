@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // TestE2ESupergatewaySSEUpstream: supergateway serving a stdio server (mcp-go)
@@ -25,7 +27,7 @@ func TestE2ESupergatewaySSEUpstream(t *testing.T) {
 	waitListening(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
 	mcpGoLateError(t, w)
-	w.logs.waitFor(t, "upstream transport detected", "sse")
+	w.events.waitFor(t, events.UpstreamDetected, "transport", "sse")
 }
 
 // TestE2EMcpRemoteThroughLegacyEndpoints: mcp-remote, as an old client
@@ -35,10 +37,10 @@ func TestE2ESupergatewaySSEUpstream(t *testing.T) {
 func TestE2EMcpRemoteThroughLegacyEndpoints(t *testing.T) {
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--", buildMcpGo(t))
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	mcpGoLateErrorLogged(t, mcpRemoteSSE(t, front), sc.logs)
-	sc.logs.waitFor(t, "HTTP+SSE client session opened")
+	mcpGoLateErrorLogged(t, mcpRemoteSSE(t, front), sc.events)
+	sc.events.waitFor(t, events.LegacySessionOpened)
 }
 
 // mcpRemoteSSE starts mcp-remote as an old client (--transport sse-only)
@@ -62,10 +64,10 @@ func TestE2EMcpRemoteToSSEUpstream(t *testing.T) {
 	startBackground(t, buildMcpGo(t), "-sse", up)
 	waitListening(t, up)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	mcpGoLateErrorLogged(t, mcpRemoteSSE(t, front), sc.logs)
-	sc.logs.waitFor(t, "HTTP+SSE client session opened")
+	mcpGoLateErrorLogged(t, mcpRemoteSSE(t, front), sc.events)
+	sc.events.waitFor(t, events.LegacySessionOpened)
 }
 
 // TestE2EMcpRemoteToStatelessUpstream: an old client that speaks 2025
@@ -77,7 +79,7 @@ func TestE2EMcpRemoteToStatelessUpstream(t *testing.T) {
 	up, front := freePort(t), freePort(t)
 	server := startExampleStateless(t, up)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	statelessCancel(t, mcpRemoteSSE(t, front), sc.logs, server)
+	statelessCancel(t, mcpRemoteSSE(t, front), sc.events, server)
 }

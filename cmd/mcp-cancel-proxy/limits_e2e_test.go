@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // bigHeaders is a real server (the example server over HTTP) behind a
@@ -72,7 +74,7 @@ func TestE2EHeaderLimits(t *testing.T) {
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--upstream", upstream, "--log-level", "debug")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	if code, body := postWith(t, front, 6000, initialize); code != 200 || !strings.Contains(body, `"serverInfo"`) {
 		t.Fatalf("initialize with a 6 KB token through 5 KiB of upstream headers: %d %s", code, body)
 	}
@@ -87,7 +89,7 @@ func TestE2EHeaderLimits(t *testing.T) {
 	front2 := freePort(t)
 	sc2 := startWrapped(t, "--listen", front2, "--upstream", huge, "--upstream-transport", "streamable", "--log-level", "debug")
 	t.Cleanup(func() { sc2.cmd.Process.Signal(syscall.SIGTERM) })
-	sc2.logs.waitFor(t, "sidecar listening")
+	sc2.events.waitFor(t, events.SidecarListening)
 	if _, body := postWith(t, front2, 10, initialize); !strings.Contains(body, "limits.max_response_header_bytes") {
 		t.Errorf("an upstream with 80 KiB of headers: %q, want an error naming the setting", body)
 	}

@@ -15,7 +15,7 @@ import (
 // audit trail, and durations carry their unit.
 func TestLogLinesUseTheAuditNames(t *testing.T) {
 	var buf bytes.Buffer
-	newLogger(config.Log{Level: "info", Format: "json"}, &buf).Info("x", zap.Duration("wait", 1500*time.Millisecond))
+	newLogger(config.Log{Level: "info", Format: "json"}, &buf, nil).Info("x", zap.Duration("wait", 1500*time.Millisecond))
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatalf("%s: %v", buf.Bytes(), err)

@@ -272,6 +272,7 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 	fs.StringVar(cfgPath, "config", "", "YAML configuration `file`")
 	fs.StringVar(&over.Log.Level, "log-level", "", "log level: debug, info, warn or error (default info)")
 	fs.StringVar(&over.Log.Format, "log-format", "", "log format: json or console (default json)")
+	fs.StringVar(&over.Log.Events, "events", "", "append the events feed (a listener ready, a cancel accepted, a late answer suppressed...) to this `file`, one JSON object a line")
 	fs.Var(&over.Limits.MaxFrameSize, "max-frame-size", "longest message line accepted, e.g. 64MiB (default 64MiB)")
 	fs.Var(durationFlag{&over.Child.TermAfter}, "term-after", "wait after closing the server's stdin before SIGTERM (default 5s)")
 	fs.Var(durationFlag{&over.Child.KillAfter}, "kill-after", "wait after SIGTERM before SIGKILL (default 5s)")
@@ -340,6 +341,7 @@ func wrapConfig(fs *flag.FlagSet, over config.Config, cfgPath string, stderr io.
 func overlay(cfg *config.Config, over config.Config) {
 	cfg.Log.Level = cmp.Or(over.Log.Level, cfg.Log.Level)
 	cfg.Log.Format = cmp.Or(over.Log.Format, cfg.Log.Format)
+	cfg.Log.Events = cmp.Or(over.Log.Events, cfg.Log.Events)
 	cfg.Limits.MaxFrameSize = cmp.Or(over.Limits.MaxFrameSize, cfg.Limits.MaxFrameSize)
 	cfg.Child.TermAfter = cmp.Or(over.Child.TermAfter, cfg.Child.TermAfter)
 	cfg.Child.KillAfter = cmp.Or(over.Child.KillAfter, cfg.Child.KillAfter)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // metricValue scrapes the admin listener at adm and returns the value of
@@ -60,7 +62,7 @@ const (
 func TestE2EWrapperMetrics(t *testing.T) {
 	adm := freePort(t)
 	w := startWrapped(t, "--admin", adm, "--log-level", "debug", "--", proxyBin, "example-server")
-	w.logs.waitFor(t, "admin listening")
+	w.events.waitFor(t, events.AdminListening)
 	cancelOneCall(t, w, adm)
 }
 
@@ -94,7 +96,7 @@ func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
 	front, adm := freePort(t), freePort(t)
 	sc := startWrapped(t, "--listen", front, "--admin", adm, "--cancel-grace", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "admin listening")
+	sc.events.waitFor(t, events.AdminListening)
 	session := ""
 	post := func(body string) *http.Response { return mcpPost(t, "http://"+front+"/mcp", session, body) }
 	resp := post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
@@ -116,7 +118,7 @@ func TestE2EBridgeAdmin(t *testing.T) {
 	startBackground(t, proxyBin, "example-server", "--http", up)
 	waitListening(t, up)
 	w := startWrapped(t, "--upstream", "http://"+up+"/mcp", "--admin", adm, "--log-level", "debug")
-	w.logs.waitFor(t, "admin listening")
+	w.events.waitFor(t, events.AdminListening)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if resp, err := http.Get("http://" + adm + path); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%s: %v %v", path, resp, err)

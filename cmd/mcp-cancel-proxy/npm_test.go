@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // npmTarball names scripts/npm-pack's tarballs: the main package, or a
@@ -113,18 +115,18 @@ func TestE2ENpmPackage(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		// The server's stdin is recorded on its way in: what it received.
 		rec := filepath.Join(t.TempDir(), "server-stdin")
-		cmd := exec.Command("npx", "-y", "mcp-cancel-proxy", "--log-level", "debug", "--",
-			"sh", "-c", `tee "$0" | exec "$@"`, rec, proxyBin, "example-server")
+		cmd := exec.Command("npx", append([]string{"-y", "mcp-cancel-proxy"}, withEvents(t, []string{"--log-level", "debug", "--",
+			"sh", "-c", `tee "$0" | exec "$@"`, rec, proxyBin, "example-server"})...)...)
 		cmd.Dir, cmd.Env = proj, env
 		w := startCommand(t, cmd)
 		w.initialize(`{}`)
 		w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"k"},"_meta":{"progressToken":"tok"}}}`)
 		w.recvUntil(func(m map[string]any) bool { return concerns(m, "none", "tok") })
 		w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"test"}}`)
-		w.logs.waitFor(t, `"cancel accepted"`, `"id":"2"`)
+		w.events.waitFor(t, events.CancelAccepted, "id", "2")
 		w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"release","arguments":{"key":"k"}}}`)
 		got := w.recvUntil(isResponse(3))
-		w.logs.waitFor(t, `"suppressed"`, `"kind":"response"`, `"id":"2"`)
+		w.events.waitFor(t, events.Suppressed, "kind", "response", "id", "2")
 		w.send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
 		assertNothingAfter(t, append(got, w.recvUntil(isResponse(4))...), 2, "tok")
 		w.stdin.Close()
@@ -141,14 +143,14 @@ func TestE2ENpmPackage(t *testing.T) {
 	})
 
 	t.Run("SIGTERM", func(t *testing.T) {
-		cmd := exec.Command(launcher, "--log-level", "debug", "--", proxyBin, "example-server")
+		cmd := exec.Command(launcher, withEvents(t, []string{"--log-level", "debug", "--", proxyBin, "example-server"})...)
 		cmd.Env = env
 		w := startCommand(t, cmd)
 		w.initialize(`{}`)
-		line := w.logs.waitFor(t, `"server started"`)
-		var started struct{ PID int }
-		if err := json.Unmarshal([]byte(line), &started); err != nil || started.PID == 0 {
-			t.Fatalf("no pid in %q: %v", line, err)
+		started := w.events.waitFor(t, events.ServerStarted)
+		pid, _ := started["pid"].(float64)
+		if pid == 0 {
+			t.Fatalf("no pid in %v", started)
 		}
 		bin := childOf(t, w.cmd.Process.Pid)
 		if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -157,8 +159,8 @@ func TestE2ENpmPackage(t *testing.T) {
 		if code := w.wait(); code != 0 {
 			t.Errorf("launcher exit status %d after SIGTERM, want the proxy's 0", code)
 		}
-		w.logs.waitFor(t, `"stopping the server"`, `"why":"terminated"`)
-		for _, pid := range []int{bin, started.PID} {
+		w.events.waitFor(t, events.ServerStopping, "why", "terminated")
+		for _, pid := range []int{bin, int(pid)} {
 			if alive(pid) {
 				t.Errorf("process %d outlived the launcher", pid)
 			}

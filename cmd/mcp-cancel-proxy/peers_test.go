@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // peersDir holds the npm peers that scripts/test installs.
@@ -111,7 +113,7 @@ func tsClientAborts(t *testing.T, url, transport string, args ...string) {
 	node, dir := nodePeers(t)
 	watchdog(t, 90*time.Second)
 	sidecar := startWrapped(t, append([]string{"--log-level", "debug", "--cancel-grace", "60s"}, args...)...)
-	sidecar.logs.waitFor(t, "sidecar listening")
+	sidecar.events.waitFor(t, events.SidecarListening)
 	t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) }) // runs before startWrapped's own
 
 	cmd := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-abort-http.mjs"))
@@ -131,13 +133,13 @@ func tsClientAborts(t *testing.T, url, transport string, args ...string) {
 	if !out.Scan() || out.Text() != "ABORTED" {
 		t.Fatalf("script said %q, want ABORTED", out.Text())
 	}
-	sidecar.logs.waitFor(t, `"cancel accepted"`, `"reason":"user pressed stop"`)
+	sidecar.events.waitFor(t, events.CancelAccepted, "reason", "user pressed stop")
 	io.WriteString(stdin, "GO\n")
 	if !out.Scan() {
 		t.Fatal("no summary from the script")
 	}
-	sidecar.logs.waitFor(t, `"progress for a cancelled request"`)
-	sidecar.logs.waitFor(t, `"late response to a cancelled request"`)
+	sidecar.events.waitFor(t, events.Suppressed, "method", "notifications/progress")
+	sidecar.events.waitFor(t, events.Suppressed, "kind", "response")
 	var r struct {
 		Outcome       string
 		Before, After int

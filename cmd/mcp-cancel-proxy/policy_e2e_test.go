@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // writeConfig writes a configuration file into a fresh directory; $DIR in
@@ -57,7 +59,7 @@ func startSidecarSession(t *testing.T, env []string, args ...string) sidecarRun 
 	run.sc = startCommand(t, cmd)
 	t.Cleanup(func() { run.sc.cmd.Process.Signal(syscall.SIGTERM) })
 	waitListening(t, up)
-	run.sc.logs.waitFor(t, "sidecar listening")
+	run.sc.events.waitFor(t, events.SidecarListening)
 	resp := mcpPost(t, run.url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
 	run.session = resp.Header.Get("Mcp-Session-Id")
 	io.Copy(io.Discard, resp.Body)
@@ -115,7 +117,7 @@ func TestE2EPolicyHooksStdio(t *testing.T) {
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-7"},"_meta":{"progressToken":"p"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "p") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user pressed stop"}}`)
-	w.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	w.events.waitFor(t, events.HookRan, "phase", "on_cancel")
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-7"}}}`)
 	w.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
 	for _, m := range w.recvUntil(isResponse(3)) {
@@ -194,14 +196,14 @@ func TestE2EEscalateRestart(t *testing.T) {
 	if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "restarted") {
 		t.Errorf("the other call's answer: %v", got[len(got)-1])
 	}
-	w.logs.waitFor(t, "server restarted")
+	w.events.waitFor(t, events.ServerRestarted)
 	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":1}}}`)
 	got = w.recvUntil(isResponse(3))
 	if got[len(got)-1]["result"] == nil {
 		t.Errorf("a call after the restart: %v", got[len(got)-1])
 	}
-	w.logs.waitFor(t, "sending SIGKILL")
-	w.logs.waitFor(t, `"server exited"`)
+	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGKILL")
+	w.events.waitFor(t, events.ServerExited)
 	for _, pid := range pids {
 		if alive(pid) {
 			t.Errorf("process %d of the old server survived", pid)
@@ -268,7 +270,7 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 		t.Fatalf("first message %s, want progress", first)
 	}
 	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"stop"}}`).Body.Close()
-	sc.logs.waitFor(t, `"hook ran"`, `"phase":"on_cancel"`)
+	sc.events.waitFor(t, events.HookRan, "phase", "on_cancel")
 	for m := range msgs { // the stream ends after the grace
 		t.Errorf("after the cancel the client got %s", m)
 	}
@@ -350,10 +352,12 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 	w.initialize(`{}`)
 	os.WriteFile(cfg, []byte("policy:\n  rules:\n    - tool: block\n      timeout: -5s\n"), 0o600)
 	w.cmd.Process.Signal(syscall.SIGHUP)
-	w.logs.waitFor(t, "the configuration is invalid; the policy in force stays", "timeout")
+	if kept := w.events.waitFor(t, events.PolicyKept, "why", "SIGHUP"); !strings.Contains(fmt.Sprint(kept["error"]), "timeout") {
+		t.Errorf("the refusal does not name the bad setting: %v", kept)
+	}
 	os.WriteFile(cfg, []byte("policy:\n  rules:\n    - tool: block\n      timeout: 200ms\n"), 0o600)
 	w.cmd.Process.Signal(syscall.SIGHUP)
-	w.logs.waitFor(t, "policy reloaded")
+	w.events.waitFor(t, events.PolicyReloaded)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"h"}}}`)
 	got := w.recvUntil(isResponse(1))
 	if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {
@@ -384,7 +388,7 @@ policy:
 	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"block","arguments":{"key":"job-5"},"_meta":{"progressToken":"p","runId":"run-88","authToken":"s3cret"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, 4, "p") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
-	hookLine := w.logs.waitFor(t, `"hook ran"`)
+	hookLine := w.events.waitFor(t, events.HookRan)
 	rec := auditLine(t, w.logs, "4", "upstream notified; compensating hook ran")
 	ev := readEvent(t, filepath.Join(dir, "cancel.json"))
 	for what, doc := range map[string]map[string]any{"audit line": rec, "hook event": ev} {
@@ -397,8 +401,8 @@ policy:
 	if rec["id"] != 4.0 || ev["request_id"] != 4.0 {
 		t.Errorf("request ids: audit %v, event %v", rec["id"], ev["request_id"])
 	}
-	if !strings.Contains(hookLine, `"correlation":{"run_id":"run-88"}`) {
-		t.Errorf("hook log line: %s", hookLine)
+	if corr, _ := hookLine["correlation"].(map[string]any); len(corr) != 1 || corr["run_id"] != "run-88" {
+		t.Errorf("hook event: %v", hookLine)
 	}
 	if run, _ := os.ReadFile(filepath.Join(dir, "run")); strings.TrimSpace(string(run)) != "run-88" {
 		t.Errorf("MCP_CANCEL_CORRELATE_RUN_ID=%q", run)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 )
 
@@ -47,11 +48,11 @@ func newReloader(path string, hups <-chan struct{}, e *policy.Engine, log *zap.L
 // run reloads on each SIGHUP, and once the file's folder has been quiet for
 // settle after a change, until stop.
 func (r *reloader) run() error {
-	var events <-chan fsnotify.Event
+	var changes <-chan fsnotify.Event
 	var errs <-chan error
 	if r.w != nil {
 		defer r.w.Close()
-		events, errs = r.w.Events, r.w.Errors
+		changes, errs = r.w.Events, r.w.Errors
 	}
 	quiet := time.NewTimer(time.Hour)
 	quiet.Stop()
@@ -63,9 +64,9 @@ func (r *reloader) run() error {
 				continue
 			}
 			r.last, _ = reload(r.path, r.e, r.log, "SIGHUP", nil, r.started)
-		case _, ok := <-events:
+		case _, ok := <-changes:
 			if !ok {
-				events = nil
+				changes = nil
 				continue
 			}
 			quiet.Reset(settle)
@@ -99,13 +100,13 @@ func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []b
 	case err == nil && prev != nil && bytes.Equal(data, prev):
 		return prev, false // touched, not changed
 	case err == nil && config.Empty(data):
-		log.Warn(why+": the configuration file holds no setting (being rewritten?); the policy in force stays",
+		log.Warn(why+": the configuration file holds no setting (being rewritten?); the policy in force stays", events.Mark(events.PolicyKept), zap.String("why", why),
 			zap.String("config", path))
 		return data, false
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		log.Error(why+": the configuration is invalid; the policy in force stays", zap.Error(err))
+		log.Error(why+": the configuration is invalid; the policy in force stays", events.Mark(events.PolicyKept), zap.String("why", why), zap.Error(err))
 		return data, false
 	}
 	log.Info(why+": reloading the policy", zap.String("config", path))

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // TestE2EFastMCPSharedIDs: two calls in flight at once with one id (as
@@ -23,7 +25,7 @@ func TestE2EFastMCPSharedIDs(t *testing.T) {
 			up, _ := startFastMCP(t, c.mode)
 			front := freePort(t)
 			sidecar := startWrapped(t, "--listen", front, "--upstream", "http://"+up+c.path)
-			sidecar.logs.waitFor(t, "sidecar listening")
+			sidecar.events.waitFor(t, events.SidecarListening)
 			t.Cleanup(func() { sidecar.cmd.Process.Signal(syscall.SIGTERM) })
 			url := "http://" + front + "/mcp"
 			resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)

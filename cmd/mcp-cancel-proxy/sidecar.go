@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -30,7 +31,11 @@ import (
 // the end of ctx), then stops accepting, gives open requests the shutdown
 // grace, and returns 0.
 func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Writer) int {
-	log := newLogger(cfg.Log, stderr)
+	log, feed, ok := startLog(cfg.Log, stderr)
+	if !ok {
+		return 1
+	}
+	defer feed.Close()
 	defer log.Sync()
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
@@ -60,7 +65,7 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 	if cfg.HTTP.Admin != "" {
 		var running atomic.Pointer[policy.Engine]
 		running.Store(engine)
-		stop, err := admin.Serve(cfg.HTTP, m, sc.Ready, &running, log)
+		stop, err := admin.Serve(cfg.HTTP, m, sc.Ready, &running, feed, log)
 		if err != nil {
 			log.Error("cannot listen for admin", zap.String("admin", cfg.HTTP.Admin), zap.Error(err))
 			return 1
@@ -87,7 +92,7 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 		NoDefaultDate:     true,
 		CloseOnShutdown:   true,
 	}
-	log.Info("sidecar listening", zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
+	log.Info("sidecar listening", events.Mark(events.SidecarListening), zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
 	f := &front{srv: srv, ln: ln, sc: sc, grace: cfg.HTTP.ShutdownGrace, log: log, shut: make(chan struct{})}
 	rl := newReloader(cfg.Path, sigs.Hangups(), engine, log)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/chromedp/chromedp"
 )
 
@@ -55,7 +57,7 @@ policy:
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"argument-never-shown"},"_meta":{"progressToken":"p1","runId":"run-9"}}}`)
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, 1, "p1") })
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user pressed stop"}}`)
-	w.logs.waitFor(t, `"msg":"cancel accepted"`, `"id":"1"`)
+	w.events.waitFor(t, events.CancelAccepted, "id", "1")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

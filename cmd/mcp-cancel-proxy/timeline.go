@@ -89,7 +89,7 @@ func recordCancel(ctx context.Context, argv []string, viaProxy bool, log *zap.Lo
 // drawTimeline records a cancelled call without the proxy and through it,
 // and writes the picture to path.
 func drawTimeline(ctx context.Context, argv []string, path string, stdout, stderr io.Writer) error {
-	log := newLogger(config.Log{Level: "warn", Format: "console"}, stderr)
+	log := newLogger(config.Log{Level: "warn", Format: "console"}, stderr, nil)
 	direct, err := recordCancel(ctx, argv, false, log)
 	if err != nil {
 		return fmt.Errorf("without the proxy: %w", err)

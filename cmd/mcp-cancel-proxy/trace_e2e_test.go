@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/otlptest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
@@ -121,7 +123,7 @@ func TestE2ETraceWrapper(t *testing.T) {
 	w.recvUntil(func(m map[string]any) bool { return concerns(m, 4, "p") })
 	proxySpan := serverSawProxySpan(t, w.logs.waitFor(t, "block job-5: started"))
 	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
-	w.logs.waitFor(t, `"hook ran"`)
+	w.events.waitFor(t, events.HookRan)
 	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-5"}}}`)
 	w.recvUntil(isResponse(5))
 	if rec := auditLine(t, w.logs, "4", "upstream notified; answered after the cancel (suppressed)"); rec["trace_id"] != otlptest.ClientTrace {
@@ -159,7 +161,7 @@ func TestE2ETraceSidecar(t *testing.T) {
 	}
 	proxySpan := serverSawProxySpan(t, server.waitFor(t, "block job-5: started"))
 	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`).Body.Close()
-	sc.logs.waitFor(t, `"hook ran"`)
+	sc.events.waitFor(t, events.HookRan)
 	for range msgs { // the stream ends after the grace
 	}
 	rel := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"job-5"}}}`)
@@ -202,7 +204,7 @@ func TestE2ETraceHeaderToStdioServer(t *testing.T) {
 	cmd.Env = tracedEnv()
 	sc := startCommand(t, cmd)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	sc.logs.waitFor(t, "sidecar listening")
+	sc.events.waitFor(t, events.SidecarListening)
 	url := "http://" + front + "/mcp"
 	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
 	session := resp.Header.Get("Mcp-Session-Id")

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/restart"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -30,7 +31,11 @@ import (
 // and stdout. It returns 0 after a shutdown that the client or a signal
 // asked for, and non-zero when the server exited on its own.
 func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCloser, stdout io.WriteCloser, stderr io.Writer) int {
-	log := newLogger(cfg.Log, stderr)
+	log, feed, ok := startLog(cfg.Log, stderr)
+	if !ok {
+		return 1
+	}
+	defer feed.Close()
 	defer log.Sync()
 	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
@@ -44,7 +49,7 @@ func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCl
 	st := &stopper{current: link.Current, log: log, grace: cfg.Child.TermAfter}
 
 	var running atomic.Pointer[policy.Engine]
-	m, pm, stopAdmin, err := wrapperAdmin(cfg, argv, link, &running, log)
+	m, pm, stopAdmin, err := wrapperAdmin(cfg, argv, link, &running, feed, log)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		link.Current().Stop()
@@ -166,7 +171,7 @@ func (s *stopper) signal(why string) {
 
 func (s *stopper) stop(why string) {
 	if s.stopping.CompareAndSwap(false, true) {
-		s.log.Info("stopping the server", zap.String("why", why))
+		s.log.Info("stopping the server", events.Mark(events.ServerStopping), zap.String("why", why))
 		go s.current().Stop()
 	}
 }
@@ -220,8 +225,22 @@ func exitStatus(err error) int {
 	return 1
 }
 
-// newLogger builds the zap logger that writes to stderr.
-func newLogger(c config.Log, w io.Writer) *zap.Logger {
+// startLog is a mode's logger and its events feed (log.events, and the
+// admin listener's /events), teed beside the log; ok false when the
+// events file cannot be opened, which the log says. The caller closes the
+// feed once the mode has ended.
+func startLog(c config.Log, w io.Writer) (log *zap.Logger, feed *events.Feed, ok bool) {
+	feed, err := events.Open(c.Events)
+	if err != nil {
+		newLogger(c, w, nil).Error("cannot open the events file (log.events)", zap.Error(err))
+		return nil, nil, false
+	}
+	return newLogger(c, w, feed), feed, true
+}
+
+// newLogger builds the zap logger that writes to stderr, and to feed the
+// entries marked as events.
+func newLogger(c config.Log, w io.Writer, feed *events.Feed) *zap.Logger {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		lvl = zapcore.InfoLevel
@@ -246,7 +265,7 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 	loud := zapcore.NewSamplerWithOptions(zapcore.NewCore(enc, out, zap.LevelEnablerFunc(func(l zapcore.Level) bool {
 		return l >= lvl && l >= zapcore.WarnLevel
 	})), time.Second, 10, 100)
-	return zap.New(zapcore.NewTee(quiet, loud)).Named("mcp-cancel-proxy")
+	return zap.New(zapcore.NewTee(quiet, loud, feed.Core())).Named("mcp-cancel-proxy")
 }
 
 // wrapperAdmin serves the admin listener for the stdio wrapper, when one is
@@ -254,7 +273,7 @@ func newLogger(c config.Log, w io.Writer) *zap.Logger {
 // policy's counters. It returns nil metrics when there is none, and an
 // error when the listener cannot start (a busy port): the start fails, as
 // the sidecar's does.
-func wrapperAdmin(cfg config.Config, argv []string, link *restart.Link, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+func wrapperAdmin(cfg config.Config, argv []string, link *restart.Link, engine *atomic.Pointer[policy.Engine], feed *events.Feed, log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
 	return startAdmin(cfg, filepath.Base(argv[0]), func() error {
 		select {
 		case <-link.Current().Exited():
@@ -262,19 +281,19 @@ func wrapperAdmin(cfg config.Config, argv []string, link *restart.Link, engine *
 		default:
 			return nil
 		}
-	}, engine, log)
+	}, engine, feed, log)
 }
 
 // startAdmin serves the admin listener of a stdio front (the wrapper, the
 // bridge) when one is configured; server names the server in the
 // policy's metrics, ready tells /readyz.
-func startAdmin(cfg config.Config, server string, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
+func startAdmin(cfg config.Config, server string, ready func() error, engine *atomic.Pointer[policy.Engine], feed *events.Feed, log *zap.Logger) (*metrics.Metrics, *metrics.Policy, func(), error) {
 	if cfg.HTTP.Admin == "" {
 		return nil, nil, func() {}, nil
 	}
 	m := metrics.New(metrics.Gauges{})
 	pm := m.NewPolicy(server)
-	stop, err := admin.Serve(cfg.HTTP, m, ready, engine, log)
+	stop, err := admin.Serve(cfg.HTTP, m, ready, engine, feed, log)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("cannot listen for admin on %s (http.admin, --admin): %w", cfg.HTTP.Admin, err)
 	}
@@ -320,7 +339,7 @@ func policyOptions(cfg config.Config, argv []string, log *zap.Logger) (policy.Op
 		if err != nil {
 			return o, fmt.Errorf("cluster.nats %s: %w", fleet.Redacted(c.NATS), err)
 		}
-		log.Info("fleet member: hook jobs go to the fleet's queue", zap.String("nats", fleet.Redacted(c.NATS)))
+		log.Info("fleet member: hook jobs go to the fleet's queue", events.Mark(events.FleetMember), zap.String("nats", fleet.Redacted(c.NATS)))
 		o.Fleet = q
 	}
 	return o, nil

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
@@ -34,8 +35,8 @@ const TokenEnv = "MCP_CANCEL_PROXY_ADMIN_TOKEN"
 // adminGuard is who may use the admin listener. Every request meets the
 // MCP endpoint's Host and Origin rules (a web page cannot reach it by DNS
 // rebinding, nor post to it cross-site). /healthz, /readyz and /metrics
-// are open beyond that, for probes and scrapers; /status and /hooks show
-// sessions, tools and jobs, and /hooks/retry and /hooks/drop change
+// are open beyond that, for probes and scrapers; /status, /events and
+// /hooks show sessions, tools and jobs, and /hooks/retry and /hooks/drop change
 // state, so they need the token whenever one is set, and always when the
 // listener binds beyond loopback; state changes are POSTs with a JSON
 // content type, which a web page cannot send cross-site without a CORS
@@ -57,7 +58,7 @@ func (g *adminGuard) allow(ctx *fasthttp.RequestCtx) bool {
 	case path == "/healthz" || path == "/readyz" || path == "/metrics":
 		return true
 	case g.token == "" && !g.loopback:
-		ctx.Error("the admin listener binds beyond loopback: /status and /hooks need a token "+
+		ctx.Error("the admin listener binds beyond loopback: /status, /events and /hooks need a token "+
 			"(http.admin_token_file, or "+TokenEnv+")\n", fasthttp.StatusForbidden)
 		return false
 	case g.token != "" && !g.tokenGiven(ctx):
@@ -122,9 +123,10 @@ func onlyLoopback(a net.Addr) bool {
 // Serve serves the operations endpoints, apart from the MCP listener:
 // /healthz (the process serves), /readyz (ready() reports nil: the upstream
 // is reachable), /metrics (Prometheus), /hooks (the hook store's jobs, once
-// engine holds the policy engine) and /status (a page of the cancels),
+// engine holds the policy engine), /status (a page of the cancels) and
+// /events (the events feed, followed),
 // behind an adminGuard. It returns a function that stops it.
-func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], log *zap.Logger) (stop func(), err error) {
+func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], feed *events.Feed, log *zap.Logger) (stop func(), err error) {
 	token, err := Token(h)
 	if err != nil {
 		return nil, err
@@ -136,17 +138,21 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 	g := &adminGuard{loopback: onlyLoopback(ln.Addr()), token: token, origins: h.AllowedOrigins}
 	if !g.loopback {
 		log.Warn("the admin listener binds beyond loopback: /healthz, /readyz and /metrics are open to whoever reaches it; "+
-			"/status and /hooks need the admin token", zap.String("admin", ln.Addr().String()), zap.Bool("token_set", token != ""))
+			"/status, /events and /hooks need the admin token", zap.String("admin", ln.Addr().String()), zap.Bool("token_set", token != ""))
 	}
+	follow := &followers{feed: feed, done: make(chan struct{})}
 	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second,
-		Handler: adminHandler(g, m, ready, engine)}
+		Handler: adminHandler(g, m, ready, engine, follow)}
 	go srv.Serve(ln)
-	log.Info("admin listening", zap.String("admin", ln.Addr().String()))
-	return func() { srv.Shutdown() }, nil
+	log.Info("admin listening", events.Mark(events.AdminListening), zap.String("admin", ln.Addr().String()))
+	return func() {
+		close(follow.done) // the /events streams end, so that Shutdown does not wait on them
+		srv.Shutdown()
+	}, nil
 }
 
 // adminHandler answers the admin endpoints that g allows.
-func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine]) fasthttp.RequestHandler {
+func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], follow *followers) fasthttp.RequestHandler {
 	prom := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	return func(ctx *fasthttp.RequestCtx) {
 		if !g.allow(ctx) {
@@ -167,6 +173,8 @@ func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine 
 			serveHooks(ctx, engine)
 		case "/status":
 			serveStatus(ctx, engine)
+		case "/events":
+			follow.serve(ctx)
 		default:
 			ctx.Error("not found", fasthttp.StatusNotFound)
 		}

@@ -29,7 +29,7 @@ func adminClient(t *testing.T, g *adminGuard) func(method, path string, headers 
 	var engine atomic.Pointer[policy.Engine]
 	engine.Store(e)
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: adminHandler(g, metrics.New(metrics.Gauges{}), func() error { return nil }, &engine)}
+	srv := &fasthttp.Server{Handler: adminHandler(g, metrics.New(metrics.Gauges{}), func() error { return nil }, &engine, &followers{done: make(chan struct{})})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}

@@ -194,6 +194,12 @@ type Log struct {
 	// refused message, an upstream's error body and a failed hook's output
 	// to the log. Default false: logs tell sizes and kinds, not contents.
 	Payloads bool `yaml:"payloads"`
+	// Events is a file the events feed is appended to, as JSON lines: the
+	// moments a script or a test waits for (a listener ready, a server
+	// gone, a cancel accepted, a late answer suppressed, a hook run), each
+	// named in its "event" field, at every log level (docs/events.md).
+	// Default "": none (the admin listener's /events streams them still).
+	Events string `yaml:"events"`
 }
 
 // Limits bounds what the proxy accepts.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -191,7 +192,7 @@ func (l *Link) Restart(reason string) bool {
 	l.restarts = append(l.restarts, now)
 	l.mu.Unlock()
 	go l.pump(np, gen)
-	l.log.Warn("server restarted: a cancelled request was not stopped", zap.String("reason", reason),
+	l.log.Warn("server restarted: a cancelled request was not stopped", events.Mark(events.ServerRestarted), zap.String("reason", reason),
 		zap.Int("old_pid", old.Pid()), zap.Int("new_pid", np.Pid()))
 	l.Session.Restarted("the MCP server was restarted by the proxy: " + reason)
 	go old.Stop()

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
 
@@ -109,10 +110,10 @@ func Dial(o Options) (*Queue, error) {
 		nats.ReconnectWait(time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("NATS connection lost: hook jobs stay in the local store until it is back", zap.Error(err))
+				log.Warn("NATS connection lost: hook jobs stay in the local store until it is back", events.Mark(events.FleetLost), zap.Error(err))
 			}
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back") }),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("NATS connection back", events.Mark(events.FleetBack)) }),
 	}
 	if o.CredentialsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredentialsFile))

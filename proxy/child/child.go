@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"go.uber.org/zap"
 )
 
@@ -68,7 +69,7 @@ func Start(argv []string, opts Options) (*Process, error) {
 	}
 	p := &Process{Stdin: stdin, Stdout: stdout, cmd: cmd, group: group, opts: opts, exited: make(chan struct{}),
 		log: opts.Logger.With(zap.Int("pid", cmd.Process.Pid))}
-	p.log.Info("server started", zap.Strings("argv", argv))
+	p.log.Info("server started", events.Mark(events.ServerStarted), zap.Strings("argv", argv))
 	go p.wait()
 	return p, nil
 }
@@ -128,7 +129,7 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // helpers that the server left behind are terminated, then killed.
 func (p *Process) wait() {
 	p.err = p.cmd.Wait()
-	p.log.Info("server exited", zap.String("status", p.status()))
+	p.log.Info("server exited", events.Mark(events.ServerExited), zap.String("status", p.status()))
 	close(p.exited)
 	if p.group.Terminate() {
 		time.AfterFunc(p.opts.KillAfter, func() {
@@ -164,13 +165,13 @@ func (p *Process) Stop() {
 			return
 		}
 		// "If the server does not exit within a reasonable time, send SIGTERM"
-		p.log.Warn("server still running after stdin closed; sending SIGTERM", zap.Duration("after", p.opts.TermAfter))
+		p.log.Warn("server still running after stdin closed; sending SIGTERM", events.Mark(events.ServerSignalled), zap.String("signal", "SIGTERM"), zap.Duration("after", p.opts.TermAfter))
 		p.group.Terminate()
 		if p.waitExit(p.opts.KillAfter) {
 			return
 		}
 		// "If the server does not exit within a reasonable time after SIGTERM, send SIGKILL"
-		p.log.Warn("server still running after SIGTERM; sending SIGKILL", zap.Duration("after", p.opts.KillAfter))
+		p.log.Warn("server still running after SIGTERM; sending SIGKILL", events.Mark(events.ServerSignalled), zap.String("signal", "SIGKILL"), zap.Duration("after", p.opts.KillAfter))
 		p.group.Kill()
 	})
 	<-p.exited

@@ -11,7 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -83,7 +85,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	st.onAbort = func() { lu.s.afterDisconnect(nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.stopWatch = watchCloseAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
+	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
 	ctx.Response.Header.Set(upstream.SessionHeader, c.id)
 	serveEvents(ctx, st)
 }
@@ -189,7 +191,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 	}
 	c.get = st
 	c.mu.Unlock()
-	st.stopWatch = lu.s.closes.watch(ctx.Conn(), st.abort)
+	st.stopWatch = lu.s.closes.Watch(ctx.Conn(), st.abort)
 	serveEvents(ctx, st)
 }
 
@@ -221,7 +223,7 @@ func (cs *Children) Count() int {
 func (c *childSession) retire(why string) {
 	switch why {
 	case retireIdle:
-		c.log.Info("session idle: stopping its server")
+		c.log.Info("session idle: stopping its server", events.Mark(events.SessionIdle))
 	case retireEvicted:
 		c.log.Info("session evicted: the least recently used idle session makes room for a new one")
 	}
@@ -404,7 +406,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.stopWatch = watchCloseAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
+	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
 	serveEvents(ctx, st)
 }
 

@@ -3,11 +3,9 @@ package httpx
 import (
 	"io"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // recConn records what is written to it, write by write.
@@ -122,37 +120,5 @@ func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	st.end()
 	if err := <-done; err != io.EOF {
 		t.Fatalf("Read: %v, want EOF at the end", err)
-	}
-}
-
-// TestLater: functions run once their delay passed (those due together in
-// the order added; a later round may overtake the end of an earlier one);
-// a stopped one does not run; the timer is set again for what is left.
-func TestLater(t *testing.T) {
-	l := &later{delay: time.Millisecond}
-	ran := make(chan int, 10)
-	var stopped *laterFunc
-	for i := range 5 {
-		lf := l.add(func() { ran <- i })
-		if i == 2 {
-			stopped = lf
-		}
-	}
-	stopped.stop()
-	var got []int
-	for len(got) < 4 {
-		got = append(got, <-ran)
-	}
-	// Added after the first round ran: the timer is set again.
-	l.add(func() { ran <- 5 })
-	got = append(got, <-ran)
-	slices.Sort(got)
-	if want := []int{0, 1, 3, 4, 5}; !slices.Equal(got, want) {
-		t.Errorf("ran %v, want %v", got, want)
-	}
-	select {
-	case i := <-ran:
-		t.Errorf("%d ran again, or the stopped one ran", i)
-	default:
 	}
 }

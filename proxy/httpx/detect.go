@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"go.uber.org/zap"
 )
@@ -63,11 +64,11 @@ func (ob outbound) detectSSE() bool {
 	}
 	d.sse = sse
 	d.done.Store(true)
-	name := "Streamable HTTP"
+	name := upstream.TransportStreamable // the names of http.upstream_transport
 	if sse {
-		name = "HTTP+SSE (protocol 2024-11-05)"
+		name = upstream.TransportSSE
 	}
-	ob.s.log.Info("upstream transport detected", zap.String("transport", name))
+	ob.s.log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", name))
 	return sse
 }
 

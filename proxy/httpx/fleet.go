@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -96,7 +97,7 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 	if len(d.cancels) == 0 && d.withdrawn == 0 {
 		return false
 	}
-	s.log.Info("cancel accepted for another replica", zap.String("session", sess.scope))
+	s.log.Info("cancel accepted for another replica", events.Mark(events.FleetStray), zap.String("session", sess.scope))
 	if len(d.cancels) > 0 {
 		outbound{s}.goNotify(sess, d.data, d.cancels...)
 	}

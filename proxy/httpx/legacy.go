@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -139,8 +140,8 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	}
 	st := ls.st
 	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
-	st.stopWatch = lg.s.closes.watch(ctx.Conn(), st.abort)
-	log.Info("HTTP+SSE client session opened")
+	st.stopWatch = lg.s.closes.Watch(ctx.Conn(), st.abort)
+	log.Info("HTTP+SSE client session opened", events.Mark(events.LegacySessionOpened))
 	serveEvents(ctx, st)
 }
 

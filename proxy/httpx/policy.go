@@ -137,7 +137,7 @@ func (rl relay) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (d
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the stream is the cancel: one closed while its requests
 		// wait cancels them before dispatch.
-		stop := rl.s.closes.watch(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
+		stop := rl.s.closes.Watch(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
 		defer stop()
 	}
 	withdrawn := map[*proxy.Call]bool{}

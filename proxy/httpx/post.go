@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -166,7 +167,7 @@ func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) 
 			sess.closeGovernor() // the id was known after all: this one is not kept
 			sess = adopted
 		}
-		rl.s.log.Info("session opened", zap.String("session", sess.scope))
+		rl.s.log.Info("session opened", events.Mark(events.SessionOpened), zap.String("session", sess.scope))
 	case !known && resp.StatusCode() >= 300:
 		rl.s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -164,8 +165,8 @@ type Sidecar struct {
 	own           requestSessions        // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
 	// watchDelay. Both are stopped by Cleanup.
-	closes  watcher
-	soon    later
+	closes  closewatch.Watcher
+	soon    closewatch.Queue
 	totals  proxy.Counters // every session's counts, ended ones' too
 	kinds   []kind         // the other kinds of session it serves (kindsOf)
 	sweeper sweeper
@@ -249,7 +250,7 @@ func (s *Sidecar) Provision() error {
 		for _, k := range s.kinds {
 			k.provision(idle, most, s.clock, &s.totals)
 		}
-		s.soon.delay = watchDelay
+		s.soon.Delay = closewatch.WatchDelay
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		s.sweeper.every(s.clock, max(idle/4, time.Second), tablesOf(s))
 		if s.Fleet != nil {
@@ -278,8 +279,8 @@ func (s *Sidecar) Cleanup(reason string) {
 			k.stopAll(reason)
 		}
 		s.waitOwned(&s.bg, "requests to the upstream not yet answered")
-		s.soon.stop()
-		s.closes.stop()
+		s.soon.Stop()
+		s.closes.Stop()
 	})
 }
 

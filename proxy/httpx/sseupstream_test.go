@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -167,14 +168,15 @@ func TestSSEUpstreamThatIsNot(t *testing.T) {
 func TestAutoDetectsTheTransport(t *testing.T) {
 	for _, sse := range []bool{true, false} {
 		name := map[bool]string{true: "HTTP+SSE", false: "Streamable HTTP"}[sse]
+		transport := map[bool]string{true: upstream.TransportSSE, false: upstream.TransportStreamable}[sse]
 		t.Run(name, func(t *testing.T) {
 			watchdog(t, 30*time.Second)
 			core, logs := observer.New(zapcore.InfoLevel)
 			u, url := autoSidecar(t, sse, nil, zap.New(core))
 			goSDKClientCancels(t, u, &mcp.StreamableClientTransport{Endpoint: url})
-			found := logs.FilterMessage("upstream transport detected").All()
-			if len(found) != 1 || !strings.HasPrefix(found[0].ContextMap()["transport"].(string), name) {
-				t.Errorf("detections logged: %v; want one, of %s", found, name)
+			found := logs.FilterField(feed.Mark(feed.UpstreamDetected)).All()
+			if len(found) != 1 || found[0].ContextMap()["transport"] != transport {
+				t.Errorf("detections: %v; want one, of %s", found, transport)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -224,7 +225,7 @@ func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, 
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = watchCloseAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
+	r.stopWatch = closewatch.WatchAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
 		rl.s.bg.Go(r.pump)
@@ -275,9 +276,9 @@ func (r *sseRelay) WriteTo(w io.Writer) (int64, error) {
 		// Clients must not wait for the headers of a long call (some give
 		// up on a response without them): a comment, which no client takes
 		// for an event, sends them if no event does first.
-		t := r.s.soon.add(func() { r.flushHead(w) })
+		t := r.s.soon.Add(func() { r.flushHead(w) })
 		defer func() {
-			t.stop()
+			t.Stop()
 			r.flushHead(nil) // from now on w is not ours
 		}()
 	}

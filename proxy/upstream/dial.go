@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 )
@@ -78,7 +79,7 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 		if sse {
 			transport = TransportSSE
 		}
-		log.Info("upstream transport detected", zap.String("transport", transport))
+		log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", transport))
 	}
 	if transport == TransportSSE {
 		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)

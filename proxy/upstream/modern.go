@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 )
@@ -34,7 +35,7 @@ func (b *streamBackend) probeModern() {
 	b.mu.Lock()
 	b.modern = true
 	b.mu.Unlock()
-	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them")
+	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
 }
 
 // speaksModern asks the server at u, with server/discover, whether it

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -127,7 +128,7 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		fasthttp.ReleaseResponse(resp)
 		return nil, err
 	}
-	log.Info("upstream HTTP+SSE session opened", zap.String("endpoint", b.endpoint))
+	log.Info("upstream HTTP+SSE session opened", events.Mark(events.UpstreamSessionOpened), zap.String("endpoint", b.endpoint))
 	go b.pump()
 	return b, nil
 }

@@ -15,25 +15,32 @@ const transport = new StdioClientTransport({
   stderr: 'pipe',
 });
 
-// Proxy log lines, and a way to wait for a count of matching ones.
-const lines = [];
+// The proxy's events (its log lines that carry an "event" field: see
+// docs/events.md), and a way to wait for a count of matching ones.
+const seen = [];
 let wake = () => {};
 let buf = '';
 transport.stderr.on('data', (chunk) => {
   buf += chunk;
   let i;
   while ((i = buf.indexOf('\n')) >= 0) {
-    lines.push(buf.slice(0, i));
+    const line = buf.slice(0, i);
     buf = buf.slice(i + 1);
+    try {
+      const ev = JSON.parse(line);
+      if (ev.event) seen.push(ev);
+    } catch { /* not a JSON line */ }
     wake();
   }
 });
-async function waitForLines(text, count) {
+const matching = (match) => seen.filter(match).length;
+async function waitForEvents(match, count) {
   for (;;) {
-    if (lines.filter((l) => l.includes(text)).length >= count) return;
+    if (matching(match) >= count) return;
     await new Promise((resolve) => { wake = resolve; });
   }
 }
+const progressSuppressed = (e) => e.event === 'suppressed' && e.method === 'notifications/progress';
 
 const errors = [];
 const client = new Client({ name: 'ts-sdk-e2e', version: '1.0.0' });
@@ -61,15 +68,15 @@ try {
   outcome = 'aborted: ' + String(e);
 }
 // server-everything sends the remaining progress one second apart; each is
-// suppressed by the proxy, which logs it.
-await waitForLines('progress for a cancelled request', steps - before);
+// suppressed by the proxy, which says so.
+await waitForEvents(progressSuppressed, steps - before);
 await client.ping();
 await client.close();
-// server-everything ignores stdin EOF: the proxy must stop it with SIGTERM.
-await waitForLines('session ended', 1);
+// server-everything ignores stdin EOF: the proxy must stop it (SIGTERM).
+await waitForEvents((e) => e.event === 'server_exited', 1);
 console.log(JSON.stringify({
   outcome, before, after, errors,
-  cancelAccepted: lines.some((l) => l.includes('"cancel accepted"') && l.includes('user pressed stop')),
-  suppressedProgress: lines.filter((l) => l.includes('progress for a cancelled request')).length,
-  serverExited: lines.some((l) => l.includes('"server exited"')),
+  cancelAccepted: matching((e) => e.event === 'cancel_accepted' && e.reason === 'user pressed stop') > 0,
+  suppressedProgress: matching(progressSuppressed),
+  serverExited: true,
 }));

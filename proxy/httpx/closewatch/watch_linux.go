@@ -1,4 +1,4 @@
-package httpx
+package closewatch
 
 import "syscall"
 
@@ -32,20 +32,20 @@ func wakeKernelWatcher(wake [2]int) { syscall.Write(wake[1], []byte{0}) }
 
 // register asks epoll for fd's hang-up (EPOLLRDHUP), once, with key as the
 // event's data; wr.mu is held.
-func (wr *watcher) register(fd uintptr, key uint64) bool {
+func (wr *Watcher) register(fd uintptr, key uint64) bool {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(key), Pad: int32(key >> 32)}
 	return syscall.EpollCtl(wr.kfd, syscall.EPOLL_CTL_ADD, int(fd), &ev) == nil
 }
 
 // unregister forgets fd; wr.mu is held.
-func (wr *watcher) unregister(fd uintptr, _ uint64) {
+func (wr *Watcher) unregister(fd uintptr, _ uint64) {
 	syscall.EpollCtl(wr.kfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
 }
 
 // loop waits for hang-ups and fires their watches, until the wake pipe is
 // written. It blocks in epoll_wait, which holds one OS thread while the
 // watcher runs.
-func (wr *watcher) loop() {
+func (wr *Watcher) loop() {
 	events := make([]syscall.EpollEvent, 128)
 	for {
 		n, err := syscall.EpollWait(wr.kfd, events, -1)

@@ -1,6 +1,6 @@
 //go:build !linux && !darwin && !freebsd && !netbsd && !openbsd && !dragonfly
 
-package httpx
+package closewatch
 
 import "errors"
 
@@ -14,6 +14,6 @@ func newKernelWatcher() (int, [2]int, error) {
 func closeKernelWatcher(int, [2]int) {}
 func wakeKernelWatcher([2]int)       {}
 
-func (wr *watcher) register(uintptr, uint64) bool { return false }
-func (wr *watcher) unregister(uintptr, uint64)    {}
-func (wr *watcher) loop()                         {}
+func (wr *Watcher) register(uintptr, uint64) bool { return false }
+func (wr *Watcher) unregister(uintptr, uint64)    {}
+func (wr *Watcher) loop()                         {}

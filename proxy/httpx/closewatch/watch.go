@@ -1,4 +1,4 @@
-package httpx
+package closewatch
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// watch calls onClose, from a goroutine of the watcher's, if the peer of
+// Watch calls onClose, from a goroutine of the watcher's, if the peer of
 // conn closes the connection (or resets it) before stop is called; stop
 // waits for an onClose already running. It never reads from conn: one
 // kernel watcher per sidecar (epoll on Linux, kqueue on macOS and the BSDs),
@@ -21,7 +21,7 @@ import (
 // streams until a write fails; with nothing to write (a tool still
 // working), that could be never. In protocol 2026-07-28 that close is the
 // cancel, so it must be seen at once.
-func (wr *watcher) watch(conn net.Conn, onClose func()) (stop func()) {
+func (wr *Watcher) Watch(conn net.Conn, onClose func()) (stop func()) {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return func() {}
@@ -49,29 +49,30 @@ func (wr *watcher) watch(conn net.Conn, onClose func()) (stop func()) {
 	}
 }
 
-// watchDelay is how long a response stream runs before its connection is
-// watched (watchCloseAfter, with soon): most calls are answered sooner,
-// and a stream that never registers costs no system call. A close meanwhile is seen
-// when the watch begins, the kernel reporting a hang-up that came before.
-const watchDelay = 10 * time.Millisecond
+// WatchDelay is how long a response stream runs before its connection is
+// watched (WatchAfter, with a Queue of this delay): most calls are
+// answered sooner, and a stream that never registers costs no system call.
+// A close meanwhile is seen when the watch begins, the kernel reporting a
+// hang-up that came before.
+const WatchDelay = 10 * time.Millisecond
 
-// watchCloseAfter is wr.watch, begun once l's delay has passed, unless
-// stop has been called by then.
-func watchCloseAfter(conn net.Conn, l *later, wr *watcher, onClose func()) (stop func()) {
+// WatchAfter is wr.Watch, begun once l's delay has passed, unless stop
+// has been called by then.
+func WatchAfter(conn net.Conn, l *Queue, wr *Watcher, onClose func()) (stop func()) {
 	var (
 		mu      sync.Mutex // guards stopped and unwatch
 		stopped bool
 		unwatch func()
 	)
-	lf := l.add(func() {
+	lf := l.Add(func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped { // stop not yet called: conn is still this stream's
-			unwatch = wr.watch(conn, onClose)
+			unwatch = wr.Watch(conn, onClose)
 		}
 	})
 	return func() {
-		lf.stop()
+		lf.Stop()
 		mu.Lock()
 		stopped = true
 		u := unwatch
@@ -106,11 +107,11 @@ func (w *watch) stop() {
 	w.mu.Unlock()
 }
 
-// watcher is a sidecar's one kernel watcher for watch: the platform's
+// Watcher is a sidecar's one kernel watcher for Watch: the platform's
 // instance (epoll, kqueue), the goroutine that waits on it, and the watches
 // by key. It starts with the first watch, and stop ends it: the goroutine,
-// every onClose it started, the instance. The zero watcher is ready.
-type watcher struct {
+// every onClose it started, the instance. The zero Watcher is ready.
+type Watcher struct {
 	once    sync.Once
 	kfd     int    // the epoll or kqueue instance
 	wake    [2]int // a pipe whose read end, watched too, ends the loop
@@ -126,7 +127,7 @@ type watcher struct {
 
 // start creates the kernel watcher and its goroutine, once; never after
 // stop.
-func (wr *watcher) start() error {
+func (wr *Watcher) start() error {
 	wr.once.Do(func() {
 		wr.mu.Lock()
 		defer wr.mu.Unlock()
@@ -149,10 +150,10 @@ func (wr *watcher) start() error {
 
 var errWatcherStopped = errors.New("the close watcher has stopped")
 
-// stop ends the watcher: no watch begins after it, the loop returns, and
+// Stop ends the watcher: no watch begins after it, the loop returns, and
 // stop waits for it and for every onClose it started before it closes the
 // kernel's instance.
-func (wr *watcher) stop() {
+func (wr *Watcher) Stop() {
 	wr.once.Do(func() {}) // never started: now it never will
 	wr.mu.Lock()
 	was := wr.stopped
@@ -168,7 +169,7 @@ func (wr *watcher) stop() {
 }
 
 // fire runs w's onClose on a goroutine that stop waits for.
-func (wr *watcher) fire(w *watch) {
+func (wr *Watcher) fire(w *watch) {
 	wr.fires.Add(1) // on the loop, which stop waits for first
 	go func() {
 		defer wr.fires.Done()
@@ -177,7 +178,7 @@ func (wr *watcher) fire(w *watch) {
 }
 
 // registerIfRunning registers fd under key, unless the watcher has stopped.
-func (wr *watcher) registerIfRunning(fd uintptr, key uint64) bool {
+func (wr *Watcher) registerIfRunning(fd uintptr, key uint64) bool {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	return !wr.stopped && wr.register(fd, key)
@@ -185,7 +186,7 @@ func (wr *watcher) registerIfRunning(fd uintptr, key uint64) bool {
 
 // unregisterIfRunning unregisters fd, unless the watcher has stopped (its
 // instance is closed, and its number may be another file's).
-func (wr *watcher) unregisterIfRunning(fd uintptr, key uint64) {
+func (wr *Watcher) unregisterIfRunning(fd uintptr, key uint64) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	if !wr.stopped {
@@ -196,7 +197,7 @@ func (wr *watcher) unregisterIfRunning(fd uintptr, key uint64) {
 // add registers w and returns its key, unless the watcher has stopped.
 // Keys are never reused, so an event can never reach a later watch; 0 is
 // the wake pipe's.
-func (wr *watcher) add(w *watch) (uint64, bool) {
+func (wr *Watcher) add(w *watch) (uint64, bool) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	if wr.stopped {
@@ -208,7 +209,7 @@ func (wr *watcher) add(w *watch) (uint64, bool) {
 }
 
 // remove forgets the watch of key and returns it, nil if already gone.
-func (wr *watcher) remove(key uint64) *watch {
+func (wr *Watcher) remove(key uint64) *watch {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	w := wr.watches[key]

@@ -1,4 +1,4 @@
-package httpx
+package closewatch
 
 import (
 	"net"
@@ -34,13 +34,13 @@ func TestWatchCloseSeesTheHangUp(t *testing.T) {
 	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchCloseSeesTheHangUp hung") })
 	defer tm.Stop()
 	const n = 50
-	var wr watcher
-	defer wr.stop()
+	var wr Watcher
+	defer wr.Stop()
 	fired := make(chan int, n)
 	servers, clients, stops := make([]net.Conn, n), make([]net.Conn, n), make([]func(), n)
 	for i := range n {
 		servers[i], clients[i] = pipeTCP(t)
-		stops[i] = wr.watch(servers[i], func() { fired <- i })
+		stops[i] = wr.Watch(servers[i], func() { fired <- i })
 	}
 	for i := 0; i < n; i += 2 {
 		clients[i].Close() // the even ones hang up
@@ -80,12 +80,12 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	early, earlyPeer := pipeTCP(t)
 	stopped, stoppedPeer := pipeTCP(t)
 	fired := make(chan string, 2)
-	var wr watcher
-	defer wr.stop()
+	var wr Watcher
+	defer wr.Stop()
 	earlyPeer.Close() // before the watch begins
-	stopEarly := watchCloseAfter(early, &later{delay: time.Millisecond}, &wr, func() { fired <- "early" })
+	stopEarly := WatchAfter(early, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "early" })
 	defer stopEarly()
-	stop := watchCloseAfter(stopped, &later{delay: time.Hour}, &wr, func() { fired <- "stopped" })
+	stop := WatchAfter(stopped, &Queue{Delay: time.Hour}, &wr, func() { fired <- "stopped" })
 	stop()
 	stoppedPeer.Close()
 	if got := <-fired; got != "early" {
@@ -96,7 +96,7 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	// watch, never registered, had none.
 	last, lastPeer := pipeTCP(t)
 	lastPeer.Close()
-	stopLast := watchCloseAfter(last, &later{delay: time.Millisecond}, &wr, func() { fired <- "last" })
+	stopLast := WatchAfter(last, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "last" })
 	defer stopLast()
 	if got := <-fired; got != "last" {
 		t.Errorf("%s fired, want last", got)
@@ -109,11 +109,11 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 func TestWatcherStops(t *testing.T) {
 	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatcherStops hung") })
 	defer tm.Stop()
-	var wr watcher
+	var wr Watcher
 	server, client := pipeTCP(t)
 	running, release := make(chan struct{}), make(chan struct{})
 	var ended atomic.Bool
-	stopFirst := wr.watch(server, func() {
+	stopFirst := wr.Watch(server, func() {
 		close(running)
 		<-release
 		time.Sleep(10 * time.Millisecond) // a slow onClose: stop must still wait for it
@@ -123,7 +123,7 @@ func TestWatcherStops(t *testing.T) {
 	<-running
 	stopped := make(chan struct{})
 	go func() {
-		wr.stop()
+		wr.Stop()
 		close(stopped)
 	}()
 	close(release)
@@ -133,10 +133,10 @@ func TestWatcherStops(t *testing.T) {
 	}
 	stopFirst()
 	late, latePeer := pipeTCP(t)
-	stopLate := wr.watch(late, func() { t.Error("a watch begun after stop fired") })
+	stopLate := wr.Watch(late, func() { t.Error("a watch begun after stop fired") })
 	latePeer.Close()
 	stopLate()
-	wr.stop()
+	wr.Stop()
 	select {
 	case <-wr.looped:
 	default:

@@ -1,4 +1,4 @@
-package httpx
+package closewatch
 
 import (
 	"sync"
@@ -6,39 +6,40 @@ import (
 	"time"
 )
 
-// later runs functions once a delay has passed since each was added, all
+// Queue runs functions once a delay has passed since each was added, all
 // on one timer of the runtime's, run a little late rather than once per
 // function: a response stream that ends within the delay (most do) then
 // costs no timer of its own. Each runtime timer set to go off before any
 // other wakes an idle thread of the process to wait for it, which under a
 // busy load costs the sidecar more than the stream's whole relay; watched
-// streams and late headers (watchDelay) wait here instead.
+// streams and late headers (WatchDelay) wait here instead.
 //
-// A sidecar owns its later: stop, in Cleanup, drops what still waits and
+// A sidecar owns its Queue: Stop, in Cleanup, drops what still waits and
 // waits for what runs. Its delay is a cost saving, not a protocol's time,
-// so it runs on the real clock.
-type later struct {
-	delay   time.Duration
-	running sync.Mutex   // held while fire runs the functions due
-	mu      sync.Mutex   // guards the fields below
-	queue   []*laterFunc // in the order added, which is the order due
+// so it runs on the real clock. With Delay 0 functions run at once, on
+// the timer's goroutine; set Delay before the first Add.
+type Queue struct {
+	Delay   time.Duration // how long after Add a function runs
+	running sync.Mutex    // held while fire runs the functions due
+	mu      sync.Mutex    // guards the fields below
+	queue   []*Pending    // in the order added, which is the order due
 	timer   *time.Timer
 	armed   bool
 	stopped bool
 }
 
-// laterFunc is a function waiting in a later.
-type laterFunc struct {
+// Pending is a function waiting in a Queue.
+type Pending struct {
 	due     time.Time
 	f       func()
 	stopped atomic.Bool
 }
 
-// add runs f once the delay has passed, from a goroutine of the later's
+// Add runs f once the delay has passed, from a goroutine of the Queue's
 // own (one after the other with the functions due then), up to half the
 // delay late; unless stopped first.
-func (l *later) add(f func()) *laterFunc {
-	lf := &laterFunc{due: time.Now().Add(l.delay), f: f}
+func (l *Queue) Add(f func()) *Pending {
+	lf := &Pending{due: time.Now().Add(l.Delay), f: f}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -48,20 +49,20 @@ func (l *later) add(f func()) *laterFunc {
 	if !l.armed {
 		l.armed = true
 		if l.timer == nil {
-			l.timer = time.AfterFunc(l.delay, l.fire)
+			l.timer = time.AfterFunc(l.Delay, l.fire)
 		} else {
-			l.timer.Reset(l.delay)
+			l.timer.Reset(l.Delay)
 		}
 	}
 	return lf
 }
 
-// stop keeps the function from running, unless it has begun.
-func (lf *laterFunc) stop() { lf.stopped.Store(true) }
+// Stop keeps the function from running, unless it has begun.
+func (lf *Pending) Stop() { lf.stopped.Store(true) }
 
-// stop drops the functions still waiting and waits for those running; add
+// Stop drops the functions still waiting and waits for those running; Add
 // runs nothing after it.
-func (l *later) stop() {
+func (l *Queue) Stop() {
 	l.mu.Lock()
 	l.stopped = true
 	clear(l.queue)
@@ -75,7 +76,7 @@ func (l *later) stop() {
 }
 
 // fire runs the functions due, and sets the timer for the next ones.
-func (l *later) fire() {
+func (l *Queue) fire() {
 	l.running.Lock()
 	defer l.running.Unlock()
 	now := time.Now()
@@ -84,13 +85,13 @@ func (l *later) fire() {
 	for n < len(l.queue) && !l.queue[n].due.After(now) {
 		n++
 	}
-	due := make([]*laterFunc, n)
+	due := make([]*Pending, n)
 	copy(due, l.queue)
 	rest := copy(l.queue, l.queue[n:])
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
 	if len(l.queue) > 0 && !l.stopped {
-		l.timer.Reset(max(l.queue[0].due.Sub(now), l.delay/2))
+		l.timer.Reset(max(l.queue[0].due.Sub(now), l.Delay/2))
 	} else {
 		l.armed = false
 	}

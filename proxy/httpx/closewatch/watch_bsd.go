@@ -1,6 +1,6 @@
 //go:build darwin || freebsd || netbsd || openbsd || dragonfly
 
-package httpx
+package closewatch
 
 import "golang.org/x/sys/unix"
 
@@ -39,7 +39,7 @@ func wakeKernelWatcher(wake [2]int) { unix.Write(wake[1], []byte{0}) }
 // per change, so that data a live peer sends does not spin the loop). The
 // events carry the descriptor (kqueue's user data differs in type across
 // the BSDs): fdKeys maps it to the watch's key. wr.mu is held.
-func (wr *watcher) register(fd uintptr, key uint64) bool {
+func (wr *Watcher) register(fd uintptr, key uint64) bool {
 	var ev unix.Kevent_t
 	unix.SetKevent(&ev, int(fd), unix.EVFILT_READ, unix.EV_ADD|unix.EV_CLEAR)
 	if _, err := unix.Kevent(wr.kfd, []unix.Kevent_t{ev}, nil, nil); err != nil {
@@ -53,7 +53,7 @@ func (wr *watcher) register(fd uintptr, key uint64) bool {
 }
 
 // unregister forgets fd; wr.mu is held.
-func (wr *watcher) unregister(fd uintptr, key uint64) {
+func (wr *Watcher) unregister(fd uintptr, key uint64) {
 	var ev unix.Kevent_t
 	unix.SetKevent(&ev, int(fd), unix.EVFILT_READ, unix.EV_DELETE)
 	unix.Kevent(wr.kfd, []unix.Kevent_t{ev}, nil, nil)
@@ -63,7 +63,7 @@ func (wr *watcher) unregister(fd uintptr, key uint64) {
 }
 
 // keyOf returns the key of the watch on fd.
-func (wr *watcher) keyOf(fd uintptr) (uint64, bool) {
+func (wr *Watcher) keyOf(fd uintptr) (uint64, bool) {
 	wr.mu.Lock()
 	defer wr.mu.Unlock()
 	key, ok := wr.fdKeys[fd]
@@ -74,7 +74,7 @@ func (wr *watcher) keyOf(fd uintptr) (uint64, bool) {
 // wake pipe is written. An event is trusted only if the descriptor still
 // reads as closed (a peek): its number may have gone to a new connection
 // meanwhile.
-func (wr *watcher) loop() {
+func (wr *Watcher) loop() {
 	events := make([]unix.Kevent_t, 128)
 	for {
 		n, err := unix.Kevent(wr.kfd, nil, events, nil)

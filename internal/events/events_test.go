@@ -1,0 +1,145 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// logger is a logger at warn level, sampled like the proxy's, with the
+// feed teed beside it; log collects what it writes.
+func logger(f *Feed, log *bytes.Buffer) *zap.Logger {
+	own := zapcore.NewSamplerWithOptions(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
+		zapcore.AddSync(log), zapcore.WarnLevel), 1e9, 1, 1000)
+	return zap.New(zapcore.NewTee(own, f.Core()))
+}
+
+func lines(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestFileHasMarkedEntriesAtEveryLevel: the file gets every marked entry,
+// below the log's level and beyond its sampling, with its context fields,
+// and nothing unmarked.
+func TestFileHasMarkedEntriesAtEveryLevel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events")
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own bytes.Buffer
+	log := logger(f, &own).With(zap.String("session", "s1"))
+	log.Debug("suppressed", Mark(Suppressed), zap.String("id", "2"))
+	log.Info("not an event")
+	for range 3 {
+		log.Warn("sending SIGKILL", Mark(ServerSignalled), zap.String("signal", "SIGKILL"))
+	}
+	log.With(Mark(SessionIdle)).Info("session idle")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(t, b)
+	want := []Name{Suppressed, ServerSignalled, ServerSignalled, ServerSignalled, SessionIdle}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d:\n%s", len(got), len(want), b)
+	}
+	for i, m := range got {
+		if m[Key] != string(want[i]) || m["session"] != "s1" || m["time"] == nil {
+			t.Errorf("event %d = %v, want %s with session s1 and a time", i, m, want[i])
+		}
+	}
+	if got[0]["id"] != "2" {
+		t.Errorf("the suppression's fields were lost: %v", got[0])
+	}
+	if n := len(lines(t, own.Bytes())); n != 1 { // the log's sampler let one warning through
+		t.Errorf("the log itself has %d lines, want 1 (its level and sampling unchanged):\n%s", n, own.Bytes())
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the file's mode is %v (%v), want 0600", fi.Mode(), err)
+	}
+}
+
+// TestIdleFeedIsDisabled: with neither a file nor a subscriber the core is
+// off (a debug line's fields are never built); a subscriber turns it on,
+// and its end off again.
+func TestIdleFeedIsDisabled(t *testing.T) {
+	f, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := f.Core()
+	if c.Enabled(zapcore.DebugLevel) {
+		t.Fatal("a feed nobody follows is enabled")
+	}
+	s := f.Subscribe(4)
+	if !c.Enabled(zapcore.DebugLevel) {
+		t.Fatal("a followed feed is disabled")
+	}
+	log := zap.New(c)
+	log.Debug("x", Mark(HookRan), zap.String("tool", "t"))
+	log.Debug("y")
+	line := <-s.Lines()
+	if m := lines(t, line); len(m) != 1 || m[0][Key] != string(HookRan) || m[0]["tool"] != "t" {
+		t.Errorf("the subscriber got %s", line)
+	}
+	s.Stop()
+	s.Stop() // twice is harmless
+	if c.Enabled(zapcore.DebugLevel) {
+		t.Fatal("the feed stayed enabled after its only follower left")
+	}
+}
+
+// TestSlowSubscriberDropsNotBlocks: a subscriber that does not read loses
+// events, counted, and never holds the logger up; Close ends it.
+func TestSlowSubscriberDropsNotBlocks(t *testing.T) {
+	f, _ := Open("")
+	s := f.Subscribe(1)
+	log := zap.New(f.Core())
+	for range 5 {
+		log.Info("x", Mark(Dropped))
+	}
+	if d := f.Dropped(); d != 4 {
+		t.Errorf("dropped %d, want 4", d)
+	}
+	f.Close()
+	n := 0
+	for range s.Lines() {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("the subscriber got %d lines, want the 1 it had room for", n)
+	}
+	s.Stop() // after Close: harmless
+	if f.Subscribe(1) != nil {
+		t.Error("a closed feed took a subscriber")
+	}
+	var nilFeed *Feed
+	if err := nilFeed.Close(); err != nil || nilFeed.Core().Enabled(zapcore.ErrorLevel) {
+		t.Error("a nil feed is not a quiet one")
+	}
+}
