@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // wrapExample wraps the bundled go-sdk example server.

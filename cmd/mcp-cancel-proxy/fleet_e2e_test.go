@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -21,9 +22,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/fleet"
 )
 
 // roundRobin is a load balancer with no session affinity: each request
@@ -139,22 +143,66 @@ func TestE2EFleetNoAffinity(t *testing.T) {
 	f.replicas[2].events.waitFor(t, events.FleetStray)
 	<-rc.hit // the hook ran
 	release(t, f.lb, session, "far")
-	noLateAnswerNorHook(t, stream, 2, rc)
+	noLateAnswerNorHook(t, stream, 2, rc, f.replicas[2], ns.ClientURL())
 }
 
 // noLateAnswerNorHook reads a cancelled call's stream to its end: no answer
-// to request id may come; then no further hook may run.
-func noLateAnswerNorHook(t *testing.T, stream <-chan string, id int, rc *hookReceiver) {
+// to request id may come; then no further hook may run. Proved without a
+// window: once the call's story is over (its audit line, from holder, the
+// replica that held the call) no replica publishes a job for it, and once
+// the fleet's queue has nothing pending nor unacknowledged (a real
+// nats-server's consumer state) every job published has run, its hook hit
+// before its ack: a second hit would be in rc already.
+func noLateAnswerNorHook(t *testing.T, stream <-chan string, id int, rc *hookReceiver, holder *wrapped, natsURL string) {
 	t.Helper()
 	for m := range stream {
 		if strings.Contains(m, fmt.Sprintf(`"id":%d`, id)) {
 			t.Errorf("the client got the late answer: %s", m)
 		}
 	}
+	holder.logs.waitFor(t, fmt.Sprintf(`"id":%d,`, id), `"status":"`) // the audit line: the story is over
+	queueIdle(t, natsURL)
 	select {
 	case <-rc.hit:
 		t.Error("a hook ran twice")
-	case <-time.After(500 * time.Millisecond): // a bound on what must not happen
+	default:
+	}
+}
+
+// queueIdle waits until the fleet's job queue has no job pending nor one
+// delivered and not yet acknowledged.
+func queueIdle(t *testing.T, natsURL string) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, fleet.StreamName, fleet.ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond) // the server's state is asked for, not pushed
+	defer tick.Stop()
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatalf("the fleet's queue: %v", err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the fleet's queue still holds jobs: %d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
 	}
 }
 
@@ -331,7 +379,7 @@ func TestE2EFleetNATSRestart(t *testing.T) {
 	cancel(t, one, session, 2)
 	f.server.waitFor(t, "block down: the request was cancelled")
 	f.replicas[1].events.waitFor(t, events.FleetUnreachable)
-	natstest.RunIn(t, port, natsDir)
+	back := natstest.RunIn(t, port, natsDir)
 	for _, r := range f.replicas {
 		r.events.waitFor(t, events.FleetBack)
 	}
@@ -344,5 +392,5 @@ func TestE2EFleetNATSRestart(t *testing.T) {
 	f.server.waitFor(t, "block up: the request was cancelled")
 	<-rc.hit
 	release(t, one, session, "up")
-	noLateAnswerNorHook(t, stream, 3, rc)
+	noLateAnswerNorHook(t, stream, 3, rc, f.replicas[2], back.ClientURL())
 }

@@ -17,11 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // blankLineServer is a real stdio server (a shell loop) that follows every

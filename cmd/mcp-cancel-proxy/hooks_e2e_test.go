@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/nats-io/nats.go"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/natstest"
 )
 

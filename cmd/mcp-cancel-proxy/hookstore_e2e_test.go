@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
 )
 

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/chromedp/chromedp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // chromium returns Debian's Chromium, which scripts/test installs; without

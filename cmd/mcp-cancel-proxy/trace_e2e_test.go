@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/otlptest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )

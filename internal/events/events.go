@@ -46,6 +46,11 @@ const (
 	SessionOpened       Name = "session_opened"        // a Streamable HTTP client's session (session)
 	LegacySessionOpened Name = "legacy_session_opened" // an HTTP+SSE client's session
 	SessionIdle         Name = "session_idle"          // an idle session's stdio server is stopped
+	// StreamLeft: a client left a response stream that still owed answers
+	// (requests); then says what follows: cancelled (2026-07-28: the close
+	// is the cancel), cancelled unless resumed (after the disconnect grace),
+	// or runs on (a 2025 close is no cancel).
+	StreamLeft Name = "stream_left"
 
 	// Decisions on messages (the tracker's): from, direction, kind, method,
 	// id, reason; a cancel also tool and source.

@@ -14,8 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // Defaults for the stop ladder.

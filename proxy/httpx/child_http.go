@@ -82,7 +82,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
-	st.onAbort = func() { lu.s.afterDisconnect(nil, func() { lu.cancelAbandoned(c, st) }) }
+	st.onAbort = func() { lu.s.afterDisconnect(c.log, len(st.ids), nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
@@ -401,6 +401,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 	st.onAbort = func() {
 		c.forgetRename(id, tok)
 		c.send(framing.AppendCancelled(nil, id, "the client closed the stream"))
+		streamLeft(c.log, 1, leftCancelled)
 	}
 	if err := c.send(line); err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)

@@ -4,9 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.uber.org/zap"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
-	"go.uber.org/zap"
 )
 
 // detection remembers what the upstream was found to speak.

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -434,11 +435,14 @@ func kindsOf(s *Sidecar) []kind {
 // for every kind of session: once a client has left a stream whose requests
 // are unanswered, cancel runs after the grace, unless came reports, given
 // when the client left (UnixNano), that it came back for its answers
-// meanwhile (came may be nil). It reports whether the grace is on.
-func (s *Sidecar) afterDisconnect(came func(left int64) bool, cancel func()) bool {
+// meanwhile (came may be nil). It reports whether the grace is on, and logs
+// what follows as a stream_left event (n requests).
+func (s *Sidecar) afterDisconnect(log *zap.Logger, n int, came func(left int64) bool, cancel func()) bool {
 	if s.DisconnectCancelAfter <= 0 {
+		streamLeft(log, n, leftRunsOn)
 		return false
 	}
+	streamLeft(log, n, leftGrace)
 	left := s.clock.Now().UnixNano()
 	s.clock.AfterFunc(s.DisconnectCancelAfter, func() {
 		if came == nil || !came(left) {
@@ -446,6 +450,20 @@ func (s *Sidecar) afterDisconnect(came func(left int64) bool, cancel func()) boo
 		}
 	})
 	return true
+}
+
+// What follows a client's leaving a stream that owed answers (stream_left).
+const (
+	leftCancelled = "cancelled"                                 // 2026-07-28: the close is the cancel
+	leftGrace     = "cancelled unless resumed within the grace" // http.disconnect_cancel_after
+	leftRunsOn    = "runs on"                                   // a 2025 close is no cancel
+)
+
+// streamLeft says that a client left a stream with n requests unanswered,
+// and what follows: a stream_left event.
+func streamLeft(log *zap.Logger, n int, then string) {
+	log.Debug("the client left a stream that owed answers", events.Mark(events.StreamLeft),
+		zap.Int("requests", n), zap.String("then", then))
 }
 
 // peerOf names who sent a request, for fairness at a session cap: the

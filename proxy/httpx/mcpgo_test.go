@@ -2,6 +2,8 @@ package httpx_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +11,9 @@ import (
 	mcpgoclient "github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
+	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -84,16 +88,55 @@ func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
 
 // TestDisconnectIsNotACancelByDefault: in the 2025 revisions a dropped
 // stream is not a cancel, and without the opt-in the sidecar sends none.
+// Proved without a window: the sidecar says, as a stream_left event, that
+// it saw the client leave and lets the request run on (it decides that
+// there, so a cancel it made of the close would come first); the session's
+// end then cancels the request, and that is the first and only cancel.
 func TestDisconnectIsNotACancelByDefault(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url})
-	mcpgoCallAndAbandon(t, url, up.started)
-	select {
-	case key := <-up.sawCancel:
-		t.Errorf("upstream cancelled %q on a mere disconnect", key)
-	case <-time.After(300 * time.Millisecond): // a bounded look for something that must not happen
+	events, err := feed.Open("")
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { events.Close() })
+	left := events.Subscribe(64)
+	cancels := make(chan string, 4)
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, Logger: zap.New(events.Core()),
+		OnCancel: func(source string) { cancels <- source }})
+	c, err := mcpgoclient.NewStreamableHttpClient(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpgoAbandon(t, c, "mcpgo", up.started)
+	waitEvent(t, left, feed.StreamLeft, "then", "runs on")
+	c.Close() // DELETE: the session ends, and its request with it
+	if source := <-cancels; source != "session_end" {
+		t.Errorf("the first cancel's source is %q, want session_end: the disconnect was taken for a cancel", source)
+	}
+	if key := <-up.sawCancel; key != "mcpgo" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+}
+
+// waitEvent reads sub's events until one is named name with the fields kv
+// (name, value pairs, as fmt.Sprint prints the values).
+func waitEvent(t *testing.T, sub *feed.Subscription, name feed.Name, kv ...string) {
+	t.Helper()
+	for line := range sub.Lines() {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("an event that is not JSON: %s", line)
+		}
+		match := m[feed.Key] == string(name)
+		for i := 0; match && i+1 < len(kv); i += 2 {
+			match = fmt.Sprint(m[kv[i]]) == kv[i+1]
+		}
+		if match {
+			return
+		}
+	}
+	t.Fatalf("the feed ended before an event %s %v", name, kv)
 }
 
 // TestLegacyStopCancelsInFlight: mcp-go's HTTP+SSE client gives up on a

@@ -499,14 +499,22 @@ func (rl relay) clientGone(sess *session, st *stream) {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client closed the stream", nil)
 		}
 		st.end(errClientGone)
+		if len(calls) > 0 {
+			streamLeft(rl.s.log.With(zap.String("session", sess.scope)), len(calls), leftCancelled)
+		}
 		return
 	}
 	st.end(errClientGone)
-	if len(calls) == 0 || sess.sessionID() == "" {
+	if len(calls) == 0 {
+		return
+	}
+	log := rl.s.log.With(zap.String("session", sess.scope))
+	if sess.sessionID() == "" { // nothing to resume, and no cancel in 2025
+		streamLeft(log, len(calls), leftRunsOn)
 		return
 	}
 	came := func(left int64) bool { return sess.lastResume.Load() > left } // for its answers
-	rl.s.afterDisconnect(came, func() {
+	rl.s.afterDisconnect(log, len(calls), came, func() {
 		for _, c := range calls {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client disconnected", nil)
 		}

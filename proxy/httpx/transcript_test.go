@@ -17,9 +17,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
@@ -160,6 +162,7 @@ type replay struct {
 	graced   bool                 // the front cancels a left request after a grace
 	renamed  map[string]any       // a request's id -> its name toward a shared server (serverGets)
 	bodyOf   map[string]io.Closer // request id -> the response of the POST that carried it
+	left     *feed.Subscription   // the front's events, for stream_left
 }
 
 // stateless is the protocol revision without sessions, where closing a
@@ -222,27 +225,41 @@ func (r *replay) step(st transcript.Step) {
 		d, _ := st.Moved()
 		r.clk.Advance(d)
 	case "close":
-		body := r.bodyOf[st.Arg]
-		if body == nil {
-			r.t.Fatalf("steps line %d: no POST carried request %s", st.Line, st.Arg)
-		}
-		if !r.graced || r.era == stateless {
-			body.Close()
-			break
-		}
-		armed := r.clk.Armed()
-		body.Close()
-		select { // the grace starts once the front has seen the close
-		case <-armed:
-		case <-time.After(10 * time.Second):
-			r.t.Fatalf("steps line %d: the disconnect grace did not start", st.Line)
-		}
+		r.close(st)
 	case "cut":
 		r.cut(st.Arg)
 	case "end":
 		r.end(st.Arg)
 	case "shutdown":
 		r.shutdown()
+	}
+}
+
+// close closes the response of the POST that carried the request st names,
+// as a client leaving its stream, and returns once the front has seen it
+// go: its stream_left event (then, with a grace, the grace's timer).
+func (r *replay) close(st transcript.Step) {
+	body := r.bodyOf[st.Arg]
+	if body == nil {
+		r.t.Fatalf("steps line %d: no POST carried request %s", st.Line, st.Arg)
+	}
+	armed := r.clk.Armed()
+	body.Close()
+	deadline := time.After(10 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case line, ok := <-r.left.Lines():
+			seen = ok && strings.Contains(string(line), `"event":"`+string(feed.StreamLeft)+`"`)
+		case <-deadline:
+			r.t.Fatalf("steps line %d: the front did not see the client leave", st.Line)
+		}
+	}
+	if r.graced && r.era != stateless {
+		select { // the grace's timer is set by then
+		case <-armed:
+		case <-deadline:
+			r.t.Fatalf("steps line %d: the disconnect grace did not start", st.Line)
+		}
 	}
 }
 
@@ -557,7 +574,13 @@ func (r *replay) readEvents(where string, resp *http.Response, rd *framing.SSERe
 func (r *replay) serve(sc *httpx.Sidecar) {
 	r.t.Helper()
 	sc.Clock = r.clk
-	sc.Logger = zaptest.NewLogger(r.t)
+	events, err := feed.Open("")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { events.Close() })
+	r.left = events.Subscribe(64)
+	sc.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(r.t).Core(), events.Core()))
 	sc.Tracker.OnEvent = r.onEvent
 	h, err := sc.Handler()
 	if err != nil {

@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // Upstream transports (Sidecar.UpstreamTransport).

@@ -7,10 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 const (
