@@ -22,6 +22,10 @@ const (
 	ActDropped        Action = "dropped"
 	ActReplied        Action = "answered by proxy"
 	ActWithdrawn      Action = "withdrawn before dispatch"
+	// ActTaken: an answer to a request of the proxy's own (its tasks/cancel,
+	// a restart's initialize), which the proxy keeps. An event only: no
+	// counter or metric moves for it.
+	ActTaken Action = "taken by the proxy"
 )
 
 // feed is the name of the events feed's event for the action.

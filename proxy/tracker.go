@@ -334,6 +334,7 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	}
 	if c.onAnswer != nil {
 		c.onAnswer(m)
+		t.emit(from, ActTaken, m.Kind, c.method, c.id, "")
 		return Outcome{Verdict: Drop}
 	}
 	t.forwarded(from, m.Kind, c.method, c.id)

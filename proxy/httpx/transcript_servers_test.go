@@ -35,7 +35,7 @@ func (r *replay) scriptedStdio() *pipeBackend {
 				return
 			}
 			if bytes.Contains(line, []byte(`"harness-init"`)) {
-				r.send(initAnswer)
+				r.send(r.initAnswer)
 				continue
 			}
 			r.server.put("stdin", bytes.Clone(line))
@@ -147,7 +147,7 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case bytes.Contains(body, []byte(`"harness-init"`)):
 		w.Header().Set("Mcp-Session-Id", "replay-session")
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, initAnswer)
+		io.WriteString(w, u.r.initAnswer)
 		return
 	}
 	var f framing.Frame
@@ -325,7 +325,7 @@ func (r *replay) scriptedSSE() string {
 		}
 		body, _ := io.ReadAll(req.Body)
 		if bytes.Contains(body, []byte(`"harness-init"`)) {
-			out <- []byte(initAnswer)
+			out <- []byte(r.initAnswer)
 		} else {
 			r.server.put("POST", body)
 		}

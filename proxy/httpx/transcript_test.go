@@ -64,7 +64,7 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 	watchdog(t, 30*time.Second)
 	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
-		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}}
+		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer()}
 	r.client.init()
 	r.server.init()
 	r.engine(tr)
@@ -163,6 +163,9 @@ type replay struct {
 	renamed  map[string]any       // a request's id -> its name toward a shared server (serverGets)
 	bodyOf   map[string]io.Closer // request id -> the response of the POST that carried it
 	left     *feed.Subscription   // the front's events, for stream_left
+	// initAnswer is the server's answer to the harness's initialize, with
+	// the transcript's server capabilities.
+	initAnswer string
 }
 
 // stateless is the protocol revision without sessions, where closing a
@@ -391,7 +394,7 @@ func (r *replay) initialize() {
 	}
 	if r.bridged {
 		r.post(initRequest)
-		r.client.take(r.t, "client", initAnswer)
+		r.client.take(r.t, "client", r.initAnswer)
 		return
 	}
 	resp := r.do(http.MethodPost, r.url, initRequest)
@@ -400,7 +403,7 @@ func (r *replay) initialize() {
 		r.t.Fatalf("initialize: no session (HTTP %d)", resp.StatusCode)
 	}
 	r.readAll("initialize", resp)
-	r.client.take(r.t, "client", initAnswer)
+	r.client.take(r.t, "client", r.initAnswer)
 	get := r.do(http.MethodGet, r.url, "")
 	if get.StatusCode != http.StatusOK {
 		r.t.Fatalf("GET stream: HTTP %d", get.StatusCode)
@@ -421,12 +424,11 @@ func (r *replay) openLegacy() {
 	r.endpoint = strings.TrimSuffix(r.url, "/mcp") + string(ev.Data)
 	r.readEvents("the event stream", resp, rd)
 	r.post(initRequest)
-	r.client.take(r.t, "client", initAnswer)
+	r.client.take(r.t, "client", r.initAnswer)
 }
 
-const initRequest = `{"jsonrpc":"2.0","id":"harness-init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"replay","version":"1"}}}`
-
-const initAnswer = `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"replay","version":"1"}}}`
+// initRequest is the harness's initialize.
+const initRequest = transcript.Initialize
 
 // post sends a frame of the client's, and reads what answers it.
 func (r *replay) post(frame string) {

@@ -28,12 +28,29 @@ func TestTranscripts(t *testing.T) {
 		}
 		h := newHarness(t, opts)
 		h.clk = clk
+		if tr.ServerCapabilities != "{}" { // the server declares them in its answer to an initialize
+			h.initialize(tr)
+		}
 		for _, st := range tr.Steps {
 			if err := h.step(st); err != nil {
 				t.Fatalf("%s, steps line %d: %v", tr.Name, st.Line, err)
 			}
 		}
 	})
+}
+
+// initialize plays the harness's initialize, out of the steps' sight, and
+// the server's answer with the transcript's capabilities.
+func (h *harness) initialize(tr *transcript.Transcript) {
+	h.t.Helper()
+	h.client(transcript.Initialize)
+	if err := h.gets(h.fromProxyS, transcript.Initialize); err != nil {
+		h.t.Fatalf("initialize: %v", err)
+	}
+	h.server(tr.InitializeAnswer())
+	if err := h.gets(h.fromProxyC, tr.InitializeAnswer()); err != nil {
+		h.t.Fatalf("initialize: %v", err)
+	}
 }
 
 // step plays one step of a transcript.

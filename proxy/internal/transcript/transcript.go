@@ -55,6 +55,12 @@
 // cancelled once it passes; the replay waits for the grace's timer to be
 // set before it goes on.
 //
+// A file "server-capabilities", if present, holds the capabilities (a
+// JSON object) the server declares in its answer to the harness's own
+// initialize (Initialize), which every transport plays before the steps,
+// out of their sight (over stdio only when the file is present); without
+// it the server declares none.
+//
 // A file "not-on", if present, names (one a line) the transports the
 // transcript does not hold on, as the HTTP replay names them
 // ("streamable-to-streamable"); its comment says why.
@@ -106,6 +112,20 @@ type Transcript struct {
 	MaxFrameSize int
 	// DisconnectCancelAfter is the disconnect-cancel-after file's, or zero.
 	DisconnectCancelAfter time.Duration
+	// ServerCapabilities is the server-capabilities file's JSON object, or
+	// "{}".
+	ServerCapabilities string
+}
+
+// Initialize is the harness's initialize of a transcript's session, out of
+// the steps' sight, and InitializeAnswer the server's answer to it, with
+// the transcript's server capabilities.
+const Initialize = `{"jsonrpc":"2.0","id":"harness-init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"replay","version":"1"}}}`
+
+// InitializeAnswer is the server's answer to Initialize.
+func (tr *Transcript) InitializeAnswer() string {
+	return `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":` +
+		tr.ServerCapabilities + `,"serverInfo":{"name":"replay","version":"1"}}}`
 }
 
 // Engine returns the policy engine a transport runs the transcript's
@@ -185,7 +205,7 @@ func All() ([]Transcript, error) {
 }
 
 func parse(name string, a *txtar.Archive) (Transcript, error) {
-	tr := Transcript{Name: name, Comment: string(a.Comment)}
+	tr := Transcript{Name: name, Comment: string(a.Comment), ServerCapabilities: "{}"}
 	for _, f := range a.Files {
 		var err error
 		switch f.Name {
@@ -202,6 +222,11 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			tr.MaxFrameSize, err = strconv.Atoi(strings.TrimSpace(string(f.Data)))
 			if err == nil && tr.MaxFrameSize <= 0 {
 				err = errors.New("not positive")
+			}
+		case "server-capabilities":
+			var caps map[string]json.RawMessage
+			if err = json.Unmarshal(f.Data, &caps); err == nil {
+				tr.ServerCapabilities = strings.TrimSpace(string(f.Data))
 			}
 		case "steps":
 			tr.Steps, err = parseSteps(name, string(f.Data))
