@@ -188,15 +188,18 @@ func (st *stream) end(why error) {
 // message is put to the session's tracker on the way: messages it holds back
 // are left out of their event, and an event left empty is not sent.
 type sseRelay struct {
-	s         *Sidecar
-	sess      *session
-	st        *stream
-	resp      *fasthttp.Response
-	rd        *framing.SSEReader
-	f         framing.Frame
-	pending   []byte // what the last event left to hand out; aliases rd's buffer
-	eof       bool   // the upstream stream ended, or the sidecar ended it
-	broken    error  // why the stream ended, if not at the upstream's clean end
+	s       *Sidecar
+	sess    *session
+	st      *stream
+	resp    *fasthttp.Response
+	rd      *framing.SSEReader
+	f       framing.Frame
+	pending []byte // what the last event left to hand out; aliases rd's buffer
+	eof     bool   // the upstream stream ended, or the sidecar ended it
+	broken  error  // why the stream ended, if not at the upstream's clean end
+	// resumable: an event of the stream had an id, so that a client can
+	// resume it (GET with Last-Event-ID) once it ends.
+	resumable bool
 	stopWatch func()
 	// evs, for a lingering stream, carries the events a pump goroutine
 	// reads, so that the client's side can end while the upstream's is
@@ -406,6 +409,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 		r.st.end(errStreamCancelled)
 		return nil, false
 	default:
+		r.resumable = r.resumable || ev.HasID && len(ev.ID) > 0
 		return relay{r.s}.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
 	}
 	if r.broken != nil && !r.st.wasCut() {
@@ -431,11 +435,13 @@ var errEndedUnanswered = errors.New("the upstream ended the request's stream wit
 
 // owesAnswers reports whether the upstream, having ended this stream, left
 // requests unanswered that nobody can resume: the client did not leave it,
-// and there is no session whose GET stream could still bring the answers
-// (a sessionless request, or 2026-07-28, where streams do not resume). The
-// bridge answers such a request the same way.
+// and no GET of the session's can resume the stream to bring the answers
+// (a sessionless request; 2026-07-28, where streams do not resume; a stream
+// whose events had no id, which a resumption names, and whose answers the
+// server may send on no other stream). The bridge answers such a request
+// the same way.
 func (r *sseRelay) owesAnswers() bool {
-	if r.st.wasCut() || r.sess.sessionID() != "" && !r.sess.protocolVersion().CancelsByClose() {
+	if r.st.wasCut() || r.resumable && r.sess.sessionID() != "" && !r.sess.protocolVersion().CancelsByClose() {
 		return false
 	}
 	return r.sess.awaitsOn(r.st)

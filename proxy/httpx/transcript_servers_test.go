@@ -157,6 +157,9 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		u.mu.Lock()
 		for i := range f.Msgs {
 			if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
+				if m.Method == framing.MethodInitialize { // the steps' own: a stateful server's session
+					w.Header().Set("Mcp-Session-Id", "replay-session")
+				}
 				st.pending++
 				st.ids = append(st.ids, m.ID.String())
 				requests++

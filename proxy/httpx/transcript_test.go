@@ -75,7 +75,13 @@ func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 // nothing unexpected came.
 func (r *replay) play(tr *transcript.Transcript) {
 	r.era = tr.Era()
-	if r.era != stateless { // a 2026-07-28 request stands alone
+	switch {
+	case r.era == stateless: // a 2026-07-28 request stands alone
+	case tr.Initializes(): // the steps initialize: only the legacy event stream is opened first
+		if r.legacy {
+			r.openEventStream()
+		}
+	default:
 		r.initialize()
 	}
 	for _, st := range tr.Steps {
@@ -415,6 +421,15 @@ func (r *replay) initialize() {
 // event names where to POST, then the harness's initialize.
 func (r *replay) openLegacy() {
 	r.t.Helper()
+	r.openEventStream()
+	r.post(initRequest)
+	r.client.take(r.t, "client", r.initAnswer)
+}
+
+// openEventStream opens an HTTP+SSE client's event stream, and learns from
+// its first event where to POST.
+func (r *replay) openEventStream() {
+	r.t.Helper()
 	resp := r.do(http.MethodGet, strings.TrimSuffix(r.url, "/mcp")+"/sse", "")
 	rd := framing.NewSSEReader(resp.Body, 0)
 	ev, err := rd.Next()
@@ -423,8 +438,6 @@ func (r *replay) openLegacy() {
 	}
 	r.endpoint = strings.TrimSuffix(r.url, "/mcp") + string(ev.Data)
 	r.readEvents("the event stream", resp, rd)
-	r.post(initRequest)
-	r.client.take(r.t, "client", r.initAnswer)
 }
 
 // initRequest is the harness's initialize.
@@ -460,6 +473,9 @@ func (r *replay) post(frame string) {
 		r.postOf[id.String()] = append(r.postOf[id.String()], where) // a refused request: answered under its id
 	}
 	resp := r.do(http.MethodPost, r.url, frame)
+	if id := resp.Header.Get("Mcp-Session-Id"); r.session == "" && id != "" {
+		r.session = id // the steps' own initialize opened the session
+	}
 	for i := range f.Msgs {
 		if m := &f.Msgs[i]; m.Kind == framing.KindRequest {
 			r.bodyOf[m.ID.String()] = resp.Body

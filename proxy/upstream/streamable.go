@@ -288,15 +288,16 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 	defer b.untrack(body, id)
 	rd := framing.NewSSEReader(body, limit)
 	defer rd.Release()
-	answered := false
+	answered, resumable := false, false
 	for {
 		ev, err := rd.Next()
 		if err != nil {
 			if id != nil && !answered {
-				b.unanswered(*id, err)
+				b.unanswered(*id, err, resumable)
 			}
 			return
 		}
+		resumable = resumable || ev.HasID && len(ev.ID) > 0
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
 			answered = answered || id != nil && answers(ev.Data, *id) // scanned until the answer came
 			b.answer(ev.Data, initialize)
@@ -328,12 +329,13 @@ func wantsAuthorization(challenge string) string {
 // unanswered gives the session the proxy's -32000 for the request whose
 // stream ended without its answer: broken (the connection cut, an event cut
 // short), or ended cleanly where nothing else can bring the answer (no
-// session to resume in, or 2026-07-28, where a broken stream loses the
-// request). A stream the proxy ended for a cancel owes nothing. The
+// session to resume in; 2026-07-28, where a broken stream loses the
+// request; a stream whose events had no id, hadIDs false, which nothing
+// can resume). A stream the proxy ended for a cancel owes nothing. The
 // sidecar answers a broken upstream stream the same way.
-func (b *streamBackend) unanswered(id framing.ID, err error) {
+func (b *streamBackend) unanswered(id framing.ID, err error, hadIDs bool) {
 	b.mu.Lock()
-	resumable := b.session != "" && !b.modern
+	resumable := hadIDs && b.session != "" && !b.modern
 	b.mu.Unlock()
 	var why string
 	switch {

@@ -55,6 +55,9 @@
 // cancelled once it passes; the replay waits for the grace's timer to be
 // set before it goes on.
 //
+// Steps that begin with the client's initialize have no harness's
+// initialize before them (Initializes): the session is the steps' own.
+//
 // A file "server-capabilities", if present, holds the capabilities (a
 // JSON object) the server declares in its answer to the harness's own
 // initialize (Initialize), which every transport plays before the steps,
@@ -85,6 +88,7 @@ import (
 
 	"golang.org/x/tools/txtar"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
@@ -126,6 +130,16 @@ const Initialize = `{"jsonrpc":"2.0","id":"harness-init","method":"initialize","
 func (tr *Transcript) InitializeAnswer() string {
 	return `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":` +
 		tr.ServerCapabilities + `,"serverInfo":{"name":"replay","version":"1"}}}`
+}
+
+// Initializes reports whether the steps begin with the client's
+// initialize: then no harness plays one of its own before them.
+func (tr *Transcript) Initializes() bool {
+	if len(tr.Steps) == 0 || tr.Steps[0].Op != "c>" {
+		return false
+	}
+	var f framing.Frame
+	return f.Parse([]byte(tr.Steps[0].Arg)) == nil && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize
 }
 
 // Engine returns the policy engine a transport runs the transcript's
