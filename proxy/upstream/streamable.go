@@ -282,27 +282,91 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 		}
 		return
 	}
+	b.relayStream(body, resp, limit, initialize, id)
+}
+
+// relayStream relays an event stream (body, of first) until the answer to
+// id, if not nil, has come; a stream that ends before it is resumed while
+// its events carry ids, each resumed stream's response released once read.
+func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fasthttp.Response, limit int, initialize bool, id *framing.ID) {
+	resp := first
+	lastID := ""
+	for resumes := 0; ; resumes++ {
+		answered, last, events, err := b.relayEvents(body, limit, initialize, id)
+		if resumes > 0 {
+			fasthttp.ReleaseResponse(resp) // a resumed stream's, read to its end
+		}
+		if id == nil || answered {
+			return
+		}
+		lastID = cmp.Or(last, lastID)
+		b.mu.Lock()
+		resumable := lastID != "" && b.session != "" && !b.modern
+		b.mu.Unlock()
+		if !errors.Is(err, io.EOF) || !resumable || resumes > 0 && events == 0 || resumes == maxResumes {
+			b.unanswered(*id, err)
+			return
+		}
+		// The stream ended before the answer, and its events had ids: a
+		// 2025 server may end a call's stream so (to have the client poll),
+		// and resuming it is how the answer comes.
+		if resp = b.resume(lastID); resp == nil {
+			b.unanswered(*id, io.EOF)
+			return
+		}
+		body = BodyOf(resp)
+	}
+}
+
+// maxResumes bounds how many times one request's stream is resumed; each
+// resumed stream must bring an event, or it is the last.
+const maxResumes = 100
+
+// relayEvents hands the session each message event of an event stream,
+// until it ends (err, io.EOF at its clean end); id, if not nil, is the
+// request it answers. It reports whether the answer came, the last event
+// id, and how many events there were.
+func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, initialize bool, id *framing.ID) (answered bool, last string, events int, err error) {
 	if !b.track(body, id) {
-		return
+		return false, "", 0, errSSEStopped
 	}
 	defer b.untrack(body, id)
 	rd := framing.NewSSEReader(body, limit)
 	defer rd.Release()
-	answered, resumable := false, false
 	for {
 		ev, err := rd.Next()
 		if err != nil {
-			if id != nil && !answered {
-				b.unanswered(*id, err, resumable)
-			}
-			return
+			return answered, last, events, err
 		}
-		resumable = resumable || ev.HasID && len(ev.ID) > 0
+		events++
+		if ev.HasID && len(ev.ID) > 0 {
+			last = string(ev.ID)
+		}
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
 			answered = answered || id != nil && answers(ev.Data, *id) // scanned until the answer came
 			b.answer(ev.Data, initialize)
 		}
 	}
+}
+
+// resume asks the upstream to resume the session's stream after the event
+// last (a GET with Last-Event-ID), and returns its response, or nil when
+// the upstream does not resume it.
+func (b *streamBackend) resume(last string) *fasthttp.Response {
+	b.mu.Lock()
+	session := b.session
+	b.mu.Unlock()
+	resp, err := b.requestAfter(last, session)
+	if err != nil {
+		b.log.Warn("resuming a request's stream failed", zap.String("error", Brief(err)))
+		return nil
+	}
+	if resp.StatusCode() != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()) {
+		b.log.Warn("the upstream did not resume a request's stream", zap.Int("status", resp.StatusCode()))
+		ReadHead(resp) // and releases it
+		return nil
+	}
+	return resp
 }
 
 // KindUnauthorized is data.kind of the proxy's error for a request the
@@ -330,21 +394,16 @@ func wantsAuthorization(challenge string) string {
 // stream ended without its answer: broken (the connection cut, an event cut
 // short), or ended cleanly where nothing else can bring the answer (no
 // session to resume in; 2026-07-28, where a broken stream loses the
-// request; a stream whose events had no id, hadIDs false, which nothing
-// can resume). A stream the proxy ended for a cancel owes nothing. The
-// sidecar answers a broken upstream stream the same way.
-func (b *streamBackend) unanswered(id framing.ID, err error, hadIDs bool) {
-	b.mu.Lock()
-	resumable := hadIDs && b.session != "" && !b.modern
-	b.mu.Unlock()
+// request; a stream whose events had no id, which nothing can resume; one
+// the upstream would not resume). A stream the proxy ended for a cancel
+// owes nothing. The sidecar answers a broken upstream stream the same way.
+func (b *streamBackend) unanswered(id framing.ID, err error) {
 	var why string
 	switch {
 	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped):
 		return
 	case !errors.Is(err, io.EOF):
 		why = "the upstream's stream broke: " + Brief(err)
-	case resumable:
-		return // the session's GET stream may still bring it (a resumed stream)
 	default:
 		why = "the upstream ended the request's stream without answering it"
 	}
@@ -447,11 +506,26 @@ func (b *streamBackend) request(method string, body []byte, session string, m *f
 // requestWithin is request, the wait for the answer's headers bounded by
 // timeout when it is positive.
 func (b *streamBackend) requestWithin(timeout time.Duration, method string, body *writtenBody, session string, m *framing.Message) (*fasthttp.Response, error) {
+	return b.requestAfterEvent(timeout, method, body, session, m, "")
+}
+
+// requestAfter is the session's GET that resumes a stream after the event
+// whose id is last.
+func (b *streamBackend) requestAfter(last, session string) (*fasthttp.Response, error) {
+	return b.requestAfterEvent(0, fasthttp.MethodGet, nil, session, nil, last)
+}
+
+// requestAfterEvent is requestWithin with Last-Event-ID: last, unless
+// last is empty.
+func (b *streamBackend) requestAfterEvent(timeout time.Duration, method string, body *writtenBody, session string, m *framing.Message, last string) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(b.u.URL.String())
 	req.Header.SetMethod(method)
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if last != "" {
+		req.Header.Set("Last-Event-ID", last)
+	}
 	if body != nil {
 		req.Header.SetContentType("application/json")
 		req.SetBodyStream(body, body.Len())
