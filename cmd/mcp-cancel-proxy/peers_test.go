@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,4 +156,41 @@ func tsClientAborts(t *testing.T, url, transport string, args ...string) {
 		t.Errorf("client: outcome %q, %d progress after abort, errors %q, %d tools; want aborted, 0, none, some",
 			r.Outcome, r.After, r.Errors, r.Tools)
 	}
+}
+
+// TestE2EBridgeResumesAPollingServer: the TypeScript SDK's server with an
+// event store has its client poll (2025-11-25): its tool ends the request's
+// stream before the answer. The bridge, the client there, resumes the
+// stream (the server logs the GET with Last-Event-ID) and its stdio client
+// gets the answer; before, it waited for ever.
+func TestE2EBridgeResumesAPollingServer(t *testing.T) {
+	node, dir := nodePeers(t)
+	watchdog(t, 60*time.Second)
+	addr := freePort(t)
+	_, port, _ := net.SplitHostPort(addr)
+	srv := exec.Command(node, filepath.Join(dir, "e2e", "ts-polling-server.mjs"))
+	srv.Dir = dir
+	srv.Env = append(os.Environ(), "PORT="+port)
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	server := newLogTail(stderr)
+	server.waitFor(t, "ts-polling: listening")
+	w := startWrapped(t, "--upstream", "http://"+addr+"/mcp", "--upstream-transport", "streamable", "--log-level", "debug")
+	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	w.recvUntil(isResponse("init"))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"poll","arguments":{}}}`)
+	got := w.recvUntil(isResponse(2))
+	answer := got[len(got)-1]
+	if res, _ := answer["result"].(map[string]any); res == nil || res["isError"] == true || !strings.Contains(fmt.Sprint(res["content"]), "polled") {
+		t.Fatalf("the call's answer: %v, want the server's \"polled\"", answer)
+	}
+	server.waitFor(t, "ts-polling: the request stream is closed")
+	server.waitFor(t, "ts-polling: resumed after")
 }
