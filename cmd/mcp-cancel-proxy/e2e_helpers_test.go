@@ -237,6 +237,22 @@ func concerns(m map[string]any, id any, token string) bool {
 	return false
 }
 
+// startServer starts cmd, a server for a test (the example server, a peer
+// of another language), killed when the test ends, and returns its stderr's
+// lines.
+func startServer(t testing.TB, cmd *exec.Cmd) *logTail {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return newLogTail(stderr)
+}
+
 // logTail collects the proxy's stderr lines and lets a test wait for one.
 type logTail struct {
 	mu    sync.Mutex // guards lines and waiters

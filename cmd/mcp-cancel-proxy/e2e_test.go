@@ -80,17 +80,9 @@ func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
 // startExampleStateless serves the example server, stateless, at addr,
 // and returns its log.
 func startExampleStateless(t *testing.T, addr string) *logTail {
-	srv := exec.Command(proxyBin, "example-server", "--http", addr, "--stateless")
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", addr, "--stateless"))
 	waitListening(t, addr)
-	return newLogTail(stderr)
+	return server
 }
 
 // statelessCancel cancels the example server's block tool through w, in
@@ -397,16 +389,7 @@ func TestE2ESidecarAdmin(t *testing.T) {
 // before), and exits 0.
 func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	up, front := freePort(t), freePort(t)
-	upstream := exec.Command(proxyBin, "example-server", "--http", up)
-	stderr, err := upstream.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := upstream.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { upstream.Process.Kill(); upstream.Wait() }()
-	server := newLogTail(stderr)
+	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(cfg, []byte("http:\n  shutdown_grace: 200ms\n"), 0o600)
 	sc := startWrapped(t, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp", "--log-level", "debug")
@@ -592,16 +575,7 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 func TestE2EGoSDKSSEClientToGoSDKSSEServer(t *testing.T) {
 	watchdog(t, 60*time.Second)
 	up, front := freePort(t), freePort(t)
-	srv := exec.Command(proxyBin, "example-server", "--sse", up)
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	server := newLogTail(stderr)
+	server := startServer(t, exec.Command(proxyBin, "example-server", "--sse", up))
 	waitListening(t, up)
 	goSDKClientCancelsThroughSidecar(t, front, "http://"+up+"/sse", server,
 		&mcp.SSEClientTransport{Endpoint: "http://" + front + "/sse"}, nil, true)

@@ -171,15 +171,7 @@ func TestE2EBridgeResumesAPollingServer(t *testing.T) {
 	srv := exec.Command(node, filepath.Join(dir, "e2e", "ts-polling-server.mjs"))
 	srv.Dir = dir
 	srv.Env = append(os.Environ(), "PORT="+port)
-	stderr, err := srv.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	server := newLogTail(stderr)
+	server := startServer(t, srv)
 	server.waitFor(t, "ts-polling: listening")
 	w := startWrapped(t, "--upstream", "http://"+addr+"/mcp", "--upstream-transport", "streamable", "--log-level", "debug")
 	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)

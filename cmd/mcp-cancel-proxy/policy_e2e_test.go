@@ -44,16 +44,7 @@ type sidecarRun struct {
 func startSidecarSession(t *testing.T, env []string, args ...string) sidecarRun {
 	t.Helper()
 	up, front := freePort(t), freePort(t)
-	upstream := exec.Command(proxyBin, "example-server", "--http", up)
-	stderr, err := upstream.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := upstream.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { upstream.Process.Kill(); upstream.Wait() })
-	run := sidecarRun{server: newLogTail(stderr), url: "http://" + front + "/mcp"}
+	run := sidecarRun{server: startServer(t, exec.Command(proxyBin, "example-server", "--http", up)), url: "http://" + front + "/mcp"}
 	cmd := exec.Command(proxyBin, append(args, "--listen", front, "--upstream", "http://"+up+"/mcp")...)
 	cmd.Env = env
 	run.sc = startCommand(t, cmd)
