@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -525,7 +526,7 @@ func (g *governor) expire(r *record, gen int) {
 	}
 	g.e.metrics.DeadlineFired()
 	reason := fmt.Sprintf("deadline of %v passed (rule %s)", timeout, r.rule.Name)
-	g.log.Info("deadline passed: cancelling", zap.String("method", r.method), zap.String("tool", r.tool),
+	g.log.Info("deadline passed: cancelling", events.Mark(events.DeadlinePassed), zap.String("method", r.method), zap.String("tool", r.tool),
 		zap.ByteString("id", r.id), r.correlationField(), zap.Duration("timeout", timeout))
 	if task {
 		g.mu.Lock()

@@ -300,6 +300,11 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 		t.Errorf("last event of the call past its deadline: %s", last)
 	}
 	sc.logs.waitFor(t, `"id":3,`, `"source":"deadline"`)
+	for i, ev := range sc.events.waitCount(t, 2, events.DeadlinePassed, "tool", "slow_ignore") {
+		if fmt.Sprint(ev["id"]) != fmt.Sprint(3+i) {
+			t.Errorf("deadline event %d names request %v, want %d", i, ev["id"], 3+i)
+		}
+	}
 	metrics, err := http.Get("http://" + adm + "/metrics")
 	if err != nil {
 		t.Fatal(err)

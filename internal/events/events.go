@@ -61,6 +61,10 @@ const (
 	Answered       Name = "answered"   // the proxy answered a request itself
 	Withdrawn      Name = "withdrawn"  // a held request cancelled before it was sent
 
+	// DeadlinePassed: a rule's timeout passed; the request is cancelled as
+	// a client's cancel would (method, tool, id, timeout).
+	DeadlinePassed Name = "deadline_passed"
+
 	HookRan    Name = "hook_ran"    // a compensating hook succeeded (phase, tool, id)
 	HookFailed Name = "hook_failed" // it failed (and is retried, or becomes an orphan)
 
