@@ -176,12 +176,29 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	st.closeCancels = req.Header.Get("MCP-Protocol-Version") == "2026-07-28"
 	// Once its stream is known: a step that answers it may come at once.
-	u.r.server.put("POST", body)
+	u.r.server.put("POST", headerTrace(req, body))
 	if requests == 0 {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	u.stream(w, req, st)
+}
+
+// headerTrace is the request a Streamable HTTP server sees in body: its
+// traceparent header, if it has one and the request carries no context of
+// its own, as its params._meta.traceparent (what a stdio server gets in
+// the line), so that a transcript says one thing of every server.
+func headerTrace(req *http.Request, body []byte) []byte {
+	tp := req.Header.Get("traceparent")
+	var f framing.Frame
+	if tp == "" || f.Parse(body) != nil || f.Batch || f.Msgs[0].TraceParentSpan.Found() {
+		return body
+	}
+	traced, err := framing.WithTraceContext(&f.Msgs[0], tp, req.Header.Get("tracestate"))
+	if err != nil {
+		return body
+	}
+	return traced
 }
 
 // stream writes st's events until it ends or the sidecar leaves.

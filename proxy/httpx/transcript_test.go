@@ -64,7 +64,7 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 	watchdog(t, 30*time.Second)
 	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
-		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer()}
+		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer(), traceParent: tr.TraceParent}
 	r.client.init()
 	r.server.init()
 	r.engine(tr)
@@ -95,6 +95,9 @@ func (r *replay) play(tr *transcript.Transcript) {
 func (r *replay) sidecar(kind string) *httpx.Sidecar {
 	opts := stdio.Options{OnEvent: r.onEvent, MaxFrameSize: r.maxFrame}
 	sc := &httpx.Sidecar{MaxBodySize: r.maxFrame}
+	if r.traceParent != "" {
+		sc.NewTracer, opts.NewTracer = r.traces.tracer, r.traces.tracer
+	}
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")
 		sc.Governor = r.policy.Governor
@@ -172,6 +175,10 @@ type replay struct {
 	// initAnswer is the server's answer to the harness's initialize, with
 	// the transcript's server capabilities.
 	initAnswer string
+	// traceParent, the transcript's, goes with every POST of the client;
+	// traces records the trace of each client request's span.
+	traceParent string
+	traces      tracesSeen
 }
 
 // stateless is the protocol revision without sessions, where closing a
@@ -235,6 +242,8 @@ func (r *replay) step(st transcript.Step) {
 		r.clk.Advance(d)
 	case "close":
 		r.close(st)
+	case "trace":
+		r.trace(st)
 	case "cut":
 		r.cut(st.Arg)
 	case "end":
@@ -537,6 +546,9 @@ func (r *replay) request(method, url, body string) *http.Request {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if r.traceParent != "" && method == http.MethodPost {
+		req.Header.Set("traceparent", r.traceParent)
+	}
 	if !r.legacy {
 		req.Header.Set("MCP-Protocol-Version", cmp.Or(r.era, "2025-06-18"))
 	}

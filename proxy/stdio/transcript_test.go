@@ -75,6 +75,8 @@ func (h *harness) step(st transcript.Step) error {
 	case "era": // over stdio a revision changes no rule of a transcript's
 	case "close":
 		return fmt.Errorf("a stdio client has no stream to leave: the transcript's not-on must name this transport")
+	case "trace":
+		return fmt.Errorf("a stdio client sends no HTTP header to trace: the transcript's not-on must name this transport")
 	case "cut", "end": // the server exits
 		h.toProxyS.Close()
 	case "shutdown": // as the wrapper's signal does

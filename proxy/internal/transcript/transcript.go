@@ -37,6 +37,9 @@
 //	           request ID without answering it: a stdio server exits, an
 //	           HTTP+SSE server ends its event stream, a Streamable HTTP
 //	           server ends ID's response stream
+//	trace ID T the span of the client's request ID is in trace T (32 hex
+//	           digits): with a file "traceparent", over HTTP, the POST's
+//	           traceparent header continued
 //	shutdown   the proxy shuts down, as on SIGTERM once the shutdown
 //	           grace is over: what is still in flight is cancelled on the
 //	           server and answered to its client; the steps after it see
@@ -57,6 +60,13 @@
 //
 // Steps that begin with the client's initialize have no harness's
 // initialize before them (Initializes): the session is the steps' own.
+//
+// A file "traceparent", if present, holds the W3C trace context every POST
+// of an HTTP client carries as its traceparent header; the proxy traces
+// (a recording tracer) and the steps say, with trace, which trace each
+// request's span is in. A Streamable HTTP server that gets a traceparent
+// header receives it as the request's params._meta.traceparent, where a
+// stdio server would find it.
 //
 // A file "server-capabilities", if present, holds the capabilities (a
 // JSON object) the server declares in its answer to the harness's own
@@ -119,6 +129,9 @@ type Transcript struct {
 	// ServerCapabilities is the server-capabilities file's JSON object, or
 	// "{}".
 	ServerCapabilities string
+	// TraceParent is the traceparent file's W3C trace context, which
+	// every POST of the client carries as its traceparent header, if any.
+	TraceParent string
 }
 
 // Initialize is the harness's initialize of a transcript's session, out of
@@ -237,6 +250,11 @@ func parse(name string, a *txtar.Archive) (Transcript, error) {
 			if err == nil && tr.MaxFrameSize <= 0 {
 				err = errors.New("not positive")
 			}
+		case "traceparent":
+			tr.TraceParent = strings.TrimSpace(string(f.Data))
+			if parts := strings.Split(tr.TraceParent, "-"); len(parts) != 4 || len(parts[1]) != 32 {
+				err = errors.New("not a W3C traceparent (00-TRACEID-SPANID-FLAGS)")
+			}
 		case "server-capabilities":
 			var caps map[string]json.RawMessage
 			if err = json.Unmarshal(f.Data, &caps); err == nil {
@@ -268,13 +286,16 @@ func parseSteps(name, data string) ([]Step, error) {
 		}
 		op, arg, _ := strings.Cut(line, " ")
 		switch op {
-		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "end", "shutdown":
+		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "end", "shutdown", "trace":
 		default:
 			return nil, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 		}
 		st := Step{Op: op, Arg: arg, Line: n + 1}
 		if op == "era" && len(steps) > 0 {
 			return nil, fmt.Errorf("%s, steps line %d: era must be the first step", name, n+1)
+		}
+		if f := strings.Fields(arg); op == "trace" && (len(f) != 2 || len(f[1]) != 32) {
+			return nil, fmt.Errorf("%s, steps line %d: trace wants a request id and a trace id of 32 hex digits", name, n+1)
 		}
 		if _, err := st.Moved(); op == "clock" && err != nil {
 			return nil, fmt.Errorf("%s, steps line %d: %v", name, n+1, err)
