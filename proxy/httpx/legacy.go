@@ -197,8 +197,11 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var f framing.Frame
-	if !ls.initialized.Load() && f.Parse(line) == nil && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize {
-		ls.initialized.Store(true)
+	if f.Parse(line) == nil {
+		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line) // its session reads only the line
+		if !ls.initialized.Load() && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize {
+			ls.initialized.Store(true)
+		}
 	}
 	if err := ls.send(line); err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)

@@ -609,7 +609,7 @@ func (r *replay) serve(sc *httpx.Sidecar) {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { events.Close() })
-	r.left = events.Subscribe(64)
+	r.left = events.Subscribe(4096) // more than a transcript makes: none is dropped
 	sc.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(r.t).Core(), events.Core()))
 	sc.Tracker.OnEvent = r.onEvent
 	h, err := sc.Handler()
