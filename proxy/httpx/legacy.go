@@ -196,9 +196,15 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return
 	}
+	// Parsed here only when something needs it (the session parses every
+	// line): the first messages, until initialize; a traceparent header to
+	// carry into the line, which is all its session reads.
 	var f framing.Frame
-	if f.Parse(line) == nil {
-		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line) // its session reads only the line
+	traced := lg.s.NewTracer != nil && len(ctx.Request.Header.Peek("traceparent")) > 0
+	if (traced || !ls.initialized.Load()) && f.Parse(line) == nil {
+		if traced {
+			line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
+		}
 		if !ls.initialized.Load() && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize {
 			ls.initialized.Store(true)
 		}

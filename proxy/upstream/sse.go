@@ -273,31 +273,18 @@ func (b *sseBackend) post(msg []byte) {
 	req.SetBody(msg)
 	resp := fasthttp.AcquireResponse()
 	err := b.u.Client.Do(req, resp)
-	var why string
-	var f framing.Frame
-	switch {
-	case err != nil:
+	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		why = "the upstream could not be reached: " + Brief(err)
-	case resp.StatusCode() == fasthttp.StatusUnauthorized: // as a Streamable HTTP upstream's: the error says how to give it
-		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
-		ReadHead(resp)
-		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
-		if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
-			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
-		}
-		return
-	case resp.StatusCode() >= 300:
-		status := resp.StatusCode()
-		head := ReadHead(resp)
-		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
-	default:
-		ReadHead(resp)
+		resp = nil
+	}
+	reply, refused := postRefused(resp, err, b.log)
+	if !refused {
+		ReadHead(resp) // the answers come on the event stream
 		return
 	}
-	b.log.Warn("posting to the upstream failed", zap.String("why", why))
+	var f framing.Frame
 	if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
-		b.in.Put(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why))
+		b.in.Put(reply(f.Msgs[0].ID))
 	}
 }
 

@@ -219,52 +219,68 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 	resp, err := b.requestWithin(0, fasthttp.MethodPost, body, session, m)
 	body.Close()
 	close(progress.answered)
+	if err == nil && resp.StatusCode() == fasthttp.StatusAccepted {
+		ReadHead(resp)
+		return
+	}
+	if reply, refused := postRefused(resp, err, b.log); refused {
+		if isRequest {
+			b.in.Put(reply(f.Msgs[0].ID))
+		}
+		return
+	}
+	if initialize {
+		b.noteInitialized(resp)
+	}
+	var id *framing.ID
+	if isRequest {
+		id = &f.Msgs[0].ID
+	}
+	b.relay(resp, initialize, id)
+}
+
+// noteInitialized takes the session the upstream's answer to the first
+// initialize gives; without one (a stateless upstream), it asks, before the
+// client has its answer and so before its next request, whether the
+// upstream speaks 2026-07-28.
+func (b *streamBackend) noteInitialized(resp *fasthttp.Response) {
+	b.mu.Lock()
+	first := !b.initialized
+	if first {
+		b.initialized = true
+		b.session = strings.Clone(string(Peek(resp.Header.All(), SessionHeader)))
+	}
+	stateless := first && b.session == "" && !b.u.KeepRevision
+	b.mu.Unlock()
+	if stateless {
+		b.probeModern()
+	}
+}
+
+// postRefused reports whether a POST to the upstream failed (err, resp
+// then nil or released) or was refused (HTTP 300 or more); then it has
+// logged why and released resp, and reply makes the proxy's answer for the
+// request the POST carried: for a 401, what the server asked for and how to
+// give it. Otherwise resp is the caller's.
+func postRefused(resp *fasthttp.Response, err error, log *zap.Logger) (reply func(framing.ID) []byte, refused bool) {
 	var why string
 	switch {
 	case err != nil:
 		why = "the upstream could not be reached: " + Brief(err)
-	case resp.StatusCode() == fasthttp.StatusAccepted:
-		ReadHead(resp)
-		return
 	case resp.StatusCode() == fasthttp.StatusUnauthorized:
 		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
 		ReadHead(resp)
-		b.log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
-		if isRequest {
-			b.in.Put(unauthorized(f.Msgs[0].ID, challenge))
-		}
-		return
+		log.Warn("the upstream wants authorization", zap.String("www_authenticate", challenge[:min(len(challenge), 200)]))
+		return func(id framing.ID) []byte { return unauthorized(id, challenge) }, true
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
 		head := ReadHead(resp)
 		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
 	default:
-		if initialize {
-			b.mu.Lock()
-			first := !b.initialized
-			if first {
-				b.initialized = true
-				b.session = strings.Clone(string(Peek(resp.Header.All(), SessionHeader)))
-			}
-			stateless := first && b.session == "" && !b.u.KeepRevision
-			b.mu.Unlock()
-			if stateless {
-				// Before the client has its answer, and so before its
-				// next request.
-				b.probeModern()
-			}
-		}
-		var id *framing.ID
-		if isRequest {
-			id = &f.Msgs[0].ID
-		}
-		b.relay(resp, initialize, id)
-		return
+		return nil, false
 	}
-	b.log.Warn("posting to the upstream failed", zap.String("why", why))
-	if isRequest {
-		b.in.Put(proxy.ErrorReply(f.Msgs[0].ID, framing.CodeInternalError, why))
-	}
+	log.Warn("posting to the upstream failed", zap.String("why", why))
+	return func(id framing.ID) []byte { return proxy.ErrorReply(id, framing.CodeInternalError, why) }, true
 }
 
 // relay hands a response's messages to the session, a JSON body or each
