@@ -3,19 +3,15 @@ package httpx
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
-
-// detection remembers what the upstream was found to speak.
-type detection struct {
-	mu   sync.Mutex // held while probing: one probe at a time
-	done atomic.Bool
-	sse  bool // set before done
-}
 
 // modernity remembers whether the upstream speaks 2026-07-28.
 type modernity struct {
@@ -32,23 +28,55 @@ const (
 	TransportAuto       = upstream.TransportAuto
 )
 
-// viaChildren reports whether requests go to Children: a stdio server, or
-// an HTTP+SSE upstream (as told, or as detected).
-func (s *Sidecar) viaChildren() bool {
+// targetOf returns the target s's configuration names, chosen once, at
+// Provision: the relay in front of a Streamable HTTP upstream, sessions of
+// lines in front of a stdio server or an HTTP+SSE upstream, or, when the
+// upstream's transport is to be detected, a target that probes it at the
+// first request and is then the one of the two it found.
+func targetOf(s *Sidecar) target {
 	switch {
 	case s.Children == nil:
-		return false
+		return relay{s}
 	case s.Children.Dial == nil || s.UpstreamTransport != upstream.TransportAuto:
-		return true
+		return lineUpstream{s}
 	}
-	return outbound{s}.detectSSE()
+	return &detecting{s: s}
 }
 
-// detectSSE detects the upstream's transport once; until it can be reached,
-// each request is relayed as Streamable HTTP (and fails as such) and the
-// next one probes again.
-func (ob outbound) detectSSE() bool {
-	d := &ob.s.detected
+// detecting is the target of a sidecar whose upstream's transport is
+// detected (http.upstream_transport: auto): each request goes to the
+// target the probe found; until the upstream can be reached, it is
+// relayed as Streamable HTTP (and fails as such), and the next one probes
+// again.
+type detecting struct {
+	s    *Sidecar
+	mu   sync.Mutex // held while probing: one probe at a time
+	done atomic.Bool
+	sse  bool // set before done
+}
+
+func (d *detecting) post(ctx *fasthttp.RequestCtx)   { d.now().post(ctx) }
+func (d *detecting) get(ctx *fasthttp.RequestCtx)    { d.now().get(ctx) }
+func (d *detecting) delete(ctx *fasthttp.RequestCtx) { d.now().delete(ctx) }
+func (d *detecting) servesLines() bool               { return d.now().servesLines() }
+func (d *detecting) ready() error                    { return relay{d.s}.ready() }
+
+func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+	return d.now().dialLines(log)
+}
+
+// now returns the target requests go to: the one detected, or the relay
+// while the upstream cannot be reached.
+func (d *detecting) now() target {
+	if d.detect() {
+		return lineUpstream{d.s}
+	}
+	return relay{d.s}
+}
+
+// detect detects the upstream's transport once, and reports whether it is
+// HTTP+SSE.
+func (d *detecting) detect() bool {
 	if d.done.Load() {
 		return d.sse
 	}
@@ -57,9 +85,10 @@ func (ob outbound) detectSSE() bool {
 	if d.done.Load() {
 		return d.sse
 	}
-	sse, err := ob.probe()
+	s := d.s
+	sse, err := upstream.ProbeTransport(s.client, s.upstream, s.maxBody, s.log)
 	if err != nil {
-		ob.s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
+		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
 			zap.String("error", upstream.Brief(err)))
 		return false
 	}
@@ -69,11 +98,6 @@ func (ob outbound) detectSSE() bool {
 	if sse {
 		name = upstream.TransportSSE
 	}
-	ob.s.log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", name))
+	s.log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", name))
 	return sse
-}
-
-// probe finds out the sidecar's upstream's transport (probeTransport).
-func (ob outbound) probe() (sse bool, err error) {
-	return upstream.ProbeTransport(ob.s.client, ob.s.upstream, ob.s.maxBody, ob.s.log)
 }

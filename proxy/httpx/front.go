@@ -42,16 +42,8 @@ type target interface {
 	// and returns it with the options of the session between them and the
 	// grace its stop allows the server.
 	dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error)
-}
-
-// upstreamNow returns the upstream requests go to: Children's, when there
-// are children and the upstream is not (known or detected to be) a
-// Streamable HTTP one; else the relay.
-func (s *Sidecar) upstreamNow() target {
-	if s.viaChildren() {
-		return lineUpstream{s}
-	}
-	return relay{s}
+	// ready reports whether the upstream can take requests: /readyz.
+	ready() error
 }
 
 // The sidecar's parts: each is a view of the sidecar (its configuration,
@@ -85,6 +77,29 @@ func (lu lineUpstream) post(ctx *fasthttp.RequestCtx)   { lu.childPost(ctx) }
 func (lu lineUpstream) get(ctx *fasthttp.RequestCtx)    { lu.childGet(ctx) }
 func (lu lineUpstream) delete(ctx *fasthttp.RequestCtx) { lu.childDelete(ctx) }
 func (lu lineUpstream) servesLines() bool               { return true }
+
+// ready: a stdio server starts on demand; an HTTP+SSE upstream must accept
+// connections.
+func (lu lineUpstream) ready() error {
+	if lu.s.Children.Dial == nil {
+		return nil
+	}
+	return relay{lu.s}.ready()
+}
+
+// ready reports whether the upstream accepts connections.
+func (rl relay) ready() error {
+	u := rl.s.upstream
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	c, err := net.DialTimeout("tcp", host, time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
 
 func (lu lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
 	cs := lu.s.Children

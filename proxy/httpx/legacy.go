@@ -112,7 +112,7 @@ func (lg legacyFront) serveLegacy(ctx *fasthttp.RequestCtx) bool {
 // legacyGet opens an old client's session and serves its event stream.
 func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	l := lg.s.Legacy
-	up := lg.s.upstreamNow()
+	up := lg.s.target
 	if !up.servesLines() {
 		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+lg.s.path, fasthttp.StatusNotImplemented)
 		return

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -157,12 +156,14 @@ type Sidecar struct {
 	// Cleanup waits for both.
 	notifying, bg goGroup
 	initErr       error
-	detected      detection
-	modern        modernity
-	client        *fasthttp.Client
-	upstream      *url.URL
-	sessions      sessionTable[*session] // the sessions relayed upstream
-	own           requestSessions        // the sessions that are a request's own, while it runs
+	// target is what the front hands a checked request to, chosen once,
+	// by Provision (targetOf).
+	target   target
+	modern   modernity
+	client   *fasthttp.Client
+	upstream *url.URL
+	sessions sessionTable[*session] // the sessions relayed upstream
+	own      requestSessions        // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
 	// watchDelay. Both are stopped by Cleanup.
 	closes  closewatch.Watcher
@@ -247,6 +248,7 @@ func (s *Sidecar) Provision() error {
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
 		s.sessions.noEvict = true // a relayed session is the client's and the upstream's: never dropped for another
 		s.kinds = kindsOf(s)
+		s.target = targetOf(s)
 		for _, k := range s.kinds {
 			k.provision(idle, most, s.clock, &s.totals)
 		}
@@ -310,14 +312,13 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if !s.allowed(ctx) {
 		return
 	}
-	up := s.upstreamNow()
 	switch string(ctx.Method()) {
 	case fasthttp.MethodPost:
-		up.post(ctx)
+		s.target.post(ctx)
 	case fasthttp.MethodGet:
-		up.get(ctx)
+		s.target.get(ctx)
 	case fasthttp.MethodDelete:
-		up.delete(ctx)
+		s.target.delete(ctx)
 	default:
 		ctx.Response.Header.Set("Allow", "GET, POST, DELETE")
 		ctx.Error("method not allowed", fasthttp.StatusMethodNotAllowed)
@@ -404,23 +405,13 @@ func (s *Sidecar) InFlight() int {
 // shared child's included) and those of Legacy.
 func (s *Sidecar) Stats() proxy.Stats { return s.totals.Stats() }
 
-// Ready reports whether the upstream accepts connections.
+// Ready reports whether the upstream can take requests: it accepts
+// connections (a stdio server starts on demand).
 func (s *Sidecar) Ready() error {
 	if err := s.Provision(); err != nil {
 		return err
 	}
-	if s.Children != nil && s.Children.Dial == nil {
-		return nil // children start on demand
-	}
-	host := s.upstream.Host
-	if s.upstream.Port() == "" {
-		host = net.JoinHostPort(s.upstream.Hostname(), map[string]string{"http": "80", "https": "443"}[s.upstream.Scheme])
-	}
-	c, err := net.DialTimeout("tcp", host, time.Second)
-	if err != nil {
-		return err
-	}
-	return c.Close()
+	return s.target.ready()
 }
 
 // CancelAll cancels upstream every client request still in flight in every
