@@ -86,7 +86,7 @@ func (d *detecting) detect() bool {
 		return d.sse
 	}
 	s := d.s
-	sse, err := upstream.ProbeTransport(s.client, s.upstream, s.maxBody, s.log)
+	sse, err := s.endpoint.ProbeTransport(s.maxBody, s.log)
 	if err != nil {
 		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
 			zap.String("error", upstream.Brief(err)))

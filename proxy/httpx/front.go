@@ -89,7 +89,7 @@ func (lu lineUpstream) ready() error {
 
 // ready reports whether the upstream accepts connections.
 func (rl relay) ready() error {
-	u := rl.s.upstream
+	u := rl.s.endpoint.URL
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])

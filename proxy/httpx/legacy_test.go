@@ -59,7 +59,7 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 		t.Fatal(err)
 	}
 	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
-	streamable := &upstream.StreamableUpstream{URL: mustParse(t, srv.URL), Client: up.Client}
+	streamable := &upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: mustParse(t, srv.URL), Client: up.Client}}
 	legacy := &httpx.Legacy{Dial: streamable.Dial}
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto,
 		Logger: log, Children: cs, Legacy: legacy})

@@ -60,7 +60,7 @@ func (ob outbound) upstreamModern() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.done.Load() {
-		yes, err := upstream.SpeaksModern(ob.s.client, ob.s.upstream, ob.s.log)
+		yes, err := ob.s.endpoint.SpeaksModern(ob.s.log)
 		if err == nil {
 			m.yes = yes
 			m.done.Store(true)

@@ -52,7 +52,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 			return ln.Dial()
 		}}
 		u, _ := url.Parse("http://upstream.test/mcp")
-		back, err := (&upstream.StreamableUpstream{URL: u, Client: client}).Dial(zap.NewNop())
+		back, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}}).Dial(zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,27 +64,14 @@ func (sess *session) SendOwn(frame []byte) {
 // postOwn POSTs a request of the proxy's own upstream and puts the answer
 // (JSON or an event stream) to the session's tracker.
 func (ob outbound) postOwn(sess *session, frame []byte) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(ob.s.upstream.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if id := sess.sessionID(); id != "" {
-		req.Header.Set(upstream.SessionHeader, id)
+	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion())}
+	var f framing.Frame
+	if sess.protocolVersion().CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
+		r.Msg = &f.Msgs[0]
 	}
-	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(upstream.VersionHeader, string(v))
-		var f framing.Frame
-		if v.CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
-			version := string(v)
-			upstream.MirrorHeaders(req, &f.Msgs[0], &version)
-		}
-	}
-	req.SetBody(frame)
-	if err := ob.s.client.Do(req, resp); err != nil {
+	resp, err := ob.s.endpoint.Do(r, 0)
+	if err != nil {
 		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
-		fasthttp.ReleaseResponse(resp)
 		return
 	}
 	ob.toTracker(sess, resp)

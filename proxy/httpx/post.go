@@ -99,7 +99,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		return
 	case err != nil:
 		sess.detach(st)
-		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.upstream.Redacted()), zap.String("error", upstream.Brief(err)))
+		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("error", upstream.Brief(err)))
 		rl.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
@@ -216,7 +216,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stre
 		return ob.forward(ctx, fasthttp.MethodPost, body)
 	}
 	req := fasthttp.AcquireRequest()
-	ob.upstreamRequest(req, ctx, fasthttp.MethodPost, body)
+	ob.s.endpoint.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
 	type answer struct {
 		resp *fasthttp.Response
 		err  error
@@ -224,12 +224,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stre
 	got := make(chan answer, 1)
 	ob.s.bg.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
-		resp := fasthttp.AcquireResponse()
-		err := ob.s.client.Do(req, resp)
-		if err != nil {
-			fasthttp.ReleaseResponse(resp)
-			resp = nil
-		}
+		resp, err := ob.s.endpoint.Send(req, 0)
 		got <- answer{resp, err}
 	})
 	select {
@@ -507,15 +502,7 @@ func (ob outbound) payload(what string, b []byte) {
 // forward sends the client's request upstream with the given method and
 // body, and returns the response with its body still streaming.
 func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	ob.upstreamRequest(req, ctx, method, body)
-	resp := fasthttp.AcquireResponse()
-	if err := ob.s.client.Do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		return nil, err
-	}
-	return resp, nil
+	return ob.s.endpoint.Do(upstream.Request{Method: method, Body: body, From: &ctx.Request}, 0)
 }
 
 // notify POSTs a notification of the proxy's own to the upstream, in a
@@ -523,20 +510,8 @@ func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte)
 // are of calls.
 func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 	start := time.Now()
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(ob.s.upstream.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(upstream.SessionHeader, sess.sessionID())
-	if v := sess.protocolVersion(); v != "" {
-		req.Header.Set(upstream.VersionHeader, string(v))
-	}
-	req.SetBody(msg)
-	resp := fasthttp.AcquireResponse()
-	if err := ob.s.client.Do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
+	resp, err := ob.s.endpoint.Do(upstream.Request{Body: msg, Session: sess.sessionID(), Version: string(sess.protocolVersion())}, 0)
+	if err != nil {
 		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return
 	}
@@ -567,11 +542,10 @@ func (ob outbound) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
 func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls []*proxy.Call) {
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
-	ob.upstreamRequest(req, ctx, fasthttp.MethodPost, body) // copied before ctx is reused
+	ob.s.endpoint.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
 	ob.s.notifying.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
-		resp := fasthttp.AcquireResponse()
-		if err := ob.s.client.Do(req, resp); err != nil {
+		if resp, err := ob.s.endpoint.Send(req, 0); err != nil {
 			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", upstream.Brief(err)))
 		} else {
 			if resp.StatusCode() < 300 {
@@ -590,18 +564,6 @@ func (ob outbound) notified(start time.Time, calls []*proxy.Call) {
 	}
 	for _, c := range calls {
 		c.Span().Event(proxy.EventCancelForwarded)
-	}
-}
-
-func (ob outbound) upstreamRequest(req *fasthttp.Request, ctx *fasthttp.RequestCtx, method string, body []byte) {
-	req.SetRequestURI(ob.s.upstream.String())
-	if q := ctx.URI().QueryString(); len(q) > 0 {
-		req.URI().SetQueryStringBytes(q)
-	}
-	copyRequestHeaders(req, &ctx.Request)
-	req.Header.SetMethod(method)
-	if body != nil {
-		req.SetBody(body)
 	}
 }
 

@@ -160,8 +160,7 @@ type Sidecar struct {
 	// by Provision (targetOf).
 	target   target
 	modern   modernity
-	client   *fasthttp.Client
-	upstream *url.URL
+	endpoint upstream.Endpoint      // the upstream's URL, and the client that reaches it
 	sessions sessionTable[*session] // the sessions relayed upstream
 	own      requestSessions        // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
@@ -228,7 +227,7 @@ func (s *Sidecar) Provision() error {
 		if s.initErr = s.Validate(); s.initErr != nil {
 			return
 		}
-		s.upstream, _ = url.Parse(s.Upstream)
+		u, _ := url.Parse(s.Upstream)
 		s.path = cmp.Or(s.Path, DefaultPath)
 		s.maxBody = cmp.Or(s.MaxBodySize, framing.DefaultMaxFrameSize)
 		s.grace = cmp.Or(s.CancelGrace, DefaultCancelGrace)
@@ -236,13 +235,14 @@ func (s *Sidecar) Provision() error {
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		s.client = upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)
-		upstream.AddHeaders(s.client, s.UpstreamHeaders)
+		client := upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)
+		upstream.AddHeaders(client, s.UpstreamHeaders)
 		if s.ProxyFromEnv {
-			if s.initErr = upstream.UseProxyFromEnv(s.client, upstream.IsTLSURL(s.Upstream)); s.initErr != nil {
+			if s.initErr = upstream.UseProxyFromEnv(client, upstream.IsTLSURL(s.Upstream)); s.initErr != nil {
 				return
 			}
 		}
+		s.endpoint = upstream.Endpoint{URL: u, Client: client}
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)

@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -71,8 +70,9 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 			return nil, err
 		}
 	}
+	ep := Endpoint{URL: u, Client: client}
 	if transport == TransportAuto {
-		sse, err := ProbeTransport(client, u, maxBody, log)
+		sse, err := ep.ProbeTransport(maxBody, log)
 		if err != nil {
 			return nil, fmt.Errorf("finding out the upstream's transport: %w", err)
 		}
@@ -85,23 +85,15 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 	if transport == TransportSSE {
 		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
 	}
-	return (&StreamableUpstream{URL: u, Client: client, MaxBodySize: maxBody, KeepRevision: keepRevision}).Dial(log)
+	return (&StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision}).Dial(log)
 }
 
-// probeTransport POSTs initialize to the upstream; on 400, 404 or 405 it
-// reports whether a GET opens an event stream that names an endpoint. A
-// session the initialize opened is deleted.
-func ProbeTransport(client *fasthttp.Client, upstream *url.URL, maxBody int, log *zap.Logger) (sse bool, err error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(upstream.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.SetBodyString(probeInitialize)
-	resp := fasthttp.AcquireResponse()
-	if err := client.DoTimeout(req, resp, probeWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
+// ProbeTransport POSTs initialize to the endpoint; on 400, 404 or 405 it
+// reports whether a GET opens an event stream that names an endpoint (an
+// HTTP+SSE server's). A session the initialize opened is deleted.
+func (e *Endpoint) ProbeTransport(maxBody int, log *zap.Logger) (sse bool, err error) {
+	resp, err := e.Do(Request{Body: []byte(probeInitialize)}, probeWait)
+	if err != nil {
 		return false, err
 	}
 	status := resp.StatusCode()
@@ -109,7 +101,7 @@ func ProbeTransport(client *fasthttp.Client, upstream *url.URL, maxBody int, log
 	ReadHead(resp)
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
-		up := &SSEUpstream{URL: upstream, Client: client, MaxBodySize: maxBody, EndpointWait: probeWait}
+		up := &SSEUpstream{URL: e.URL, Client: e.Client, MaxBodySize: maxBody, EndpointWait: probeWait}
 		b, err := up.Dial(zap.NewNop())
 		if err != nil {
 			log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
@@ -119,23 +111,10 @@ func ProbeTransport(client *fasthttp.Client, upstream *url.URL, maxBody int, log
 		b.Stop()
 		return true, nil
 	}
-	if session != "" {
-		deleteSession(client, upstream, session)
+	if session != "" { // a session the proxy opened for itself
+		if resp, err := e.Do(Request{Method: fasthttp.MethodDelete, Session: session}, probeWait); err == nil {
+			ReadHead(resp)
+		}
 	}
 	return false, nil
-}
-
-// deleteSession ends an upstream session the proxy opened for itself.
-func deleteSession(client *fasthttp.Client, upstream *url.URL, id string) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(upstream.String())
-	req.Header.SetMethod(fasthttp.MethodDelete)
-	req.Header.Set(SessionHeader, id)
-	resp := fasthttp.AcquireResponse()
-	if err := client.DoTimeout(req, resp, probeWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		return
-	}
-	ReadHead(resp)
 }

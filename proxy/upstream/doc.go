@@ -5,9 +5,10 @@
 // ProbeTransport), or starts a stdio server (StartChild), each as a
 // Backend: the server's messages in and out as lines, the way a stdio
 // child's are, so that one session of lines (package
-// stdio) decides every frame of it. It also holds what the HTTP front's
-// relay shares with those clients: the fasthttp client every upstream
-// request goes through (NewClient, with its headers, the HTTP proxy of the
+// stdio) decides every frame of it. Every request to a Streamable HTTP
+// server, the HTTP front's relay's included, is made by an Endpoint. It
+// also holds what the relay shares with those clients: the fasthttp
+// client every upstream request goes through (NewClient, with its headers, the HTTP proxy of the
 // environment and extra CAs), the connection that hands the relay its reads
 // (Link), the MCP headers that mirror a body, and the translation of a 2025
 // client's requests into 2026-07-28 ones for a stateless server

@@ -39,3 +39,50 @@ func (t headerTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Reques
 	}
 	return next.RoundTrip(hc, req, resp)
 }
+
+// hopByHop are the headers that concern one connection only (RFC 9110
+// §7.6.1) and are never relayed, in lower case.
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
+	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+}
+
+// Skipped reports whether a header, named in any case, is one of the
+// hop-by-hop headers or of the extra names (given in lower case, none
+// longer than the longest hop-by-hop name). It runs for every header of
+// every relayed request and response, so it lowers the name on the stack.
+func Skipped(name []byte, extra ...string) bool {
+	var buf [len("proxy-authorization")]byte
+	if len(name) > len(buf) {
+		return false // longer than any name skipped
+	}
+	lower := buf[:len(name)]
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		lower[i] = c
+	}
+	if hopByHop[string(lower)] {
+		return true
+	}
+	for _, e := range extra {
+		if string(lower) == e {
+			return true
+		}
+	}
+	return false
+}
+
+// CopyRequestHeaders copies the client's headers to the upstream request:
+// all of them (Mcp-* and MCP-Protocol-Version, known or not, Authorization,
+// Last-Event-ID) except hop-by-hop ones, Host, which is the upstream's, and
+// Content-Length, which fasthttp sets.
+func CopyRequestHeaders(dst *fasthttp.Request, src *fasthttp.Request) {
+	for k, v := range src.Header.All() {
+		if Skipped(k, "host", "content-length") {
+			continue
+		}
+		dst.Header.AddBytesKV(k, v)
+	}
+}

@@ -3,7 +3,6 @@ package upstream
 import (
 	"bytes"
 	"encoding/json"
-	"net/url"
 	"slices"
 	"time"
 
@@ -30,7 +29,7 @@ const discoverWait = 5 * time.Second
 // probeModern asks a stateless upstream whether it speaks 2026-07-28, and
 // sets b.modern if it does.
 func (b *streamBackend) probeModern() {
-	if ok, _ := SpeaksModern(b.u.Client, b.u.URL, b.log); !ok {
+	if ok, _ := b.u.SpeaksModern(b.log); !ok {
 		return
 	}
 	b.mu.Lock()
@@ -39,21 +38,14 @@ func (b *streamBackend) probeModern() {
 	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
 }
 
-// speaksModern asks the server at u, with server/discover, whether it
-// speaks 2026-07-28; each wait is bounded by discoverWait. An error says
-// the server could not be asked.
-func SpeaksModern(c *fasthttp.Client, u *url.URL, log *zap.Logger) (bool, error) {
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(u.String())
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(VersionHeader, string(framing.RevisionStateless))
-	req.Header.Set("Mcp-Method", "server/discover")
-	req.SetBody(discoverRequest)
-	if err := c.DoTimeout(req, resp, discoverWait); err != nil {
-		fasthttp.ReleaseResponse(resp)
+// SpeaksModern asks the server, with server/discover, whether it speaks
+// 2026-07-28; each wait is bounded by discoverWait. An error says the
+// server could not be asked.
+func (e *Endpoint) SpeaksModern(log *zap.Logger) (bool, error) {
+	var f framing.Frame
+	f.Parse(discoverRequest)
+	resp, err := e.Do(Request{Body: discoverRequest, Version: string(framing.RevisionStateless), Msg: &f.Msgs[0]}, discoverWait)
+	if err != nil {
 		log.Info("stateless upstream: server/discover unanswered", zap.String("error", Brief(err)))
 		return false, err
 	}

@@ -66,7 +66,7 @@ func NewStreamableUpstream(rawURL string, maxBody, maxHeader int) (*StreamableUp
 	if err != nil {
 		return nil, err
 	}
-	return &StreamableUpstream{URL: u, MaxBodySize: maxBody, Client: NewClient(maxBody, maxHeader)}, nil
+	return &StreamableUpstream{Endpoint: Endpoint{URL: u, Client: NewClient(maxBody, maxHeader)}, MaxBodySize: maxBody}, nil
 }
 
 func parseUpstream(rawURL string) (*url.URL, error) {

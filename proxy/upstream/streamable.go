@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -46,10 +45,9 @@ const deleteWait = 5 * time.Second
 
 // StreamableUpstream dials sessions of a Streamable HTTP server.
 type StreamableUpstream struct {
-	// URL is the server's MCP endpoint. Required.
-	URL *url.URL
-	// Client makes the requests; it must stream response bodies.
-	Client *fasthttp.Client
+	// Endpoint is the server's MCP endpoint (its URL and the client that
+	// reaches it). Required.
+	Endpoint
 	// MaxBodySize bounds a JSON answer or an event. If zero,
 	// framing.DefaultMaxFrameSize.
 	MaxBodySize int
@@ -70,22 +68,6 @@ func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
 // has been written to its connection (or the request failed), answered
 // once its answer's headers came (or it failed).
 type posted struct{ written, answered chan struct{} }
-
-// writtenBody is a POST's body that closes written once fasthttp has
-// copied it to the connection: a request's Close is called then, just
-// before the connection's buffer is flushed.
-type writtenBody struct {
-	*bytes.Reader
-	once    sync.Once
-	written chan struct{}
-}
-
-// Close implements io.Closer; it is also called when the request ends
-// without having been written (the connection could not be made).
-func (w *writtenBody) Close() error {
-	w.once.Do(func() { close(w.written) })
-	return nil
-}
 
 func closedChan() chan struct{} {
 	c := make(chan struct{})
@@ -140,7 +122,7 @@ func (b *streamBackend) Stop() {
 		go func() {
 			if session != "" {
 				// Bounded: a server may hold its answer until its calls end.
-				if resp, err := b.requestWithin(deleteWait, fasthttp.MethodDelete, nil, session, nil); err == nil {
+				if resp, err := b.request(Request{Method: fasthttp.MethodDelete, Session: session}, deleteWait); err == nil {
 					ReadHead(resp)
 				}
 			}
@@ -215,9 +197,7 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 	if parsed {
 		m = &f.Msgs[0]
 	}
-	body := &writtenBody{Reader: bytes.NewReader(msg), written: progress.written}
-	resp, err := b.requestWithin(0, fasthttp.MethodPost, body, session, m)
-	body.Close()
+	resp, err := b.request(Request{Body: msg, Written: progress.written, Session: session, Msg: m}, 0)
 	close(progress.answered)
 	if err == nil && resp.StatusCode() == fasthttp.StatusAccepted {
 		ReadHead(resp)
@@ -372,7 +352,7 @@ func (b *streamBackend) resume(last string) *fasthttp.Response {
 	b.mu.Lock()
 	session := b.session
 	b.mu.Unlock()
-	resp, err := b.requestAfter(last, session)
+	resp, err := b.request(Request{Method: fasthttp.MethodGet, Session: session, LastEventID: last}, 0)
 	if err != nil {
 		b.log.Warn("resuming a request's stream failed", zap.String("error", Brief(err)))
 		return nil
@@ -466,7 +446,7 @@ func (b *streamBackend) listen() {
 	b.mu.Lock()
 	session := b.session
 	b.mu.Unlock()
-	resp, err := b.request(fasthttp.MethodGet, nil, session, nil)
+	resp, err := b.request(Request{Method: fasthttp.MethodGet, Session: session}, 0)
 	switch {
 	case err != nil:
 	case resp.StatusCode() != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()):
@@ -508,68 +488,13 @@ func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError, id *framing.I
 	body.CloseWithError(nil)
 }
 
-// request sends one request of the session's; m, if not nil, is the
-// message in body, whose method, name and protocol version go in the
-// headers that 2026-07-28 requires to mirror the body.
-func (b *streamBackend) request(method string, body []byte, session string, m *framing.Message) (*fasthttp.Response, error) {
-	var r *writtenBody
-	if body != nil {
-		r = &writtenBody{Reader: bytes.NewReader(body), written: make(chan struct{})}
-	}
-	return b.requestWithin(0, method, r, session, m)
-}
-
-// requestWithin is request, the wait for the answer's headers bounded by
-// timeout when it is positive.
-func (b *streamBackend) requestWithin(timeout time.Duration, method string, body *writtenBody, session string, m *framing.Message) (*fasthttp.Response, error) {
-	return b.requestAfterEvent(timeout, method, body, session, m, "")
-}
-
-// requestAfter is the session's GET that resumes a stream after the event
-// whose id is last.
-func (b *streamBackend) requestAfter(last, session string) (*fasthttp.Response, error) {
-	return b.requestAfterEvent(0, fasthttp.MethodGet, nil, session, nil, last)
-}
-
-// requestAfterEvent is requestWithin with Last-Event-ID: last, unless
-// last is empty.
-func (b *streamBackend) requestAfterEvent(timeout time.Duration, method string, body *writtenBody, session string, m *framing.Message, last string) (*fasthttp.Response, error) {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(b.u.URL.String())
-	req.Header.SetMethod(method)
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if last != "" {
-		req.Header.Set("Last-Event-ID", last)
-	}
-	if body != nil {
-		req.Header.SetContentType("application/json")
-		req.SetBodyStream(body, body.Len())
-	}
-	if session != "" {
-		req.Header.Set(SessionHeader, session)
-	}
+// request sends one request of the session's (see Endpoint.Do), in the
+// session's protocol revision.
+func (b *streamBackend) request(r Request, timeout time.Duration) (*fasthttp.Response, error) {
 	b.mu.Lock()
-	version := b.version
+	r.Version = b.version
 	b.mu.Unlock()
-	if m != nil {
-		MirrorHeaders(req, m, &version)
-	}
-	if version != "" {
-		req.Header.Set(VersionHeader, version)
-	}
-	resp := fasthttp.AcquireResponse()
-	do := b.u.Client.Do
-	if timeout > 0 {
-		do = func(req *fasthttp.Request, resp *fasthttp.Response) error {
-			return b.u.Client.DoTimeout(req, resp, timeout)
-		}
-	}
-	if err := do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
-		return nil, err
-	}
-	return resp, nil
+	return b.u.Do(r, timeout)
 }
 
 // mirrorHeaders sets the headers a 2026-07-28 server requires to match the

@@ -1,4 +1,4 @@
-package httpx
+package upstream
 
 import (
 	"testing"
@@ -16,12 +16,12 @@ func TestSkipped(t *testing.T) {
 		{"Mcp-Session-Id", false}, {"Authorization", false}, {"T", false}, {"", false},
 		{"Proxy-Authorization-And-More", false}, {"Connectio", false}, {"Hosts", false},
 	} {
-		if got := skipped([]byte(tc.name), "host", "content-length"); got != tc.want {
-			t.Errorf("skipped(%q) = %v, want %v", tc.name, got, tc.want)
+		if got := Skipped([]byte(tc.name), "host", "content-length"); got != tc.want {
+			t.Errorf("Skipped(%q) = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	name := []byte("Transfer-Encoding")
-	if n := testing.AllocsPerRun(100, func() { skipped(name, "host") }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { Skipped(name, "host") }); n != 0 {
 		t.Errorf("skipped allocates %v times", n)
 	}
 }

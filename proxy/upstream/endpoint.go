@@ -1,0 +1,158 @@
+package upstream
+
+import (
+	"bytes"
+	"cmp"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// Endpoint is a Streamable HTTP server's MCP endpoint as the proxy reaches
+// it: every request the proxy sends such a server is made here, whichever
+// side of the proxy asks. The sidecar's relay passes a client's requests on
+// through it (and reads the answers' event streams through to the client
+// as they come); an old client's session and the bridge (streamBackend)
+// send their lines through it; the proxy's own requests (its cancels, its
+// tasks/cancel, the transport and revision probes) go through it too.
+type Endpoint struct {
+	// URL is the server's MCP endpoint. Required.
+	URL *url.URL
+	// Client sends the requests; it must stream response bodies.
+	Client *fasthttp.Client
+}
+
+// Request is one request to an Endpoint.
+type Request struct {
+	// Method is the HTTP method; if empty, POST.
+	Method string
+	// Body is the JSON-RPC message or batch the request carries, if any.
+	Body []byte
+	// Written, if not nil, is closed once Body has been written to the
+	// connection, or once the request has failed without writing it; Do
+	// only.
+	Written chan struct{}
+	// From, if not nil, is the client's request this one passes on (the
+	// relay's): its headers, but hop-by-hop ones, Host and Content-Length,
+	// and its query go along, and no Accept or Content-Type of the
+	// proxy's.
+	From *fasthttp.Request
+	// Session and Version, if not empty, name the session
+	// (Mcp-Session-Id) and the protocol revision (MCP-Protocol-Version).
+	Session, Version string
+	// Msg, if not nil, is the message Body holds: the headers 2026-07-28
+	// requires to mirror it are set (MirrorHeaders), and the revision its
+	// _meta names, if any, replaces Version.
+	Msg *framing.Message
+	// LastEventID, if not empty, resumes a stream after that event.
+	LastEventID string
+	// Trace, if Parent is not empty, is the W3C trace context to send
+	// (traceparent, tracestate), in place of any From has.
+	Trace TraceHeaders
+}
+
+// TraceHeaders is a W3C trace context as HTTP headers carry it.
+type TraceHeaders struct{ Parent, State string }
+
+// Build fills req, a request the caller acquired, with r: for a caller
+// that sends it later or elsewhere (the relay copies its client's request
+// before its handler returns, and sends it on a goroutine).
+func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
+	req.SetRequestURI(e.URL.String())
+	if r.From != nil {
+		if q := r.From.URI().QueryString(); len(q) > 0 {
+			req.URI().SetQueryStringBytes(q)
+		}
+		CopyRequestHeaders(req, r.From)
+	} else {
+		req.Header.Set("Accept", "application/json, text/event-stream")
+	}
+	req.Header.SetMethod(cmp.Or(r.Method, fasthttp.MethodPost))
+	if r.Body != nil {
+		if r.From == nil { // else the client's own
+			req.Header.SetContentType("application/json")
+		}
+		req.SetBody(r.Body)
+	}
+	if r.LastEventID != "" {
+		req.Header.Set("Last-Event-ID", r.LastEventID)
+	}
+	if r.Session != "" {
+		req.Header.Set(SessionHeader, r.Session)
+	}
+	version := r.Version
+	if r.Msg != nil {
+		MirrorHeaders(req, r.Msg, &version)
+	}
+	if version != "" {
+		req.Header.Set(VersionHeader, version)
+	}
+	if r.Trace.Parent != "" {
+		req.Header.Set("traceparent", r.Trace.Parent)
+		if r.Trace.State != "" {
+			req.Header.Set("tracestate", r.Trace.State)
+		} else {
+			req.Header.Del("tracestate")
+		}
+	}
+}
+
+// Send sends req and returns the response, its body still streaming, for
+// the caller to release; timeout, if positive, bounds the wait for its
+// headers.
+func (e *Endpoint) Send(req *fasthttp.Request, timeout time.Duration) (*fasthttp.Response, error) {
+	resp := fasthttp.AcquireResponse()
+	var err error
+	if timeout > 0 {
+		err = e.Client.DoTimeout(req, resp, timeout)
+	} else {
+		err = e.Client.Do(req, resp)
+	}
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Do builds r, sends it and returns the response, its body still
+// streaming, for the caller to release; timeout, if positive, bounds the
+// wait for its headers.
+func (e *Endpoint) Do(r Request, timeout time.Duration) (*fasthttp.Response, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	body := r.Body
+	if r.Written != nil {
+		r.Body = nil
+	}
+	e.Build(req, r)
+	if r.Written != nil {
+		w := &writtenBody{Reader: bytes.NewReader(body), written: r.Written}
+		defer w.Close()
+		if body != nil {
+			req.Header.SetContentType("application/json")
+		}
+		req.SetBodyStream(w, len(body))
+	}
+	return e.Send(req, timeout)
+}
+
+// writtenBody is a POST's body that closes written once fasthttp has
+// copied it to the connection: a request's Close is called then, just
+// before the connection's buffer is flushed.
+type writtenBody struct {
+	*bytes.Reader
+	once    sync.Once
+	written chan struct{}
+}
+
+// Close implements io.Closer; it is also called when the request ends
+// without having been written (the connection could not be made).
+func (w *writtenBody) Close() error {
+	w.once.Do(func() { close(w.written) })
+	return nil
+}
