@@ -163,7 +163,7 @@ func (c *childSession) deliver(m *framing.Message, line []byte) {
 	case c.shared:
 		// 2026-07-28 has no stream for unrelated server traffic, and nothing
 		// may go to another client's stream.
-	case c.last != nil && !c.last.done():
+	case c.last != nil && !c.last.ended():
 		st = c.last // related traffic of the newest call: sampling, logs, nested cancels
 	default:
 		st = c.get
@@ -194,7 +194,9 @@ func (c *childSession) lastOfLocked(id framing.ID, span framing.Span, line []byt
 		delete(c.origID, id)
 		line = framing.Splice(nil, line, span, orig)
 	}
+	st.qmu.Lock()
 	st.pending--
+	st.qmu.Unlock()
 	return st, line
 }
 
@@ -252,18 +254,19 @@ const streamBacklog = 8 << 20
 // the response body: fasthttp's server reads it, and writes and flushes each
 // event as a chunk. The router never waits for the client: events queue,
 // and only those beyond streamBacklog that are not answers are dropped.
+// Its state is the one every response stream has (stream's: open; grace,
+// once every request it carries was cancelled, so that the server's
+// cancels of its own nested requests still reach the client; ended, which
+// ends the body once the queue is read). A line session reads its server's
+// lines whether or not a stream lingers, so a late answer reaches the
+// tracker without one: an outStream never lingers.
 type outStream struct {
-	ready   chan struct{} // signalled when an event is queued or the stream closes
-	mu      sync.Mutex    // guards the fields below
-	ids     []framing.ID  // the requests whose answers this stream carries
-	pending int           // requests of this POST not yet answered
-	// state moves forward only: open; grace, once every request it
-	// carries was cancelled (the server's cancels of its own nested
-	// requests still reach the client) until the grace ends it; ended,
-	// which ends the body once the queue is read. A line session reads
-	// its server's lines whether or not a stream lingers, so a late
-	// answer reaches the tracker without one: outStream never lingers.
-	state   streamState
+	stream
+	ready chan struct{} // signalled when an event is queued or the stream ends
+	qmu   sync.Mutex    // guards the fields below
+	ids   []framing.ID  // the requests whose answers this stream carries
+	// pending counts the requests of this POST not yet answered.
+	pending int
 	queue   [][]byte
 	queued  int  // bytes in queue
 	dropped bool // an event was dropped (logged once)
@@ -278,16 +281,20 @@ type outStream struct {
 	out *heldConn
 }
 
-func newOutStream(pending int) *outStream {
-	return &outStream{ready: make(chan struct{}, 1), pending: pending}
+// newOutStream returns a stream for pending requests' answers whose grace
+// runs on clk.
+func newOutStream(clk clock.Clock, pending int) *outStream {
+	st := &outStream{stream: stream{clock: clk}, ready: make(chan struct{}, 1), pending: pending}
+	st.onEnd = st.signal
+	return st
 }
 
 // send queues an event; it reports false (only for the first event that
 // is dropped) when the backlog was full and the event is not an answer.
 func (st *outStream) send(ev []byte, answer bool) (ok bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state == streamEnded {
+	st.qmu.Lock()
+	defer st.qmu.Unlock()
+	if st.ended() {
 		return true
 	}
 	if !answer && st.queued+len(ev) > streamBacklog {
@@ -301,7 +308,7 @@ func (st *outStream) send(ev []byte, answer bool) (ok bool) {
 	return true
 }
 
-// signal wakes the reader; st.mu is held.
+// signal wakes the reader.
 func (st *outStream) signal() {
 	select {
 	case st.ready <- struct{}{}:
@@ -311,55 +318,32 @@ func (st *outStream) signal() {
 
 // answered ends the stream once every request it carries is answered.
 func (st *outStream) answered() {
-	st.mu.Lock()
+	st.qmu.Lock()
 	last := st.pending <= 0
-	st.mu.Unlock()
+	st.qmu.Unlock()
 	if last {
 		st.end()
 	}
 }
 
-// done reports whether the stream has ended.
-func (st *outStream) done() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.state == streamEnded
-}
-
 // end ends the stream once what is queued has been read.
-func (st *outStream) end() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.state = streamEnded
-	st.signal()
-}
-
-// endAfter starts the grace of an open stream: it ends after d on c.
-func (st *outStream) endAfter(c clock.Clock, d time.Duration) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state == streamOpen {
-		st.state = streamGrace
-		c.AfterFunc(d, st.end)
-	}
-}
+func (st *outStream) end() { st.stream.end(nil) }
 
 // next returns the next queued event, waiting for one; nil once the stream
-// is closed and drained.
+// is ended and drained.
 func (st *outStream) next() []byte {
 	for {
-		st.mu.Lock()
+		st.qmu.Lock()
 		if len(st.queue) > 0 {
 			ev := st.queue[0]
 			st.queue[0] = nil
 			st.queue = st.queue[1:]
 			st.queued -= len(ev)
-			st.mu.Unlock()
+			st.qmu.Unlock()
 			return ev
 		}
-		ended := st.state == streamEnded
-		st.mu.Unlock()
-		if ended {
+		st.qmu.Unlock()
+		if st.ended() {
 			return nil
 		}
 		if st.out != nil {
@@ -396,12 +380,12 @@ func (st *outStream) Close() error {
 // abort ends the stream; if requests of it were still unanswered, the
 // client has left, and onAbort says so, once.
 func (st *outStream) abort() {
-	st.mu.Lock()
+	st.qmu.Lock()
 	fire := st.onAbort != nil && st.pending > 0
 	if fire {
 		st.pending = 0
 	}
-	st.mu.Unlock()
+	st.qmu.Unlock()
 	st.end()
 	if fire {
 		st.onAbort()

@@ -184,7 +184,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	st := newOutStream(0)
+	st := newOutStream(c.clock, 0)
 	c.mu.Lock()
 	if c.get != nil {
 		c.get.end()
@@ -238,11 +238,11 @@ func (c *childSession) busy() bool { return c.streaming() }
 func (c *childSession) streaming() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.get != nil && !c.get.done() {
+	if c.get != nil && !c.get.ended() {
 		return true
 	}
 	for _, st := range c.byID {
-		if !st.done() {
+		if !st.ended() {
 			return true
 		}
 	}
@@ -313,9 +313,9 @@ func (c *childSession) open(ids, tokens []framing.ID) *outStream {
 
 // openLocked is open with c.mu held.
 func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
-	st := newOutStream(len(ids))
+	st := newOutStream(c.clock, len(ids))
 	st.ids = ids
-	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).done), st)
+	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).ended), st)
 	if c.closed { // the server went before these requests could be sent
 		for _, id := range ids {
 			st.send(framing.AppendSSEMessage(nil, "", serverGone(c.clientIDLocked(id))), true)
@@ -353,12 +353,12 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 	if st == nil {
 		return
 	}
-	st.mu.Lock()
+	st.qmu.Lock()
 	st.pending--
 	last := st.pending <= 0
-	st.mu.Unlock()
+	st.qmu.Unlock()
 	if last {
-		st.endAfter(c.clock, grace)
+		st.endAfter(grace)
 	}
 }
 

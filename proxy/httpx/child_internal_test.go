@@ -14,7 +14,7 @@ import (
 // but an answer is queued whatever the backlog, and everything queued is
 // read, in order, before the end.
 func TestOutStreamKeepsAnswers(t *testing.T) {
-	st := newOutStream(1)
+	st := newOutStream(clock.Real, 1)
 	ev := bytes.Repeat([]byte("n"), 1<<20)
 	reported := 0
 	for range streamBacklog/len(ev) + 3 {
@@ -45,15 +45,15 @@ func TestOutStreamKeepsAnswers(t *testing.T) {
 // a stream already ended starts no grace.
 func TestOutStreamStates(t *testing.T) {
 	c := clock.NewFake(time.Unix(0, 0))
-	st := newOutStream(1)
-	st.endAfter(c, time.Second)
-	if st.state != streamGrace || st.done() {
+	st := newOutStream(c, 1)
+	st.endAfter(time.Second)
+	if st.state != streamGrace || st.ended() {
 		t.Fatalf("state %d after endAfter, want grace", st.state)
 	}
-	st.endAfter(c, time.Hour) // a second cancel does not restart the grace
+	st.endAfter(time.Hour) // a second cancel does not restart the grace
 	st.send([]byte("nested cancel"), false)
 	c.Advance(time.Second)
-	if !st.done() {
+	if !st.ended() {
 		t.Fatal("the grace did not end the stream")
 	}
 	if n := c.Pending(); n != 0 {
@@ -63,9 +63,9 @@ func TestOutStreamStates(t *testing.T) {
 	if got, _ := io.ReadAll(st); string(got) != "nested cancel" {
 		t.Errorf("read %q, want what came in the grace only", got)
 	}
-	ended := newOutStream(1)
+	ended := newOutStream(c, 1)
 	ended.end()
-	ended.endAfter(c, time.Second)
+	ended.endAfter(time.Second)
 	if ended.state != streamEnded || c.Pending() != 0 {
 		t.Errorf("an ended stream went back to grace (state %d) or armed a timer", ended.state)
 	}

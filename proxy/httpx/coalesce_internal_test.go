@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // recConn records what is written to it, write by write.
@@ -82,7 +84,7 @@ func TestHeldConn(t *testing.T) {
 // after it goes out before Read waits for more.
 func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	rec := &recConn{}
-	st := newOutStream(1)
+	st := newOutStream(clock.Real, 1)
 	st.out = &heldConn{Conn: rec}
 	st.send([]byte("e1"), false)
 	st.send([]byte("e2"), true)
@@ -104,7 +106,7 @@ func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	}
 
 	rec.wrote = make(chan string, 4)
-	st = newOutStream(1)
+	st = newOutStream(clock.Real, 1)
 	st.out = &heldConn{Conn: rec}
 	st.send([]byte("progress"), false)
 	n, _ := st.Read(p)

@@ -74,7 +74,7 @@ const DefaultLegacyInitWait = 10 * time.Second
 
 // busy reports whether the client's event stream is open: an old client's
 // session lasts as long as its stream, so it never idles.
-func (ls *legacySession) busy() bool { return !ls.st.done() }
+func (ls *legacySession) busy() bool { return !ls.st.ended() }
 
 // started reports whether the client has POSTed initialize: at a cap, a
 // stream that never did is evicted first.
@@ -150,7 +150,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 // errFull, if another session took the last room meanwhile.
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
-	st := newOutStream(1) // pending until the client leaves: onAbort says it did
+	st := newOutStream(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.owner = peer
 	st.onAbort = func() { ls.in.CloseWrite() }

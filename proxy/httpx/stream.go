@@ -25,9 +25,10 @@ var (
 	errClientGone      = errors.New("the client closed the stream")
 )
 
-// streamState is where a response stream to the client stands: one the
-// relay reads from the upstream's response (stream), or one a line
-// session's router feeds (outStream), which never lingers.
+// streamState is where a response stream to the client stands, every one
+// of them: one the relay reads from the upstream's response (a stream), or
+// one a line session's router feeds (an outStream, a stream with a queue),
+// which never lingers.
 type streamState uint8
 
 const (
@@ -70,6 +71,9 @@ type stream struct {
 	final []byte
 	done  chan struct{} // closed when the stream is ended; made by watched
 	cut   bool          // ended by the sidecar, not at the upstream's end
+	// onEnd, if set before the stream is shared, runs once it has ended,
+	// after its body was closed (an outStream's wakes its reader).
+	onEnd func()
 }
 
 // newStream returns a stream whose timers run on the sidecar's clock.
@@ -108,6 +112,13 @@ func (st *stream) watched() <-chan struct{} {
 		}
 	}
 	return st.done
+}
+
+// ended reports whether the stream has ended.
+func (st *stream) ended() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.state == streamEnded
 }
 
 // finish ends the stream with the proxy's own last message.
@@ -178,6 +189,9 @@ func (st *stream) end(why error) {
 	st.mu.Unlock()
 	if body != nil {
 		body.CloseWithError(why)
+	}
+	if st.onEnd != nil {
+		st.onEnd()
 	}
 }
 
