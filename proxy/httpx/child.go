@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -38,15 +39,15 @@ type Children struct {
 	// (How many sessions at once, how long one may idle, and the clock are
 	// the Sidecar's: MaxSessions, SessionIdle, Clock.)
 
-	sessions sessionTable[*childSession] // set up by the Sidecar's Provision
-	mu       sync.Mutex                  // guards shared; held while a session starts
-	shared   *childSession               // serves every sessionless request
-	retiring sync.WaitGroup              // the sessions idle or evicted, stopping
-	totals   *proxy.Counters             // the Sidecar's, set by its Provision (kind)
+	sessions sessiontable.Table[*childSession] // set up by the Sidecar's Provision
+	mu       sync.Mutex                        // guards shared; held while a session starts
+	shared   *childSession                     // serves every sessionless request
+	retiring sync.WaitGroup                    // the sessions idle or evicted, stopping
+	totals   *proxy.Counters                   // the Sidecar's, set by its Provision (kind)
 }
 
 func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
-	cs.sessions.init(idle, most, clk)
+	cs.sessions.Init(idle, most, clk)
 	cs.totals = totals
 }
 
@@ -54,17 +55,17 @@ func (cs *Children) table() table { return &cs.sessions }
 
 // inFlight counts the requests in flight in the sessions, and on the child
 // shared by sessionless requests.
-func (cs *Children) inFlight() int {
-	n := cs.sessions.inFlight()
+func (cs *Children) InFlight() int {
+	n := cs.sessions.InFlight()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.shared != nil {
-		n += cs.shared.inFlight()
+		n += cs.shared.InFlight()
 	}
 	return n
 }
 
-func (cs *Children) clock() clock.Clock { return cs.sessions.clock }
+func (cs *Children) clock() clock.Clock { return cs.sessions.Clock() }
 
 // Backend is one session's server as a session of lines talks to it (see
 // upstream.Backend): a stdio child, or an HTTP upstream reached as a client.

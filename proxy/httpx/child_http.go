@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -94,7 +95,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 // parse, counted by its session when it names one.
 func (lu lineUpstream) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 	if id := upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader); len(id) > 0 {
-		if c, ok := lu.s.Children.sessions.lookup(string(id)); ok {
+		if c, ok := lu.s.Children.sessions.Lookup(string(id)); ok {
 			return c.sess.Invalid(err, ctx.PostBody())
 		}
 	}
@@ -147,7 +148,7 @@ func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
 func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Frame) (*childSession, int, string) {
 	cs := lu.s.Children
 	if id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)); id != "" {
-		if c, ok := cs.sessions.lookup(id); ok {
+		if c, ok := cs.sessions.Lookup(id); ok {
 			return c, 0, ""
 		}
 		return nil, fasthttp.StatusNotFound, "unknown or ended session: initialize anew"
@@ -155,8 +156,8 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 	cs.mu.Lock() // one session starts at a time: the cap holds
 	defer cs.mu.Unlock()
 	peer := peerOf(ctx)
-	if !cs.sessions.roomFor(peer) {
-		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.len()))
+	if !cs.sessions.RoomFor(peer) {
+		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.Len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
@@ -164,22 +165,22 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 		lu.s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
-	c.owner = peer
-	if _, err := cs.sessions.add(c.id, c); err != nil { // full after all: the child stops again
+	c.Owner = peer
+	if _, err := cs.sessions.Add(c.id, c); err != nil { // full after all: the child stops again
 		lu.s.bg.Go(func() { c.stop(proxy.SourceSessionEnd, "too many sessions") })
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	// Forget the session once its child is gone.
 	lu.s.bg.Go(func() {
 		<-c.back.Exited()
-		cs.sessions.removeIf(c.id, c)
+		cs.sessions.RemoveIf(c.id, c)
 	})
 	return c, 0, ""
 }
 
 // childGet opens the session's standalone stream.
 func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
-	c, ok := lu.s.Children.sessions.lookup(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)))
+	c, ok := lu.s.Children.sessions.Lookup(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)))
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -199,7 +200,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 // ladder follows.
 func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
-	c, ok := lu.s.Children.sessions.lookup(id)
+	c, ok := lu.s.Children.sessions.Lookup(id)
 	if !ok {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
@@ -210,7 +211,7 @@ func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 
 // Count returns how many children run: one per session, and the shared one.
 func (cs *Children) Count() int {
-	n := cs.sessions.len()
+	n := cs.sessions.Len()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.shared != nil {
@@ -220,18 +221,18 @@ func (cs *Children) Count() int {
 }
 
 // retire stops the server of a session the sidecar forgot.
-func (c *childSession) retire(why string) {
+func (c *childSession) Retire(why string) {
 	switch why {
-	case retireIdle:
+	case sessiontable.RetireIdle:
 		c.log.Info("session idle: stopping its server", events.Mark(events.SessionIdle))
-	case retireEvicted:
+	case sessiontable.RetireEvicted:
 		c.log.Info("session evicted: the least recently used idle session makes room for a new one")
 	}
 	c.retiring.Go(func() { c.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
 // busy reports whether a stream of the session is open.
-func (c *childSession) busy() bool { return c.streaming() }
+func (c *childSession) Busy() bool { return c.streaming() }
 
 // streaming reports whether a stream of the session is open: a request
 // whose client has left, its answer still unwritten, does not count.
@@ -365,7 +366,7 @@ func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
 // stopAll ends every session: each child's stdin closes and the stop ladder
 // follows; it returns once every child has exited and its session ended.
 func (cs *Children) stopAll(reason string) {
-	all := cs.sessions.all()
+	all := cs.sessions.All()
 	cs.mu.Lock()
 	if cs.shared != nil {
 		all = append(all, cs.shared)

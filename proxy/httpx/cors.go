@@ -5,8 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Browser MCP clients (the web inspector, a web app) send their requests

@@ -60,7 +60,7 @@ func (s *Sidecar) askFleet(sessionID string, strays [][]byte) {
 
 // heldSession returns the registered session with the given fleet key.
 func (s *Sidecar) heldSession(key string) *session {
-	for _, x := range s.sessions.all() {
+	for _, x := range s.sessions.All() {
 		if x.key == key {
 			return x
 		}
@@ -76,7 +76,7 @@ func (s *Sidecar) fleetSessionEnded(key string) bool {
 	if sess == nil {
 		return false
 	}
-	s.sessions.removeIf(sess.sessionID(), sess)
+	s.sessions.RemoveIf(sess.sessionID(), sess)
 	s.log.Info("session deleted through another replica", zap.String("session", sess.scope))
 	relay{s}.endSession(sess)
 	return true

@@ -3,10 +3,7 @@ package httpx
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -15,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -109,296 +107,12 @@ func (lu lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.
 	return back, cs.Session, copts.TermAfter, err
 }
 
-// usage is when a session last saw a request, and whose it is.
-type usage struct {
-	last atomic.Int64
-	// owner is the peer that opened the session (see peerOf), set before
-	// the session is shared: at a cap, a peer holding more than its share
-	// of the sessions may evict only its own.
-	owner string
-}
-
-func (u *usage) touch(now time.Time) { u.last.Store(now.UnixNano()) }
-func (u *usage) usedAt() int64       { return u.last.Load() }
-func (u *usage) peer() string        { return u.owner }
-
-// member is what a sessionTable needs of a session.
-type member interface {
-	comparable
-	touch(now time.Time)
-	usedAt() int64
-	// peer is who opened the session (see peerOf).
-	peer() string
-	// busy reports whether the session has a request in flight or a
-	// stream open; a busy session is never idle, nor evicted.
-	busy() bool
-	// retire ends what the session runs once the table has forgotten it,
-	// for why (retireIdle or retireEvicted). It must not block.
-	retire(why string)
-	stats() proxy.Stats
-	// inFlight counts the client's requests in flight.
-	inFlight() int
-}
-
-// Why a table forgets a session on its own.
-const (
-	retireIdle    = "idle"
-	retireEvicted = "evicted"
-)
-
-// errFull is add's answer at the cap, with no session to evict.
-var errFull = errors.New("too many sessions, none idle")
-
-// sessionTable holds one kind of client session by id.
-type sessionTable[S member] struct {
-	mu    sync.Mutex // guards m
-	m     map[string]S
-	idle  time.Duration // how long a session may go unused, not busy
-	max   int           // the cap on sessions; zero for none
-	clock clock.Clock
-	// noEvict, set before use, refuses a session at the cap rather than
-	// evicting an idle one.
-	noEvict bool
-}
-
-func (t *sessionTable[S]) init(idle time.Duration, max int, clk clock.Clock) {
-	t.m, t.idle, t.max, t.clock = make(map[string]S), idle, max, clk
-}
-
-// lookup returns the session registered under id, and marks it used.
-func (t *sessionTable[S]) lookup(id string) (S, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s, ok := t.m[id]
-	if ok {
-		s.touch(t.clock.Now())
-	}
-	return s, ok
-}
-
-// add registers s under id and returns it, or the session already
-// registered under id. At the cap it first evicts an idle session (see
-// makeRoomLocked) or, with none it may evict, returns errFull.
-func (t *sessionTable[S]) add(id string, s S) (S, error) {
-	var zero S
-	t.mu.Lock()
-	if old, ok := t.m[id]; ok {
-		t.mu.Unlock()
-		return old, nil
-	}
-	evicted, ok := t.makeRoomLocked(s.peer())
-	if !ok {
-		t.mu.Unlock()
-		return zero, errFull
-	}
-	s.touch(t.clock.Now())
-	t.m[id] = s
-	t.mu.Unlock()
-	if evicted != zero {
-		evicted.retire(retireEvicted)
-	}
-	return s, nil
-}
-
-// roomFor reports whether add would find room for a session of peer,
-// evicting as add does.
-func (t *sessionTable[S]) roomFor(peer string) bool {
-	t.mu.Lock()
-	evicted, ok := t.makeRoomLocked(peer)
-	t.mu.Unlock()
-	if evicted != *new(S) {
-		evicted.retire(retireEvicted)
-	}
-	return ok
-}
-
-// makeRoomLocked makes room for one more session of peer, below the cap
-// or by forgetting one that is not busy, which it returns for the caller
-// to retire once unlocked. Fairness: each peer's share is the cap over
-// the peers holding sessions (peer counted); a peer at or over its share
-// may evict only a session of its own, and one under it a session of a
-// peer over its share first, else any. Among those it may evict, a
-// session never initialized goes first, then the least recently used.
-// t.mu is held.
-func (t *sessionTable[S]) makeRoomLocked(peer string) (evicted S, ok bool) {
-	if t.max <= 0 || len(t.m) < t.max {
-		return evicted, true
-	}
-	if t.noEvict {
-		return evicted, false
-	}
-	held := map[string]int{peer: 0}
-	for _, s := range t.m {
-		held[s.peer()]++
-	}
-	share := max(t.max/len(held), 1)
-	pick := func(may func(S) bool) string {
-		best := ""
-		for id, s := range t.m {
-			if s.busy() || !may(s) {
-				continue
-			}
-			if b, ok := t.m[best]; best == "" || ok && evictsBefore(s, b) {
-				best = id
-			}
-		}
-		return best
-	}
-	var victim string
-	if held[peer] >= share {
-		victim = pick(func(s S) bool { return s.peer() == peer })
-	} else if victim = pick(func(s S) bool { return held[s.peer()] > share }); victim == "" {
-		victim = pick(func(S) bool { return true })
-	}
-	if victim == "" {
-		return evicted, false
-	}
-	evicted = t.m[victim]
-	delete(t.m, victim)
-	return evicted, true
-}
-
-// evictsBefore reports whether a goes before b when one must be evicted:
-// a session never initialized first, then the least recently used.
-func evictsBefore[S member](a, b S) bool {
-	ai, bi := initializedOf(a), initializedOf(b)
-	if ai != bi {
-		return !ai
-	}
-	return a.usedAt() < b.usedAt()
-}
-
-// initializedOf reports whether a session has seen its initialize; a kind
-// of session that cannot exist before one has.
-func initializedOf(s any) bool {
-	if i, ok := s.(interface{ started() bool }); ok {
-		return i.started()
-	}
-	return true
-}
-
-// remove forgets the session registered under id, and returns it.
-func (t *sessionTable[S]) remove(id string) (S, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s, ok := t.m[id]
-	delete(t.m, id)
-	return s, ok
-}
-
-// removeIf forgets s, if it is still the session registered under id.
-func (t *sessionTable[S]) removeIf(id string, s S) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.m[id] == s {
-		delete(t.m, id)
-	}
-}
-
-// holds reports whether s is the session registered under id.
-func (t *sessionTable[S]) holds(id string, s S) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return id != "" && t.m[id] == s
-}
-
-// sweep forgets and retires the sessions unused for longer than the idle
-// period that are not busy (a cancel may still come for a busy one).
-func (t *sessionTable[S]) sweep() {
-	cutoff := t.clock.Now().Add(-t.idle).UnixNano()
-	var idle []S
-	t.mu.Lock()
-	for id, s := range t.m {
-		if s.usedAt() < cutoff && !s.busy() {
-			delete(t.m, id)
-			idle = append(idle, s)
-		}
-	}
-	t.mu.Unlock()
-	for _, s := range idle {
-		s.retire(retireIdle)
-	}
-}
-
-// all returns the sessions registered now.
-func (t *sessionTable[S]) all() []S {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	all := make([]S, 0, len(t.m))
-	for _, s := range t.m {
-		all = append(all, s)
-	}
-	return all
-}
-
-// len returns how many sessions are registered.
-func (t *sessionTable[S]) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
-}
-
-// stats sums the counters of the sessions registered.
-func (t *sessionTable[S]) stats() proxy.Stats {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var st proxy.Stats
-	for _, s := range t.m {
-		st.Add(s.stats())
-	}
-	return st
-}
-
-// inFlight counts the client requests in flight in the sessions registered.
-func (t *sessionTable[S]) inFlight() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, s := range t.m {
-		n += s.inFlight()
-	}
-	return n
-}
-
-// sweeper runs the idle sweep of every session table of the sidecar, each
-// quarter of the idle period, from Provision until Cleanup stops it.
-type sweeper struct {
-	mu      sync.Mutex // guards the fields below
-	timer   clock.Timer
-	stopped bool
-}
-
-// every sweeps the tables every period until stop.
-func (w *sweeper) every(clk clock.Clock, period time.Duration, tables []table) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return
-	}
-	w.timer = clk.AfterFunc(period, func() {
-		for _, t := range tables { // retire the idle sessions of every kind
-			t.sweep()
-		}
-		w.every(clk, period, tables)
-	})
-}
-
-// stop ends the idle sweep.
-func (w *sweeper) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
-	if w.timer != nil {
-		w.timer.Stop()
-	}
-}
-
 // table is what the sidecar does with each of its session tables.
 type table interface {
-	len() int
-	inFlight() int
-	stats() proxy.Stats
-	sweep()
+	Len() int
+	InFlight() int
+	Stats() proxy.Stats
+	Sweep()
 }
 
 // tables returns the sidecar's session tables, one per kind of session;
@@ -408,6 +122,15 @@ func (s *Sidecar) tables() []table {
 		return nil
 	}
 	return tablesOf(s)
+}
+
+// sweepables returns the tables as the Sweeper takes them.
+func sweepables(ts []table) []sessiontable.Sweepable {
+	out := make([]sessiontable.Sweepable, len(ts))
+	for i, t := range ts {
+		out[i] = t
+	}
+	return out
 }
 
 // tablesOf returns s's session tables, Provision done or under way.
@@ -429,7 +152,7 @@ type kind interface {
 	// counters its sessions add to.
 	provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters)
 	table() table
-	inFlight() int // the requests in flight in its sessions
+	InFlight() int // the requests in flight in its sessions
 	stopAll(reason string)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -54,9 +55,9 @@ type Legacy struct {
 	// slot. If zero, DefaultLegacyInitWait.
 	InitWait time.Duration
 
-	sessions sessionTable[*legacySession] // set up by the Sidecar's Provision
-	retiring sync.WaitGroup               // the sessions the sweep stops
-	totals   *proxy.Counters              // the Sidecar's, set by its Provision
+	sessions sessiontable.Table[*legacySession] // set up by the Sidecar's Provision
+	retiring sync.WaitGroup                     // the sessions the sweep stops
+	totals   *proxy.Counters                    // the Sidecar's, set by its Provision
 }
 
 // legacySession is one old client's session, as long as its event stream
@@ -74,14 +75,14 @@ const DefaultLegacyInitWait = 10 * time.Second
 
 // busy reports whether the client's event stream is open: an old client's
 // session lasts as long as its stream, so it never idles.
-func (ls *legacySession) busy() bool { return !ls.st.ended() }
+func (ls *legacySession) Busy() bool { return !ls.st.ended() }
 
 // started reports whether the client has POSTed initialize: at a cap, a
 // stream that never did is evicted first.
-func (ls *legacySession) started() bool { return ls.initialized.Load() }
+func (ls *legacySession) Started() bool { return ls.initialized.Load() }
 
 // retire ends a session the sidecar forgot.
-func (ls *legacySession) retire(why string) {
+func (ls *legacySession) Retire(why string) {
 	ls.retiring.Go(func() { ls.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
@@ -118,11 +119,11 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	full := func() {
-		lg.s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.len()))
+		lg.s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.Len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 	}
 	peer := peerOf(ctx)
-	if !l.sessions.roomFor(peer) {
+	if !l.sessions.RoomFor(peer) {
 		full()
 		return
 	}
@@ -147,14 +148,14 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 
 // startLegacy runs a session of peer's between an old client's lines and back, and
 // returns it with its event stream; or stops it again, and returns
-// errFull, if another session took the last room meanwhile.
+// sessiontable.ErrFull, if another session took the last room meanwhile.
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := newOutStream(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
-	ls.owner = peer
+	ls.Owner = peer
 	st.onAbort = func() { ls.in.CloseWrite() }
-	if _, err := l.sessions.add(ls.id, ls); err != nil {
+	if _, err := l.sessions.Add(ls.id, ls); err != nil {
 		back.Stop() // never started
 		return nil, err
 	}
@@ -178,7 +179,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 		}
 	}, func() { // forget the session once it has ended
 		uninitialized.Stop()
-		l.sessions.removeIf(ls.id, ls)
+		l.sessions.RemoveIf(ls.id, ls)
 	})
 	return ls, nil
 }
@@ -186,7 +187,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 // legacyPost hands an old client's message to its session: 202 at once;
 // whatever answers it comes on the event stream.
 func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
-	ls, ok := lg.s.Legacy.sessions.lookup(string(ctx.QueryArgs().Peek("sessionId")))
+	ls, ok := lg.s.Legacy.sessions.Lookup(string(ctx.QueryArgs().Peek("sessionId")))
 	if !ok {
 		ctx.Error("unknown or ended session: open the event stream anew", fasthttp.StatusNotFound)
 		return
@@ -218,19 +219,19 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 }
 
 func (l *Legacy) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
-	l.sessions.init(idle, most, clk)
+	l.sessions.Init(idle, most, clk)
 	l.totals = totals
 }
 
 func (l *Legacy) table() table  { return &l.sessions }
-func (l *Legacy) inFlight() int { return l.sessions.inFlight() }
+func (l *Legacy) InFlight() int { return l.sessions.InFlight() }
 
 // stopAll ends every old client's session as lineSession.stop does (its
 // requests in flight cancelled upstream first, as from "shutdown"), all at
 // once, and returns once each has ended.
 func (l *Legacy) stopAll(reason string) {
 	var wg sync.WaitGroup
-	for _, ls := range l.sessions.all() {
+	for _, ls := range l.sessions.All() {
 		wg.Go(func() { ls.stopAndWait(proxy.SourceShutdown, reason) })
 	}
 	wg.Wait()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -20,14 +21,14 @@ import (
 // ones) start, feed and stop their sessions here, so that cancellation is
 // the stdio relay's, exactly.
 type lineSession struct {
-	usage // when the session last saw a request
-	id    string
-	back  Backend
-	sess  *stdio.Session
-	in    *stdio.Frames // the client's messages toward the session
-	out   *stdio.Frames // what the session sends the client
-	log   *zap.Logger
-	done  chan struct{} // closed once the session has ended
+	sessiontable.Usage // when the session last saw a request
+	id                 string
+	back               Backend
+	sess               *stdio.Session
+	in                 *stdio.Frames // the client's messages toward the session
+	out                *stdio.Frames // what the session sends the client
+	log                *zap.Logger
+	done               chan struct{} // closed once the session has ended
 	// cancelling owns stop's CancelAll; the session's end waits for it.
 	cancelling goGroup
 	// grace bounds the waits of stop for a server that does not read.
@@ -70,10 +71,10 @@ func (ls *lineSession) start(route, onEnd func()) {
 }
 
 // stats returns the session's counters.
-func (ls *lineSession) stats() proxy.Stats { return ls.sess.Stats() }
+func (ls *lineSession) Stats() proxy.Stats { return ls.sess.Stats() }
 
 // inFlight counts the client's requests in flight.
-func (ls *lineSession) inFlight() int {
+func (ls *lineSession) InFlight() int {
 	n, _ := ls.sess.InFlight()
 	return n
 }

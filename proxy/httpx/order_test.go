@@ -12,10 +12,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestCancelNeverOvertakesItsRequest: a Streamable HTTP upstream reached

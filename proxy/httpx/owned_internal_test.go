@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // serveOn serves h on a loopback port until the test ends, and returns

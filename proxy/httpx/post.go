@@ -30,7 +30,7 @@ func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, b
 	if id == "" {
 		return newSession(id, rl.s, governed), false
 	}
-	if sess, ok := rl.s.sessions.lookup(id); ok {
+	if sess, ok := rl.s.sessions.Lookup(id); ok {
 		return sess, true
 	}
 	sess := newSession(id, rl.s, governed)
@@ -38,7 +38,7 @@ func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, b
 		return sess, false
 	}
 	sess.key = sessionKey(id) // before it is registered: read unlocked
-	if got, err := rl.s.sessions.add(id, sess); err == nil && got != sess {
+	if got, err := rl.s.sessions.Add(id, sess); err == nil && got != sess {
 		sess.closeGovernor()
 		return got, true // registered by a request of the same moment
 	}
@@ -73,7 +73,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	if len(d.strays) > 0 {
 		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.strays)
 	}
-	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !rl.s.sessions.roomFor(peerOf(ctx)) {
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !rl.s.sessions.RoomFor(peerOf(ctx)) {
 		rl.refuseFull(ctx, sess, d.requests)
 		return
 	}
@@ -113,7 +113,7 @@ func (rl relay) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*pro
 	for _, c := range calls {
 		sess.t.Abandon(c)
 	}
-	rl.s.log.Warn("session refused: too many relayed sessions (http.max_relayed_sessions)", zap.Int("sessions", rl.s.sessions.len()))
+	rl.s.log.Warn("session refused: too many relayed sessions (http.max_relayed_sessions)", zap.Int("sessions", rl.s.sessions.Len()))
 	ctx.Error("too many sessions: try again later\n", fasthttp.StatusServiceUnavailable)
 	ctx.Response.Header.Set("Retry-After", relayedFullRetry) // after Error, which resets the headers
 }
@@ -169,10 +169,10 @@ func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) 
 		}
 		rl.s.log.Info("session opened", events.Mark(events.SessionOpened), zap.String("session", sess.scope))
 	case !known && resp.StatusCode() >= 300:
-		rl.s.sessions.removeIf(sess.sessionID(), sess) // registered on sight; refused
+		rl.s.sessions.RemoveIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
 		// The upstream has forgotten the session; the client will start anew.
-		rl.s.sessions.remove(sess.sessionID())
+		rl.s.sessions.Remove(sess.sessionID())
 		sess.closeGovernor()
 		rl.s.log.Info("session expired upstream", zap.String("session", sess.scope))
 	}
@@ -186,7 +186,7 @@ func (rl relay) adopt(id string, sess *session) *session {
 	sess.id = id
 	sess.idMu.Unlock()
 	sess.key = sessionKey(id)                 // before it is registered: read unlocked
-	adopted, _ := rl.s.sessions.add(id, sess) // no cap: the upstream caps its sessions
+	adopted, _ := rl.s.sessions.Add(id, sess) // no cap: the upstream caps its sessions
 	return adopted
 }
 
@@ -194,7 +194,7 @@ func (rl relay) adopt(id string, sess *session) *session {
 // (no session, or one the upstream did not take), once its answer is done.
 func (rl relay) requestDone(sess *session) {
 	rl.s.own.remove(sess)
-	if sess.core.Governor() != nil && !rl.s.sessions.holds(sess.sessionID(), sess) {
+	if sess.core.Governor() != nil && !rl.s.sessions.Holds(sess.sessionID(), sess) {
 		sess.closeGovernor()
 	}
 }
@@ -465,7 +465,7 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 // first, then the DELETE is relayed.
 func (rl relay) delete(ctx *fasthttp.RequestCtx) {
 	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
-	if sess, ok := rl.s.sessions.remove(id); ok {
+	if sess, ok := rl.s.sessions.Remove(id); ok {
 		rl.s.log.Info("session deleted", zap.String("session", sess.scope))
 		rl.endSession(sess)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 )
 
 // session is one Mcp-Session-Id's state, or one request's when there is no
@@ -37,8 +38,8 @@ type session struct {
 	// stream that will carry its answer.
 	streams map[*proxy.Call]*stream
 	// version is the MCP-Protocol-Version the client last sent.
-	version string
-	usage   // when the session last saw a request
+	version            string
+	sessiontable.Usage // when the session last saw a request
 	// lastResume is when the client last resumed a stream, in UnixNano.
 	lastResume atomic.Int64
 	// open counts the session's response streams being relayed (GET
@@ -96,18 +97,18 @@ const relayedFullRetry = "5"
 
 // busy reports whether the session has a request in flight or a stream
 // open: a cancel may still come for it.
-func (sess *session) busy() bool {
+func (sess *session) Busy() bool {
 	inFlight, _ := sess.t.InFlight()
 	return inFlight > 0 || sess.open.Load() > 0
 }
 
 // retire ends the governance of a session the sidecar forgot; the
 // upstream keeps it (a client may still DELETE it there).
-func (sess *session) retire(string) { sess.closeGovernor() }
+func (sess *session) Retire(string) { sess.closeGovernor() }
 
-func (sess *session) stats() proxy.Stats { return sess.t.Stats() }
+func (sess *session) Stats() proxy.Stats { return sess.t.Stats() }
 
-func (sess *session) inFlight() int {
+func (sess *session) InFlight() int {
 	n, _ := sess.t.InFlight()
 	return n
 }

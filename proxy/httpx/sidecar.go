@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -160,16 +161,16 @@ type Sidecar struct {
 	// by Provision (targetOf).
 	target   target
 	modern   modernity
-	endpoint upstream.Endpoint      // the upstream's URL, and the client that reaches it
-	sessions sessionTable[*session] // the sessions relayed upstream
-	own      requestSessions        // the sessions that are a request's own, while it runs
+	endpoint upstream.Endpoint            // the upstream's URL, and the client that reaches it
+	sessions sessiontable.Table[*session] // the sessions relayed upstream
+	own      requestSessions              // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
 	// watchDelay. Both are stopped by Cleanup.
 	closes  closewatch.Watcher
 	soon    closewatch.Queue
 	totals  proxy.Counters // every session's counts, ended ones' too
 	kinds   []kind         // the other kinds of session it serves (kindsOf)
-	sweeper sweeper
+	sweeper sessiontable.Sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
 	log       *zap.Logger
@@ -245,8 +246,8 @@ func (s *Sidecar) Provision() error {
 		s.endpoint = upstream.Endpoint{URL: u, Client: client}
 		s.clock = clock.Or(s.Clock)
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
-		s.sessions.init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
-		s.sessions.noEvict = true // a relayed session is the client's and the upstream's: never dropped for another
+		s.sessions.Init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
+		s.sessions.NoEvict = true // a relayed session is the client's and the upstream's: never dropped for another
 		s.kinds = kindsOf(s)
 		s.target = targetOf(s)
 		for _, k := range s.kinds {
@@ -254,7 +255,7 @@ func (s *Sidecar) Provision() error {
 		}
 		s.soon.Delay = closewatch.WatchDelay
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
-		s.sweeper.every(s.clock, max(idle/4, time.Second), tablesOf(s))
+		s.sweeper.Every(s.clock, max(idle/4, time.Second), sweepables(tablesOf(s)))
 		if s.Fleet != nil {
 			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel, s.fleetSessionEnded)
 		}
@@ -272,7 +273,7 @@ func (s *Sidecar) Cleanup(reason string) {
 		return
 	}
 	s.cleanup.Do(func() {
-		s.sweeper.stop()
+		s.sweeper.Stop()
 		if s.stopFleet != nil {
 			s.stopFleet()
 		}
@@ -376,7 +377,7 @@ func originAllowed(origin string, allowed []string, loopback bool) bool {
 func (s *Sidecar) Sessions() int {
 	n := 0
 	for _, t := range s.tables() {
-		n += t.len()
+		n += t.Len()
 	}
 	return n
 }
@@ -388,13 +389,13 @@ func (s *Sidecar) InFlight() int {
 	if s.Provision() != nil {
 		return 0
 	}
-	n += s.sessions.inFlight()
+	n += s.sessions.InFlight()
 	for _, k := range s.kinds {
-		n += k.inFlight()
+		n += k.InFlight()
 	}
 	for _, sess := range s.own.all() {
-		if !s.sessions.holds(sess.sessionID(), sess) {
-			n += sess.inFlight()
+		if !s.sessions.Holds(sess.sessionID(), sess) {
+			n += sess.InFlight()
 		}
 	}
 	return n
@@ -421,9 +422,9 @@ func (s *Sidecar) CancelAll(reason string) {
 	if s.Provision() != nil {
 		return
 	}
-	sessions := s.sessions.all()
+	sessions := s.sessions.All()
 	for _, sess := range s.own.all() {
-		if !s.sessions.holds(sess.sessionID(), sess) { // one the upstream took is in both
+		if !s.sessions.Holds(sess.sessionID(), sess) { // one the upstream took is in both
 			sessions = append(sessions, sess)
 		}
 	}
