@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -279,7 +280,7 @@ type outStream struct {
 	// out, when the client's connection can hold a write (Listener), has
 	// each event's write wait for the next one while more are queued: the
 	// last goes out with the body's end. It is released before Read waits.
-	out *heldConn
+	out *joinwrite.Conn
 }
 
 // newOutStream returns a stream for pending requests' answers whose grace
@@ -348,7 +349,7 @@ func (st *outStream) next() []byte {
 			return nil
 		}
 		if st.out != nil {
-			st.out.release()
+			st.out.Release()
 		}
 		<-st.ready
 	}
@@ -364,7 +365,7 @@ func (st *outStream) Read(p []byte) (int, error) {
 	n := copy(p, st.buf)
 	st.buf = st.buf[n:]
 	if st.out != nil {
-		st.out.holdNext() // fasthttp writes what Read returns at once
+		st.out.HoldNext() // fasthttp writes what Read returns at once
 	}
 	return n, nil
 }

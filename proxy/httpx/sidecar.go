@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -457,3 +459,8 @@ func (s *Sidecar) cancelled(source proxy.Source) {
 		s.OnCancel(string(source))
 	}
 }
+
+// Listener returns ln with each connection it accepts able to hold a
+// write (package joinwrite), which the sidecar's event streams use to take
+// fewer writes; serve the sidecar's Handler on it.
+func Listener(ln net.Listener) net.Listener { return joinwrite.Listener(ln) }

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -227,8 +228,8 @@ type sseRelay struct {
 	headOut  bool       // something was written, or WriteTo returned
 	// out and up, when both are known, let each event's write wait for
 	// the next write to the client, as long as the upstream's next bytes
-	// are already read (coalesce.go).
-	out     *heldConn
+	// are already read (package joinwrite).
+	out     *joinwrite.Conn
 	up      *upstream.Link
 	release func()
 }
@@ -246,11 +247,11 @@ func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, 
 	if st.quit != nil {
 		r.evs = make(chan []byte, 16)
 		rl.s.bg.Go(r.pump)
-	} else if out, ok := conn.(*heldConn); ok {
+	} else if out, ok := joinwrite.Of(conn); ok {
 		// A lingering stream's events come through a channel, which its
 		// reader may wait on: those are written at once.
 		r.out, r.up = out, upstream.LinkOf(resp)
-		r.release = out.release
+		r.release = out.Release
 	}
 	return r
 }
@@ -325,7 +326,7 @@ func (r *sseRelay) holdWrite() {
 	if r.up == nil {
 		return
 	}
-	r.out.holdNext()
+	r.out.HoldNext()
 	r.up.OnRead.Store(&r.release)
 }
 

@@ -1,4 +1,8 @@
-package httpx
+// Package joinwrite holds back a write on a client's connection so that it
+// goes out with the next one, in one system call: the HTTP front's event
+// streams use it to send an event and what follows it (the next event, the
+// body's end) together.
+package joinwrite
 
 import (
 	"errors"
@@ -12,17 +16,25 @@ import (
 // ends, the empty chunk that ends the body. That is two writes, and two
 // wake-ups of the client, where the upstream's whole response (event and
 // end) most often came in one read. So the relay holds each event's write
-// on the client's connection (heldConn) while it reads on from what the
+// on the client's connection (Conn) while it reads on from what the
 // upstream has already sent: the next write on that connection, the next
 // event or the body's end, goes out with it in one system call. Before the
 // relay's goroutine can wait for the upstream (its next read of the
 // upstream connection, upConn), the held write goes out: nothing the
 // client is owed waits on the upstream.
 
-// Listener returns ln with each connection it accepts able to hold a
-// write, which the sidecar's relayed event streams use; serve the
-// sidecar's Handler on it.
+// Listener returns ln with each connection it accepts a Conn, able to hold
+// a write.
 func Listener(ln net.Listener) net.Listener { return heldListener{ln} }
+
+// Of returns c as a Conn, if it is one (a Listener accepted it).
+func Of(c net.Conn) (*Conn, bool) {
+	hc, ok := c.(*Conn)
+	return hc, ok
+}
+
+// New returns c as a Conn.
+func New(c net.Conn) *Conn { return &Conn{Conn: c} }
 
 type heldListener struct{ net.Listener }
 
@@ -31,7 +43,7 @@ func (l heldListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &heldConn{Conn: c}, nil
+	return &Conn{Conn: c}, nil
 }
 
 // maxHeld is the largest write a connection holds; a larger one is written
@@ -39,18 +51,18 @@ func (l heldListener) Accept() (net.Conn, error) {
 // system call it saves).
 const maxHeld = 16 << 10
 
-// heldConn is a client's connection whose next write can be held, to go
-// out with the one after it.
-type heldConn struct {
+// Conn is a client's connection whose next write can be held, to go out
+// with the one after it.
+type Conn struct {
 	net.Conn
 	mu   sync.Mutex // guards hold and held; held across writes, to keep them in order
 	hold bool       // the next write is to be held
 	held []byte
 }
 
-// holdNext holds the next write, up to maxHeld bytes, until the write
-// after it, release, or Close.
-func (c *heldConn) holdNext() {
+// HoldNext holds the next write, up to maxHeld bytes, until the write
+// after it, Release, or Close.
+func (c *Conn) HoldNext() {
 	c.mu.Lock()
 	c.hold = true
 	c.mu.Unlock()
@@ -58,7 +70,7 @@ func (c *heldConn) holdNext() {
 
 // Write writes p after what is held, in one system call, unless p is to be
 // held itself.
-func (c *heldConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hold && len(c.held)+len(p) <= maxHeld {
@@ -80,8 +92,8 @@ func (c *heldConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// release writes what is held, and holds nothing more.
-func (c *heldConn) release() {
+// Release writes what is held, and holds nothing more.
+func (c *Conn) Release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hold = false
@@ -101,13 +113,13 @@ func shrink(b []byte) []byte {
 }
 
 // Close writes what is held, then closes the connection.
-func (c *heldConn) Close() error {
-	c.release()
+func (c *Conn) Close() error {
+	c.Release()
 	return c.Conn.Close()
 }
 
-// SyscallConn gives the connection's own, for watchClose.
-func (c *heldConn) SyscallConn() (syscall.RawConn, error) {
+// SyscallConn gives the connection's own (for a close watcher).
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()
 	}
