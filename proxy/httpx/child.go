@@ -286,9 +286,8 @@ type outStream struct {
 // newOutStream returns a stream for pending requests' answers whose grace
 // runs on clk.
 func newOutStream(clk clock.Clock, pending int) *outStream {
-	st := &outStream{stream: stream{clock: clk}, ready: make(chan struct{}, 1), pending: pending}
-	st.onEnd = st.signal
-	return st
+	ready := make(chan struct{}, 1)
+	return &outStream{stream: stream{clock: clk, wake: ready}, ready: ready, pending: pending}
 }
 
 // send queues an event; it reports false (only for the first event that

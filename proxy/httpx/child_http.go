@@ -286,7 +286,7 @@ func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, *outStream)
 		}
 	}
 	if renamed {
-		line = joinFrame(kept, f.Batch)
+		line = proxy.JoinFrame(kept, f.Batch)
 	}
 	if len(ids) == 0 {
 		return line, nil

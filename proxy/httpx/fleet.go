@@ -94,12 +94,12 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 	sess.core.Lock()
 	d := relay{s}.decideFrame(sess, proxy.Client, &f, proxy.TraceContext{})
 	sess.core.Unlock()
-	if len(d.cancels) == 0 && d.withdrawn == 0 {
+	if len(d.Cancels) == 0 && d.Withdrawn == 0 {
 		return false
 	}
 	s.log.Info("cancel accepted for another replica", events.Mark(events.FleetStray), zap.String("session", sess.scope))
-	if len(d.cancels) > 0 {
-		outbound{s}.goNotify(sess, d.data, d.cancels...)
+	if len(d.Cancels) > 0 {
+		outbound{s}.goNotify(sess, d.Data, d.Cancels...)
 	}
 	return true
 }

@@ -36,14 +36,14 @@ func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m 
 		return
 	}
 	var f framing.Frame
-	if f.Parse(d.data) != nil || f.Batch {
+	if f.Parse(d.Data) != nil || f.Batch {
 		return
 	}
 	modern, err := upstream.Modernize(&f.Msgs[0], nil)
 	if err != nil || f.Parse(modern) != nil {
 		return
 	}
-	d.data, d.upgraded = modern, true
+	d.Data, d.upgraded = modern, true
 	version := string(framing.RevisionStateless)
 	upstream.MirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
 	ctx.Request.Header.Set(upstream.VersionHeader, version)

@@ -25,6 +25,9 @@ type hold struct {
 	reply     []byte        // for the client, when its deadline passed while waiting
 }
 
+// newHold is the hold of a request the governor keeps waiting.
+func newHold(*proxy.Call) any { return &hold{ch: make(chan struct{})} }
+
 // The session is its core's proxy.Carrier: what the core decides with no
 // POST in hand (a deadline, a dispatch, the proxy's own request) is
 // carried out here, the core's lock held; anything that waits for the
@@ -112,8 +115,8 @@ type closerSoon interface{ CloseSoon() }
 // sidecar whose client closed the stream (protocol 2026-07-28): they are
 // cancelled before dispatch and never sent.
 func (rl relay) heldClientGone(sess *session, d *decided) {
-	for _, hc := range d.held {
-		sess.core.Cancel(hc.c, proxy.SourceDisconnect, "client closed the stream", nil)
+	for _, hc := range d.Held {
+		sess.core.Cancel(hc.Call, proxy.SourceDisconnect, "client closed the stream", nil)
 	}
 }
 
@@ -128,30 +131,18 @@ func (rl relay) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (d
 		defer stop()
 	}
 	withdrawn := map[*proxy.Call]bool{}
-	for _, hc := range d.held {
-		<-hc.h.ch
-		if hc.h.withdrawn {
-			withdrawn[hc.c] = true
-			if hc.h.reply != nil {
-				replies = append(replies, hc.h.reply)
+	for _, hc := range d.Held {
+		h := hc.Handle.(*hold)
+		<-h.ch
+		if h.withdrawn {
+			withdrawn[hc.Call] = true
+			if h.reply != nil {
+				replies = append(replies, h.reply)
 			}
 		}
 	}
 	if len(withdrawn) == 0 {
-		return d.data, nil
+		return d.Data, nil
 	}
-	var kept [][]byte
-	var requests []*proxy.Call
-	for i, raw := range d.kept {
-		if c := d.keptCalls[i]; c == nil || !withdrawn[c] {
-			kept = append(kept, raw)
-		}
-	}
-	for _, c := range d.requests {
-		if !withdrawn[c] {
-			requests = append(requests, c)
-		}
-	}
-	d.requests = requests
-	return joinFrame(kept, d.batch), replies
+	return d.Rebuild(withdrawn), replies
 }

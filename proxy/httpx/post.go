@@ -66,41 +66,41 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	sess.core.Lock()
 	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
 	st := rl.newStream()
-	for _, c := range d.requests {
+	for _, c := range d.Requests {
 		sess.attach(c, st)
 	}
 	sess.core.Unlock()
-	if len(d.strays) > 0 {
-		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.strays)
+	if len(d.Strays) > 0 {
+		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.Strays)
 	}
-	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.requests) == 1 && !rl.s.sessions.RoomFor(peerOf(ctx)) {
-		rl.refuseFull(ctx, sess, d.requests)
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.Requests) == 1 && !rl.s.sessions.RoomFor(peerOf(ctx)) {
+		rl.refuseFull(ctx, sess, d.Requests)
 		return
 	}
-	if !known && !f.Batch && len(d.requests) == 1 {
+	if !known && !f.Batch && len(d.Requests) == 1 {
 		rl.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
 		st.downgrade = d.upgraded
 	}
-	if d.trace.Parent != "" {
-		setTraceHeaders(&ctx.Request, d.trace)
+	if d.Trace.Parent != "" {
+		setTraceHeaders(&ctx.Request, d.Trace)
 	}
 	if !rl.admit(ctx, sess, st, &d) {
 		return
 	}
-	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.data, d.timed)
+	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
 	switch {
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
 		if final := st.takeFinal(); final != nil {
-			writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(d.replies, final), len(d.replies) > 0))
+			writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(append(d.Replies, final), len(d.Replies) > 0))
 		} else {
-			rl.relayReplies(ctx, d.replies, len(d.requests) > 0)
+			rl.relayReplies(ctx, d.Replies, len(d.Requests) > 0)
 		}
 		return
 	case err != nil:
 		sess.detach(st)
 		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("error", upstream.Brief(err)))
-		rl.failRequests(ctx, sess, d.requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
+		rl.failRequests(ctx, sess, d.Requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
 	sess = rl.noteSession(sess, known, resp)
@@ -123,26 +123,26 @@ func (rl relay) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*pro
 // false), and sets the stream to linger after a cancel where the governor
 // wants a late answer.
 func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
-	if len(d.held) > 0 {
+	if len(d.Held) > 0 {
 		var replies [][]byte
-		d.data, replies = rl.waitHeld(ctx, sess, d)
-		d.replies = append(d.replies, replies...)
-		if len(d.requests) == 0 {
+		d.Data, replies = rl.waitHeld(ctx, sess, d)
+		d.Replies = append(d.Replies, replies...)
+		if len(d.Requests) == 0 {
 			sess.detach(st)
 		}
 	}
 	switch {
-	case d.data == nil: // nothing left to forward
+	case d.Data == nil: // nothing left to forward
 		// Cancelled while waiting: the stream ends without an answer.
-		rl.relayReplies(ctx, d.replies, len(d.held) > 0)
+		rl.relayReplies(ctx, d.Replies, len(d.Held) > 0)
 		return false
-	case len(d.requests) == 0 && len(d.cancels) > 0:
+	case len(d.Requests) == 0 && len(d.Cancels) > 0:
 		// A cancel is answered at once; it goes upstream on its own.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		outbound{rl.s}.forwardDetached(ctx, d.data, d.cancels)
+		outbound{rl.s}.forwardDetached(ctx, d.Data, d.Cancels)
 		return false
 	}
-	if d.wantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
+	if d.WantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
 		// After a cancel the client's stream ends, but the upstream's
 		// answer is still read a while, for the hooks that compensate it.
 		// (In 2026-07-28 closing the upstream's stream is the cancel.)
@@ -281,12 +281,12 @@ func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 // answer goes on streaming after it returns.
 func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
 	status := resp.StatusCode()
-	if status >= 500 && len(d.requests) > 0 {
+	if status >= 500 && len(d.Requests) > 0 {
 		head := upstream.ReadHead(resp)
 		sess.detach(st)
 		rl.s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
 		outbound{rl.s}.payload("the upstream's error body", head)
-		rl.failRequests(ctx, sess, d.requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
+		rl.failRequests(ctx, sess, d.Requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
 	if upstream.IsEventStream(resp.Header.ContentType()) && !st.setBody(upstream.BodyOf(resp)) {
@@ -304,15 +304,15 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, res
 	ctx.SetStatusCode(status)
 	if upstream.IsEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.replies)
+		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.Replies)
 		relay.lazyHead = true // the headers go with the first event: one write, not two
 		ctx.SetBodyStream(relay, -1)
 		return true
 	}
 	defer sess.detach(st)
-	rl.relayJSON(ctx, sess, st, resp, d.replies)
+	rl.relayJSON(ctx, sess, st, resp, d.Replies)
 	// A JSON answer is whole: requests it did not answer never will be.
-	for _, c := range d.requests {
+	for _, c := range d.Requests {
 		sess.t.Abandon(c)
 	}
 	return false
@@ -336,7 +336,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		return
 	}
 	if final := st.takeFinal(); final != nil {
-		writeJSON(ctx, fasthttp.StatusOK, joinFrame(append(replies, final), len(replies) > 0))
+		writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(append(replies, final), len(replies) > 0))
 		return
 	}
 	if err != nil && st.wasCut() { // the requests were cancelled: their answer is not awaited
@@ -354,21 +354,21 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		return
 	}
 	d := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
-	if st.downgrade && d.data != nil {
+	if st.downgrade && d.Data != nil {
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
 		// no resultType.
-		d.data = downgradeAnswer(d.data)
+		d.Data = downgradeAnswer(d.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	}
-	out := append(replies, d.data)
-	if d.data == nil {
+	out := append(replies, d.Data)
+	if d.Data == nil {
 		out = replies
 	}
 	switch {
 	case len(out) > 0:
-		ctx.SetBody(joinFrame(out, len(out) > 1 || f.Batch))
-	case d.suppressed > 0: // the late answer of a cancelled request
+		ctx.SetBody(proxy.JoinFrame(out, len(out) > 1 || f.Batch))
+	case d.Suppressed > 0: // the late answer of a cancelled request
 		emptyStream(ctx)
 	default:
 		// The answer names no request in flight (FastMCP answers what it
@@ -420,7 +420,7 @@ func (rl relay) relayReplies(ctx *fasthttp.RequestCtx, replies [][]byte, request
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, joinFrame(replies, len(replies) > 1))
+	writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(replies, len(replies) > 1))
 }
 
 // failRequests answers the client's requests with errors, as JSON.

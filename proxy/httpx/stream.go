@@ -72,9 +72,9 @@ type stream struct {
 	final []byte
 	done  chan struct{} // closed when the stream is ended; made by watched
 	cut   bool          // ended by the sidecar, not at the upstream's end
-	// onEnd, if set before the stream is shared, runs once it has ended,
-	// after its body was closed (an outStream's wakes its reader).
-	onEnd func()
+	// wake, if set before the stream is shared, is signalled once it has
+	// ended, after its body was closed: an outStream's reader waits on it.
+	wake chan struct{}
 }
 
 // newStream returns a stream whose timers run on the sidecar's clock.
@@ -191,8 +191,11 @@ func (st *stream) end(why error) {
 	if body != nil {
 		body.CloseWithError(why)
 	}
-	if st.onEnd != nil {
-		st.onEnd()
+	if st.wake != nil {
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -557,14 +560,14 @@ func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, 
 		return nil
 	}
 	d := rl.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
-	data := d.data
+	data := d.Data
 	if downgrade && data != nil {
 		if down := downgradeAnswer(data); len(down) != len(data) {
-			data, d.same = down, false
+			data, d.Same = down, false
 		}
 	}
 	switch {
-	case d.same:
+	case d.Same:
 		return framing.NormalizeLineEnds(ev.Raw)
 	case data == nil:
 		return nil
@@ -582,130 +585,31 @@ func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, 
 	return append(out, '\n')
 }
 
-// decided is what the tracker made of a frame.
+// decided is what the session's core made of a frame (proxy.Plan), with
+// what the relay adds to it.
 type decided struct {
-	data     []byte        // what is left to forward; nil when nothing is
-	same     bool          // the frame passes unchanged (data is the frame)
-	requests []*proxy.Call // requests being forwarded
-	replies  [][]byte      // the proxy's own answers for the sender
-	cancels  []*proxy.Call // requests whose accepted cancels are being forwarded
-	// suppressed counts the messages held back as late (answers or
-	// progress of cancelled requests).
-	suppressed int
-	// held are requests the governor keeps waiting; kept and keptCalls are
-	// the messages forwarded (and the request each is, if any), for
-	// rebuilding the frame without those withdrawn while waiting.
-	held      []heldCall
-	kept      [][]byte
-	keptCalls []*proxy.Call
-	batch     bool
-	timed     bool // a request has a deadline: the wait for the upstream may be cut short
-	wantsLate bool // a request's late answer is wanted after a cancel
-	// strays are the client's cancels of requests not in flight here,
-	// which another replica of a fleet may hold; withdrawn counts the
-	// cancels of requests held back here (never sent).
-	strays    [][]byte
-	withdrawn int
-	// trace is the trace context of the first request forwarded, when
-	// traced: the upstream POST's traceparent header.
-	trace proxy.TraceContext
+	proxy.Plan
 	// upgraded says the request was sent as a 2026-07-28 one for a client
 	// of the 2025 revisions (http.upgrade_stateless).
 	upgraded bool
 }
 
-type heldCall struct {
-	c *proxy.Call
-	h *hold
-}
-
-// decideFrame puts each message of a frame to the tracker; parent is the
-// trace context of the HTTP request that brought it, if any. Cancels the
-// client sends end the cancelled request's stream after the grace.
+// decideFrame has the session's core decide a frame (proxy.Session's
+// DecideFrame); parent is the trace context of the HTTP request that
+// brought it, if any. A request the governor holds waits on a hold; the
+// streams of requests the client cancels end after the grace, and each
+// other request in flight under a cancelled id is told its own cancel
+// (it was renamed upstream).
 func (rl relay) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, parent proxy.TraceContext) decided {
-	var d decided
-	var kept [][]byte
-	d.same = true
-	for i := range f.Msgs {
-		m := &f.Msgs[i]
-		var o proxy.Outcome
-		if f.Batch && f.Errs[i] != nil {
-			o = proxy.Outcome{Verdict: proxy.Drop, Reply: sess.t.Invalid(from, f.Errs[i], m.Raw)}
-		} else {
-			o = sess.core.Decide(from, m, parent)
-		}
-		if d.trace.Parent == "" {
-			d.trace = o.Trace
-		}
-		if o.Reply != nil {
-			d.replies = append(d.replies, o.Reply)
-		}
-		for _, mc := range o.More { // the other requests in flight under the id the cancel names
-			sess.cancelled(mc.Call, rl.s.grace)
-			if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-				outbound{rl.s}.goNotify(sess, mc.Notice, mc.Call) // each was renamed upstream: a cancel of its own
-			}
-		}
-		if o.Withdrawn { // held, never sent, and neither is its cancel
-			d.same = false
-			d.withdrawn++
-			continue
-		}
-		if o.Cancelled != nil && from == proxy.Client {
-			d.cancels = append(d.cancels, o.Cancelled)
-			sess.cancelled(o.Cancelled, rl.s.grace)
-		}
-		if o.Request != nil {
-			d.requests = append(d.requests, o.Request)
-			d.timed = d.timed || o.Timed
-			d.wantsLate = d.wantsLate || o.WantsLate
-			if o.Hold {
-				h := &hold{ch: make(chan struct{})}
-				sess.core.Hold(o.Request, h)
-				d.held = append(d.held, heldCall{o.Request, h})
-			}
-		}
-		if o.Verdict != proxy.Forward {
-			if o.Verdict == proxy.Suppress {
-				d.suppressed++
-			}
-			if from == proxy.Client && o.Cancelled == nil && m.Method == framing.MethodCancelled && m.RequestID.IsValid() {
-				d.strays = append(d.strays, m.Raw)
-			}
-			d.same = false
-			continue
-		}
-		if o.Rewritten != nil {
-			d.same = false
-			kept = append(kept, o.Rewritten)
-		} else {
-			kept = append(kept, m.Raw)
-		}
-		d.keptCalls = append(d.keptCalls, o.Request)
+	d := decided{Plan: sess.core.DecideFrame(from, f, parent, newHold)}
+	for _, c := range d.Cancels {
+		sess.cancelled(c, rl.s.grace)
 	}
-	d.kept, d.batch = kept, f.Batch
-	if d.same {
-		d.data = f.Raw
-	} else {
-		d.data = joinFrame(kept, f.Batch)
+	for _, mc := range d.More {
+		sess.cancelled(mc.Call, rl.s.grace)
+		if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
+			outbound{rl.s}.goNotify(sess, mc.Notice, mc.Call)
+		}
 	}
 	return d
-}
-
-// joinFrame rebuilds a single message or a batch from what is left of it.
-func joinFrame(msgs [][]byte, batch bool) []byte {
-	switch {
-	case len(msgs) == 0:
-		return nil
-	case !batch:
-		return msgs[0]
-	}
-	out := []byte{'['}
-	for i, m := range msgs {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		out = append(out, m...)
-	}
-	return append(out, ']')
 }

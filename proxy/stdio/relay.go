@@ -90,48 +90,24 @@ func (s *Session) timeNotice(from *side, c *proxy.Call, b *buf) {
 	}
 }
 
-// handleBatch handles a JSON array of messages (protocol 2025-03-26). When
-// every element passes unchanged the original bytes are forwarded; otherwise
-// the batch is rebuilt from the elements that pass.
+// handleBatch handles a JSON array of messages (protocol 2025-03-26), as
+// its session's core decides it (proxy.Session.DecideFrame): when every
+// element passes unchanged the original bytes are forwarded; otherwise the
+// batch is rebuilt from the elements that pass. A request in a batch is
+// never held: it goes with the batch.
 func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
-	out := getBuf()
-	out.b = append(out.b, '[')
-	kept, same := 0, true
-	for i := range f.Msgs {
-		m := &f.Msgs[i]
-		var o proxy.Outcome
-		if f.Errs[i] != nil {
-			o = proxy.Outcome{Verdict: proxy.Drop, Reply: s.t.Invalid(from.peer, f.Errs[i], m.Raw)}
-		} else {
-			o = s.core.Decide(from.peer, m, proxy.TraceContext{})
-		}
-		s.reply(from, o.Reply)
-		if o.Verdict != proxy.Forward {
-			same = false
-			continue
-		}
-		if kept > 0 {
-			out.b = append(out.b, ',')
-		}
-		kept++
-		if o.Rewritten != nil {
-			same = false
-			out.b = append(out.b, o.Rewritten...)
-		} else {
-			out.b = append(out.b, m.Raw...)
-		}
+	p := s.core.DecideFrame(from.peer, f, proxy.TraceContext{}, nil)
+	for _, r := range p.Replies {
+		s.reply(from, r)
 	}
-	out.b = append(out.b, ']')
 	switch {
-	case same:
-		putBuf(out)
+	case p.Same:
 		from.out.sendDeferred(b)
-	case kept > 0:
-		putBuf(b)
-		from.out.sendDeferred(out)
+	case p.Data != nil:
+		b.b = append(b.b[:0], p.Data...) // p.Data is a new array: a rebuilt batch aliases nothing
+		from.out.sendDeferred(b)
 	default:
 		putBuf(b)
-		putBuf(out)
 	}
 }
 
