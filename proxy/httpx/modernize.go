@@ -1,9 +1,6 @@
 package httpx
 
 import (
-	"bytes"
-	"encoding/json"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -70,32 +67,4 @@ func (ob outbound) upstreamModern() bool {
 		}
 	}
 	return m.yes
-}
-
-// downgradeAnswer returns a 2026-07-28 answer (a message, or a batch) in
-// the shape of the 2025 revisions, for a client whose request was sent
-// upgraded: a result's "resultType": "complete", which that client never
-// asked for, is taken out. Anything else goes as it is.
-func downgradeAnswer(b []byte) []byte {
-	if !bytes.Contains(b, []byte(`"resultType"`)) {
-		return b
-	}
-	var msg map[string]json.RawMessage
-	if json.Unmarshal(b, &msg) != nil {
-		return b
-	}
-	var result map[string]json.RawMessage
-	if json.Unmarshal(msg["result"], &result) != nil || string(result["resultType"]) != `"complete"` {
-		return b
-	}
-	delete(result, "resultType")
-	var err error
-	if msg["result"], err = json.Marshal(result); err != nil {
-		return b
-	}
-	out, err := json.Marshal(msg)
-	if err != nil {
-		return b
-	}
-	return out
 }

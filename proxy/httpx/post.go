@@ -358,7 +358,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
 		// no resultType.
-		d.Data = downgradeAnswer(d.Data)
+		d.Data = upstream.Downgrade(d.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	}
 	out := append(replies, d.Data)

@@ -60,7 +60,7 @@ type stream struct {
 	quit   chan struct{}
 	// downgrade, set before the stream is shared, says that its requests
 	// were sent upgraded to 2026-07-28 for a client of the 2025 revisions,
-	// whose answers go back in that client's shape (see downgradeAnswer).
+	// whose answers go back in that client's shape (see upstream.Downgrade).
 	downgrade bool
 
 	mu    sync.Mutex // guards the fields below
@@ -562,7 +562,7 @@ func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, 
 	d := rl.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
 	data := d.Data
 	if downgrade && data != nil {
-		if down := downgradeAnswer(data); len(down) != len(data) {
+		if down := upstream.Downgrade(data); len(down) != len(data) {
 			data, d.Same = down, false
 		}
 	}

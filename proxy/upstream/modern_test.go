@@ -137,3 +137,19 @@ func FuzzModernize(f *testing.F) {
 		}
 	})
 }
+
+// TestDowngrade: a 2026-07-28 result goes back to a 2025 client without the
+// "resultType": "complete" it never asked for; anything else (another
+// result type, an error, what is not JSON) goes as it is.
+func TestDowngrade(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","content":[]}}`, `{"id":1,"jsonrpc":"2.0","result":{"content":[]}}`},
+		{`{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","task":{}}}`, `{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","task":{}}}`},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"resultType"}}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"resultType"}}`},
+		{`not "resultType" json`, `not "resultType" json`},
+	} {
+		if got := string(Downgrade([]byte(tc.in))); got != tc.want {
+			t.Errorf("Downgrade(%s)\n= %s\nwant %s", tc.in, got, tc.want)
+		}
+	}
+}
