@@ -102,13 +102,14 @@ func (sess *session) closeGovernor() {
 			g.CloseSoon()
 			return
 		}
-		go gov.Close()
+		sess.sc.bg.Go(gov.Close) // Cleanup waits for it
 	})
 }
 
 // closerSoon is a governor that can end without making its closer wait
 // (package policy's): most sessions, a request's own, have nothing to
-// settle, and then no goroutine is started.
+// settle, and then no goroutine is started. Another governor's Close runs
+// on a goroutine of the sidecar's bg group.
 type closerSoon interface{ CloseSoon() }
 
 // heldClientGone withdraws the requests of a POST still waiting in the
