@@ -275,6 +275,10 @@ func TestChildSessionSlots(t *testing.T) {
 		c := &childClient{t: t, url: childSidecar(t, cs, func(s *httpx.Sidecar) { sc, s.SessionIdle, s.Clock = s, time.Hour, clk })}
 		c.initialize()
 		leave := c.hangingCall()
+		// The call's headers come before its session has decided it; the
+		// session decides in order, so once a later message is answered
+		// the call is in flight.
+		c.received()
 		clk.Advance(2 * time.Hour) // the stream is still open: the session stays
 		if cs.Count() != 1 || sc.Sessions() != 1 || sc.InFlight() != 1 {
 			t.Fatalf("%d children, %d sessions, %d in flight; want the session's call", cs.Count(), sc.Sessions(), sc.InFlight())
