@@ -3,7 +3,6 @@ package httpx
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -73,32 +73,12 @@ func (cs *Children) clock() clock.Clock { return cs.sessions.Clock() }
 type Backend = upstream.Backend
 
 // childSession is one session's server and the routes of what it sends
-// to the client's HTTP streams.
+// to the client's HTTP streams (package demux).
 type childSession struct {
 	*lineSession
+	demux.Router[*outStream]
 	clock    clock.Clock     // the Children's
 	retiring *sync.WaitGroup // the Children's: counts the session while it stops, once retired
-
-	mu sync.Mutex // guards the fields below
-	// byID and byToken route answers and progress to their request's stream.
-	byID    map[framing.ID]*outStream
-	byToken map[framing.ID]*outStream
-	get     *outStream   // the standalone GET stream, if one is open
-	streams []*outStream // every POST stream, to be closed when the session ends
-	last    *outStream   // the newest POST stream still open
-	closed  bool         // the session ended: streams get EOF
-	initID  framing.ID   // the session's initialize request, once seen
-	// listens marks the requests in byID that are subscriptions/listen
-	// (2026-07-28): the server ends one with notifications/cancelled, which
-	// goes on its stream as its answer would, and ends it.
-	listens map[framing.ID]bool
-	// shared marks the child that serves every sessionless (2026-07-28)
-	// request: there, ids and progress tokens are renamed on the way in, so
-	// that clients can never collide, and named back here on the way out.
-	shared  bool
-	origID  map[framing.ID]framing.ID // renamed id -> the client's
-	origTok map[framing.ID]framing.ID // renamed token -> the client's
-	renames uint64
 }
 
 // start opens a session: the child, the stdio.Session and its router.
@@ -110,7 +90,13 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 		return nil, err
 	}
 	c := &childSession{lineSession: newLineSession(proc, cs.Session, copts.TermAfter, cs.totals, log), clock: cs.clock(),
-		byID: map[framing.ID]*outStream{}, byToken: map[framing.ID]*outStream{}, retiring: &cs.retiring}
+		retiring: &cs.retiring}
+	clk := c.clock
+	c.New = func(ids []framing.ID) *outStream {
+		st := newOutStream(clk, len(ids))
+		st.ids = ids
+		return st
+	}
 	c.start(c.route, nil)
 	return c, nil
 }
@@ -135,116 +121,21 @@ func (c *childSession) route() {
 	for {
 		line, err := c.out.Next(nil)
 		if err != nil {
-			c.end()
+			c.End()
 			return
 		}
-		if f.Parse(line) != nil || f.Batch {
-			c.deliver(nil, line)
-			continue
+		var m *framing.Message
+		if f.Parse(line) == nil && !f.Batch {
+			m = &f.Msgs[0]
 		}
-		c.deliver(&f.Msgs[0], line)
-	}
-}
-
-// deliver sends one message to the stream it belongs on.
-func (c *childSession) deliver(m *framing.Message, line []byte) {
-	c.mu.Lock()
-	var st *outStream
-	answer := m != nil && m.Kind == framing.KindResponse
-	switch {
-	case m != nil && m.Method == framing.MethodCancelled && c.listens[m.RequestID] && c.byID[m.RequestID] != nil:
-		st, line = c.lastOfLocked(m.RequestID, m.RequestIDSpan, line) // the server ended the subscription
-		answer = true
-	case m != nil && m.Kind == framing.KindResponse && c.byID[m.ID] != nil:
-		st, line = c.lastOfLocked(m.ID, m.IDSpan, line)
-	case m != nil && m.Method == framing.MethodProgress && c.byToken[m.Token] != nil:
-		st = c.byToken[m.Token]
-		if orig, ok := c.origTok[m.Token]; ok {
-			line = framing.Splice(nil, line, m.TokenSpan, orig)
-		}
-	case c.shared:
-		// 2026-07-28 has no stream for unrelated server traffic, and nothing
-		// may go to another client's stream.
-	case c.last != nil && !c.last.ended():
-		st = c.last // related traffic of the newest call: sampling, logs, nested cancels
-	default:
-		st = c.get
-	}
-	c.mu.Unlock()
-	if st == nil {
-		c.log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
-		return
-	}
-	if !st.send(framing.AppendSSEMessage(nil, "", line), answer) {
-		c.log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
-			zap.Int("backlog_bytes", streamBacklog))
-	}
-	if answer {
-		st.answered()
-	}
-}
-
-// lastOfLocked takes the stream of the request id (as the server knows
-// it) for the last message of that request, its answer or the server's
-// ending of a subscription, and returns it with line under the client's id
-// (span is where the id is in line). c.mu is held.
-func (c *childSession) lastOfLocked(id framing.ID, span framing.Span, line []byte) (*outStream, []byte) {
-	st := c.byID[id]
-	delete(c.byID, id)
-	delete(c.listens, id)
-	if orig, ok := c.origID[id]; ok {
-		delete(c.origID, id)
-		line = framing.Splice(nil, line, span, orig)
-	}
-	st.qmu.Lock()
-	st.pending--
-	st.qmu.Unlock()
-	return st, line
-}
-
-// end closes every stream once the session is over.
-func (c *childSession) end() {
-	c.mu.Lock()
-	c.closed = true
-	streams := append(c.streams, c.get)
-	c.streams = nil
-	// Requests still waiting for an answer get the proxy's -32000 on their
-	// stream, as the relay's do when its upstream's stream breaks: the
-	// server is gone (an upstream that closed its event stream, a child
-	// that exited), and a stream that just ended would say nothing.
-	type owed struct {
-		st *outStream
-		id framing.ID
-	}
-	var unanswered []owed
-	for id, st := range c.byID {
-		unanswered = append(unanswered, owed{st, c.clientIDLocked(id)})
-	}
-	clear(c.byID)
-	c.mu.Unlock()
-	for _, o := range unanswered {
-		o.st.send(framing.AppendSSEMessage(nil, "", serverGone(o.id)), true)
-	}
-	for _, st := range streams {
-		if st != nil {
-			st.end()
+		switch c.Deliver(m, line) {
+		case demux.NoRoute:
+			c.log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
+		case demux.Dropped:
+			c.log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
+				zap.Int("backlog_bytes", streamBacklog))
 		}
 	}
-}
-
-// clientIDLocked is the client's id of a request the server knows as id
-// (renamed when requests share an id). c.mu is held.
-func (c *childSession) clientIDLocked(id framing.ID) framing.ID {
-	if orig, ok := c.origID[id]; ok {
-		return orig
-	}
-	return id
-}
-
-// serverGone is the proxy's answer to a request whose server ended the
-// session (or was gone) before answering it.
-func serverGone(id framing.ID) []byte {
-	return proxy.ErrorReply(id, proxy.CodeServerGone, "the MCP server ended the session before answering")
 }
 
 // streamBacklog bounds the bytes of notifications and server requests
@@ -295,7 +186,7 @@ func newOutStream(clk clock.Clock, pending int) *outStream {
 func (st *outStream) send(ev []byte, answer bool) (ok bool) {
 	st.qmu.Lock()
 	defer st.qmu.Unlock()
-	if st.ended() {
+	if st.Ended() {
 		return true
 	}
 	if !answer && st.queued+len(ev) > streamBacklog {
@@ -317,18 +208,44 @@ func (st *outStream) signal() {
 	}
 }
 
-// answered ends the stream once every request it carries is answered.
-func (st *outStream) answered() {
+// Send implements demux.Route: the message goes as an event.
+func (st *outStream) Send(line []byte, answer bool) bool {
+	return st.send(framing.AppendSSEMessage(nil, "", line), answer)
+}
+
+// Settle implements demux.Route: one of its requests is answered.
+func (st *outStream) Settle() {
+	st.qmu.Lock()
+	st.pending--
+	st.qmu.Unlock()
+}
+
+// Cancelled implements demux.Route: with none of its requests left, the
+// stream ends after the grace.
+func (st *outStream) Cancelled(grace time.Duration) {
+	st.qmu.Lock()
+	st.pending--
+	last := st.pending <= 0
+	st.qmu.Unlock()
+	if last {
+		st.endAfter(grace)
+	}
+}
+
+// Answered implements demux.Route: the stream ends once every request it
+// carries is answered.
+func (st *outStream) Answered() {
 	st.qmu.Lock()
 	last := st.pending <= 0
 	st.qmu.Unlock()
 	if last {
-		st.end()
+		st.End()
 	}
 }
 
-// end ends the stream once what is queued has been read.
-func (st *outStream) end() { st.stream.end(nil) }
+// End implements demux.Route: the stream ends once what is queued has
+// been read.
+func (st *outStream) End() { st.stream.end(nil) }
 
 // next returns the next queued event, waiting for one; nil once the stream
 // is ended and drained.
@@ -344,7 +261,7 @@ func (st *outStream) next() []byte {
 			return ev
 		}
 		st.qmu.Unlock()
-		if st.ended() {
+		if st.Ended() {
 			return nil
 		}
 		if st.out != nil {
@@ -387,61 +304,8 @@ func (st *outStream) abort() {
 		st.pending = 0
 	}
 	st.qmu.Unlock()
-	st.end()
+	st.End()
 	if fire {
 		st.onAbort()
-	}
-}
-
-// rename gives a request of the shared child an id (and progress token) of
-// the proxy's own, remembered for the way back, and returns the line to
-// send and the new id.
-func (c *childSession) rename(m *framing.Message) ([]byte, framing.ID, framing.ID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.renameLocked(m)
-}
-
-// renameLocked is rename with c.mu held.
-func (c *childSession) renameLocked(m *framing.Message) ([]byte, framing.ID, framing.ID) {
-	if c.origID == nil {
-		c.origID, c.origTok = map[framing.ID]framing.ID{}, map[framing.ID]framing.ID{}
-	}
-	c.renames++
-	id := framing.StringID(fmt.Sprintf("h%d", c.renames))
-	c.origID[id] = m.ID
-	edits := []framing.Edit{{Span: m.IDSpan, To: id}}
-	var tok framing.ID
-	if m.Token.IsValid() {
-		tok = framing.StringID(fmt.Sprintf("ht%d", c.renames))
-		c.origTok[tok] = m.Token
-		edits = append(edits, framing.Edit{Span: m.TokenSpan, To: tok})
-	}
-	return framing.Rewrite(nil, m.Raw, edits...), id, tok
-}
-
-// renamedOf returns the ids requests in flight under the client's id were
-// renamed to (requests that share an id, kept apart).
-func (c *childSession) renamedOf(id framing.ID) []framing.ID {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []framing.ID
-	for renamed, orig := range c.origID {
-		if orig == id && c.byID[renamed] != nil {
-			out = append(out, renamed)
-		}
-	}
-	return out
-}
-
-// forgetRename drops the renames of a request whose stream is gone.
-func (c *childSession) forgetRename(id, tok framing.ID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.origID, id)
-	delete(c.byID, id)
-	if tok.IsValid() {
-		delete(c.origTok, tok)
-		delete(c.byToken, tok)
 	}
 }

@@ -3,9 +3,7 @@ package httpx
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -14,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -50,15 +49,15 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error(why, status)
 		return
 	}
-	body, st := c.admit(&f, body)
+	body, st, requests := c.Admit(&f, body)
 	for i := range f.Msgs { // after open: a batch may cancel a request of its own
-		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.isInitialize(m.RequestID) {
-			c.cancelled(m.RequestID, lu.s.grace)
+		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.IsInitialize(m.RequestID) {
+			c.Cancelled(m.RequestID, lu.s.grace)
 			// Requests kept apart under the same id: the cancel names each.
-			if more := c.renamedOf(m.RequestID); len(more) > 0 {
+			if more := c.RenamedOf(m.RequestID); len(more) > 0 {
 				lu.s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
 				for _, id := range more {
-					c.cancelled(id, lu.s.grace)
+					c.Cancelled(id, lu.s.grace)
 					c.send(framing.AppendCancelled(nil, id, m.Reason))
 				}
 			}
@@ -70,14 +69,14 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
 				// A new session's server already gone: its client gets the
 				// proxy's error, as for a request in flight when it went.
-				writeJSON(ctx, fasthttp.StatusOK, serverGone(m.ID))
+				writeJSON(ctx, fasthttp.StatusOK, demux.ServerGone(m.ID))
 				return
 			}
 			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
 			return
 		}
 	}
-	if st == nil { // notifications and answers only
+	if !requests { // notifications and answers only
 		relay{lu.s}.relayReplies(ctx, nil, false)
 		return
 	}
@@ -131,13 +130,7 @@ func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Fram
 // the session as the client's own would.
 func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
 	for _, id := range st.ids {
-		c.mu.Lock()
-		mine := c.byID[id] == st
-		if mine {
-			delete(c.byID, id)
-		}
-		c.mu.Unlock()
-		if mine {
+		if c.Abandon(id, st) {
 			c.send(framing.AppendCancelled(nil, id, "client disconnected"))
 		}
 	}
@@ -187,12 +180,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	st := newOutStream(c.clock, 0)
-	c.mu.Lock()
-	if c.get != nil {
-		c.get.end()
-	}
-	c.get = st
-	c.mu.Unlock()
+	c.Listen(st)
 	st.stopWatch = lu.s.closes.Watch(ctx.Conn(), st.abort)
 	serveEvents(ctx, st)
 }
@@ -233,136 +221,7 @@ func (c *childSession) Retire(why string) {
 }
 
 // busy reports whether a stream of the session is open.
-func (c *childSession) Busy() bool { return c.streaming() }
-
-// streaming reports whether a stream of the session is open: a request
-// whose client has left, its answer still unwritten, does not count.
-func (c *childSession) streaming() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.get != nil && !c.get.ended() {
-		return true
-	}
-	for _, st := range c.byID {
-		if !st.ended() {
-			return true
-		}
-	}
-	return false
-}
-
-// admit registers a POST's requests with the session and returns the line
-// to send and the stream for their answers (nil if the POST holds no
-// request). A request whose id the client already has in flight here
-// (claude.ai sends every request with id 1) is kept apart: renamed for
-// the server, its answer named back (deliver).
-func (c *childSession) admit(f *framing.Frame, line []byte) ([]byte, *outStream) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids, tokens []framing.ID
-	var kept [][]byte
-	renamed := false
-	for i := range f.Msgs {
-		m := &f.Msgs[i]
-		if m.Kind == framing.KindRequest && (c.byID[m.ID] != nil || slices.Contains(ids, m.ID)) {
-			raw, id, tok := c.renameLocked(m)
-			kept, ids, renamed = append(kept, raw), append(ids, id), true
-			c.markListenLocked(m, id)
-			if tok.IsValid() {
-				tokens = append(tokens, tok)
-			}
-			continue
-		}
-		kept = append(kept, m.Raw)
-		if m.Kind == framing.KindRequest {
-			if m.Method == framing.MethodInitialize {
-				c.initID = m.ID // never cancelled: its cancel must not end its stream
-			}
-			ids = append(ids, m.ID)
-			c.markListenLocked(m, m.ID)
-			if m.Token.IsValid() {
-				tokens = append(tokens, m.Token)
-			}
-		}
-	}
-	if renamed {
-		line = proxy.JoinFrame(kept, f.Batch)
-	}
-	if len(ids) == 0 {
-		return line, nil
-	}
-	return line, c.openLocked(ids, tokens)
-}
-
-// markListenLocked notes a subscriptions/listen request, under the id the
-// server knows (see listens).
-func (c *childSession) markListenLocked(m *framing.Message, id framing.ID) {
-	if m.Method != framing.MethodSubscriptionsListen {
-		return
-	}
-	if c.listens == nil {
-		c.listens = map[framing.ID]bool{}
-	}
-	c.listens[id] = true
-}
-
-// open registers a POST's requests and returns the stream for their answers.
-func (c *childSession) open(ids, tokens []framing.ID) *outStream {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.openLocked(ids, tokens)
-}
-
-// openLocked is open with c.mu held.
-func (c *childSession) openLocked(ids, tokens []framing.ID) *outStream {
-	st := newOutStream(c.clock, len(ids))
-	st.ids = ids
-	c.streams = append(slices.DeleteFunc(c.streams, (*outStream).ended), st)
-	if c.closed { // the server went before these requests could be sent
-		for _, id := range ids {
-			st.send(framing.AppendSSEMessage(nil, "", serverGone(c.clientIDLocked(id))), true)
-		}
-		st.end()
-		return st
-	}
-	for _, id := range ids {
-		c.byID[id] = st
-	}
-	for _, tok := range tokens {
-		c.byToken[tok] = st
-	}
-	c.last = st
-	return st
-}
-
-// isInitialize reports whether id is the session's initialize request,
-// whose cancel the session drops (the client MUST NOT cancel it): its
-// answer still comes, on its stream.
-func (c *childSession) isInitialize(id framing.ID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.initID.IsValid() && c.initID == id
-}
-
-// cancelled stops waiting for a request's answer; its stream ends after the
-// grace if it carries nothing else.
-func (c *childSession) cancelled(id framing.ID, grace time.Duration) {
-	c.mu.Lock()
-	st := c.byID[id]
-	delete(c.byID, id)
-	delete(c.listens, id)
-	c.mu.Unlock()
-	if st == nil {
-		return
-	}
-	st.qmu.Lock()
-	st.pending--
-	last := st.pending <= 0
-	st.qmu.Unlock()
-	if last {
-		st.endAfter(grace)
-	}
-}
+func (c *childSession) Busy() bool { return c.Streaming() }
 
 // stopAll ends every session: each child's stdin closes and the stop ladder
 // follows; it returns once every child has exited and its session ended.
@@ -398,10 +257,10 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
 		return
 	}
-	line, id, tok := c.rename(m)
-	st := c.open([]framing.ID{id}, tokens(tok))
+	line, id, tok := c.Rename(m)
+	st := c.Open([]framing.ID{id}, tokens(tok))
 	st.onAbort = func() {
-		c.forgetRename(id, tok)
+		c.Forget(id, tok)
 		c.send(framing.AppendCancelled(nil, id, "the client closed the stream"))
 		streamLeft(c.log, 1, leftCancelled)
 	}
@@ -448,10 +307,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.shared = true
-	c.origID, c.origTok = map[framing.ID]framing.ID{}, map[framing.ID]framing.ID{}
-	c.mu.Unlock()
+	c.Share()
 	cs.shared = c
 	return c, nil
 }

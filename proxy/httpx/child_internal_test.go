@@ -29,7 +29,7 @@ func TestOutStreamKeepsAnswers(t *testing.T) {
 	if !st.send([]byte("answer"), true) {
 		t.Fatal("an answer was refused")
 	}
-	st.end()
+	st.End()
 	got, err := io.ReadAll(st)
 	if err != nil {
 		t.Fatal(err)
@@ -47,13 +47,13 @@ func TestOutStreamStates(t *testing.T) {
 	c := clock.NewFake(time.Unix(0, 0))
 	st := newOutStream(c, 1)
 	st.endAfter(time.Second)
-	if st.state != streamGrace || st.ended() {
+	if st.state != streamGrace || st.Ended() {
 		t.Fatalf("state %d after endAfter, want grace", st.state)
 	}
 	st.endAfter(time.Hour) // a second cancel does not restart the grace
 	st.send([]byte("nested cancel"), false)
 	c.Advance(time.Second)
-	if !st.ended() {
+	if !st.Ended() {
 		t.Fatal("the grace did not end the stream")
 	}
 	if n := c.Pending(); n != 0 {
@@ -64,7 +64,7 @@ func TestOutStreamStates(t *testing.T) {
 		t.Errorf("read %q, want what came in the grace only", got)
 	}
 	ended := newOutStream(c, 1)
-	ended.end()
+	ended.End()
 	ended.endAfter(time.Second)
 	if ended.state != streamEnded || c.Pending() != 0 {
 		t.Errorf("an ended stream went back to grace (state %d) or armed a timer", ended.state)

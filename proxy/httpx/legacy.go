@@ -75,7 +75,7 @@ const DefaultLegacyInitWait = 10 * time.Second
 
 // busy reports whether the client's event stream is open: an old client's
 // session lasts as long as its stream, so it never idles.
-func (ls *legacySession) Busy() bool { return !ls.st.ended() }
+func (ls *legacySession) Busy() bool { return !ls.st.Ended() }
 
 // started reports whether the client has POSTed initialize: at a cap, a
 // stream that never did is evicted first.
@@ -163,7 +163,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 		if !ls.initialized.Load() {
 			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
 			ls.in.CloseWrite()
-			st.end()
+			st.End()
 		}
 	})
 	ls.start(func() { // the session's lines to the client, as message events
@@ -171,7 +171,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 		for {
 			line, err := ls.out.Next(nil)
 			if err != nil {
-				st.end()
+				st.End()
 				return
 			}
 			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse

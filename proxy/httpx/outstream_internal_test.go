@@ -19,7 +19,7 @@ func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	st.out = joinwrite.New(rec)
 	st.send([]byte("e1"), false)
 	st.send([]byte("e2"), true)
-	st.end()
+	st.End()
 	p := make([]byte, 64)
 	for {
 		n, err := st.Read(p)
@@ -50,7 +50,7 @@ func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	if got := <-rec.Wrote; got != "progress" {
 		t.Fatalf("wrote %q, want the progress before the wait", got)
 	}
-	st.end()
+	st.End()
 	if err := <-done; err != io.EOF {
 		t.Fatalf("Read: %v, want EOF at the end", err)
 	}

@@ -115,8 +115,8 @@ func (st *stream) watched() <-chan struct{} {
 	return st.done
 }
 
-// ended reports whether the stream has ended.
-func (st *stream) ended() bool {
+// Ended reports whether the stream has ended.
+func (st *stream) Ended() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.state == streamEnded
