@@ -25,7 +25,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy/jobs"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
 )
 
 // TokenEnv is the environment variable that holds the admin
@@ -49,7 +49,7 @@ type adminGuard struct {
 
 // allow reports whether the request may go on; if not, it has answered it.
 func (g *adminGuard) allow(ctx *fasthttp.RequestCtx) bool {
-	if status, why := httpx.RefuseHostOrigin(ctx, g.origins, g.loopback); status != 0 {
+	if status, why := origin.Refuse(ctx, g.origins, g.loopback); status != 0 {
 		ctx.Error(why+"\n", status)
 		return false
 	}

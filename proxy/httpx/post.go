@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -589,5 +590,16 @@ func setTraceHeaders(req *fasthttp.Request, tc proxy.TraceContext) {
 		req.Header.Set("tracestate", tc.State)
 	} else {
 		req.Header.Del("tracestate")
+	}
+}
+
+// copyResponseHeaders copies the upstream's response headers to the
+// client's response, except hop-by-hop ones and Content-Length.
+func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
+	for k, v := range src.Header.All() {
+		if upstream.Skipped(k, "content-length") || origin.IsCORSHeader(k) {
+			continue
+		}
+		dst.Header.SetBytesKV(k, v)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -302,7 +302,7 @@ func (s *Sidecar) Handler() (fasthttp.RequestHandler, error) {
 }
 
 func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
-	if s.cors(ctx) {
+	if origin.CORS(ctx, s.AllowedOrigins, s.CheckHost, s.servedPath) {
 		return
 	}
 	if s.Legacy != nil && (legacyFront{s}).serveLegacy(ctx) {
@@ -334,7 +334,7 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 // fails. Host is checked both as the header and as the authority of an
 // absolute-form request URI, which would otherwise stand in for it.
 func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
-	status, why := RefuseHostOrigin(ctx, s.AllowedOrigins, s.CheckHost)
+	status, why := origin.Refuse(ctx, s.AllowedOrigins, s.CheckHost)
 	if status == 0 {
 		return true
 	}
@@ -343,35 +343,6 @@ func (s *Sidecar) allowed(ctx *fasthttp.RequestCtx) bool {
 		zap.ByteString("uri_host", ctx.URI().Host()))
 	ctx.Error(why, status)
 	return false
-}
-
-// RefuseHostOrigin applies the MCP endpoint's Host and Origin rules to a
-// request: one Host and one Origin header at most; an Origin (if any) among
-// allowedOrigins ("*": any) or, on a loopback listener, a loopback origin;
-// and on a loopback listener (loopback set) a Host, both as the header and
-// as the authority of an absolute-form request URI, that names this machine
-// (which defeats DNS rebinding). It returns 0, or the status and why the
-// request is refused. The admin listener applies the same rules.
-func RefuseHostOrigin(ctx *fasthttp.RequestCtx, allowedOrigins []string, loopback bool) (status int, why string) {
-	h := &ctx.Request.Header
-	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
-		return fasthttp.StatusBadRequest, "more than one Host or Origin header"
-	}
-	if origin := string(upstream.Peek(h.All(), "Origin")); origin != "" && !originAllowed(origin, allowedOrigins, loopback) {
-		return fasthttp.StatusForbidden, "origin not allowed"
-	}
-	if loopback && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
-		return fasthttp.StatusForbidden, "host not allowed"
-	}
-	return 0, ""
-}
-
-func originAllowed(origin string, allowed []string, loopback bool) bool {
-	if slices.Contains(allowed, "*") || slices.Contains(allowed, origin) {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return loopback && err == nil && (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host)
 }
 
 // Sessions returns how many client sessions the sidecar serves, of every
@@ -464,3 +435,9 @@ func (s *Sidecar) cancelled(source proxy.Source) {
 // write (package joinwrite), which the sidecar's event streams use to take
 // fewer writes; serve the sidecar's Handler on it.
 func Listener(ln net.Listener) net.Listener { return joinwrite.Listener(ln) }
+
+// servedPath reports whether the sidecar serves path: the MCP endpoint,
+// or an old client's.
+func (s *Sidecar) servedPath(path string) bool {
+	return path == s.path || (s.Legacy != nil && (path == s.Legacy.sseRoute() || path == s.Legacy.msgRoute()))
+}
