@@ -59,7 +59,7 @@ func (d *detecting) post(ctx *fasthttp.RequestCtx)   { d.now().post(ctx) }
 func (d *detecting) get(ctx *fasthttp.RequestCtx)    { d.now().get(ctx) }
 func (d *detecting) delete(ctx *fasthttp.RequestCtx) { d.now().delete(ctx) }
 func (d *detecting) servesLines() bool               { return d.now().servesLines() }
-func (d *detecting) ready() error                    { return relay{d.s}.ready() }
+func (d *detecting) ready() error                    { return reachable(d.s.endpoint.URL) }
 
 func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
 	return d.now().dialLines(log)

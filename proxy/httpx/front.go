@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
+	"net/url"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -82,12 +83,13 @@ func (lu lineUpstream) ready() error {
 	if lu.s.Children.Dial == nil {
 		return nil
 	}
-	return relay{lu.s}.ready()
+	return reachable(lu.s.endpoint.URL)
 }
 
-// ready reports whether the upstream accepts connections.
-func (rl relay) ready() error {
-	u := rl.s.endpoint.URL
+func (rl relay) ready() error { return reachable(rl.s.endpoint.URL) }
+
+// reachable reports whether u's host accepts connections.
+func reachable(u *url.URL) error {
 	host := u.Host
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])

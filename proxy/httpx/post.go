@@ -66,7 +66,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess.core.Lock()
 	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
-	st := rl.newStream()
+	st := newStream(rl.s.clock)
 	for _, c := range d.Requests {
 		sess.attach(c, st)
 	}
@@ -453,7 +453,7 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
-	st := rl.newStream()
+	st := newStream(rl.s.clock)
 	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.setBody(upstream.BodyOf(resp)) {
 		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 		ctx.SetBodyStream(rl.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)

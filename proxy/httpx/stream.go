@@ -77,8 +77,8 @@ type stream struct {
 	wake chan struct{}
 }
 
-// newStream returns a stream whose timers run on the sidecar's clock.
-func (rl relay) newStream() *stream { return &stream{clock: rl.s.clock} }
+// newStream returns a stream whose timers run on clk.
+func newStream(clk clock.Clock) *stream { return &stream{clock: clk} }
 
 // lingerFor makes the stream read on for d after its cancel.
 func (st *stream) lingerFor(d time.Duration) {
