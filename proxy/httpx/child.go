@@ -1,8 +1,6 @@
 package httpx
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"sync"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/lines"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -75,7 +74,8 @@ type Backend = upstream.Backend
 // childSession is one session's server and the routes of what it sends
 // to the client's HTTP streams (package demux).
 type childSession struct {
-	*lineSession
+	*lines.Session
+	sessiontable.Usage // when the session last saw a request
 	demux.Router[*outStream]
 	clock    clock.Clock     // the Children's
 	retiring *sync.WaitGroup // the Children's: counts the session while it stops, once retired
@@ -89,7 +89,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &childSession{lineSession: newLineSession(proc, cs.Session, copts.TermAfter, cs.totals, log), clock: cs.clock(),
+	c := &childSession{Session: lines.New(proc, cs.Session, copts.TermAfter, cs.totals, log), clock: cs.clock(),
 		retiring: &cs.retiring}
 	clk := c.clock
 	c.New = func(ids []framing.ID) *outStream {
@@ -97,7 +97,7 @@ func (cs *Children) start(log *zap.Logger) (*childSession, error) {
 		st.ids = ids
 		return st
 	}
-	c.start(c.route, nil)
+	c.Start(c.route, nil)
 	return c, nil
 }
 
@@ -109,17 +109,11 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 	return upstream.StartChild(cs.Argv, copts)
 }
 
-func newSessionID() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // route delivers what the session sends the client to the HTTP streams.
 func (c *childSession) route() {
 	var f framing.Frame
 	for {
-		line, err := c.out.Next(nil)
+		line, err := c.Out.Next(nil)
 		if err != nil {
 			c.End()
 			return
@@ -130,9 +124,9 @@ func (c *childSession) route() {
 		}
 		switch c.Deliver(m, line) {
 		case demux.NoRoute:
-			c.log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
+			c.Log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
 		case demux.Dropped:
-			c.log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
+			c.Log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
 				zap.Int("backlog_bytes", streamBacklog))
 		}
 	}

@@ -58,13 +58,13 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 				lu.s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
 				for _, id := range more {
 					c.Cancelled(id, lu.s.grace)
-					c.send(framing.AppendCancelled(nil, id, m.Reason))
+					c.Send(framing.AppendCancelled(nil, id, m.Reason))
 				}
 			}
 		}
 	}
 	if body != nil {
-		if err := c.send(body); err != nil {
+		if err := c.Send(body); err != nil {
 			lu.s.log.Warn("the server's session has ended", zap.Error(err))
 			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
 				// A new session's server already gone: its client gets the
@@ -83,11 +83,11 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
-	st.onAbort = func() { lu.s.afterDisconnect(c.log, len(st.ids), nil, func() { lu.cancelAbandoned(c, st) }) }
+	st.onAbort = func() { lu.s.afterDisconnect(c.Log, len(st.ids), nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
-	ctx.Response.Header.Set(upstream.SessionHeader, c.id)
+	ctx.Response.Header.Set(upstream.SessionHeader, c.ID)
 	serveEvents(ctx, st)
 }
 
@@ -96,7 +96,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 func (lu lineUpstream) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte {
 	if id := upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader); len(id) > 0 {
 		if c, ok := lu.s.Children.sessions.Lookup(string(id)); ok {
-			return c.sess.Invalid(err, ctx.PostBody())
+			return c.Sess.Invalid(err, ctx.PostBody())
 		}
 	}
 	code, msg := framing.CodeParseError, "Parse error: "
@@ -131,7 +131,7 @@ func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Fram
 func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
 	for _, id := range st.ids {
 		if c.Abandon(id, st) {
-			c.send(framing.AppendCancelled(nil, id, "client disconnected"))
+			c.Send(framing.AppendCancelled(nil, id, "client disconnected"))
 		}
 	}
 }
@@ -160,14 +160,14 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
 	}
 	c.Owner = peer
-	if _, err := cs.sessions.Add(c.id, c); err != nil { // full after all: the child stops again
-		lu.s.bg.Go(func() { c.stop(proxy.SourceSessionEnd, "too many sessions") })
+	if _, err := cs.sessions.Add(c.ID, c); err != nil { // full after all: the child stops again
+		lu.s.bg.Go(func() { c.Stop(proxy.SourceSessionEnd, "too many sessions") })
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
 	// Forget the session once its child is gone.
 	lu.s.bg.Go(func() {
-		<-c.back.Exited()
-		cs.sessions.RemoveIf(c.id, c)
+		<-c.Back.Exited()
+		cs.sessions.RemoveIf(c.ID, c)
 	})
 	return c, 0, ""
 }
@@ -194,7 +194,7 @@ func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	c.stop(proxy.SourceSessionEnd, "session deleted")
+	c.Stop(proxy.SourceSessionEnd, "session deleted")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
@@ -213,11 +213,11 @@ func (cs *Children) Count() int {
 func (c *childSession) Retire(why string) {
 	switch why {
 	case sessiontable.RetireIdle:
-		c.log.Info("session idle: stopping its server", events.Mark(events.SessionIdle))
+		c.Log.Info("session idle: stopping its server", events.Mark(events.SessionIdle))
 	case sessiontable.RetireEvicted:
-		c.log.Info("session evicted: the least recently used idle session makes room for a new one")
+		c.Log.Info("session evicted: the least recently used idle session makes room for a new one")
 	}
-	c.retiring.Go(func() { c.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
+	c.retiring.Go(func() { c.StopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
 // busy reports whether a stream of the session is open.
@@ -234,7 +234,7 @@ func (cs *Children) stopAll(reason string) {
 	cs.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range all {
-		wg.Go(func() { c.stopAndWait(proxy.SourceShutdown, reason) })
+		wg.Go(func() { c.StopAndWait(proxy.SourceShutdown, reason) })
 	}
 	wg.Wait()
 	cs.retiring.Wait() // the sessions stopped for being idle or evicted
@@ -261,10 +261,10 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 	st := c.Open([]framing.ID{id}, tokens(tok))
 	st.onAbort = func() {
 		c.Forget(id, tok)
-		c.send(framing.AppendCancelled(nil, id, "the client closed the stream"))
-		streamLeft(c.log, 1, leftCancelled)
+		c.Send(framing.AppendCancelled(nil, id, "the client closed the stream"))
+		streamLeft(c.Log, 1, leftCancelled)
 	}
-	if err := c.send(line); err != nil {
+	if err := c.Send(line); err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
@@ -298,7 +298,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 	defer cs.mu.Unlock()
 	if cs.shared != nil {
 		select {
-		case <-cs.shared.back.Exited():
+		case <-cs.shared.Back.Exited():
 		default:
 			return cs.shared, nil
 		}

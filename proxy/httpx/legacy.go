@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/lines"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -63,9 +64,10 @@ type Legacy struct {
 // legacySession is one old client's session, as long as its event stream
 // is open.
 type legacySession struct {
-	*lineSession
-	st       *outStream      // the event stream
-	retiring *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
+	*lines.Session
+	sessiontable.Usage                 // when the session last saw a request
+	st                 *outStream      // the event stream
+	retiring           *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
 	// initialized is set once the client has POSTed initialize.
 	initialized atomic.Bool
 }
@@ -83,7 +85,7 @@ func (ls *legacySession) Started() bool { return ls.initialized.Load() }
 
 // retire ends a session the sidecar forgot.
 func (ls *legacySession) Retire(why string) {
-	ls.retiring.Go(func() { ls.stopAndWait(proxy.SourceSessionEnd, "session "+why) })
+	ls.retiring.Go(func() { ls.StopAndWait(proxy.SourceSessionEnd, "session "+why) })
 }
 
 func (l *Legacy) sseRoute() string { return cmp.Or(l.SSEPath, DefaultLegacySSEPath) }
@@ -140,7 +142,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	st := ls.st
-	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.id)), true)
+	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.ID)), true)
 	st.stopWatch = lg.s.closes.Watch(ctx.Conn(), st.abort)
 	log.Info("HTTP+SSE client session opened", events.Mark(events.LegacySessionOpened))
 	serveEvents(ctx, st)
@@ -152,24 +154,24 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := newOutStream(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
-	ls := &legacySession{lineSession: newLineSession(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
+	ls := &legacySession{Session: lines.New(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.Owner = peer
-	st.onAbort = func() { ls.in.CloseWrite() }
-	if _, err := l.sessions.Add(ls.id, ls); err != nil {
+	st.onAbort = func() { ls.In.CloseWrite() }
+	if _, err := l.sessions.Add(ls.ID, ls); err != nil {
 		back.Stop() // never started
 		return nil, err
 	}
 	uninitialized := lg.s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
 		if !ls.initialized.Load() {
 			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
-			ls.in.CloseWrite()
+			ls.In.CloseWrite()
 			st.End()
 		}
 	})
-	ls.start(func() { // the session's lines to the client, as message events
+	ls.Start(func() { // the session's lines to the client, as message events
 		var f framing.Frame
 		for {
-			line, err := ls.out.Next(nil)
+			line, err := ls.Out.Next(nil)
 			if err != nil {
 				st.End()
 				return
@@ -179,7 +181,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 		}
 	}, func() { // forget the session once it has ended
 		uninitialized.Stop()
-		l.sessions.RemoveIf(ls.id, ls)
+		l.sessions.RemoveIf(ls.ID, ls)
 	})
 	return ls, nil
 }
@@ -210,7 +212,7 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 			ls.initialized.Store(true)
 		}
 	}
-	if err := ls.send(line); err != nil {
+	if err := ls.Send(line); err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)
 		return
 	}
@@ -232,7 +234,7 @@ func (l *Legacy) InFlight() int { return l.sessions.InFlight() }
 func (l *Legacy) stopAll(reason string) {
 	var wg sync.WaitGroup
 	for _, ls := range l.sessions.All() {
-		wg.Go(func() { ls.stopAndWait(proxy.SourceShutdown, reason) })
+		wg.Go(func() { ls.StopAndWait(proxy.SourceShutdown, reason) })
 	}
 	wg.Wait()
 	l.retiring.Wait()

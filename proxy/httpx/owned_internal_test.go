@@ -96,7 +96,7 @@ func TestShutdownWithAHungUpstream(t *testing.T) {
 		t.Errorf("no warning of the unanswered cancel: %v", logs.All())
 	}
 	free()
-	if ok, left := sc.notifying.wait(10 * time.Second); !ok {
+	if ok, left := sc.notifying.Wait(10 * time.Second); !ok {
 		t.Errorf("%d notifications still running after the upstream answered", left)
 	}
 }

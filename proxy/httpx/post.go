@@ -487,7 +487,7 @@ func (rl relay) delete(ctx *fasthttp.RequestCtx) {
 // (source session_end), ends their streams and its governance.
 func (rl relay) endSession(sess *session) {
 	sess.core.CancelAll(proxy.SourceSessionEnd, "session deleted", nil)
-	sess.notifying.wait(ownedWait) // before the upstream ends the session
+	sess.notifying.Wait(ownedWait) // before the upstream ends the session
 	sess.endAll()
 	sess.closeGovernor()
 }
@@ -530,11 +530,11 @@ func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 // goNotify notifies the upstream (see notify) on a goroutine the session
 // and the sidecar own: a shutdown waits for them.
 func (ob outbound) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
-	ob.s.notifying.add()
-	sess.notifying.add()
+	ob.s.notifying.Add()
+	sess.notifying.Add()
 	go func() {
-		defer ob.s.notifying.done()
-		defer sess.notifying.done()
+		defer ob.s.notifying.Done()
+		defer sess.notifying.Done()
 		ob.notify(sess, msg, calls...)
 	}()
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 )
@@ -31,7 +32,7 @@ type session struct {
 	govOnce sync.Once
 	// notifying owns the goroutines that tell the upstream of the
 	// session's cancels.
-	notifying goGroup
+	notifying owned.Group
 
 	mu sync.Mutex // guards streams and version
 	// streams maps each client request still in flight to the response

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
@@ -157,7 +158,7 @@ type Sidecar struct {
 	// the other ones that outlive the request that started them (the
 	// proxy's own requests, answers read for nobody, the fleet's asks);
 	// Cleanup waits for both.
-	notifying, bg goGroup
+	notifying, bg owned.Group
 	initErr       error
 	// target is what the front hands a checked request to, chosen once,
 	// by Provision (targetOf).
@@ -418,8 +419,8 @@ func (s *Sidecar) CancelAll(reason string) {
 // waitOwned waits, up to ownedWait, for the goroutines of g, and says so if
 // some are left (what each waits for is the upstream's, which a hung
 // upstream never gives).
-func (s *Sidecar) waitOwned(g *goGroup, what string) {
-	if ok, left := g.wait(ownedWait); !ok {
+func (s *Sidecar) waitOwned(g *owned.Group, what string) {
+	if ok, left := g.Wait(ownedWait); !ok {
 		s.log.Warn("shutting down with "+what, zap.Int("requests", left), zap.Duration("waited", ownedWait))
 	}
 }

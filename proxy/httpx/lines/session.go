@@ -1,0 +1,129 @@
+// Package lines runs a client session of an HTTP front whose server
+// speaks in lines (a stdio child, an HTTP+SSE upstream's session, a
+// Streamable HTTP upstream reached as a client): a stdio.Session between
+// the front, which puts the client's messages in and takes what the
+// session sends the client out, and the session's Backend, so that
+// cancellation is the stdio relay's, exactly. Both fronts of that kind
+// (Streamable HTTP clients, old HTTP+SSE ones) start, feed and stop their
+// sessions here.
+package lines
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// Session is one client session of lines.
+type Session struct {
+	// ID is the session's id, which names it to the client.
+	ID string
+	// Back is the session's server.
+	Back upstream.Backend
+	// Sess decides each message.
+	Sess *stdio.Session
+	// In takes the client's messages toward the session (see Send); Out
+	// gives what the session sends the client.
+	In, Out *stdio.Frames
+	// Log is the session's logger.
+	Log  *zap.Logger
+	done chan struct{} // closed once the session has ended
+	// cancelling owns Stop's CancelAll; the session's end waits for it.
+	cancelling owned.Group
+	// grace bounds the waits of Stop for a server that does not read.
+	grace time.Duration
+}
+
+// New makes a session between a front and back, to Start; grace is the
+// server's term_after, or zero for the default; totals, the front's
+// counters, get the session's counts.
+func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *Session {
+	sopts.Logger = log
+	sopts.Totals = totals
+	sopts.OnClientClosed = func() { go back.Stop() } // Stop does not wait
+	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
+	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts), In: stdio.NewFrames(),
+		Out: stdio.NewFrames(), Log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+}
+
+// Start runs the session, and route beside it: route reads what the
+// session sends the client (Out) until it ends, which it does once the
+// session has. Then onEnd, if not nil, runs, and Done is closed: the
+// session's goroutines have all ended.
+func (ls *Session) Start(route, onEnd func()) {
+	go func() {
+		defer close(ls.done)
+		routed := make(chan struct{})
+		go func() {
+			defer close(routed)
+			route()
+		}()
+		ls.Sess.Run(stdio.Conn{In: ls.In, Out: stdio.WriteEnd{Frames: ls.Out}}, ls.Back.Conn())
+		<-ls.Sess.ReaderDone() // In is ours: closing it ended the reader
+		ls.Back.Stop()
+		<-routed // Out ended with Run
+		ls.cancelling.Wait(ls.grace)
+		if onEnd != nil {
+			onEnd()
+		}
+	}()
+}
+
+// Done is closed once the session has ended.
+func (ls *Session) Done() <-chan struct{} { return ls.done }
+
+// Stats returns the session's counters.
+func (ls *Session) Stats() proxy.Stats { return ls.Sess.Stats() }
+
+// InFlight counts the client's requests in flight.
+func (ls *Session) InFlight() int {
+	n, _ := ls.Sess.InFlight()
+	return n
+}
+
+// Send hands the session one message of the client's, one line without
+// its newline, which the session now owns.
+func (ls *Session) Send(line []byte) error { return ls.In.Put(line) }
+
+// Stop ends the session: its requests in flight are cancelled first (on
+// the server, with their hooks and audit, as from source; the client gets
+// an error for each), then the client's side closes, and the backend stops
+// once the session has written what it holds. It returns within two graces
+// whatever the server does.
+func (ls *Session) Stop(source proxy.Source, reason string) {
+	done := make(chan struct{})
+	ls.cancelling.Go(func() { ls.Sess.CancelAll(source, reason); close(done) })
+	grace := time.NewTimer(ls.grace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C: // the relay is held back by a server that does not read its stdin
+	}
+	ls.In.CloseWrite()
+	// The session stops the backend once it has written what it holds; a
+	// server that does not read would hold it for ever, so the backend's
+	// stop (a process's ladder) starts after the grace regardless.
+	time.AfterFunc(ls.grace, ls.Back.Stop)
+}
+
+// StopAndWait stops the session and waits until it has ended.
+func (ls *Session) StopAndWait(source proxy.Source, reason string) {
+	ls.Stop(source, reason)
+	<-ls.done
+}
+
+// newID returns a fresh session id: 128 random bits, in hex.
+func newID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,87 @@
+package lines
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) }
+
+// server is a Backend of frames: what the session writes it arrives on
+// got; what it says goes in says.
+type server struct {
+	says, got *stdio.Frames
+	exited    chan struct{}
+	stopped   chan struct{}
+}
+
+func newServer() *server {
+	return &server{says: stdio.NewFrames(), got: stdio.NewFrames(), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
+}
+
+func (s *server) Conn() stdio.Conn        { return stdio.Conn{In: s.says, Out: stdio.WriteEnd{Frames: s.got}} }
+func (s *server) Exited() <-chan struct{} { return s.exited }
+func (s *server) Stop() {
+	select {
+	case s.stopped <- struct{}{}:
+		s.says.CloseWrite()
+		close(s.exited)
+	default:
+	}
+}
+
+// TestSessionRelaysAndStops: a client's request reaches the server and its
+// answer the client; Stop cancels the request still in flight on the
+// server (the client gets -32000 for it), closes the client's side, stops
+// the server, and the session is Done.
+func TestSessionRelaysAndStops(t *testing.T) {
+	srv := newServer()
+	ls := New(srv, stdio.Options{}, time.Second, nil, zap.NewNop())
+	routed := make(chan string, 8)
+	ls.Start(func() {
+		for {
+			line, err := ls.Out.Next(nil)
+			if err != nil {
+				return
+			}
+			routed <- string(line)
+		}
+	}, nil)
+	ls.Send([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`))
+	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"id":1`) {
+		t.Fatalf("the server got %s", line)
+	}
+	srv.says.Put([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+	if got := <-routed; !strings.Contains(got, `"result"`) {
+		t.Fatalf("the client got %s", got)
+	}
+	ls.Send([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`))
+	srv.got.Next(nil)
+	if n := ls.InFlight(); n != 1 {
+		t.Fatalf("%d in flight, want 1", n)
+	}
+	ls.StopAndWait(proxy.SourceShutdown, "stopping")
+	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), "notifications/cancelled") {
+		t.Errorf("the server got %s, want the cancel of request 2", line)
+	}
+	if got := <-routed; !strings.Contains(got, "-32000") || !strings.Contains(got, `"id":2`) {
+		t.Errorf("the client got %s, want -32000 for request 2", got)
+	}
+	select {
+	case <-srv.exited:
+	default:
+		t.Error("the server was not stopped")
+	}
+	if ls.ID == "" || len(ls.ID) != 32 {
+		t.Errorf("session id %q", ls.ID)
+	}
+}
