@@ -228,7 +228,7 @@ func (l *Legacy) provision(idle time.Duration, most int, clk clock.Clock, totals
 func (l *Legacy) table() table  { return &l.sessions }
 func (l *Legacy) InFlight() int { return l.sessions.InFlight() }
 
-// stopAll ends every old client's session as lineSession.stop does (its
+// stopAll ends every old client's session as lines.Session.Stop does (its
 // requests in flight cancelled upstream first, as from "shutdown"), all at
 // once, and returns once each has ended.
 func (l *Legacy) stopAll(reason string) {
