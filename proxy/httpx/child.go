@@ -254,8 +254,11 @@ func (st *outStream) next() []byte {
 			st.qmu.Unlock()
 			return ev
 		}
+		// Seen with the queue, under its lock: a send that queued before
+		// the end is read first, and one after it queues nothing.
+		ended := st.Ended()
 		st.qmu.Unlock()
-		if st.Ended() {
+		if ended {
 			return nil
 		}
 		if st.out != nil {

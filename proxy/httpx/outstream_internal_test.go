@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"io"
 	"testing"
 
@@ -53,5 +54,24 @@ func TestOutStreamHoldsWhileQueued(t *testing.T) {
 	st.End()
 	if err := <-done; err != io.EOF {
 		t.Fatalf("Read: %v, want EOF at the end", err)
+	}
+}
+
+// TestOutStreamNeverLosesItsLastEvent: an answer queued just before its
+// stream ends is read before the end, however the reader's wait and the
+// router's send and end interleave (the reader once saw the queue empty,
+// then the end, and lost the answer queued between the two).
+func TestOutStreamNeverLosesItsLastEvent(t *testing.T) {
+	for i := range 20000 {
+		st := newOutStream(clock.Real, 1)
+		go func() {
+			st.Send([]byte("answer"), true)
+			st.Settle()
+			st.Answered()
+		}()
+		got, err := io.ReadAll(st)
+		if err != nil || !bytes.Contains(got, []byte("answer")) {
+			t.Fatalf("round %d: read %q (%v), want the answer before the end", i, got, err)
+		}
 	}
 }
