@@ -148,10 +148,9 @@ const streamBacklog = 8 << 20
 // lines whether or not a stream lingers, so a late answer reaches the
 // tracker without one: an outStream never lingers.
 type outStream struct {
-	stream
-	ready chan struct{} // signalled when an event is queued or the stream ends
-	qmu   sync.Mutex    // guards the fields below
-	ids   []framing.ID  // the requests whose answers this stream carries
+	stream              // its wake is signalled when an event is queued or the stream ends
+	qmu    sync.Mutex   // guards the fields below
+	ids    []framing.ID // the requests whose answers this stream carries
 	// pending counts the requests of this POST not yet answered.
 	pending int
 	queue   [][]byte
@@ -171,8 +170,7 @@ type outStream struct {
 // newOutStream returns a stream for pending requests' answers whose grace
 // runs on clk.
 func newOutStream(clk clock.Clock, pending int) *outStream {
-	ready := make(chan struct{}, 1)
-	return &outStream{stream: stream{clock: clk, wake: ready}, ready: ready, pending: pending}
+	return &outStream{stream: stream{clock: clk, wake: make(chan struct{}, 1)}, pending: pending}
 }
 
 // send queues an event; it reports false (only for the first event that
@@ -197,7 +195,7 @@ func (st *outStream) send(ev []byte, answer bool) (ok bool) {
 // signal wakes the reader.
 func (st *outStream) signal() {
 	select {
-	case st.ready <- struct{}{}:
+	case st.wake <- struct{}{}:
 	default:
 	}
 }
@@ -264,7 +262,7 @@ func (st *outStream) next() []byte {
 		if st.out != nil {
 			st.out.Release()
 		}
-		<-st.ready
+		<-st.wake
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -124,15 +123,6 @@ func (s *Sidecar) tables() []table {
 		return nil
 	}
 	return tablesOf(s)
-}
-
-// sweepables returns the tables as the Sweeper takes them.
-func sweepables(ts []table) []sessiontable.Sweepable {
-	out := make([]sessiontable.Sweepable, len(ts))
-	for i, t := range ts {
-		out[i] = t
-	}
-	return out
 }
 
 // tablesOf returns s's session tables, Provision done or under way.

@@ -258,7 +258,12 @@ func (s *Sidecar) Provision() error {
 		}
 		s.soon.Delay = closewatch.WatchDelay
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
-		s.sweeper.Every(s.clock, max(idle/4, time.Second), sweepables(tablesOf(s)))
+		tables := tablesOf(s)
+		s.sweeper.Every(s.clock, max(idle/4, time.Second), func() {
+			for _, t := range tables { // retire the idle sessions of every kind
+				t.Sweep()
+			}
+		})
 		if s.Fleet != nil {
 			s.stopFleet = s.Fleet.ServeCancels(s.acceptFleetCancel, s.fleetSessionEnded)
 		}

@@ -12,7 +12,8 @@ type Backend interface {
 	// (Out).
 	Conn() stdio.Conn
 	// Stop ends the server: the stop ladder for a process, closing the
-	// connection for an upstream. It does not wait, and may be called again.
+	// connection for an upstream. A process's waits for its exit (bounded
+	// by the ladder); it may be called again.
 	Stop()
 	// Exited is closed once the server has ended.
 	Exited() <-chan struct{}

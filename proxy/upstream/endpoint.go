@@ -50,13 +50,7 @@ type Request struct {
 	Msg *framing.Message
 	// LastEventID, if not empty, resumes a stream after that event.
 	LastEventID string
-	// Trace, if Parent is not empty, is the W3C trace context to send
-	// (traceparent, tracestate), in place of any From has.
-	Trace TraceHeaders
 }
-
-// TraceHeaders is a W3C trace context as HTTP headers carry it.
-type TraceHeaders struct{ Parent, State string }
 
 // Build fills req, a request the caller acquired, with r: for a caller
 // that sends it later or elsewhere (the relay copies its client's request
@@ -90,14 +84,6 @@ func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
 	}
 	if version != "" {
 		req.Header.Set(VersionHeader, version)
-	}
-	if r.Trace.Parent != "" {
-		req.Header.Set("traceparent", r.Trace.Parent)
-		if r.Trace.State != "" {
-			req.Header.Set("tracestate", r.Trace.State)
-		} else {
-			req.Header.Del("tracestate")
-		}
 	}
 }
 

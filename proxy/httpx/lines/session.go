@@ -49,7 +49,7 @@ type Session struct {
 func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *Session {
 	sopts.Logger = log
 	sopts.Totals = totals
-	sopts.OnClientClosed = func() { go back.Stop() } // Stop does not wait
+	sopts.OnClientClosed = func() { go back.Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
 	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts), In: stdio.NewFrames(),
 		Out: stdio.NewFrames(), Log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}

@@ -288,18 +288,16 @@ type Sweeper struct {
 	stopped bool
 }
 
-// Every sweeps the tables every period, on clk, until Stop.
-func (w *Sweeper) Every(clk clock.Clock, period time.Duration, tables []Sweepable) {
+// Every runs sweep (each table's Sweep) every period, on clk, until Stop.
+func (w *Sweeper) Every(clk clock.Clock, period time.Duration, sweep func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return
 	}
 	w.timer = clk.AfterFunc(period, func() {
-		for _, t := range tables { // retire the idle sessions of every kind
-			t.Sweep()
-		}
-		w.Every(clk, period, tables)
+		sweep()
+		w.Every(clk, period, sweep)
 	})
 }
 
@@ -312,6 +310,3 @@ func (w *Sweeper) Stop() {
 		w.timer.Stop()
 	}
 }
-
-// Sweepable is a table the Sweeper sweeps.
-type Sweepable interface{ Sweep() }
