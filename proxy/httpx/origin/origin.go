@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/netproxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Refuse applies the MCP endpoint's Host and Origin rules to a
@@ -30,7 +31,7 @@ func Refuse(ctx *fasthttp.RequestCtx, allowedOrigins []string, loopback bool) (s
 	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
 		return fasthttp.StatusBadRequest, "more than one Host or Origin header"
 	}
-	if origin := string(peek(h, "Origin")); origin != "" && !Allowed(origin, allowedOrigins, loopback) {
+	if origin := string(upstream.Peek(h.All(), "Origin")); origin != "" && !Allowed(origin, allowedOrigins, loopback) {
 		return fasthttp.StatusForbidden, "origin not allowed"
 	}
 	if loopback && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
@@ -67,7 +68,7 @@ const corsExposed = "Mcp-Session-Id, MCP-Protocol-Version, WWW-Authenticate"
 // Allowed), and answers its preflight for a path served reports true of;
 // it reports whether the request was answered.
 func CORS(ctx *fasthttp.RequestCtx, allowed []string, loopback bool, served func(path string) bool) bool {
-	origin := peek(&ctx.Request.Header, "Origin")
+	origin := string(upstream.Peek(ctx.Request.Header.All(), "Origin"))
 	preflight := ctx.IsOptions() && len(ctx.Request.Header.Peek("Access-Control-Request-Method")) > 0
 	if origin == "" || !Allowed(origin, allowed, loopback) {
 		if preflight {
@@ -136,13 +137,3 @@ func count(all iter.Seq2[[]byte, []byte], name string) int {
 // names a client of a loopback listener may use, which defeats DNS
 // rebinding (a hostile page's name resolving to 127.0.0.1).
 func loopbackHost(host string) bool { return netproxy.Loopback(host) }
-
-// peek returns the value of the first header called name, in any case.
-func peek(h *fasthttp.RequestHeader, name string) string {
-	for k, v := range h.All() {
-		if strings.EqualFold(string(k), name) {
-			return string(v)
-		}
-	}
-	return ""
-}
