@@ -99,7 +99,7 @@ func (s *Sidecar) acceptFleetCancel(key string, cancel []byte) bool {
 	}
 	s.log.Info("cancel accepted for another replica", events.Mark(events.FleetStray), zap.String("session", sess.scope))
 	if len(d.Cancels) > 0 {
-		outbound{s}.goNotify(sess, d.Data, d.Cancels...)
+		outbound{s}.goNotify(sess, d.Data, d.taken, d.Cancels...)
 	}
 	return true
 }

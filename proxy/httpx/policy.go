@@ -50,11 +50,12 @@ func (sess *session) Withdrawn(_ *proxy.Call, held any, reply []byte) {
 // find the request (a session, and not 2026-07-28, where closing the
 // stream was the cancel).
 func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
+	p := sess.postingOf(c)
 	if reply != nil {
 		sess.finishCall(c, reply)
 	}
 	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-		outbound{sess.sc}.goNotify(sess, notice, c)
+		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p}, c)
 	}
 }
 

@@ -67,6 +67,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	sess.core.Lock()
 	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
 	st := newStream(rl.s.clock)
+	st.posts = len(d.Requests) > 0 // before a cancel can find the stream
 	for _, c := range d.Requests {
 		sess.attach(c, st)
 	}
@@ -75,6 +76,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.Strays)
 	}
 	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.Requests) == 1 && !rl.s.sessions.RoomFor(peerOf(ctx)) {
+		st.post().Headed() // never sent
 		rl.refuseFull(ctx, sess, d.Requests)
 		return
 	}
@@ -86,6 +88,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		setTraceHeaders(&ctx.Request, d.Trace)
 	}
 	if !rl.admit(ctx, sess, st, &d) {
+		st.post().Headed() // never sent
 		return
 	}
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
@@ -140,7 +143,7 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *de
 	case len(d.Requests) == 0 && len(d.Cancels) > 0:
 		// A cancel is answered at once; it goes upstream on its own.
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
-		outbound{rl.s}.forwardDetached(ctx, d.Data, d.Cancels)
+		outbound{rl.s}.forwardDetached(ctx, d.Data, d.taken, d.Cancels)
 		return false
 	}
 	if d.WantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
@@ -213,11 +216,14 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 // errGaveUp returned; an answer that comes later is read for the tracker
 // alone when the stream lingers, else closed.
 func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
+	r := upstream.Request{Body: body, From: &ctx.Request, Posting: st.post()}
 	if !timed && st.quit == nil {
-		return ob.forward(ctx, fasthttp.MethodPost, body)
+		resp, err := ob.s.endpoint.Do(r, 0)
+		st.post().Headed()
+		return resp, err
 	}
 	req := fasthttp.AcquireRequest()
-	ob.s.endpoint.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
+	ob.s.endpoint.Build(req, r) // copied before ctx is reused
 	type answer struct {
 		resp *fasthttp.Response
 		err  error
@@ -226,6 +232,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stre
 	ob.s.bg.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		resp, err := ob.s.endpoint.Send(req, 0)
+		st.post().Headed()
 		got <- answer{resp, err}
 	})
 	select {
@@ -508,9 +515,11 @@ func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte)
 
 // notify POSTs a notification of the proxy's own to the upstream, in a
 // session, and waits for the answer (202); the cancels it holds, if any,
-// are of calls.
-func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
+// are of calls, and it is sent once the POSTs of their requests allow
+// (taken, upstream.Posting.BeforeCancel).
+func (ob outbound) notify(sess *session, msg []byte, taken []*upstream.Posting, calls ...*proxy.Call) {
 	start := time.Now()
+	ob.beforeCancel(taken)
 	resp, err := ob.s.endpoint.Do(upstream.Request{Body: msg, Session: sess.sessionID(), Version: string(sess.protocolVersion())}, 0)
 	if err != nil {
 		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
@@ -529,23 +538,33 @@ func (ob outbound) notify(sess *session, msg []byte, calls ...*proxy.Call) {
 
 // goNotify notifies the upstream (see notify) on a goroutine the session
 // and the sidecar own: a shutdown waits for them.
-func (ob outbound) goNotify(sess *session, msg []byte, calls ...*proxy.Call) {
+func (ob outbound) goNotify(sess *session, msg []byte, taken []*upstream.Posting, calls ...*proxy.Call) {
 	ob.s.notifying.Add()
 	sess.notifying.Add()
 	go func() {
 		defer ob.s.notifying.Done()
 		defer sess.notifying.Done()
-		ob.notify(sess, msg, calls...)
+		ob.notify(sess, msg, taken, calls...)
 	}()
 }
 
-// forwardDetached sends a POST upstream without waiting for its answer.
-func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, calls []*proxy.Call) {
+// beforeCancel waits until a cancel of requests whose POSTs have got as
+// far as taken may be sent: never before a request itself.
+func (ob outbound) beforeCancel(taken []*upstream.Posting) {
+	for _, p := range taken {
+		p.BeforeCancel(ob.s.clock, nil)
+	}
+}
+
+// forwardDetached sends a client's cancel upstream without waiting for its
+// answer, once the POSTs of its requests (taken) allow.
+func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, taken []*upstream.Posting, calls []*proxy.Call) {
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
 	ob.s.endpoint.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
 	ob.s.notifying.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
+		ob.beforeCancel(taken)
 		if resp, err := ob.s.endpoint.Send(req, 0); err != nil {
 			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", upstream.Brief(err)))
 		} else {

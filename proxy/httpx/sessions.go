@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // session is one Mcp-Session-Id's state, or one request's when there is no
@@ -133,8 +134,9 @@ func (sess *session) detach(st *stream) {
 }
 
 // cancelled ends, after grace, the stream that would have carried c's
-// answer, if that stream carries nothing else the client still waits for.
-func (sess *session) cancelled(c *proxy.Call, grace time.Duration) {
+// answer, if that stream carries nothing else the client still waits for,
+// and returns how far c's POST has gone (nil: no stream of c's is known).
+func (sess *session) cancelled(c *proxy.Call, grace time.Duration) *upstream.Posting {
 	sess.mu.Lock()
 	st := sess.streams[c]
 	delete(sess.streams, c)
@@ -143,9 +145,24 @@ func (sess *session) cancelled(c *proxy.Call, grace time.Duration) {
 		waiting = waiting || s == st
 	}
 	sess.mu.Unlock()
-	if st != nil && !waiting {
+	if st == nil {
+		return nil
+	}
+	if !waiting {
 		st.endAfter(grace)
 	}
+	return st.post()
+}
+
+// postingOf returns how far the POST of c has gone, if its stream is
+// known.
+func (sess *session) postingOf(c *proxy.Call) *upstream.Posting {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if st := sess.streams[c]; st != nil {
+		return st.post()
+	}
+	return nil
 }
 
 // sessionID returns the session's id; empty for a request without one.

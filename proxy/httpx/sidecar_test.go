@@ -158,6 +158,15 @@ type rawClient struct {
 
 func (c *rawClient) post(body string) *http.Response {
 	c.t.Helper()
+	resp, err := testClient.Do(c.request(body))
+	if err != nil {
+		c.t.Fatalf("POST %s: %v", body, err)
+	}
+	return resp
+}
+
+// request is the POST of body in the client's session.
+func (c *rawClient) request(body string) *http.Request {
 	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -165,11 +174,7 @@ func (c *rawClient) post(body string) *http.Response {
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
 	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("POST %s: %v", body, err)
-	}
-	return resp
+	return req
 }
 
 func (c *rawClient) initialize() { c.initializeWith(`{}`) }

@@ -62,6 +62,11 @@ type stream struct {
 	// were sent upgraded to 2026-07-28 for a client of the 2025 revisions,
 	// whose answers go back in that client's shape (see upstream.Downgrade).
 	downgrade bool
+	// posting is how far the stream's POST has gone, when it carries
+	// requests (posts, set before the stream is shared): a cancel of one
+	// of them waits on it (upstream.Posting.BeforeCancel).
+	posting upstream.Posting
+	posts   bool
 
 	mu    sync.Mutex // guards the fields below
 	state streamState
@@ -79,6 +84,15 @@ type stream struct {
 
 // newStream returns a stream whose timers run on clk.
 func newStream(clk clock.Clock) *stream { return &stream{clock: clk} }
+
+// post returns how far the stream's POST has gone, if it carries
+// requests.
+func (st *stream) post() *upstream.Posting {
+	if !st.posts {
+		return nil
+	}
+	return &st.posting
+}
 
 // lingerFor makes the stream read on for d after its cancel.
 func (st *stream) lingerFor(d time.Duration) {
@@ -391,7 +405,7 @@ func (r *sseRelay) next() bool {
 func (r *sseRelay) tooLarge(tl *framing.EventTooLargeError) []byte {
 	toServer, toClient := r.sess.t.TooLarge(proxy.Server, &framing.FrameTooLargeError{Size: tl.Size, Limit: r.s.maxBody, Head: tl.Head})
 	if toServer != nil {
-		outbound{r.s}.goNotify(r.sess, toServer)
+		outbound{r.s}.goNotify(r.sess, toServer, nil)
 	}
 	if toClient == nil {
 		return nil
@@ -592,6 +606,9 @@ type decided struct {
 	// upgraded says the request was sent as a 2026-07-28 one for a client
 	// of the 2025 revisions (http.upgrade_stateless).
 	upgraded bool
+	// taken is where the cancels' requests' POSTs have got to: the
+	// cancels wait on them.
+	taken []*upstream.Posting
 }
 
 // decideFrame has the session's core decide a frame (proxy.Session's
@@ -603,12 +620,12 @@ type decided struct {
 func (rl relay) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, parent proxy.TraceContext) decided {
 	d := decided{Plan: sess.core.DecideFrame(from, f, parent, newHold)}
 	for _, c := range d.Cancels {
-		sess.cancelled(c, rl.s.grace)
+		d.taken = append(d.taken, sess.cancelled(c, rl.s.grace))
 	}
 	for _, mc := range d.More {
-		sess.cancelled(mc.Call, rl.s.grace)
+		p := sess.cancelled(mc.Call, rl.s.grace)
 		if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-			outbound{rl.s}.goNotify(sess, mc.Notice, mc.Call)
+			outbound{rl.s}.goNotify(sess, mc.Notice, []*upstream.Posting{p}, mc.Call)
 		}
 	}
 	return d

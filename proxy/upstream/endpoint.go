@@ -1,10 +1,8 @@
 package upstream
 
 import (
-	"bytes"
 	"cmp"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -32,10 +30,10 @@ type Request struct {
 	Method string
 	// Body is the JSON-RPC message or batch the request carries, if any.
 	Body []byte
-	// Written, if not nil, is closed once Body has been written to the
-	// connection, or once the request has failed without writing it; Do
-	// only.
-	Written chan struct{}
+	// Posting, if not nil, is told once Body has been written to the
+	// connection, or once the request has failed (or been released)
+	// without writing it: it carries the body.
+	Posting *Posting
 	// From, if not nil, is the client's request this one passes on (the
 	// relay's): its headers, but hop-by-hop ones, Host and Content-Length,
 	// and its query go along, and no Accept or Content-Type of the
@@ -66,10 +64,16 @@ func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
 		req.Header.Set("Accept", "application/json, text/event-stream")
 	}
 	req.Header.SetMethod(cmp.Or(r.Method, fasthttp.MethodPost))
-	if r.Body != nil {
-		if r.From == nil { // else the client's own
-			req.Header.SetContentType("application/json")
-		}
+	if r.Body != nil && r.From == nil { // else the client's own
+		req.Header.SetContentType("application/json")
+	}
+	switch {
+	case r.Posting != nil:
+		// Closed by fasthttp once it has copied the body to the
+		// connection, or by the request's release if it never did.
+		r.Posting.body.Reset(r.Body)
+		req.SetBodyStream(r.Posting, len(r.Body))
+	case r.Body != nil:
 		req.SetBody(r.Body)
 	}
 	if r.LastEventID != "" {
@@ -110,35 +114,7 @@ func (e *Endpoint) Send(req *fasthttp.Request, timeout time.Duration) (*fasthttp
 // wait for its headers.
 func (e *Endpoint) Do(r Request, timeout time.Duration) (*fasthttp.Response, error) {
 	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	body := r.Body
-	if r.Written != nil {
-		r.Body = nil
-	}
+	defer fasthttp.ReleaseRequest(req) // closes Written, if the body was never written
 	e.Build(req, r)
-	if r.Written != nil {
-		w := &writtenBody{Reader: bytes.NewReader(body), written: r.Written}
-		defer w.Close()
-		if body != nil {
-			req.Header.SetContentType("application/json")
-		}
-		req.SetBodyStream(w, len(body))
-	}
 	return e.Send(req, timeout)
-}
-
-// writtenBody is a POST's body that closes written once fasthttp has
-// copied it to the connection: a request's Close is called then, just
-// before the connection's buffer is flushed.
-type writtenBody struct {
-	*bytes.Reader
-	once    sync.Once
-	written chan struct{}
-}
-
-// Close implements io.Closer; it is also called when the request ends
-// without having been written (the connection could not be made).
-func (w *writtenBody) Close() error {
-	w.once.Do(func() { close(w.written) })
-	return nil
 }

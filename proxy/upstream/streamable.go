@@ -26,15 +26,6 @@ import (
 // lines, as does the session's GET stream once initialize has named the
 // session. A cancel is a line like any other: POSTed.
 
-// postHeadStart bounds how long a POST holds back the next one once it has
-// been written: until its answer's headers come, or this long. A POST never
-// starts before the one before it has been written whole (a cancel never
-// overtakes its request, however slow the request's connection), and a
-// server that has answered with headers has taken the request in; a call
-// whose server answers only when done (JSON) holds up the rest no longer
-// than this.
-const postHeadStart = 100 * time.Millisecond
-
 // errStreamCancelled ends a request's stream the session no longer wants
 // (its request was cancelled).
 var errStreamCancelled = errors.New("the request this stream answers was cancelled")
@@ -60,19 +51,10 @@ type StreamableUpstream struct {
 
 // Dial returns a session's backend; nothing is sent until its first line.
 func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
+	first := NewPosting()
+	first.Headed() // no POST before the first
 	return &streamBackend{u: u, log: log, in: stdio.NewFrames(), exited: make(chan struct{}), stop: make(chan struct{}),
-		prev: posted{written: closedChan(), answered: closedChan()}}, nil
-}
-
-// posted is how far one POST has gone: written is closed once its body
-// has been written to its connection (or the request failed), answered
-// once its answer's headers came (or it failed).
-type posted struct{ written, answered chan struct{} }
-
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
+		prev: first, postings: make(map[framing.ID]*Posting)}, nil
 }
 
 type streamBackend struct {
@@ -81,7 +63,7 @@ type streamBackend struct {
 	in  *stdio.Frames // the server's messages, and the proxy's answers, toward the session
 
 	lines framing.LineSplitter // only Write uses it
-	prev  posted               // the previous POST's progress; Write's
+	prev  *Posting             // the previous POST's; Write's
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -92,6 +74,9 @@ type streamBackend struct {
 	clientInfo  json.RawMessage
 	modern      bool
 	initialized bool // the first initialize was answered: later ones name no session
+	// postings are the requests whose answers have no headers yet, by
+	// id: where a cancel of one waits (Posting.BeforeCancel).
+	postings map[framing.ID]*Posting
 	// streams holds the requests' answer streams, by id. Without a session
 	// (2026-07-28, or a stateless server) a POSTed cancel cannot find its
 	// request, so the request's own stream is closed, which is the cancel
@@ -99,6 +84,9 @@ type streamBackend struct {
 	streams map[framing.ID]fasthttp.ReadCloserWithError
 	bodies  map[fasthttp.ReadCloserWithError]struct{} // streams being read, closed by Stop
 	running sync.WaitGroup
+	// cancelling counts the cancels not yet sent: Stop's DELETE waits
+	// for them.
+	cancelling sync.WaitGroup
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -120,6 +108,7 @@ func (b *streamBackend) Stop() {
 		}
 		b.mu.Unlock()
 		go func() {
+			b.cancelling.Wait() // the session's cancels go before its end
 			if session != "" {
 				// Bounded: a server may hold its answer until its calls end.
 				if resp, err := b.request(Request{Method: fasthttp.MethodDelete, Session: session}, deleteWait); err == nil {
@@ -133,29 +122,34 @@ func (b *streamBackend) Stop() {
 	})
 }
 
-// Write POSTs each line, in order (see postHeadStart).
+// Write POSTs each line, in order: a POST starts once the one before it
+// has been written whole to its connection, however long that connection
+// takes to open, and a cancel once its request may be cancelled
+// (Posting.BeforeCancel). No POST waits for another's answer.
 func (b *streamBackend) Write(p []byte) (int, error) {
 	b.lines.Split(p, func(line []byte) bool {
-		select {
-		case <-b.prev.written:
-		case <-b.stop:
-			return false
-		}
-		wait := time.NewTimer(postHeadStart)
-		defer wait.Stop()
-		select {
-		case <-b.prev.answered:
-		case <-wait.C:
-		case <-b.stop:
-			return false
-		}
-		return b.start(bytes.Clone(line))
+		return b.prev.waitWritten(b.stop) && b.start(bytes.Clone(line))
 	})
 	return len(p), nil
 }
 
+// outgoing is one line on its way upstream.
+type outgoing struct {
+	msg       []byte
+	f         framing.Frame
+	parsed    bool     // one message, JSON-RPC
+	isRequest bool     // a request
+	posting   *Posting // the request's, or what the next POST waits for
+	cancelOf  *Posting // for a cancel: its request's, if not yet headed
+	cancel    bool
+}
+
 // start begins POSTing a line, unless the backend has stopped.
 func (b *streamBackend) start(line []byte) bool {
+	o := &outgoing{msg: line}
+	o.parsed = o.f.Parse(line) == nil && !o.f.Batch
+	o.isRequest = o.parsed && o.f.Msgs[0].Kind == framing.KindRequest
+	o.cancel = o.parsed && o.f.Msgs[0].Method == framing.MethodCancelled
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -163,19 +157,42 @@ func (b *streamBackend) start(line []byte) bool {
 		return false
 	default:
 	}
-	next := posted{written: make(chan struct{}), answered: make(chan struct{})}
-	b.prev = next
+	if o.cancel {
+		o.cancelOf = b.postings[o.f.Msgs[0].RequestID] // the next POST does not wait for it
+	} else {
+		o.posting = NewPosting()
+		b.prev = o.posting
+		if o.isRequest {
+			b.postings[o.f.Msgs[0].ID] = o.posting
+		}
+	}
 	b.running.Add(1)
-	go b.post(line, next)
+	if o.cancel {
+		b.cancelling.Add(1)
+	}
+	go b.post(o)
 	return true
 }
 
+// headed notes that a request's POST has its answer's headers, or failed.
+func (b *streamBackend) headed(o *outgoing) {
+	if o.posting == nil {
+		return
+	}
+	o.posting.Headed()
+	if o.isRequest {
+		b.mu.Lock()
+		if id := o.f.Msgs[0].ID; b.postings[id] == o.posting {
+			delete(b.postings, id)
+		}
+		b.mu.Unlock()
+	}
+}
+
 // post sends one message and hands back what answers it.
-func (b *streamBackend) post(msg []byte, progress posted) {
+func (b *streamBackend) post(o *outgoing) {
 	defer b.running.Done()
-	var f framing.Frame
-	parsed := f.Parse(msg) == nil && !f.Batch
-	isRequest := parsed && f.Msgs[0].Kind == framing.KindRequest
+	f, msg, parsed, isRequest := &o.f, o.msg, o.parsed, o.isRequest
 	initialize := isRequest && f.Msgs[0].Method == framing.MethodInitialize
 	b.mu.Lock()
 	session := b.session
@@ -187,18 +204,22 @@ func (b *streamBackend) post(msg []byte, progress posted) {
 			msg = modern
 		}
 	}
-	if parsed && f.Msgs[0].Method == framing.MethodCancelled && session == "" {
+	if o.cancel && session == "" {
 		if body := b.streams[f.Msgs[0].RequestID]; body != nil {
 			body.CloseWithError(errStreamCancelled)
 		}
 	}
 	b.mu.Unlock()
+	if o.cancel {
+		o.cancelOf.BeforeCancel(nil, b.stop) // at the session's end, at once: before its DELETE
+		defer b.cancelling.Done()
+	}
 	var m *framing.Message
 	if parsed {
 		m = &f.Msgs[0]
 	}
-	resp, err := b.request(Request{Body: msg, Written: progress.written, Session: session, Msg: m}, 0)
-	close(progress.answered)
+	resp, err := b.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m}, 0)
+	b.headed(o)
 	if err == nil && resp.StatusCode() == fasthttp.StatusAccepted {
 		ReadHead(resp)
 		return
