@@ -13,8 +13,8 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -83,12 +83,12 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
-	st.onAbort = func() { lu.s.afterDisconnect(c.Log, len(st.ids), nil, func() { lu.cancelAbandoned(c, st) }) }
+	st.OnAbort = func() { lu.s.afterDisconnect(c.Log, len(st.IDs), nil, func() { lu.cancelAbandoned(c, st) }) }
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
+	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
 	ctx.Response.Header.Set(upstream.SessionHeader, c.ID)
-	serveEvents(ctx, st)
+	stream.Serve(ctx, st)
 }
 
 // childInvalid returns the error owed for a POST body that does not
@@ -128,8 +128,8 @@ func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Fram
 // cancelAbandoned cancels, on the client's behalf, the requests of a
 // stream the client left that are still unanswered: the cancel goes into
 // the session as the client's own would.
-func (lu lineUpstream) cancelAbandoned(c *childSession, st *outStream) {
-	for _, id := range st.ids {
+func (lu lineUpstream) cancelAbandoned(c *childSession, st *stream.Events) {
+	for _, id := range st.IDs {
 		if c.Abandon(id, st) {
 			c.Send(framing.AppendCancelled(nil, id, "client disconnected"))
 		}
@@ -179,10 +179,10 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 		ctx.Error("unknown session", fasthttp.StatusNotFound)
 		return
 	}
-	st := newOutStream(c.clock, 0)
+	st := stream.NewEvents(c.clock, 0)
 	c.Listen(st)
-	st.stopWatch = lu.s.closes.Watch(ctx.Conn(), st.abort)
-	serveEvents(ctx, st)
+	st.StopWatch = lu.s.closes.Watch(ctx.Conn(), st.Abort)
+	stream.Serve(ctx, st)
 }
 
 // childDelete ends a session: the child's stdin closes, and the stop
@@ -259,7 +259,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 	}
 	line, id, tok := c.Rename(m)
 	st := c.Open([]framing.ID{id}, tokens(tok))
-	st.onAbort = func() {
+	st.OnAbort = func() {
 		c.Forget(id, tok)
 		c.Send(framing.AppendCancelled(nil, id, "the client closed the stream"))
 		streamLeft(c.Log, 1, leftCancelled)
@@ -268,20 +268,8 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.stopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.abort)
-	serveEvents(ctx, st)
-}
-
-// serveEvents answers with an event stream whose headers go out at once,
-// before its first event: clients wait for them (the go-sdk client sends
-// notifications/initialized only once its GET stream has its headers).
-func serveEvents(ctx *fasthttp.RequestCtx, body *outStream) {
-	body.out, _ = joinwrite.Of(ctx.Conn())
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.ImmediateHeaderFlush = true
-	ctx.SetBodyStream(body, -1)
+	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
+	stream.Serve(ctx, st)
 }
 
 func tokens(tok framing.ID) []framing.ID {

@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/lines"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -66,7 +67,7 @@ type Legacy struct {
 type legacySession struct {
 	*lines.Session
 	sessiontable.Usage                 // when the session last saw a request
-	st                 *outStream      // the event stream
+	st                 *stream.Events  // the event stream
 	retiring           *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
 	// initialized is set once the client has POSTed initialize.
 	initialized atomic.Bool
@@ -142,10 +143,10 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	st := ls.st
-	st.send(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.ID)), true)
-	st.stopWatch = lg.s.closes.Watch(ctx.Conn(), st.abort)
+	st.SendEvent(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.ID)), true)
+	st.StopWatch = lg.s.closes.Watch(ctx.Conn(), st.Abort)
 	log.Info("HTTP+SSE client session opened", events.Mark(events.LegacySessionOpened))
-	serveEvents(ctx, st)
+	stream.Serve(ctx, st)
 }
 
 // startLegacy runs a session of peer's between an old client's lines and back, and
@@ -153,10 +154,10 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 // sessiontable.ErrFull, if another session took the last room meanwhile.
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
-	st := newOutStream(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
+	st := stream.NewEvents(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	ls := &legacySession{Session: lines.New(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.Owner = peer
-	st.onAbort = func() { ls.In.CloseWrite() }
+	st.OnAbort = func() { ls.In.CloseWrite() }
 	if _, err := l.sessions.Add(ls.ID, ls); err != nil {
 		back.Stop() // never started
 		return nil, err
@@ -177,7 +178,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 				return
 			}
 			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse
-			st.send(framing.AppendSSEMessage(nil, "", line), answer)
+			st.Send(line, answer)
 		}
 	}, func() { // forget the session once it has ended
 		uninitialized.Stop()

@@ -66,7 +66,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess.core.Lock()
 	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
-	st := newStream(rl.s.clock)
+	st := newRelayed(rl.s.clock)
 	st.posts = len(d.Requests) > 0 // before a cancel can find the stream
 	for _, c := range d.Requests {
 		sess.attach(c, st)
@@ -95,7 +95,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	switch {
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
-		if final := st.takeFinal(); final != nil {
+		if final := st.TakeFinal(); final != nil {
 			writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(append(d.Replies, final), len(d.Replies) > 0))
 		} else {
 			rl.relayReplies(ctx, d.Replies, len(d.Requests) > 0)
@@ -126,7 +126,7 @@ func (rl relay) refuseFull(ctx *fasthttp.RequestCtx, sess *session, calls []*pro
 // requests, answers at once what needs no upstream answer (reporting
 // false), and sets the stream to linger after a cancel where the governor
 // wants a late answer.
-func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *decided) bool {
+func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *decided) bool {
 	if len(d.Held) > 0 {
 		var replies [][]byte
 		d.Data, replies = rl.waitHeld(ctx, sess, d)
@@ -150,7 +150,7 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *stream, d *de
 		// After a cancel the client's stream ends, but the upstream's
 		// answer is still read a while, for the hooks that compensate it.
 		// (In 2026-07-28 closing the upstream's stream is the cancel.)
-		st.lingerFor(rl.s.LateWatch)
+		st.LingerFor(rl.s.LateWatch)
 	}
 	return true
 }
@@ -215,9 +215,9 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 // is given up as soon as the stream ends (or the client's side of it), and
 // errGaveUp returned; an answer that comes later is read for the tracker
 // alone when the stream lingers, else closed.
-func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stream, body []byte, timed bool) (*fasthttp.Response, error) {
+func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *relayed, body []byte, timed bool) (*fasthttp.Response, error) {
 	r := upstream.Request{Body: body, From: &ctx.Request, Posting: st.post()}
-	if !timed && st.quit == nil {
+	if !timed && st.Quit() == nil {
 		resp, err := ob.s.endpoint.Do(r, 0)
 		st.post().Headed()
 		return resp, err
@@ -238,15 +238,15 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *stre
 	select {
 	case a := <-got:
 		return a.resp, a.err
-	case <-st.watched():
-	case <-st.quit:
+	case <-st.Watched():
+	case <-st.Quit():
 	}
 	ob.s.bg.Go(func() { // the answer comes to nobody
 		a := <-got
 		if a.resp == nil {
 			return
 		}
-		if st.quit != nil && st.setBody(upstream.BodyOf(a.resp)) {
+		if st.Quit() != nil && st.SetBody(upstream.BodyOf(a.resp)) {
 			ob.toTracker(sess, a.resp) // a late answer: suppressed, and seen
 			return
 		}
@@ -287,7 +287,7 @@ func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 
 // respond relays the upstream's answer to a POST; it reports whether the
 // answer goes on streaming after it returns.
-func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, d decided) bool {
+func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, d decided) bool {
 	status := resp.StatusCode()
 	if status >= 500 && len(d.Requests) > 0 {
 		head := upstream.ReadHead(resp)
@@ -297,11 +297,11 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, res
 		rl.failRequests(ctx, sess, d.Requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
-	if upstream.IsEventStream(resp.Header.ContentType()) && !st.setBody(upstream.BodyOf(resp)) {
+	if upstream.IsEventStream(resp.Header.ContentType()) && !st.SetBody(upstream.BodyOf(resp)) {
 		// Every request it was to answer was ended before it began.
 		fasthttp.ReleaseResponse(resp)
 		sess.detach(st)
-		if final := st.takeFinal(); final != nil {
+		if final := st.TakeFinal(); final != nil {
 			writeJSON(ctx, fasthttp.StatusOK, final)
 		} else {
 			emptyStream(ctx)
@@ -327,27 +327,27 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *stream, res
 }
 
 // relayJSON relays a JSON response, held back where the tracker says so.
-func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, resp *fasthttp.Response, replies [][]byte) {
-	st.setBody(upstream.BodyOf(resp)) // so that a deadline can cut the read short
+func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, replies [][]byte) {
+	st.SetBody(upstream.BodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
 		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(rl.s.maxBody)+1))
-		st.end(nil)
+		st.CloseWithError(nil)
 		fasthttp.ReleaseResponse(resp)
 		return body, err
 	}
 	var body []byte
 	var err error
-	if st.quit == nil {
+	if st.Quit() == nil {
 		body, err = read()
 	} else if body, err = rl.readOrQuit(sess, st, read); errors.Is(err, errGaveUp) {
 		rl.relayReplies(ctx, replies, true) // cancelled: the answer is read on, for the tracker alone
 		return
 	}
-	if final := st.takeFinal(); final != nil {
+	if final := st.TakeFinal(); final != nil {
 		writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(append(replies, final), len(replies) > 0))
 		return
 	}
-	if err != nil && st.wasCut() { // the requests were cancelled: their answer is not awaited
+	if err != nil && st.WasCut() { // the requests were cancelled: their answer is not awaited
 		rl.relayReplies(ctx, replies, true)
 		return
 	}
@@ -391,7 +391,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *stream, r
 // readOrQuit reads a lingering stream's JSON answer, unless the client's
 // side ends first (errGaveUp): then the answer is read on in the
 // background, and put to the tracker alone, so that a late answer is seen.
-func (rl relay) readOrQuit(sess *session, st *stream, read func() ([]byte, error)) ([]byte, error) {
+func (rl relay) readOrQuit(sess *session, st *relayed, read func() ([]byte, error)) ([]byte, error) {
 	type answer struct {
 		body []byte
 		err  error
@@ -404,7 +404,7 @@ func (rl relay) readOrQuit(sess *session, st *stream, read func() ([]byte, error
 	select {
 	case a := <-got:
 		return a.body, a.err
-	case <-st.quit:
+	case <-st.Quit():
 		rl.s.bg.Go(func() {
 			var f framing.Frame
 			if a := <-got; a.err == nil && f.Parse(a.body) == nil {
@@ -460,8 +460,8 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 	}
 	copyResponseHeaders(&ctx.Response, resp)
 	ctx.SetStatusCode(resp.StatusCode())
-	st := newStream(rl.s.clock)
-	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.setBody(upstream.BodyOf(resp)) {
+	st := newRelayed(rl.s.clock)
+	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.SetBody(upstream.BodyOf(resp)) {
 		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 		ctx.SetBodyStream(rl.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
 		return

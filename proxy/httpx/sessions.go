@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -38,7 +39,7 @@ type session struct {
 	mu sync.Mutex // guards streams and version
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
-	streams map[*proxy.Call]*stream
+	streams map[*proxy.Call]*relayed
 	// version is the MCP-Protocol-Version the client last sent.
 	version            string
 	sessiontable.Usage // when the session last saw a request
@@ -52,7 +53,7 @@ type session struct {
 func newSession(id string, s *Sidecar, governed bool) *session {
 	var scope [24]byte
 	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
-		streams: make(map[*proxy.Call]*stream)}
+		streams: make(map[*proxy.Call]*relayed)}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("session", sess.scope)) // encoded only if the session logs
 	// Each request's answer comes on its own response stream: requests
@@ -116,14 +117,14 @@ func (sess *session) InFlight() int {
 }
 
 // attach notes that the answer to c will come on st.
-func (sess *session) attach(c *proxy.Call, st *stream) {
+func (sess *session) attach(c *proxy.Call, st *relayed) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	sess.streams[c] = st
 }
 
 // detach forgets the streams of calls that are answered or gone.
-func (sess *session) detach(st *stream) {
+func (sess *session) detach(st *relayed) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	for c, s := range sess.streams {
@@ -149,7 +150,7 @@ func (sess *session) cancelled(c *proxy.Call, grace time.Duration) *upstream.Pos
 		return nil
 	}
 	if !waiting {
-		st.endAfter(grace)
+		st.EndAfter(grace)
 	}
 	return st.post()
 }
@@ -173,7 +174,7 @@ func (sess *session) sessionID() string {
 }
 
 // callsOn returns the client requests whose answers st was to carry.
-func (sess *session) callsOn(st *stream) []*proxy.Call {
+func (sess *session) callsOn(st *relayed) []*proxy.Call {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	var calls []*proxy.Call
@@ -187,7 +188,7 @@ func (sess *session) callsOn(st *stream) []*proxy.Call {
 
 // awaitsOn reports whether the client still waits for an answer st was
 // to carry.
-func (sess *session) awaitsOn(st *stream) bool {
+func (sess *session) awaitsOn(st *relayed) bool {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	for c, s := range sess.streams {
@@ -210,21 +211,21 @@ func (sess *session) finishCall(c *proxy.Call, msg []byte) {
 	delete(sess.streams, c)
 	sess.mu.Unlock()
 	if st != nil {
-		st.finish(msg)
+		st.Finish(msg)
 	}
 }
 
 // endAll ends every stream of the session.
 func (sess *session) endAll() {
 	sess.mu.Lock()
-	var streams []*stream
+	var streams []*relayed
 	for c, st := range sess.streams {
 		streams = append(streams, st)
 		delete(sess.streams, c)
 	}
 	sess.mu.Unlock()
 	for _, st := range streams { // outside the lock: ending waits for a read in progress
-		st.end(errStreamCancelled)
+		st.CloseWithError(stream.ErrCancelled)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -18,46 +17,18 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
-var (
-	errStreamCancelled = errors.New("the request this stream answers was cancelled")
-	errClientGone      = errors.New("the client closed the stream")
-)
+// errClientGone ends a stream whose client left it.
+var errClientGone = errors.New("the client closed the stream")
 
-// streamState is where a response stream to the client stands, every one
-// of them: one the relay reads from the upstream's response (a stream), or
-// one a line session's router feeds (an outStream, a stream with a queue),
-// which never lingers.
-type streamState uint8
-
-const (
-	// streamOpen: the upstream's response is relayed as it comes.
-	streamOpen streamState = iota
-	// streamGrace: every request it was to answer was cancelled; it stays
-	// open for the grace, so that the server's cancels of its own nested
-	// requests reach the client, then is released.
-	streamGrace
-	// streamLingering: released, the client's side is over (quit is
-	// closed), and the upstream's is still read for the linger, so that a
-	// late answer reaches the tracker and the policy's hooks.
-	streamLingering
-	// streamEnded: the upstream's body is closed, or was never taken.
-	streamEnded
-)
-
-// stream is one upstream response being relayed to the client; its state
-// moves only forward, open to ended, under mu. The sidecar ends it early
-// (closing the upstream body) when the request it was to answer is
-// cancelled.
-type stream struct {
-	clock clock.Clock // set by newStream
-	// linger, when set, is how long the upstream's answer is still read
-	// after the client's stream ends for a cancel; quit is closed when the
-	// stream starts to linger. Both are set before the stream is shared.
-	linger time.Duration
-	quit   chan struct{}
+// relayed is one upstream response being relayed to the client: a
+// stream.Stream (its state, its grace and linger, its upstream body), with
+// what the relay knows of the POST it answers.
+type relayed struct {
+	stream.Stream
 	// downgrade, set before the stream is shared, says that its requests
 	// were sent upgraded to 2026-07-28 for a client of the 2025 revisions,
 	// whose answers go back in that client's shape (see upstream.Downgrade).
@@ -67,150 +38,18 @@ type stream struct {
 	// of them waits on it (upstream.Posting.BeforeCancel).
 	posting upstream.Posting
 	posts   bool
-
-	mu    sync.Mutex // guards the fields below
-	state streamState
-	body  fasthttp.ReadCloserWithError
-	timer clock.Timer // the grace's
-	// final, when set, is the proxy's own answer that ends the stream (a
-	// request's deadline passed).
-	final []byte
-	done  chan struct{} // closed when the stream is ended; made by watched
-	cut   bool          // ended by the sidecar, not at the upstream's end
-	// wake, if set before the stream is shared, is signalled once it has
-	// ended, after its body was closed: an outStream's reader waits on it.
-	wake chan struct{}
 }
 
-// newStream returns a stream whose timers run on clk.
-func newStream(clk clock.Clock) *stream { return &stream{clock: clk} }
+// newRelayed returns a stream whose timers run on clk.
+func newRelayed(clk clock.Clock) *relayed { return &relayed{Stream: stream.Stream{Clock: clk}} }
 
 // post returns how far the stream's POST has gone, if it carries
 // requests.
-func (st *stream) post() *upstream.Posting {
+func (st *relayed) post() *upstream.Posting {
 	if !st.posts {
 		return nil
 	}
 	return &st.posting
-}
-
-// lingerFor makes the stream read on for d after its cancel.
-func (st *stream) lingerFor(d time.Duration) {
-	st.linger, st.quit = d, make(chan struct{})
-}
-
-// release ends the client's side of the stream after a cancel: at once
-// the upstream's too, or, when the stream lingers, after the linger.
-func (st *stream) release() {
-	if st.linger <= 0 {
-		st.end(errStreamCancelled)
-		return
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state >= streamLingering {
-		return
-	}
-	st.state = streamLingering
-	close(st.quit)
-	st.clock.AfterFunc(st.linger, func() { st.end(errStreamCancelled) })
-}
-
-// watched returns a channel closed when the stream is ended.
-func (st *stream) watched() <-chan struct{} {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done == nil {
-		st.done = make(chan struct{})
-		if st.state == streamEnded {
-			close(st.done)
-		}
-	}
-	return st.done
-}
-
-// Ended reports whether the stream has ended.
-func (st *stream) Ended() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.state == streamEnded
-}
-
-// finish ends the stream with the proxy's own last message.
-func (st *stream) finish(msg []byte) {
-	st.mu.Lock()
-	if st.state != streamEnded {
-		st.final = msg
-	}
-	st.mu.Unlock()
-	st.end(errStreamCancelled)
-}
-
-// wasCut reports whether the sidecar ended the stream early.
-func (st *stream) wasCut() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.cut
-}
-
-// takeFinal returns the stream's last message, once.
-func (st *stream) takeFinal() []byte {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	f := st.final
-	st.final = nil
-	return f
-}
-
-// setBody hands the stream its upstream body; it reports false, closing
-// the body, if the stream was already ended.
-func (st *stream) setBody(rc fasthttp.ReadCloserWithError) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state == streamEnded {
-		rc.CloseWithError(errStreamCancelled)
-		return false
-	}
-	st.body = rc
-	return true
-}
-
-// endAfter starts the grace of an open stream: it is released after d.
-func (st *stream) endAfter(d time.Duration) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state == streamOpen {
-		st.state = streamGrace
-		st.timer = st.clock.AfterFunc(d, st.release)
-	}
-}
-
-// end closes the upstream body, which ends the relay.
-func (st *stream) end(why error) {
-	st.mu.Lock()
-	if st.state == streamEnded {
-		st.mu.Unlock()
-		return
-	}
-	st.state = streamEnded
-	st.cut = why != nil && why != io.EOF
-	body := st.body
-	if st.timer != nil {
-		st.timer.Stop()
-	}
-	if st.done != nil {
-		close(st.done)
-	}
-	st.mu.Unlock()
-	if body != nil {
-		body.CloseWithError(why)
-	}
-	if st.wake != nil {
-		select {
-		case st.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // sseRelay is the body of a relayed event stream. fasthttp's server reads
@@ -222,7 +61,7 @@ func (st *stream) end(why error) {
 type sseRelay struct {
 	s       *Sidecar
 	sess    *session
-	st      *stream
+	st      *relayed
 	resp    *fasthttp.Response
 	rd      *framing.SSEReader
 	f       framing.Frame
@@ -252,7 +91,7 @@ type sseRelay struct {
 }
 
 // newSSERelay starts relaying resp's events for a client on conn.
-func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
+func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
 	r := &sseRelay{s: rl.s, sess: sess, st: st, resp: resp, rd: outbound{rl.s}.newSSEReader(resp)}
 	sess.open.Add(1)
 	for _, m := range prefix {
@@ -261,7 +100,7 @@ func (rl relay) newSSERelay(sess *session, st *stream, resp *fasthttp.Response, 
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
 	r.stopWatch = closewatch.WatchAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
-	if st.quit != nil {
+	if st.Quit() != nil {
 		r.evs = make(chan []byte, 16)
 		rl.s.bg.Go(r.pump)
 	} else if out, ok := joinwrite.Of(conn); ok {
@@ -284,7 +123,7 @@ func (r *sseRelay) pump() {
 		if len(out) > 0 {
 			select {
 			case r.evs <- bytes.Clone(out):
-			case <-r.st.quit: // the client's side is over: the event goes nowhere
+			case <-r.st.Quit(): // the client's side is over: the event goes nowhere
 			}
 		}
 		if !more {
@@ -387,7 +226,7 @@ func (r *sseRelay) next() bool {
 			select {
 			case ev, ok := <-r.evs:
 				r.pending, r.eof = ev, !ok
-			case <-r.st.quit:
+			case <-r.st.Quit():
 				r.eof = true // the client's side ends; the pump reads on
 			}
 			continue
@@ -438,25 +277,25 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	case string(ev.Type) == "endpoint":
 		r.s.log.Error("the upstream speaks the 2024-11-05 HTTP+SSE transport, which the sidecar does not relay; " +
 			"point it at a Streamable HTTP endpoint (protocol 2025-03-26 or later)")
-		r.st.end(errStreamCancelled)
+		r.st.CloseWithError(stream.ErrCancelled)
 		return nil, false
 	default:
 		r.resumable = r.resumable || ev.HasID && len(ev.ID) > 0
 		return relay{r.s}.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
 	}
-	if r.broken != nil && !r.st.wasCut() {
+	if r.broken != nil && !r.st.WasCut() {
 		out = r.failOpen()
 	}
-	if final := r.st.takeFinal(); final != nil {
+	if final := r.st.TakeFinal(); final != nil {
 		out = framing.AppendSSEMessage(out, "", final)
 	}
 	// Read to its clean end, the upstream connection goes back to the
 	// pool now, before the client sees the end; any other end has
 	// fasthttp close it.
 	if r.broken == errEndedUnanswered {
-		r.st.end(nil)
+		r.st.CloseWithError(nil)
 	} else {
-		r.st.end(r.broken)
+		r.st.CloseWithError(r.broken)
 	}
 	return out, false
 }
@@ -473,7 +312,7 @@ var errEndedUnanswered = errors.New("the upstream ended the request's stream wit
 // server may send on no other stream). The bridge answers such a request
 // the same way.
 func (r *sseRelay) owesAnswers() bool {
-	if r.st.wasCut() || r.resumable && r.sess.sessionID() != "" && !r.sess.protocolVersion().CancelsByClose() {
+	if r.st.WasCut() || r.resumable && r.sess.sessionID() != "" && !r.sess.protocolVersion().CancelsByClose() {
 		return false
 	}
 	return r.sess.awaitsOn(r.st)
@@ -517,7 +356,7 @@ func (r *sseRelay) Close() error {
 	}
 	r.sess.detach(r.st)
 	if r.evs == nil {
-		r.st.end(r.broken)
+		r.st.CloseWithError(r.broken)
 		r.rd.Release()
 		fasthttp.ReleaseResponse(r.resp)
 	} // else the pump ends the upstream's side, and releases the response
@@ -528,7 +367,7 @@ func (r *sseRelay) Close() error {
 // clientGone handles a client that closed a response stream: the upstream
 // stream is closed too, and, where configured, the requests it was to
 // answer are cancelled if the client does not resume in time.
-func (rl relay) clientGone(sess *session, st *stream) {
+func (rl relay) clientGone(sess *session, st *relayed) {
 	calls := sess.callsOn(st)
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream is the cancel itself: decided first,
@@ -536,13 +375,13 @@ func (rl relay) clientGone(sess *session, st *stream) {
 		for _, c := range calls {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client closed the stream", nil)
 		}
-		st.end(errClientGone)
+		st.CloseWithError(errClientGone)
 		if len(calls) > 0 {
 			streamLeft(rl.s.log.With(zap.String("session", sess.scope)), len(calls), leftCancelled)
 		}
 		return
 	}
-	st.end(errClientGone)
+	st.CloseWithError(errClientGone)
 	if len(calls) == 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package httpx
+package stream
 
 import (
 	"errors"
@@ -20,68 +20,68 @@ func (b *fakeBody) CloseWithError(err error) error { b.closed = append(b.closed,
 // end is closed at once.
 func TestStreamStates(t *testing.T) {
 	clk := clock.NewFake(time.Now())
-	newSt := func(linger time.Duration) (*stream, *fakeBody) {
-		st := &stream{clock: clk}
+	newSt := func(linger time.Duration) (*Stream, *fakeBody) {
+		st := New(clk)
 		if linger > 0 {
-			st.lingerFor(linger)
+			st.LingerFor(linger)
 		}
 		b := &fakeBody{}
-		if !st.setBody(b) {
+		if !st.SetBody(b) {
 			t.Fatal("setBody on an open stream refused")
 		}
 		return st, b
 	}
-	state := func(st *stream) streamState { st.mu.Lock(); defer st.mu.Unlock(); return st.state }
+	state := func(st *Stream) state { st.mu.Lock(); defer st.mu.Unlock(); return st.state }
 
 	st, b := newSt(0)
-	st.endAfter(time.Second)
-	st.endAfter(time.Hour) // a second cancel does not move the grace
+	st.EndAfter(time.Second)
+	st.EndAfter(time.Hour) // a second cancel does not move the grace
 	clk.Advance(999 * time.Millisecond)
-	if state(st) != streamGrace || len(b.closed) != 0 {
+	if state(st) != grace || len(b.closed) != 0 {
 		t.Fatalf("in the grace: state %d, closes %v", state(st), b.closed)
 	}
 	clk.Advance(time.Millisecond)
-	if state(st) != streamEnded || len(b.closed) != 1 || !errors.Is(b.closed[0], errStreamCancelled) || !st.wasCut() {
-		t.Fatalf("after the grace: state %d, closes %v, cut %v", state(st), b.closed, st.wasCut())
+	if state(st) != ended || len(b.closed) != 1 || !errors.Is(b.closed[0], ErrCancelled) || !st.WasCut() {
+		t.Fatalf("after the grace: state %d, closes %v, cut %v", state(st), b.closed, st.WasCut())
 	}
 	select {
-	case <-st.watched():
+	case <-st.Watched():
 	default:
 		t.Error("watched not closed at the end")
 	}
 
 	st, b = newSt(time.Minute)
-	st.endAfter(time.Second)
+	st.EndAfter(time.Second)
 	clk.Advance(time.Second)
 	select {
-	case <-st.quit:
+	case <-st.Quit():
 	default:
 		t.Fatal("a lingering stream's quit not closed after the grace")
 	}
-	if state(st) != streamLingering || len(b.closed) != 0 {
+	if state(st) != lingering || len(b.closed) != 0 {
 		t.Fatalf("lingering: state %d, closes %v", state(st), b.closed)
 	}
 	st.release() // once only
 	clk.Advance(time.Minute)
-	if state(st) != streamEnded || len(b.closed) != 1 {
+	if state(st) != ended || len(b.closed) != 1 {
 		t.Fatalf("after the linger: state %d, closes %v", state(st), b.closed)
 	}
 
 	st, b = newSt(0)
-	st.endAfter(time.Second)
-	st.end(nil) // the answer came in the grace
+	st.EndAfter(time.Second)
+	st.CloseWithError(nil) // the answer came in the grace
 	if n := clk.Pending(); n != 0 {
 		t.Errorf("%d timers left after the end", n)
 	}
-	if st.wasCut() || len(b.closed) != 1 {
-		t.Errorf("ended cleanly: cut %v, closes %v", st.wasCut(), b.closed)
+	if st.WasCut() || len(b.closed) != 1 {
+		t.Errorf("ended cleanly: cut %v, closes %v", st.WasCut(), b.closed)
 	}
 	late := &fakeBody{}
-	if st.setBody(late) || len(late.closed) != 1 {
+	if st.SetBody(late) || len(late.closed) != 1 {
 		t.Errorf("a body after the end: taken, or not closed (%v)", late.closed)
 	}
-	st.endAfter(time.Second)
-	if state(st) != streamEnded || clk.Pending() != 0 {
+	st.EndAfter(time.Second)
+	if state(st) != ended || clk.Pending() != 0 {
 		t.Error("an ended stream went back to its grace")
 	}
 }
