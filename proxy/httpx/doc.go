@@ -6,7 +6,9 @@
 // server-sent events as they stream. Each JSON-RPC message on the way is
 // put to the session's proxy.Tracker, so that cancellation works as on
 // stdio: a cancel POSTed by the client (protocol 2025-03-26 to 2025-11-25)
-// is answered 202 at once, forwarded upstream, and from then on the client
+// is answered 202 at once, forwarded upstream once the request it names
+// may be cancelled there (written, then its headers or
+// upstream.TakenInWait: upstream.Posting), and from then on the client
 // sees neither the response nor progress for that request; the response
 // stream of the cancelled request is ended, without a response, once the
 // server has had a short grace to send the cancels of its own nested
