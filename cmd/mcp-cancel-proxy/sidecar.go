@@ -88,6 +88,9 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 		// open event stream does not hold it.
 		ReadBufferSize:    int(cfg.Limits.MaxRequestHeaderBytes),
 		ReduceMemoryUsage: true,
+		// A session's GET stream is written off the connection loop, on a
+		// goroutine the sidecar owns (httpx.Sidecar.KeepsHijackedConns).
+		KeepHijackedConns: true,
 		ErrorHandler:      requestError(log),
 		NoDefaultDate:     true,
 		CloseOnShutdown:   true,
@@ -275,7 +278,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env",
+		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true,
 		SessionIdle: cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}

@@ -182,7 +182,7 @@ func (lu lineUpstream) childGet(ctx *fasthttp.RequestCtx) {
 	st := stream.NewEvents(c.clock, 0)
 	c.Listen(st)
 	st.StopWatch = lu.s.closes.Watch(ctx.Conn(), st.Abort)
-	stream.Serve(ctx, st)
+	stream.ServeDetached(ctx, st, &lu.s.detached)
 }
 
 // childDelete ends a session: the child's stdin closes, and the stop

@@ -146,7 +146,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	st.SendEvent(fmt.Appendf(nil, "event: endpoint\ndata: %s?sessionId=%s\n\n", l.msgRoute(), url.QueryEscape(ls.ID)), true)
 	st.StopWatch = lg.s.closes.Watch(ctx.Conn(), st.Abort)
 	log.Info("HTTP+SSE client session opened", events.Mark(events.LegacySessionOpened))
-	stream.Serve(ctx, st)
+	stream.ServeDetached(ctx, st, &lg.s.detached)
 }
 
 // startLegacy runs a session of peer's between an old client's lines and back, and

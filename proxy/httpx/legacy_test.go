@@ -44,8 +44,8 @@ func mustParse(t *testing.T, raw string) *url.URL {
 // autoSidecar serves the upstream's MCP server on an HTTP+SSE handler (sse)
 // or a Streamable HTTP one (with opts), and the sidecar in front of it,
 // transport detected, legacy endpoints served; it returns the upstream and
-// the sidecar's /mcp URL.
-func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *zap.Logger) (*sdkServer, string) {
+// the sidecar's /mcp URL. tune, if given, sets the sidecar's fields.
+func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *zap.Logger, tune ...func(*httpx.Sidecar)) (*sdkServer, string) {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, opts)
 	if sse {
@@ -61,9 +61,11 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
 	streamable := &upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: mustParse(t, srv.URL), Client: up.Client}}
 	legacy := &httpx.Legacy{Dial: streamable.Dial}
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto,
-		Logger: log, Children: cs, Legacy: legacy})
-	return u, url
+	sc := &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: log, Children: cs, Legacy: legacy}
+	for _, f := range tune {
+		f(sc)
+	}
+	return u, serveSidecar(t, sc)
 }
 
 // TestLegacyClientCancel: a go-sdk client on the 2024-11-05 HTTP+SSE

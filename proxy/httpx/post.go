@@ -462,8 +462,11 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(resp.StatusCode())
 	st := newRelayed(rl.s.clock)
 	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.SetBody(upstream.BodyOf(resp)) {
-		ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
-		ctx.SetBodyStream(rl.newSSERelay(sess, st, resp, ctx.Conn(), nil), -1)
+		body := rl.newSSERelay(sess, st, resp, ctx.Conn(), nil)
+		if !rl.s.detached.Serve(ctx, body, func() { st.CloseWithError(errShutdown) }) {
+			ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
+			ctx.SetBodyStream(body, -1)
+		}
 		return
 	}
 	ctx.SetBody(upstream.ReadHead(resp))

@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -63,6 +64,11 @@ type Sidecar struct {
 	// the loopback interface: DNS rebinding protection for a sidecar bound
 	// to 127.0.0.1.
 	CheckHost bool
+	// KeepsHijackedConns says that the fasthttp.Server serving Handler
+	// keeps hijacked connections (its KeepHijackedConns): a session's GET
+	// stream, detached from the server's connection loop, then gives its
+	// request context back at once (see stream.Detached).
+	KeepsHijackedConns bool
 	// MaxBodySize bounds a POST's body and an upstream JSON response. If
 	// zero, framing.DefaultMaxFrameSize.
 	MaxBodySize int
@@ -169,11 +175,14 @@ type Sidecar struct {
 	own      requestSessions              // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
 	// watchDelay. Both are stopped by Cleanup.
-	closes  closewatch.Watcher
-	soon    closewatch.Queue
-	totals  proxy.Counters // every session's counts, ended ones' too
-	kinds   []kind         // the other kinds of session it serves (kindsOf)
-	sweeper sessiontable.Sweeper
+	closes closewatch.Watcher
+	soon   closewatch.Queue
+	// detached serves the sessions' GET streams off fasthttp's
+	// connection loop; Cleanup ends them.
+	detached stream.Detached
+	totals   proxy.Counters // every session's counts, ended ones' too
+	kinds    []kind         // the other kinds of session it serves (kindsOf)
+	sweeper  sessiontable.Sweeper
 	// stopFleet stops answering the fleet's cancels.
 	stopFleet func()
 	log       *zap.Logger
@@ -257,6 +266,7 @@ func (s *Sidecar) Provision() error {
 			k.provision(idle, most, s.clock, &s.totals)
 		}
 		s.soon.Delay = closewatch.WatchDelay
+		s.detached.KeepsConns = s.KeepsHijackedConns
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		tables := tablesOf(s)
 		s.sweeper.Every(s.clock, max(idle/4, time.Second), func() {
@@ -288,6 +298,9 @@ func (s *Sidecar) Cleanup(reason string) {
 		s.CancelAll(reason)
 		for _, k := range s.kinds {
 			k.stopAll(reason)
+		}
+		if ok, n := s.detached.Stop(ownedWait); !ok {
+			s.log.Warn("event streams still written at shutdown", zap.Int("streams", n))
 		}
 		s.waitOwned(&s.bg, "requests to the upstream not yet answered")
 		s.soon.Stop()

@@ -24,6 +24,9 @@ import (
 // errClientGone ends a stream whose client left it.
 var errClientGone = errors.New("the client closed the stream")
 
+// errShutdown ends a GET stream when the sidecar stops.
+var errShutdown = errors.New("the proxy is shutting down")
+
 // relayed is one upstream response being relayed to the client: a
 // stream.Stream (its state, its grace and linger, its upstream body), with
 // what the relay knows of the POST it answers.

@@ -167,6 +167,27 @@ func (st *Events) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteTo writes each event to w as it comes, one Write per event, until
+// the stream is closed and its queue read. fasthttp's server prefers it to
+// Read (SupportsBodyWriteTo), which spares a copy buffer per open stream.
+func (st *Events) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for ev := st.next(); ev != nil; ev = st.next() {
+		if st.out != nil {
+			st.out.HoldNext()
+		}
+		n, err := w.Write(ev)
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// SupportsBodyWriteTo tells fasthttp that WriteTo writes what Read would.
+func (st *Events) SupportsBodyWriteTo() bool { return true }
+
 // Close is called by fasthttp when the response is done or the client left.
 func (st *Events) Close() error {
 	if st.StopWatch != nil {
@@ -195,11 +216,20 @@ func (st *Events) Abort() {
 // once, before its first event: clients wait for them (the go-sdk client
 // sends notifications/initialized only once its GET stream has its
 // headers).
-func Serve(ctx *fasthttp.RequestCtx, body *Events) {
+func Serve(ctx *fasthttp.RequestCtx, body *Events) { serve(ctx, body, nil) }
+
+// ServeDetached is Serve for a long-lived stream (a session's GET
+// stream), detached from fasthttp's connection loop where d can.
+func ServeDetached(ctx *fasthttp.RequestCtx, body *Events, d *Detached) { serve(ctx, body, d) }
+
+func serve(ctx *fasthttp.RequestCtx, body *Events, d *Detached) {
 	body.out, _ = joinwrite.Of(ctx.Conn())
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	if d != nil && d.Serve(ctx, body, body.End) {
+		return
+	}
 	ctx.Response.ImmediateHeaderFlush = true
 	ctx.SetBodyStream(body, -1)
 }

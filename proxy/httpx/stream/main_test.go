@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 )
 
-// TestMain fails the package's tests if any goroutine outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package's tests if any goroutine outlives them, but
+// fasthttp's process-wide housekeeping.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) }
