@@ -14,6 +14,7 @@
 //	go run ./bench/httpload -idle 4000 -proxy /tmp/mcp-cancel-proxy   # memory per idle stream
 //	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -procs -proxy /tmp/mcp-cancel-proxy -strace 2000
 //	go run ./bench/httpload -sessions       # Streamable HTTP against HTTP+SSE upstreams, with sessions
+//	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -peers -proxy /tmp/mcp-cancel-proxy -rounds 3   # against mcp-proxy and supergateway
 package main
 
 import (
@@ -47,6 +48,8 @@ func main() {
 	procs := flag.Bool("procs", false, "instead: run the upstream, the sidecar binary and the reverse proxy as processes, and report CPU per round trip")
 	straceN := flag.Int("strace", 0, "with -procs: also count the sidecar's system calls over this many round trips")
 	sessions := flag.Bool("sessions", false, "instead: clients with a session each, through the sidecar to Streamable HTTP and to HTTP+SSE upstreams")
+	peers := flag.Bool("peers", false, "instead: a stdio server served over HTTP by the proxy binary (-proxy), mcp-proxy and supergateway, each a process, with a session per client")
+	nodeModules := flag.String("node-modules", "test/node_modules", "with -peers: where the test command installed the npm peers")
 	role := flag.String("role", "", "internal to -procs: serve as upstream or reverseproxy")
 	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
 	upstream := flag.String("upstream", "", "internal to -procs: the reverse proxy's upstream")
@@ -74,6 +77,8 @@ func main() {
 		err = idleStreams(*proxyBin, *idle)
 	case *sessions:
 		err = runSessions(*n, *rounds)
+	case *peers:
+		err = runPeers(*proxyBin, *nodeModules, *n, *rounds)
 	case *procs:
 		fmt.Printf("%-5s %-13s %5s %10s %14s %15s %7s\n", "body", "target", "conc", "req/s", "proxy µs CPU", "upstream µs CPU", "errors")
 		err = runProcs(*proxyBin, *n, *rounds, *straceN)

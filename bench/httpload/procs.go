@@ -29,6 +29,8 @@ func serveRole(role, addr, upstream string, jsonMode bool) error {
 	switch role {
 	case "upstream":
 		h = echoHandler(jsonMode)
+	case "stdio":
+		return serveStdio()
 	case "fastproxy":
 		return serveFastProxy(addr, upstream)
 	case "reverseproxy":
@@ -69,14 +71,44 @@ type proc struct {
 
 // cpu returns the process's CPU time so far (user and system).
 func (p *proc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	cpu, _ := statOf(p.cmd.Process.Pid)
+	return cpu
+}
+
+// statOf returns a process's CPU time so far (user and system) and its
+// parent's pid, from /proc.
+func statOf(pid int) (cpu time.Duration, ppid int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ppid, _ = strconv.Atoi(f[1])
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+	return time.Duration(utime+stime) * time.Second / 100, ppid // USER_HZ
+}
+
+// childrenCPU returns the CPU time so far of the process's live
+// descendants (the stdio servers a front started, and their shells).
+func (p *proc) childrenCPU() time.Duration {
+	entries, _ := os.ReadDir("/proc")
+	cpu, parent := map[int]time.Duration{}, map[int]int{}
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			cpu[pid], parent[pid] = statOf(pid)
+		}
+	}
+	var total time.Duration
+	for pid := range cpu {
+		for a := parent[pid]; a > 1; a = parent[a] {
+			if a == p.cmd.Process.Pid {
+				total += cpu[pid]
+				break
+			}
+		}
+	}
+	return total
 }
 
 // startProc starts a process and waits until addr accepts connections.
@@ -156,14 +188,9 @@ func runProcs(proxyBin string, n, rounds, straceN int) error {
 // default policy, no audit trail), the reverse proxy and the fasthttp
 // proxy: direct first.
 func startProcs(self, proxyBin string, jsonMode bool) ([]*proc, error) {
-	addrs := make([]string, 4)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = ln.Addr().String()
-		ln.Close()
+	addrs, err := freeAddrs(4)
+	if err != nil {
+		return nil, err
 	}
 	upURL := "http://" + addrs[0] + "/mcp"
 	cfg := filepath.Join(os.TempDir(), "httpload-sidecar.yaml")
