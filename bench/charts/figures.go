@@ -21,7 +21,7 @@ func procsRows(r io.Reader) (cases []string, by map[string]map[string][][2]float
 	}
 	by = map[string]map[string][][2]float64{}
 	for _, f := range rs {
-		c := strings.ToUpper(f[0]) + ", " + f[2] + " clients"
+		c := strings.ToUpper(f[0]) + ", " + clients(f[2])
 		if by[c] == nil {
 			by[c] = map[string][][2]float64{}
 			cases = append(cases, c)
@@ -208,7 +208,7 @@ func peersChart(r io.Reader) (string, error) {
 	var groups, names []string
 	vals := map[string]map[string]float64{}
 	for _, f := range rs {
-		g := f[1] + " clients"
+		g := clients(f[1])
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
 		}
@@ -232,4 +232,12 @@ func peersChart(r io.Reader) (string, error) {
 		ss = append(ss, s)
 	}
 	return barChart("A stdio server over HTTP, httpload -peers", "tools/call req/s", groups, ss, nil, ""), nil
+}
+
+// clients names a concurrency.
+func clients(n string) string {
+	if n == "1" {
+		return "1 client"
+	}
+	return n + " clients"
 }
