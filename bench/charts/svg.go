@@ -5,6 +5,7 @@ import (
 	"html"
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // series is one bar of each group of a bar chart.
@@ -33,7 +34,7 @@ type canvas struct{ strings.Builder }
 func (c *canvas) f(format string, a ...any) { fmt.Fprintf(c, format, a...) }
 
 func (c *canvas) text(x, y float64, anchor, size, s string) {
-	c.f(`<text x="%.1f" y="%.1f" text-anchor="%s" font-size="%s">%s</text>`+"\n", x, y, anchor, size, html.EscapeString(s))
+	c.f(`<text x="%.1f" y="%.1f" text-anchor="%s" font-size="%s">%s</text>`+"\n", x, y, anchor, size, esc(s))
 }
 
 // start opens the document with its title and y axis, scaled to ymax.
@@ -42,7 +43,7 @@ func (c *canvas) start(title, ylabel string, ymax float64) {
 	c.f(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
 	c.text(width/2, 22, "middle", "15", title)
 	c.f(`<text x="16" y="%d" text-anchor="middle" font-size="12" transform="rotate(-90 16 %d)">%s</text>`+"\n",
-		(top+height-bot)/2, (top+height-bot)/2, html.EscapeString(ylabel))
+		(top+height-bot)/2, (top+height-bot)/2, esc(ylabel))
 	step := niceStep(ymax / 5)
 	for v := 0.0; v <= ymax+step/1e6; v += step {
 		y := yOf(v, ymax)
@@ -96,7 +97,7 @@ func barChart(title, ylabel string, groups []string, ss []series, marks []float6
 			v := s.values[g]
 			y := yOf(v, ymax)
 			c.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %s</title></rect>`+"\n",
-				x0+bw*float64(i), y, bw-2, float64(height-bot)-y, palette[i%len(palette)], html.EscapeString(s.name), trim(v))
+				x0+bw*float64(i), y, bw-2, float64(height-bot)-y, palette[i%len(palette)], esc(s.name), trim(v))
 			c.text(x0+bw*float64(i)+bw/2-1, y-3, "middle", "10", trim(v))
 		}
 		if g < len(marks) && marks[g] > 0 {
@@ -137,7 +138,7 @@ func lineChart(title, xlabel, ylabel string, lines []line, level float64, mark s
 		for _, p := range l.points {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(p[0]), yOf(p[1], ymax)))
 			c.f(`<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %s at %s</title></circle>`+"\n",
-				xOf(p[0]), yOf(p[1], ymax), palette[i%len(palette)], html.EscapeString(l.name), trim(p[1]), trim(p[0]))
+				xOf(p[0]), yOf(p[1], ymax), palette[i%len(palette)], esc(l.name), trim(p[1]), trim(p[0]))
 		}
 		c.f(`<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), palette[i%len(palette)])
 	}
@@ -152,6 +153,19 @@ func lineChart(title, xlabel, ylabel string, lines []line, level float64, mark s
 	c.legend(names, mark)
 	c.f("</svg>\n")
 	return c.String()
+}
+
+// esc makes s fit for an SVG document's text: escaped, valid UTF-8, and
+// without the characters XML does not allow (the labels come from the
+// drivers' output, which could hold anything).
+func esc(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r < 0x20 && r != '\t' || r == 0xFFFE || r == 0xFFFF {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, ""))
+	return html.EscapeString(s)
 }
 
 // niceMax rounds v up to a round number for an axis's end.
