@@ -47,25 +47,34 @@ func median(runs [][2]float64, i int) float64 {
 	return v[len(v)/2]
 }
 
+// proxies are the targets of httpload -procs drawn against each other,
+// the floor first.
+var proxies = []string{"fastproxy", "sidecar", "reverseproxy"}
+
+// perCase returns a series per proxy of f's figure for each case.
+func perCase(cases []string, f func(c, proxy string) float64) []series {
+	ss := make([]series, len(proxies))
+	for i, n := range proxies {
+		ss[i].name = n
+		for _, c := range cases {
+			ss[i].values = append(ss[i].values, f(c, n))
+		}
+	}
+	return ss
+}
+
 // sidecarCPU: the proxies' CPU per call, the floor's 1.2x marked.
 func sidecarCPU(r io.Reader) (string, error) {
 	cases, by, err := procsRows(r)
 	if err != nil {
 		return "", err
 	}
-	names := []string{"fastproxy", "sidecar", "reverseproxy"}
-	series := make([]series, len(names))
+	cpu := func(c, n string) float64 { return median(by[c][n], 1) }
 	var marks []float64
-	for i, n := range names {
-		series[i].name = n
-		for _, c := range cases {
-			series[i].values = append(series[i].values, median(by[c][n], 1))
-		}
-	}
 	for _, c := range cases {
-		marks = append(marks, 1.2*median(by[c]["fastproxy"], 1))
+		marks = append(marks, 1.2*cpu(c, "fastproxy"))
 	}
-	return barChart("Proxy CPU per call (µs), httpload -procs -modern", "µs per call", cases, series, marks, "target: 1.2x fastproxy"), nil
+	return barChart("Proxy CPU per call (µs), httpload -procs -modern", "µs per call", cases, perCase(cases, cpu), marks, "target: 1.2x fastproxy"), nil
 }
 
 // sidecarThroughput: each proxy's throughput against direct's, the
@@ -75,25 +84,17 @@ func sidecarThroughput(r io.Reader) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	names := []string{"fastproxy", "sidecar", "reverseproxy"}
-	series := make([]series, len(names))
-	var marks []float64
 	ratio := func(c, n string) float64 {
 		if d := median(by[c]["direct"], 0); d > 0 {
 			return median(by[c][n], 0) / d
 		}
 		return 0
 	}
-	for i, n := range names {
-		series[i].name = n
-		for _, c := range cases {
-			series[i].values = append(series[i].values, ratio(c, n))
-		}
-	}
+	var marks []float64
 	for _, c := range cases {
 		marks = append(marks, 0.95*ratio(c, "fastproxy"))
 	}
-	return barChart("Throughput against direct, httpload -procs -modern", "x direct's req/s", cases, series, marks, "target: 0.95x fastproxy's"), nil
+	return barChart("Throughput against direct, httpload -procs -modern", "x direct's req/s", cases, perCase(cases, ratio), marks, "target: 0.95x fastproxy's"), nil
 }
 
 // wrapperRelay: the wrapper's throughput against the bare relay's, per

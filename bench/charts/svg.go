@@ -106,12 +106,7 @@ func barChart(title, ylabel string, groups []string, ss []series, marks []float6
 		}
 		c.text(x0+gw*0.4, float64(height-bot)+16, "middle", "12", name)
 	}
-	names := make([]string, len(ss))
-	for i, s := range ss {
-		names[i] = s.name
-	}
-	c.legend(names, mark)
-	c.f("</svg>\n")
+	c.end(namesOf(ss, func(s series) string { return s.name }), mark)
 	return c.String()
 }
 
@@ -146,13 +141,23 @@ func lineChart(title, xlabel, ylabel string, lines []line, level float64, mark s
 		y := yOf(level, ymax)
 		c.f(`<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="4 3" stroke-width="2"/>`+"\n", left, width-right, y, y)
 	}
-	names := make([]string, len(lines))
-	for i, l := range lines {
-		names[i] = l.name
-	}
+	c.end(namesOf(lines, func(l line) string { return l.name }), mark)
+	return c.String()
+}
+
+// end closes the document, under its legend.
+func (c *canvas) end(names []string, mark string) {
 	c.legend(names, mark)
 	c.f("</svg>\n")
-	return c.String()
+}
+
+// namesOf returns the name of each of xs.
+func namesOf[T any](xs []T, name func(T) string) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = name(x)
+	}
+	return out
 }
 
 // esc makes s fit for an SVG document's text: escaped, valid UTF-8, and

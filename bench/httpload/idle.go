@@ -29,12 +29,11 @@ func idleStreams(proxyBin string, n int) error {
 		return err
 	}
 	defer up.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := freeAddrs(1)
 	if err != nil {
 		return err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := addrs[0]
 	cmd := exec.Command(proxyBin, "--listen", addr, "--upstream", upURL, "--log-level", "error")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

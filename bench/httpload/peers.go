@@ -74,7 +74,7 @@ func runPeers(proxyBin, nodeDir string, n, rounds int) error {
 		calls := time.Duration(n * rounds)
 		for i, f := range fronts {
 			ours := median(runs[0], runs[i]) // the proxy's throughput over this front's, round by round
-			r := median(runs[i], runs[i])
+			r := median(runs[i], runs[i])    // its own medians; the ratio, to itself, is unused
 			fmt.Printf("%-16s %5d %10.0f %10.0f %10.0f %10d %10d %10d %11.2fx %7d\n", f.name, conc, r.rps,
 				float64(r.p50.Microseconds()), float64(r.p99.Microseconds()),
 				(spent[i].front / calls).Microseconds(), (spent[i].servers / calls).Microseconds(), (spent[i].driver / calls).Microseconds(),

@@ -347,6 +347,18 @@ func mcpPost(t testing.TB, url, session, body string) *http.Response {
 	return resp
 }
 
+// openSession initializes an MCP session at url (protocol 2025-06-18) and
+// returns its id, once notifications/initialized is sent.
+func openSession(t testing.TB, url, client string) string {
+	t.Helper()
+	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"`+client+`","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	return session
+}
+
 // mcpRequest is the POST of one JSON-RPC message, as an MCP client sends it.
 func mcpRequest(url, session, body string) *http.Request {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))

@@ -420,6 +420,54 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 	}
 }
 
+// TestE2ESidecarShutdownEndsGetStreams: a session's GET stream, which
+// never ends by itself, does not hold the shutdown up to its grace (ten
+// minutes here): on SIGTERM the sidecar ends it cleanly (the chunked
+// body's end) and exits 0, in front of an HTTP server and of a stdio one.
+func TestE2ESidecarShutdownEndsGetStreams(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(cfg, []byte("http:\n  shutdown_grace: 10m\n"), 0o600)
+	fronts := map[string]func(front string) []string{
+		"Streamable HTTP upstream": func(front string) []string {
+			up := freePort(t)
+			startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
+			waitListening(t, up)
+			return []string{"--upstream", "http://" + up + "/mcp"}
+		},
+		"stdio server": func(string) []string { return []string{"--", proxyBin, "example-server"} },
+	}
+	for name, args := range fronts {
+		t.Run(name, func(t *testing.T) {
+			front := freePort(t)
+			sc := startWrapped(t, append([]string{"--config", cfg, "--listen", front}, args(front)...)...)
+			sc.events.waitFor(t, events.SidecarListening)
+			url := "http://" + front + "/mcp"
+			session := openSession(t, url, "g")
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Mcp-Session-Id", session)
+			get, err := http.DefaultClient.Do(req)
+			if err != nil || get.StatusCode != 200 {
+				t.Fatalf("GET: %v %v", get, err)
+			}
+			ended := make(chan error, 1)
+			go func() {
+				_, err := io.Copy(io.Discard, get.Body)
+				ended <- err
+			}()
+			if err := sc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := sc.wait(); code != 0 { // within wait's bound, far below the grace
+				t.Errorf("exit status %d, want 0", code)
+			}
+			if err := <-ended; err != nil {
+				t.Errorf("the GET stream ended with %v, want its clean end", err)
+			}
+		})
+	}
+}
+
 // TestE2EStdioServerOverHTTP: a stdio server behind --listen, a child per
 // session. A POSTed cancel is forwarded to the child, the call's stream
 // ends without an answer, and the server's late progress and answer are
@@ -540,11 +588,7 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	sc.events.waitFor(t, events.SidecarListening)
 	url := "http://" + front + "/mcp"
-	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"d","version":"1"}}}`)
-	session := resp.Header.Get("Mcp-Session-Id")
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	session := openSession(t, url, "d")
 	call := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":600,"steps":6000},"_meta":{"progressToken":"p"}}}`)
 	if first := <-sseMessages(call); !strings.Contains(first, "notifications/progress") {
 		t.Fatalf("first message of the call's stream: %q", first)
