@@ -33,7 +33,7 @@ type governor struct {
 	names       map[string]string      // tool names, interned
 	recent      []answered             // the last requests answered: grows to a ring of recentMax
 	recentNext  int
-	recentIdx   map[framing.ID]int // id -> its place in recent
+	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
 	closed      bool
 }
@@ -269,30 +269,29 @@ func (g *governor) granted(r *record, lease func()) {
 // rememberLocked keeps an answered request for a cancel that may follow,
 // in place of the oldest one.
 func (g *governor) rememberLocked(a answered) {
-	if g.recentIdx == nil {
-		g.recentIdx = map[framing.ID]int{}
-	}
 	if len(g.recent) < recentMax { // the ring grows as it fills: most sessions see a few requests
 		g.recent = append(g.recent, a)
-		g.recentIdx[a.c.ID()] = len(g.recent) - 1
+		g.recentIdx.Set(a.c.ID(), len(g.recent)-1)
 		return
 	}
 	slot := g.recentNext
 	g.recentNext = (g.recentNext + 1) % recentMax
-	if old := g.recent[slot].c; old != nil && g.recentIdx[old.ID()] == slot {
-		delete(g.recentIdx, old.ID())
+	if old := g.recent[slot].c; old != nil {
+		if at, ok := g.recentIdx.Get(old.ID()); ok && at == slot {
+			g.recentIdx.Delete(old.ID())
+		}
 	}
 	g.recent[slot] = a
-	g.recentIdx[a.c.ID()] = slot
+	g.recentIdx.Set(a.c.ID(), slot)
 }
 
 // forgetLocked takes id out of the answered requests and returns it.
 func (g *governor) forgetLocked(id framing.ID) (answered, bool) {
-	slot, ok := g.recentIdx[id]
+	slot, ok := g.recentIdx.Get(id)
 	if !ok {
 		return answered{}, false
 	}
-	delete(g.recentIdx, id)
+	g.recentIdx.Delete(id)
 	a := g.recent[slot]
 	g.recent[slot] = answered{}
 	return a, true

@@ -108,16 +108,16 @@ type ledger struct {
 	mu sync.Mutex // guards the fields below
 	// inFlight holds calls in stateInFlight by the issuer's id: the oldest,
 	// when several share it.
-	inFlight map[framing.ID]*call
+	inFlight framing.IDMap[*call]
 	// shared holds, with allowShared, the other calls in flight under an
 	// id inFlight has, oldest first. Invariant: every call here is in byUp.
 	shared map[framing.ID][]*call
 	// byUp holds calls in flight and retired (cancelled, late response not yet
 	// seen) by the receiver-side id. Invariant: every call in inFlight is here.
-	byUp map[framing.ID]*call
+	byUp framing.IDMap[*call]
 	// tokens maps receiver-side progress tokens to their call, in flight or
 	// retired.
-	tokens map[framing.ID]*call
+	tokens framing.IDMap[*call]
 	// retired lists cancelled calls oldest first, to forget them in time.
 	retired []*call
 	aliases uint64 // counter for receiver-side ids minted on collisions
@@ -152,21 +152,11 @@ func (l *ledger) toolLocked(m *framing.Message) string {
 	return name
 }
 
-// newLedger returns an empty ledger. Its maps are made when first written
-// (reading a nil map is reading an empty one): many sessions, each HTTP
-// request without a session, see one request in one direction only.
+// newLedger returns an empty ledger. Its maps are made when first written:
+// many sessions, each HTTP request without a session, see one request in
+// one direction only.
 func newLedger(dir Direction, now func() time.Time, ttl time.Duration, max int) *ledger {
 	return &ledger{dir: dir, now: now, retireTTL: ttl, retireMax: max}
-}
-
-// makeMapsLocked makes the maps a request is about to be written to.
-func (l *ledger) makeMapsLocked(token bool) {
-	if l.byUp == nil {
-		l.inFlight, l.byUp = make(map[framing.ID]*call), make(map[framing.ID]*call)
-	}
-	if token && l.tokens == nil {
-		l.tokens = make(map[framing.ID]*call)
-	}
 }
 
 // update runs f under the lock and then checks the ledger's invariants
@@ -175,8 +165,8 @@ func (l *ledger) update(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f()
-	if n := len(l.inFlight) + l.sharedCountLocked(); n > len(l.byUp) {
-		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, n, len(l.byUp)))
+	if n := l.inFlight.Len() + l.sharedCountLocked(); n > l.byUp.Len() {
+		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, n, l.byUp.Len()))
 	}
 }
 
@@ -189,15 +179,21 @@ func (l *ledger) sharedCountLocked() int {
 	return n
 }
 
+// at returns the call m holds for id, or nil.
+func at(m *framing.IDMap[*call], id framing.ID) *call {
+	c, _ := m.Get(id)
+	return c
+}
+
 // inFlightLocked reports whether c is in flight.
 func (l *ledger) inFlightLocked(c *call) bool {
-	return l.inFlight[c.id] == c || slices.Contains(l.shared[c.id], c)
+	return at(&l.inFlight, c.id) == c || slices.Contains(l.shared[c.id], c)
 }
 
 // removeLocked takes c, in flight, out of inFlight or shared; the oldest
 // call sharing its id, if any, takes its place in inFlight.
 func (l *ledger) removeLocked(c *call) {
-	if l.inFlight[c.id] != c {
+	if at(&l.inFlight, c.id) != c {
 		l.shared[c.id] = slices.DeleteFunc(l.shared[c.id], func(o *call) bool { return o == c })
 		if len(l.shared[c.id]) == 0 {
 			delete(l.shared, c.id)
@@ -205,19 +201,19 @@ func (l *ledger) removeLocked(c *call) {
 		return
 	}
 	if rest := l.shared[c.id]; len(rest) > 0 {
-		l.inFlight[c.id] = rest[0]
+		l.inFlight.Set(c.id, rest[0])
 		if l.shared[c.id] = rest[1:]; len(rest) == 1 {
 			delete(l.shared, c.id)
 		}
 		return
 	}
-	delete(l.inFlight, c.id)
+	l.inFlight.Delete(c.id)
 }
 
 // allInFlightLocked returns every call in flight.
 func (l *ledger) allInFlightLocked() []*call {
-	calls := make([]*call, 0, len(l.inFlight))
-	for id, c := range l.inFlight {
+	calls := make([]*call, 0, l.inFlight.Len())
+	for id, c := range l.inFlight.All() {
 		calls = append(calls, c)
 		calls = append(calls, l.shared[id]...)
 	}
@@ -230,7 +226,7 @@ func (l *ledger) allInFlightLocked() []*call {
 // confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
-		_, dup := l.inFlight[m.ID]
+		dup := l.inFlight.Has(m.ID)
 		if dup && !l.allowShared {
 			v = Drop
 			return
@@ -238,8 +234,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		l.expireLocked()
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, tool: l.toolLocked(m), token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
-		l.makeMapsLocked(c.token.IsValid())
-		for _, taken := l.byUp[c.upID]; taken; _, taken = l.byUp[c.upID] {
+		for taken := l.byUp.Has(c.upID); taken; taken = l.byUp.Has(c.upID) {
 			c.upID = l.aliasLocked("")
 		}
 		if dup {
@@ -248,16 +243,16 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 			}
 			l.shared[c.id] = append(l.shared[c.id], c)
 		} else {
-			l.inFlight[c.id] = c
+			l.inFlight.Set(c.id, c)
 		}
-		l.byUp[c.upID] = c
+		l.byUp.Set(c.upID, c)
 		if c.token.IsValid() {
 			// A token still held by another call (a cancelled one whose late
 			// progress may come) is renamed too, so progress is never misrouted.
-			for _, taken := l.tokens[c.upToken]; taken; _, taken = l.tokens[c.upToken] {
+			for taken := l.tokens.Has(c.upToken); taken; taken = l.tokens.Has(c.upToken) {
 				c.upToken = l.aliasLocked("t")
 			}
-			l.tokens[c.upToken] = c
+			l.tokens.Set(c.upToken, c)
 		}
 	})
 	return c, v
@@ -269,8 +264,7 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 	l.update(func() {
 		id := l.aliasLocked("r")
 		c = &call{id: id, upID: id, method: method, started: l.now(), onAnswer: onAnswer}
-		l.makeMapsLocked(false)
-		l.byUp[id] = c
+		l.byUp.Set(id, c)
 	})
 	return c
 }
@@ -286,7 +280,7 @@ func (l *ledger) aliasLocked(kind string) framing.ID {
 // response), Drop if no such call is known.
 func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 	l.update(func() {
-		c = l.byUp[upID]
+		c = at(&l.byUp, upID)
 		switch {
 		case c == nil:
 			v = Drop
@@ -299,7 +293,7 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 			l.dropLocked(c)
 		default: // cancelled: absorb the late response; progress stays suppressed until expiry
 			v = Suppress
-			delete(l.byUp, upID)
+			l.byUp.Delete(upID)
 		}
 	})
 	return c, v
@@ -312,7 +306,7 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 // nil for any other call.
 func (l *ledger) teardown(upID framing.ID) (c *call) {
 	l.update(func() {
-		c = l.byUp[upID]
+		c = at(&l.byUp, upID)
 		if c == nil || c.state != stateInFlight || c.method != framing.MethodSubscriptionsListen || c.onAnswer != nil {
 			c = nil
 			return
@@ -328,7 +322,7 @@ func (l *ledger) teardown(upID framing.ID) (c *call) {
 // and is not initialize. The issuer's id is free again at once.
 func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 	l.update(func() {
-		c = l.inFlight[id]
+		c = at(&l.inFlight, id)
 		switch {
 		case c == nil:
 			reason = reasonNotInFlight
@@ -362,7 +356,7 @@ func (l *ledger) cancelShared(id framing.ID) (calls []*call) {
 
 // allOfLocked returns the calls in flight under id.
 func (l *ledger) allOfLocked(id framing.ID) []*call {
-	c := l.inFlight[id]
+	c := at(&l.inFlight, id)
 	if c == nil {
 		return nil
 	}
@@ -390,11 +384,11 @@ func (l *ledger) forget(c *call) {
 
 // dropLocked removes c from the maps that still point at it.
 func (l *ledger) dropLocked(c *call) {
-	if l.byUp[c.upID] == c {
-		delete(l.byUp, c.upID)
+	if at(&l.byUp, c.upID) == c {
+		l.byUp.Delete(c.upID)
 	}
-	if l.tokens[c.upToken] == c {
-		delete(l.tokens, c.upToken)
+	if at(&l.tokens, c.upToken) == c {
+		l.tokens.Delete(c.upToken)
 	}
 }
 
@@ -405,7 +399,7 @@ func (l *ledger) dropLocked(c *call) {
 func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c = l.tokens[token]
+	c = at(&l.tokens, token)
 	if c != nil && c.state == stateCancelled {
 		return c, Suppress
 	}
@@ -445,9 +439,9 @@ func (l *ledger) failAll() []*call {
 		for _, c := range l.allInFlightLocked() {
 			calls = append(calls, c)
 			c.state = stateAnswered
-			delete(l.byUp, c.upID)
+			l.byUp.Delete(c.upID)
 		}
-		clear(l.inFlight)
+		l.inFlight.Clear()
 		clear(l.shared)
 	})
 	return calls
@@ -471,5 +465,5 @@ func (l *ledger) expireLocked() {
 func (l *ledger) counts() (inFlight, retired int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.inFlight) + l.sharedCountLocked(), len(l.retired)
+	return l.inFlight.Len() + l.sharedCountLocked(), len(l.retired)
 }
