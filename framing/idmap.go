@@ -29,6 +29,12 @@ func (m *IDMap[V]) Get(id ID) (V, bool) {
 	return v, ok
 }
 
+// At returns the value stored for id, or the zero V if there is none.
+func (m *IDMap[V]) At(id ID) V {
+	v, _ := m.Get(id)
+	return v
+}
+
 // Has reports whether id has a value.
 func (m *IDMap[V]) Has(id ID) bool {
 	_, ok := m.Get(id)

@@ -30,7 +30,7 @@ func TestIDMapIsAMap(t *testing.T) {
 			}
 		}
 		got, ok := m.Get(id)
-		if w, wok := want[id]; got != w || ok != wok || m.Has(id) != wok {
+		if w, wok := want[id]; got != w || ok != wok || m.Has(id) != wok || m.At(id) != w {
 			t.Fatalf("step %d: Get(%v) = %d, %v; want %d, %v", i, id, got, ok, w, wok)
 		}
 		if m.Len() != len(want) {

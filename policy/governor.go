@@ -276,10 +276,8 @@ func (g *governor) rememberLocked(a answered) {
 	}
 	slot := g.recentNext
 	g.recentNext = (g.recentNext + 1) % recentMax
-	if old := g.recent[slot].c; old != nil {
-		if at, ok := g.recentIdx.Get(old.ID()); ok && at == slot {
-			g.recentIdx.Delete(old.ID())
-		}
+	if old := g.recent[slot].c; old != nil && g.recentIdx.At(old.ID()) == slot {
+		g.recentIdx.Delete(old.ID())
 	}
 	g.recent[slot] = a
 	g.recentIdx.Set(a.c.ID(), slot)

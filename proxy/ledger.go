@@ -179,21 +179,15 @@ func (l *ledger) sharedCountLocked() int {
 	return n
 }
 
-// at returns the call m holds for id, or nil.
-func at(m *framing.IDMap[*call], id framing.ID) *call {
-	c, _ := m.Get(id)
-	return c
-}
-
 // inFlightLocked reports whether c is in flight.
 func (l *ledger) inFlightLocked(c *call) bool {
-	return at(&l.inFlight, c.id) == c || slices.Contains(l.shared[c.id], c)
+	return l.inFlight.At(c.id) == c || slices.Contains(l.shared[c.id], c)
 }
 
 // removeLocked takes c, in flight, out of inFlight or shared; the oldest
 // call sharing its id, if any, takes its place in inFlight.
 func (l *ledger) removeLocked(c *call) {
-	if at(&l.inFlight, c.id) != c {
+	if l.inFlight.At(c.id) != c {
 		l.shared[c.id] = slices.DeleteFunc(l.shared[c.id], func(o *call) bool { return o == c })
 		if len(l.shared[c.id]) == 0 {
 			delete(l.shared, c.id)
@@ -234,7 +228,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		l.expireLocked()
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, tool: l.toolLocked(m), token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
-		for taken := l.byUp.Has(c.upID); taken; taken = l.byUp.Has(c.upID) {
+		for l.byUp.Has(c.upID) {
 			c.upID = l.aliasLocked("")
 		}
 		if dup {
@@ -249,7 +243,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		if c.token.IsValid() {
 			// A token still held by another call (a cancelled one whose late
 			// progress may come) is renamed too, so progress is never misrouted.
-			for taken := l.tokens.Has(c.upToken); taken; taken = l.tokens.Has(c.upToken) {
+			for l.tokens.Has(c.upToken) {
 				c.upToken = l.aliasLocked("t")
 			}
 			l.tokens.Set(c.upToken, c)
@@ -280,7 +274,7 @@ func (l *ledger) aliasLocked(kind string) framing.ID {
 // response), Drop if no such call is known.
 func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 	l.update(func() {
-		c = at(&l.byUp, upID)
+		c = l.byUp.At(upID)
 		switch {
 		case c == nil:
 			v = Drop
@@ -306,7 +300,7 @@ func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
 // nil for any other call.
 func (l *ledger) teardown(upID framing.ID) (c *call) {
 	l.update(func() {
-		c = at(&l.byUp, upID)
+		c = l.byUp.At(upID)
 		if c == nil || c.state != stateInFlight || c.method != framing.MethodSubscriptionsListen || c.onAnswer != nil {
 			c = nil
 			return
@@ -322,7 +316,7 @@ func (l *ledger) teardown(upID framing.ID) (c *call) {
 // and is not initialize. The issuer's id is free again at once.
 func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 	l.update(func() {
-		c = at(&l.inFlight, id)
+		c = l.inFlight.At(id)
 		switch {
 		case c == nil:
 			reason = reasonNotInFlight
@@ -356,7 +350,7 @@ func (l *ledger) cancelShared(id framing.ID) (calls []*call) {
 
 // allOfLocked returns the calls in flight under id.
 func (l *ledger) allOfLocked(id framing.ID) []*call {
-	c := at(&l.inFlight, id)
+	c := l.inFlight.At(id)
 	if c == nil {
 		return nil
 	}
@@ -384,10 +378,10 @@ func (l *ledger) forget(c *call) {
 
 // dropLocked removes c from the maps that still point at it.
 func (l *ledger) dropLocked(c *call) {
-	if at(&l.byUp, c.upID) == c {
+	if l.byUp.At(c.upID) == c {
 		l.byUp.Delete(c.upID)
 	}
-	if at(&l.tokens, c.upToken) == c {
+	if l.tokens.At(c.upToken) == c {
 		l.tokens.Delete(c.upToken)
 	}
 }
@@ -399,7 +393,7 @@ func (l *ledger) dropLocked(c *call) {
 func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c = at(&l.tokens, token)
+	c = l.tokens.At(token)
 	if c != nil && c.state == stateCancelled {
 		return c, Suppress
 	}
