@@ -30,6 +30,11 @@ func IntID(n int64) ID { return ID{kind: idInt, num: n} }
 // StringID returns the string ID s.
 func StringID(s string) ID { return ID{kind: idString, str: s} }
 
+// HasPrefix reports whether id is a string that begins with prefix.
+func (id ID) HasPrefix(prefix string) bool {
+	return id.kind == idString && len(id.str) >= len(prefix) && id.str[:len(prefix)] == prefix
+}
+
 // IsValid reports whether id holds a string or a number.
 func (id ID) IsValid() bool { return id.kind != idNone }
 

@@ -90,6 +90,36 @@ func TestProgressPushesTheDeadlineBack(t *testing.T) {
 	}
 }
 
+// TestProgressTheClientNeverAskedFor: a request without a progress token
+// whose deadline resets on progress goes out with one of the proxy's own;
+// progress under it pushes the deadline back and is kept from the client.
+// The governor asks for it only then: not for a request with a token of
+// its own, a rule that does not reset, one without a deadline, or a task.
+func TestProgressTheClientNeverAskedFor(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "long", Timeout: dur(time.Minute), ResetOnProgress: yes()},
+		{Tool: "fixed", Timeout: dur(time.Minute)}, {Tool: "free", ResetOnProgress: yes()}}
+	e, clk, _ := engine(t, p)
+	ft := newTransport(t, e)
+	o := ft.client(call(1, "long", ""))
+	if !strings.Contains(string(o.Rewritten), `"_meta":{"progressToken":"mcp-cancel-proxy-w1"}`) {
+		t.Fatalf("the request went out as %s, want the proxy's own token in params._meta", o.Rewritten)
+	}
+	clk.Advance(50 * time.Second)
+	if o := ft.server(progress("mcp-cancel-proxy-w1", 1, "working")); o.Verdict != proxy.Drop {
+		t.Errorf("progress under the proxy's token: verdict %v, want it kept from the client", o.Verdict)
+	}
+	clk.Advance(50 * time.Second) // at 1m40s: would have passed at 1m
+	ft.none()
+	for i, req := range []string{call(2, "long", `,"_meta":{"progressToken":"p"}`), call(3, "fixed", ""), call(4, "free", ""),
+		call(5, "long", `,"task":{"ttl":1000}`)} {
+		if o := ft.client(req); o.Rewritten != nil {
+			t.Errorf("request %d went out as %s, want it as it came", i+2, o.Rewritten)
+		}
+	}
+}
+
 // TestProgressWithoutResetKeepsTheDeadline: without the flag, progress
 // changes nothing.
 func TestProgressWithoutResetKeepsTheDeadline(t *testing.T) {

@@ -23,7 +23,8 @@ const (
 	ActReplied        Action = "answered by proxy"
 	ActWithdrawn      Action = "withdrawn before dispatch"
 	// ActTaken: an answer to a request of the proxy's own (its tasks/cancel,
-	// a restart's initialize), which the proxy keeps. An event only: no
+	// a restart's initialize), or progress under a progress token of its
+	// own (reset_on_progress), which the proxy keeps. An event only: no
 	// counter or metric moves for it.
 	ActTaken Action = "taken by the proxy"
 )

@@ -82,6 +82,11 @@ type Admission struct {
 	// if it comes after a cancel (a hook compensates it): the transport
 	// should keep reading the server's answer a while after the cancel.
 	WantsLate bool
+	// WatchProgress says the governor wants the request's progress (its
+	// deadline resets on it) though the request carries no progress
+	// token: the tracker gives it a token of the proxy's own, and keeps
+	// the progress sent under it from the issuer, who asked for none.
+	WatchProgress bool
 }
 
 // Actions is what a transport does for its session's Governor.

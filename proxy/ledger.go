@@ -45,7 +45,8 @@ type call struct {
 	method   string
 	tool     string     // params.name of a tools/call, for the logs ("" if escaped or unknown)
 	token    framing.ID // the issuer's progress token, if any
-	upToken  framing.ID // the token the receiver sees; differs only when aliased
+	upToken  framing.ID // the token the receiver sees; differs only when aliased or own
+	ownToken bool       // upToken is the proxy's own (see watch): the issuer sent none
 	hasTask  bool
 	started  time.Time
 	state    callState
@@ -63,7 +64,7 @@ type call struct {
 
 func (c *call) aliased() bool { return c.upID != c.id }
 
-func (c *call) tokenAliased() bool { return c.upToken != c.token }
+func (c *call) tokenAliased() bool { return !c.ownToken && c.upToken != c.token }
 
 // Slot is where a transport keeps its own handle on a request's frame: a
 // reference and a number, meaning whatever the transport means by them. Ref
@@ -250,6 +251,26 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		}
 	})
 	return c, v
+}
+
+// OwnTokenPrefix begins every progress token the proxy adds to a request
+// that carried none (see watch): progress under such a token is the
+// proxy's, even after its request is forgotten, and never reaches a client.
+const OwnTokenPrefix = "mcp-cancel-proxy-w"
+
+// watch gives c, a request without a progress token, one of the proxy's
+// own, for the receiver to report progress under, and returns it. Called
+// before the request is sent.
+func (l *ledger) watch(c *call) framing.ID {
+	l.update(func() {
+		c.ownToken = true
+		c.upToken = l.aliasLocked("w")
+		for l.tokens.Has(c.upToken) {
+			c.upToken = l.aliasLocked("w")
+		}
+		l.tokens.Set(c.upToken, c)
+	})
+	return c.upToken
 }
 
 // own records a request of the proxy's own, under an id no peer chose.

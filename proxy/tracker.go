@@ -251,9 +251,11 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 		return Outcome{Verdict: Drop, Reply: t.refuseDuplicate(from, m)}
 	}
 	o := Outcome{Request: c}
+	watch := false
 	if g := t.opts.Governor; g != nil && from == Client {
 		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
+		watch = a.WatchProgress && m.TokenSpan == (framing.Span{}) && !m.HasTask
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID) // once admitted: its event says the decision is made, deadline and all
 	if c.aliased() || c.tokenAliased() {
@@ -261,6 +263,9 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 			zap.Stringer("id", c.id), zap.Stringer("upstream_id", c.upID),
 			zap.Stringer("token", c.token), zap.Stringer("upstream_token", c.upToken))
 		o.Rewritten = spliceRequest(m, c)
+	}
+	if watch {
+		o.Rewritten = t.watchProgress(from, m, c, o.Rewritten)
 	}
 	if span != nil {
 		o.Trace = span.Context()
@@ -277,17 +282,46 @@ func (t *Tracker) passTrace(from Peer, m *framing.Message, o Outcome) []byte {
 		return o.Rewritten
 	}
 	if o.Rewritten != nil { // renamed (rare): find its fields again
-		var f framing.Frame
-		if f.Parse(o.Rewritten) != nil {
+		if m = reparse(o.Rewritten); m == nil {
 			return o.Rewritten
 		}
-		m = &f.Msgs[0]
 	}
 	b, err := framing.WithTraceContext(m, o.Trace.Parent, o.Trace.State)
 	if err != nil {
 		t.log(from, zapcore.DebugLevel, "trace context not passed on: the request's params or _meta is no object",
 			zap.String("method", m.Method), zap.Stringer("id", m.ID))
 		return o.Rewritten
+	}
+	return b
+}
+
+// reparse returns the one message of a request the tracker rewrote, to
+// find its fields again; nil if it cannot be read.
+func reparse(raw []byte) *framing.Message {
+	var f framing.Frame
+	if f.Parse(raw) != nil || len(f.Msgs) != 1 {
+		return nil
+	}
+	return &f.Msgs[0]
+}
+
+// watchProgress returns the bytes of request m (or of rewritten, the
+// tracker's rewriting of it) with a progress token of the proxy's own in
+// params._meta, where the spec puts it, for a governor that resets c's
+// deadline on progress though its issuer asked for none; as they were if
+// that cannot be done (params or _meta no object).
+func (t *Tracker) watchProgress(from Peer, m *framing.Message, c *call, rewritten []byte) []byte {
+	if rewritten != nil {
+		if m = reparse(rewritten); m == nil {
+			return rewritten
+		}
+	}
+	tok := t.peers[from].issued.watch(c)
+	b, err := framing.AddMeta(m, tok.AppendJSON([]byte(`"progressToken":`)))
+	if err != nil {
+		t.log(from, zapcore.DebugLevel, "no progress token added for the deadline to watch: the request's params or _meta is no object",
+			zap.String("method", m.Method), zap.Stringer("id", c.id))
+		return rewritten
 	}
 	return b
 }
@@ -439,6 +473,9 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	}
 	p := &t.peers[from]
 	c, v := p.answers.progress(m.Token)
+	if c != nil && c.ownToken || c == nil && from == Server && m.Token.HasPrefix(OwnTokenPrefix) {
+		return t.ownProgress(from, m, c)
+	}
 	if v == Suppress {
 		c.Span().Event(EventProgressDropped)
 		t.count(cProgressSuppressed, 1)
@@ -457,6 +494,23 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token)}
 	}
 	return Outcome{}
+}
+
+// ownProgress takes progress sent under a token of the proxy's own (see
+// watchProgress): the governor sees it, while its call is known; the
+// client, which asked for no progress, never does.
+func (t *Tracker) ownProgress(from Peer, m *framing.Message, c *call) Outcome {
+	id := m.Token
+	if c != nil {
+		id = c.id
+		if g := t.opts.Governor; g != nil {
+			g.Observe(Change{Kind: ChangeProgress, Call: c, Msg: m})
+		}
+	}
+	t.log(from, zapcore.DebugLevel, "progress under the proxy's own token taken, for the deadline: the client asked for none",
+		zap.Stringer("id", id), zap.Stringer("upstream_token", m.Token))
+	t.emit(from, ActTaken, m.Kind, m.Method, id, "")
+	return Outcome{Verdict: Drop}
 }
 
 // Withdraw records that a cancelled request was never sent (it was still
