@@ -3,6 +3,7 @@ package framing
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -32,7 +33,7 @@ func StringID(s string) ID { return ID{kind: idString, str: s} }
 
 // HasPrefix reports whether id is a string that begins with prefix.
 func (id ID) HasPrefix(prefix string) bool {
-	return id.kind == idString && len(id.str) >= len(prefix) && id.str[:len(prefix)] == prefix
+	return id.kind == idString && strings.HasPrefix(id.str, prefix)
 }
 
 // IsValid reports whether id holds a string or a number.

@@ -151,8 +151,8 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	a := proxy.Admission{Timed: rule.Timeout > 0,
 		WantsLate: rule.OnLateResult != nil || rule.OnLateError != nil || m.HasTask}
 	// A deadline that progress pushes back sees progress the client did
-	// not ask for: the proxy asks for it, under a token of its own.
-	a.WatchProgress = a.Timed && rule.ResetOnProgress && !m.Token.IsValid() && !m.HasTask
+	// not ask for: the tracker asks for it, under a token of its own.
+	a.WatchProgress = a.Timed && rule.ResetOnProgress
 	if a.Timed {
 		g.armLocked(r, r.started.Add(rule.Timeout))
 	}

@@ -83,9 +83,10 @@ type Admission struct {
 	// should keep reading the server's answer a while after the cancel.
 	WantsLate bool
 	// WatchProgress says the governor wants the request's progress (its
-	// deadline resets on it) though the request carries no progress
-	// token: the tracker gives it a token of the proxy's own, and keeps
-	// the progress sent under it from the issuer, who asked for none.
+	// deadline resets on it): if the request carries no progress token
+	// and is not task-augmented, the tracker gives it a token of the
+	// proxy's own, and keeps the progress sent under it from the issuer,
+	// who asked for none.
 	WatchProgress bool
 }
 

@@ -244,19 +244,26 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 		if c.token.IsValid() {
 			// A token still held by another call (a cancelled one whose late
 			// progress may come) is renamed too, so progress is never misrouted.
-			for l.tokens.Has(c.upToken) {
-				c.upToken = l.aliasLocked("t")
-			}
+			c.upToken = l.freeTokenLocked(c.upToken, "t")
 			l.tokens.Set(c.upToken, c)
 		}
 	})
 	return c, v
 }
 
-// OwnTokenPrefix begins every progress token the proxy adds to a request
+// freeTokenLocked returns tok, or, while another call holds it, a token
+// of the proxy's own (kind as aliasLocked takes it) that none holds.
+func (l *ledger) freeTokenLocked(tok framing.ID, kind string) framing.ID {
+	for l.tokens.Has(tok) {
+		tok = l.aliasLocked(kind)
+	}
+	return tok
+}
+
+// ownTokenPrefix begins every progress token the proxy adds to a request
 // that carried none (see watch): progress under such a token is the
 // proxy's, even after its request is forgotten, and never reaches a client.
-const OwnTokenPrefix = "mcp-cancel-proxy-w"
+const ownTokenPrefix = aliasPrefix + "w"
 
 // watch gives c, a request without a progress token, one of the proxy's
 // own, for the receiver to report progress under, and returns it. Called
@@ -264,10 +271,7 @@ const OwnTokenPrefix = "mcp-cancel-proxy-w"
 func (l *ledger) watch(c *call) framing.ID {
 	l.update(func() {
 		c.ownToken = true
-		c.upToken = l.aliasLocked("w")
-		for l.tokens.Has(c.upToken) {
-			c.upToken = l.aliasLocked("w")
-		}
+		c.upToken = l.freeTokenLocked(l.aliasLocked("w"), "w")
 		l.tokens.Set(c.upToken, c)
 	})
 	return c.upToken
@@ -284,10 +288,13 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 	return c
 }
 
+// aliasPrefix begins every id and token the proxy mints.
+const aliasPrefix = "mcp-cancel-proxy-"
+
 // aliasLocked mints a receiver-side id or token that no peer chose.
 func (l *ledger) aliasLocked(kind string) framing.ID {
 	l.aliases++
-	return framing.StringID(fmt.Sprintf("mcp-cancel-proxy-%s%d", kind, l.aliases))
+	return framing.StringID(fmt.Sprintf(aliasPrefix+"%s%d", kind, l.aliases))
 }
 
 // complete settles the call that a response with receiver-side id upID

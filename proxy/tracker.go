@@ -473,7 +473,7 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	}
 	p := &t.peers[from]
 	c, v := p.answers.progress(m.Token)
-	if c != nil && c.ownToken || c == nil && from == Server && m.Token.HasPrefix(OwnTokenPrefix) {
+	if c != nil && c.ownToken || c == nil && from == Server && m.Token.HasPrefix(ownTokenPrefix) {
 		return t.ownProgress(from, m, c)
 	}
 	if v == Suppress {
