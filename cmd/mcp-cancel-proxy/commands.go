@@ -28,6 +28,8 @@ func commands() []command {
 		{"", "[--] [COMMAND [ARGS...]]", "relay MCP between a client and a server, making cancellation work",
 			func() *flag.FlagSet { return wrapFlags(new(config.Config), new(string)) }},
 		{"validate", "FILE", "check a configuration file", func() *flag.FlagSet { fs, _ := validateFlags(); return fs }},
+		{"check", "[--url URL | -- COMMAND [ARGS...]]", "report how a server handles cancellation of a call you name",
+			func() *flag.FlagSet { fs, _ := checkFlags(); return fs }},
 		{"hooks list", "", "list the pending and orphaned hook jobs", hooks("list")},
 		{"hooks retry", "ID|--all", "run orphaned hook jobs again", hooks("retry")},
 		{"hooks drop", "ID|--all", "forget orphaned hook jobs", hooks("drop")},

@@ -276,7 +276,7 @@ func knownFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{"--help": true, "--version": true}
 	for _, args := range [][]string{{"--help"}, {"validate", "--help"}, {"hooks", "list", "--help"},
-		{"hooks", "retry", "--help"}, {"hooks", "drop", "--help"}, {"demo", "--help"}, {"example-server", "--help"}} {
+		{"hooks", "retry", "--help"}, {"hooks", "drop", "--help"}, {"demo", "--help"}, {"example-server", "--help"}, {"check", "--help"}} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, io.NopCloser(strings.NewReader("")), outCloser{&stdout}, &stderr); code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())

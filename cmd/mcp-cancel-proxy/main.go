@@ -93,6 +93,8 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			return exampleServer(ctx, args[1:], stdout, stderr)
 		case "validate":
 			return validate(args[1:], stdout, stderr)
+		case "check":
+			return checkCommand(args[1:], stdout, stderr)
 		case "hooks":
 			return hooksCommand(args[1:], stdout, stderr)
 		case "completion":

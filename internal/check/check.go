@@ -1,0 +1,148 @@
+// Package check measures how an MCP server handles cancellation, as a
+// client sees it: whether a cancelled call still answers or reports
+// progress, and for how long; whether a cancel sent right after its request
+// is lost; whether cancels of finished, unknown and initialize requests are
+// ignored as the specification asks; whether a task's tasks/cancel moves it
+// to cancelled. It runs only the tool and arguments its caller names.
+//
+// The report it returns says, line by line, what the server did, how the
+// specification ranks it (a MUST or a SHOULD) and what mcp-cancel-proxy
+// does about a failing line.
+package check
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Options are what Run checks and how long it waits.
+type Options struct {
+	// Tool and Args are the call to cancel: its name and its arguments
+	// (a JSON object, or nil for none).
+	Tool string
+	Args json.RawMessage
+	// Runs is how many times the call is made and cancelled (at least 1).
+	Runs int
+	// CancelAfter is how long after the call the cancel goes.
+	CancelAfter time.Duration
+	// Watch is how long the checker listens after a cancel for an answer
+	// or progress that should not come.
+	Watch time.Duration
+	// Timeout bounds every wait for an answer the server owes (initialize,
+	// tools/list, ping).
+	Timeout time.Duration
+	// MaxFrame bounds a line from the server (zero: the framing default).
+	MaxFrame int
+	// Progress, if not nil, is told what is about to run, step by step.
+	Progress func(string)
+}
+
+// Conn is the server as the checker reaches it: the lines it reads from the
+// server and the writer its lines go to (a stdio child's, or a bridge's
+// backend for an HTTP server).
+type Conn struct {
+	In  io.Reader
+	Out io.Writer
+}
+
+// Tool is one tool of the server's tools/list.
+type Tool struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// TaskSupport is execution.taskSupport: "", "forbidden", "optional"
+	// or "required".
+	TaskSupport string `json:"taskSupport,omitempty"`
+}
+
+// Server is what the server said of itself in its initialize result.
+type Server struct {
+	Name     string `json:"name"`
+	Version  string `json:"version"`
+	Protocol string `json:"protocolVersion"`
+	// Tasks is set when it offers task-augmented tools/call.
+	Tasks bool `json:"tasks"`
+}
+
+// Run connects over conn, checks the call o names and returns the report.
+// close, called before Run returns, closes the connection.
+func Run(conn Conn, close func(), o Options) (*Report, error) {
+	o = o.withDefaults()
+	s, err := open(conn, o)
+	if err != nil {
+		close()
+		return nil, err
+	}
+	defer s.c.stop(close)
+	tools, err := s.tools()
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Server: s.server, Tool: o.Tool, Args: o.Args, Runs: o.Runs, CancelAfter: o.CancelAfter, Watch: o.Watch}
+	tool, ok := find(tools, o.Tool)
+	if !ok {
+		return nil, fmt.Errorf("the server has no tool %q (it has %s)", o.Tool, names(tools))
+	}
+	runs := s.checkCancels(r)
+	for _, next := range []func(){func() { s.checkRace(r, runs) }, func() { s.checkStrayCancels(r) }, func() { s.checkTask(r, tool) }} {
+		if s.c.closed() {
+			break // the lines so far say so; nothing more can be checked
+		}
+		next()
+	}
+	return r, nil
+}
+
+// List connects over conn and returns the server and its tools.
+func List(conn Conn, close func(), o Options) (Server, []Tool, error) {
+	o = o.withDefaults()
+	s, err := open(conn, o)
+	if err != nil {
+		close()
+		return Server{}, nil, err
+	}
+	defer s.c.stop(close)
+	tools, err := s.tools()
+	return s.server, tools, err
+}
+
+func (o Options) withDefaults() Options {
+	o.Runs = max(o.Runs, 1)
+	if o.CancelAfter <= 0 {
+		o.CancelAfter = time.Second
+	}
+	if o.Watch <= 0 {
+		o.Watch = 5 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+	return o
+}
+
+func find(tools []Tool, name string) (Tool, bool) {
+	for _, t := range tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+func names(tools []Tool) string {
+	if len(tools) == 0 {
+		return "none"
+	}
+	s := ""
+	for i, t := range tools {
+		if i > 0 {
+			s += ", "
+		}
+		s += t.Name
+	}
+	return s
+}

@@ -1,0 +1,66 @@
+package check
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// CancelPOST opens a session of its own with the Streamable HTTP server at
+// rawURL, POSTs a cancel of an id the server never saw, and returns the
+// line that says how the server answered it: a server should accept a
+// late cancel (202) rather than answer it with an error status. protocol
+// is the revision Run negotiated; in 2026-07-28 no cancel is POSTed (the
+// stream's close is the cancel), and the line is skipped.
+func CancelPOST(rawURL string, headers []upstream.Header, protocol string, timeout time.Duration) Line {
+	const check = "http-cancel-status"
+	if protocol >= "2026-07-28" {
+		return Line{Check: check, Verdict: Skip, Says: "in 2026-07-28 a cancel is the close of its request's stream; none is POSTed"}
+	}
+	u, err := upstream.NewStreamableUpstream(rawURL, 0, 0)
+	if err != nil {
+		return Line{Check: check, Verdict: Skip, Says: err.Error()}
+	}
+	upstream.AddHeaders(u.Client, headers)
+	init := `{"jsonrpc":"2.0","id":"check-http-init","method":"initialize","params":{"protocolVersion":"` + protocol +
+		`","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy check","version":"1"}}}`
+	resp, err := u.Do(upstream.Request{Body: []byte(init)}, timeout)
+	if err != nil {
+		return Line{Check: check, Verdict: Skip, Says: "initialize: " + upstream.Brief(err)}
+	}
+	session := string(resp.Header.Peek("Mcp-Session-Id"))
+	upstream.ReadHead(resp)
+	fasthttp.ReleaseResponse(resp)
+	post := func(body string) (int, error) {
+		resp, err := u.Do(upstream.Request{Body: []byte(body), Session: session, Version: protocol}, timeout)
+		if err != nil {
+			return 0, err
+		}
+		defer fasthttp.ReleaseResponse(resp)
+		upstream.ReadHead(resp)
+		return resp.StatusCode(), nil
+	}
+	if _, err := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+		return Line{Check: check, Verdict: Skip, Says: "notifications/initialized: " + upstream.Brief(err)}
+	}
+	status, err := post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"check-never-sent","reason":"mcp-cancel-proxy check"}}`)
+	if session != "" {
+		if resp, err := u.Do(upstream.Request{Method: fasthttp.MethodDelete, Session: session, Version: protocol}, timeout); err == nil {
+			upstream.ReadHead(resp)
+			fasthttp.ReleaseResponse(resp)
+		}
+	}
+	switch {
+	case err != nil:
+		return Line{Check: check, Verdict: Skip, Says: "the cancel POST: " + upstream.Brief(err)}
+	case status == fasthttp.StatusAccepted:
+		return Line{Check: check, Verdict: Pass, Says: "a POSTed cancel of an id the server never saw: 202 Accepted"}
+	case status >= 200 && status < 300:
+		return Line{Check: check, Verdict: Pass, Says: fmt.Sprintf("a POSTed cancel of an id the server never saw: %d (the spec says 202)", status)}
+	}
+	return Line{Check: check, Verdict: Fail, Rank: "SHOULD", Proxy: "the proxy answers its clients' cancel POSTs with 202 itself",
+		Says: fmt.Sprintf("a POSTed cancel of an id the server never saw got HTTP %d (a cancel SHOULD be ignored)", status)}
+}

@@ -1,0 +1,35 @@
+package check
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Print writes r as a person reads it: the server, then a verdict per line
+// in plain words, and under each failing line what the proxy does about it.
+func Print(w io.Writer, r *Report) {
+	fmt.Fprintf(w, "%s %s, protocol %s: cancelling %s %s (%d tries, cancel after %s, listening %s)\n\n",
+		r.Server.Name, r.Server.Version, r.Server.Protocol, r.Tool, r.Args, r.Runs, r.CancelAfter, r.Watch)
+	for _, l := range r.Lines {
+		mark := map[Verdict]string{Pass: "ok  ", Fail: "FAIL", Skip: "skip", Info: "    "}[l.Verdict]
+		rank := ""
+		if l.Verdict == Fail && l.Rank != "" {
+			rank = " [" + l.Rank + "]"
+		}
+		fmt.Fprintf(w, "%s %-22s %s%s\n", mark, l.Check, l.Says, rank)
+		if l.Verdict == Fail && l.Proxy != "" {
+			fmt.Fprintf(w, "     %-22s %s\n", "", "with mcp-cancel-proxy: "+l.Proxy)
+		}
+	}
+	fails, musts := 0, 0
+	for _, l := range r.Lines {
+		if l.Verdict == Fail {
+			fails++
+			if l.Rank == "MUST" {
+				musts++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d lines failed%s\n", fails, len(r.Lines), strings.Repeat(fmt.Sprintf(", %d of them a MUST of the spec", musts), min(musts, 1)))
+}
