@@ -59,6 +59,7 @@ func linked(t *testing.T, max int, switchable bool) (*Link, io.Writer, <-chan []
 		toSess.Close()
 		l.Current().Stop()
 		<-done
+		<-sess.ReaderDone() // the client's reader may log after Run returns
 		fromSess.Close()
 		for range got {
 		}

@@ -83,6 +83,7 @@ func (r *replay) bridge(kind string) {
 		toBridge.Close() // the client leaves: the session ends, and its backend
 		back.Stop()
 		<-ran
+		<-sess.ReaderDone() // the client's reader may log after Run returns
 		fromBridge.Close()
 		for i := len(r.ends) - 1; i >= 0; i-- {
 			r.ends[i]()

@@ -70,6 +70,7 @@ func newHarnessWith(t testing.TB, opts stdio.Options, wrap func(io.WriteCloser) 
 		cOutR.Close()
 		sOutR.Close()
 		<-h.done
+		<-h.sess.ReaderDone() // the client's reader may log after Run returns
 	})
 	return h
 }
