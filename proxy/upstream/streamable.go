@@ -77,11 +77,12 @@ type streamBackend struct {
 	// postings are the requests whose answers have no headers yet, by
 	// id: where a cancel of one waits (Posting.BeforeCancel).
 	postings map[framing.ID]*Posting
-	// streams holds the requests' answer streams, by id. Without a session
-	// (2026-07-28, or a stateless server) a POSTed cancel cannot find its
-	// request, so the request's own stream is closed, which is the cancel
-	// in 2026-07-28.
-	streams map[framing.ID]fasthttp.ReadCloserWithError
+	// calls are the requests whose POST has started and whose answer has
+	// not ended, by id. Without a session (2026-07-28, or a stateless
+	// server) a POSTed cancel cannot find its request, so the request's own
+	// stream is cut, which is the cancel in 2026-07-28: at once if it is
+	// being read, or as soon as its headers come.
+	calls   map[framing.ID]*call
 	bodies  map[fasthttp.ReadCloserWithError]struct{} // streams being read, closed by Stop
 	running sync.WaitGroup
 	// cancelling counts the cancels not yet sent: Stop's DELETE waits
@@ -91,6 +92,12 @@ type streamBackend struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	exited   chan struct{}
+}
+
+// call is a request in flight, for a cancel of it.
+type call struct {
+	body fasthttp.ReadCloserWithError // its answer's event stream, while read
+	cut  bool                         // cancelled without a session: its stream is cut
 }
 
 func (b *streamBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b} }
@@ -140,6 +147,7 @@ type outgoing struct {
 	parsed    bool     // one message, JSON-RPC
 	isRequest bool     // a request
 	posting   *Posting // the request's, or what the next POST waits for
+	call      *call    // the request's
 	cancelOf  *Posting // for a cancel: its request's, if not yet headed
 	cancel    bool
 }
@@ -159,11 +167,20 @@ func (b *streamBackend) start(line []byte) bool {
 	}
 	if o.cancel {
 		o.cancelOf = b.postings[o.f.Msgs[0].RequestID] // the next POST does not wait for it
+		if b.session == "" {
+			b.cut(o.f.Msgs[0].RequestID)
+		}
 	} else {
 		o.posting = NewPosting()
 		b.prev = o.posting
 		if o.isRequest {
-			b.postings[o.f.Msgs[0].ID] = o.posting
+			id := o.f.Msgs[0].ID
+			b.postings[id] = o.posting
+			o.call = &call{}
+			if b.calls == nil {
+				b.calls = map[framing.ID]*call{}
+			}
+			b.calls[id] = o.call
 		}
 	}
 	b.running.Add(1)
@@ -172,6 +189,39 @@ func (b *streamBackend) start(line []byte) bool {
 	}
 	go b.post(o)
 	return true
+}
+
+// cut cancels the request id, if in flight, by cutting its answer's
+// stream: now if it is being read, else once its headers come (track).
+// Called with mu held, in the order of the client's lines: a cancel in the
+// same write as its request finds it.
+func (b *streamBackend) cut(id framing.ID) {
+	c := b.calls[id]
+	if c == nil {
+		return // answered, or never seen
+	}
+	c.cut = true
+	if c.body != nil {
+		c.body.CloseWithError(errStreamCancelled)
+	}
+}
+
+// ended forgets the request o carried, its answer over.
+func (b *streamBackend) ended(o *outgoing) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id := o.f.Msgs[0].ID; b.calls[id] == o.call {
+		delete(b.calls, id)
+	}
+}
+
+// wasCut reports whether the request id was cancelled by cutting its
+// stream (the read then fails with the connection's error, not ours).
+func (b *streamBackend) wasCut(id framing.ID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.calls[id]
+	return c != nil && c.cut
 }
 
 // headed notes that a request's POST has its answer's headers, or failed.
@@ -204,12 +254,10 @@ func (b *streamBackend) post(o *outgoing) {
 			msg = modern
 		}
 	}
-	if o.cancel && session == "" {
-		if body := b.streams[f.Msgs[0].RequestID]; body != nil {
-			body.CloseWithError(errStreamCancelled)
-		}
-	}
 	b.mu.Unlock()
+	if isRequest {
+		defer b.ended(o)
+	}
 	if o.cancel {
 		o.cancelOf.BeforeCancel(nil, b.stop) // at the session's end, at once: before its DELETE
 		defer b.cancelling.Done()
@@ -344,8 +392,8 @@ const maxResumes = 100
 // request it answers. It reports whether the answer came, the last event
 // id, and how many events there were.
 func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, initialize bool, id *framing.ID) (answered bool, last string, events int, err error) {
-	if !b.track(body, id) {
-		return false, "", 0, errSSEStopped
+	if err := b.track(body, id); err != nil {
+		return false, "", 0, err
 	}
 	defer b.untrack(body, id)
 	rd := framing.NewSSEReader(body, limit)
@@ -417,7 +465,7 @@ func wantsAuthorization(challenge string) string {
 func (b *streamBackend) unanswered(id framing.ID, err error) {
 	var why string
 	switch {
-	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped):
+	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped), b.wasCut(id):
 		return
 	case !errors.Is(err, io.EOF):
 		why = "the upstream's stream broke: " + Brief(err)
@@ -477,33 +525,42 @@ func (b *streamBackend) listen() {
 	}
 }
 
-func (b *streamBackend) track(body fasthttp.ReadCloserWithError, id *framing.ID) bool {
+// track notes the event stream body is being read (the answer to id, if
+// not nil), for Stop and for a cancel to cut; it fails, body closed, when
+// the session has stopped or the request was cancelled before its headers
+// came.
+func (b *streamBackend) track(body fasthttp.ReadCloserWithError, id *framing.ID) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
 	case <-b.stop:
 		body.CloseWithError(errSSEStopped)
-		return false
+		return errSSEStopped
 	default:
+	}
+	if id != nil {
+		if c := b.calls[*id]; c != nil {
+			if c.cut {
+				body.CloseWithError(errStreamCancelled)
+				return errStreamCancelled
+			}
+			c.body = body
+		}
 	}
 	if b.bodies == nil {
 		b.bodies = map[fasthttp.ReadCloserWithError]struct{}{}
 	}
 	b.bodies[body] = struct{}{}
-	if id != nil {
-		if b.streams == nil {
-			b.streams = map[framing.ID]fasthttp.ReadCloserWithError{}
-		}
-		b.streams[*id] = body
-	}
-	return true
+	return nil
 }
 
 func (b *streamBackend) untrack(body fasthttp.ReadCloserWithError, id *framing.ID) {
 	b.mu.Lock()
 	delete(b.bodies, body)
-	if id != nil && b.streams[*id] == body {
-		delete(b.streams, *id)
+	if id != nil {
+		if c := b.calls[*id]; c != nil && c.body == body {
+			c.body = nil
+		}
 	}
 	b.mu.Unlock()
 	body.CloseWithError(nil)
