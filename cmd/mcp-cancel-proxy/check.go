@@ -72,17 +72,17 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := check.Options{Tool: *o.tool, Args: raw, Runs: *o.runs, CancelAfter: *o.cancelAfter, Watch: *o.watch, Timeout: *o.timeout,
 		Progress: func(s string) { fmt.Fprintln(stderr, "check:", s) }}
-	conn, closeConn, err := dialCheck(*o.url, *o.headers, argv, stderr)
+	b, err := dialCheck(*o.url, *o.headers, argv, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
 	if *o.tool == "" {
-		return listTools(conn, closeConn, opts, stdout, stderr)
+		return listTools(b, opts, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "check: will run tools/call %s %s %d times and cancel each, then once more cancelled at once (and as a task, if the server offers it)\n",
 		*o.tool, raw, *o.runs)
-	r, err := check.Run(conn, closeConn, opts)
+	r, err := check.Run(b, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
@@ -105,26 +105,16 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 
 // dialCheck reaches the server check is given: a child for argv, or the
 // bridge's backend for rawURL.
-func dialCheck(rawURL string, headers []upstream.Header, argv []string, stderr io.Writer) (check.Conn, func(), error) {
+func dialCheck(rawURL string, headers []upstream.Header, argv []string, stderr io.Writer) (upstream.Backend, error) {
 	if rawURL != "" {
-		b, err := upstream.Dial(rawURL, upstream.TransportAuto, upstream.Options{Headers: headers}, zap.NewNop())
-		if err != nil {
-			return check.Conn{}, nil, err
-		}
-		c := b.Conn()
-		return check.Conn{In: c.In, Out: c.Out}, b.Stop, nil
+		return upstream.Dial(rawURL, upstream.TransportAuto, upstream.Options{Headers: headers}, zap.NewNop())
 	}
-	b, err := upstream.StartChild(argv, child.Options{Stderr: stderr, Logger: zap.NewNop(), TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
-	if err != nil {
-		return check.Conn{}, nil, err
-	}
-	c := b.Conn()
-	return check.Conn{In: c.In, Out: c.Out}, b.Stop, nil
+	return upstream.StartChild(argv, child.Options{Stderr: stderr, Logger: zap.NewNop(), TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
 }
 
 // listTools prints the server's tools, for check without --tool.
-func listTools(conn check.Conn, closeConn func(), o check.Options, stdout, stderr io.Writer) int {
-	s, tools, err := check.List(conn, closeConn, o)
+func listTools(b upstream.Backend, o check.Options, stdout, stderr io.Writer) int {
+	s, tools, err := check.List(b, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1

@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -40,39 +41,91 @@ func TestE2ECheckKnownServers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			args := append([]string{"check", "--json", "--runs", "2", "--watch", "2s"}, c.args...)
-			cmd := exec.Command(proxyBin, args...)
-			cmd.Env = append(cmd.Environ(), c.env...)
-			cmd.WaitDelay = 5 * time.Second
-			out, err := cmd.Output()
-			code := 0
-			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			var r struct {
-				Lines []struct{ Check, Verdict, Rank, Says string }
-			}
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("exit %d, not a JSON report: %v\n%s", code, err, out)
-			}
-			got := map[string]string{}
-			for _, l := range r.Lines {
-				v := l.Verdict
-				if l.Rank != "" {
-					v += "/" + l.Rank
-				}
-				got[l.Check] = v
-			}
-			for check, want := range c.want {
-				if got[check] != want {
-					t.Errorf("%s: %q, want %q", check, got[check], want)
-				}
-			}
-			if code != c.exit || t.Failed() {
-				t.Errorf("exit %d (want %d); the report:\n%s", code, c.exit, out)
-			}
+			got, code, out := runCheck(t, c.env, c.args...)
+			compareChecks(t, got, c.want, code, c.exit, out)
 		})
+	}
+}
+
+// TestE2ECheckOverHTTP: check --url reaches the example server as the
+// bridge does, over Streamable HTTP with a session, without one, and over
+// the 2024-11-05 HTTP+SSE transport. With a session and over HTTP+SSE the
+// verdicts are the same as over stdio (a late isError answer, the race
+// honoured, stray cancels ignored), and a session's late cancel POST is
+// accepted. Without a session the bridge sends the calls as 2026-07-28
+// ones and cancels by closing their streams: no late answer can come, and
+// a cancel that comes before the call's headers still stops it (the race).
+func TestE2ECheckOverHTTP(t *testing.T) {
+	call := []string{"--tool", "slow_honour", "--args", `{"seconds":20,"steps":40}`}
+	stdioLike := map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass",
+		"cancel-finished": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}
+	for _, c := range []struct {
+		name, path string
+		serve      []string
+		want       map[string]string
+	}{
+		{"streamable", "/mcp", []string{"--http"}, with(stdioLike, "http-cancel-status", "pass")},
+		{"streamable stateless", "/mcp", []string{"--stateless", "--http"}, with(stdioLike, "late-answer", "pass")},
+		{"sse", "/sse", []string{"--sse"}, stdioLike},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			up := freePort(t)
+			startBackground(t, proxyBin, append(append([]string{"example-server"}, c.serve...), up)...)
+			waitListening(t, up)
+			got, code, out := runCheck(t, nil, append([]string{"--url", "http://" + up + c.path}, call...)...)
+			compareChecks(t, got, c.want, code, 0, out)
+		})
+	}
+}
+
+// with is m and one more entry.
+func with(m map[string]string, k, v string) map[string]string {
+	out := maps.Clone(m)
+	out[k] = v
+	return out
+}
+
+// runCheck runs `check --json` with short windows and returns its lines
+// as check: verdict(/rank), its exit status and its output.
+func runCheck(t *testing.T, env []string, args ...string) (map[string]string, int, []byte) {
+	t.Helper()
+	cmd := exec.Command(proxyBin, append([]string{"check", "--json", "--runs", "2", "--watch", "2s"}, args...)...)
+	cmd.Env = append(cmd.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Lines []struct{ Check, Verdict, Rank, Says string }
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("exit %d, not a JSON report: %v\n%s", code, err, out)
+	}
+	got := map[string]string{}
+	for _, l := range r.Lines {
+		v := l.Verdict
+		if l.Rank != "" {
+			v += "/" + l.Rank
+		}
+		got[l.Check] = v
+	}
+	return got, code, out
+}
+
+// compareChecks fails t where a line of want differs, or the exit status.
+func compareChecks(t *testing.T, got, want map[string]string, code, wantCode int, out []byte) {
+	t.Helper()
+	for check, w := range want {
+		if got[check] != w {
+			t.Errorf("%s: %q, want %q", check, got[check], w)
+		}
+	}
+	if code != wantCode || t.Failed() {
+		t.Errorf("exit %d (want %d); the report:\n%s", code, wantCode, out)
 	}
 }

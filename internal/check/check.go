@@ -13,8 +13,11 @@ package check
 import (
 	"encoding/json"
 	"fmt"
-	"io"
+	"strings"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Options are what Run checks and how long it waits.
@@ -39,14 +42,6 @@ type Options struct {
 	Progress func(string)
 }
 
-// Conn is the server as the checker reaches it: the lines it reads from the
-// server and the writer its lines go to (a stdio child's, or a bridge's
-// backend for an HTTP server).
-type Conn struct {
-	In  io.Reader
-	Out io.Writer
-}
-
 // Tool is one tool of the server's tools/list.
 type Tool struct {
 	Name        string `json:"name"`
@@ -58,31 +53,26 @@ type Tool struct {
 
 // Server is what the server said of itself in its initialize result.
 type Server struct {
-	Name     string `json:"name"`
-	Version  string `json:"version"`
-	Protocol string `json:"protocolVersion"`
+	Name     string           `json:"name"`
+	Version  string           `json:"version"`
+	Protocol framing.Revision `json:"protocolVersion"`
 	// Tasks is set when it offers task-augmented tools/call.
 	Tasks bool `json:"tasks"`
 }
 
-// Run connects over conn, checks the call o names and returns the report.
-// close, called before Run returns, closes the connection.
-func Run(conn Conn, close func(), o Options) (*Report, error) {
-	o = o.withDefaults()
-	s, err := open(conn, o)
-	if err != nil {
-		close()
-		return nil, err
-	}
-	defer s.c.stop(close)
-	tools, err := s.tools()
+// Run checks the call o names on the server b reaches (a stdio child, or
+// the bridge's backend for an HTTP server) and returns the report. It stops
+// b before it returns.
+func Run(b upstream.Backend, o Options) (*Report, error) {
+	s, tools, err := connect(b, o)
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Server: s.server, Tool: o.Tool, Args: o.Args, Runs: o.Runs, CancelAfter: o.CancelAfter, Watch: o.Watch}
-	tool, ok := find(tools, o.Tool)
+	defer s.c.stop(b.Stop)
+	r := &Report{Server: s.server, Tool: s.o.Tool, Args: s.o.Args, Runs: s.o.Runs, CancelAfter: s.o.CancelAfter, Watch: s.o.Watch}
+	tool, ok := find(tools, s.o.Tool)
 	if !ok {
-		return nil, fmt.Errorf("the server has no tool %q (it has %s)", o.Tool, names(tools))
+		return nil, fmt.Errorf("the server has no tool %q (it has %s)", s.o.Tool, names(tools))
 	}
 	runs := s.checkCancels(r)
 	for _, next := range []func(){func() { s.checkRace(r, runs) }, func() { s.checkStrayCancels(r) }, func() { s.checkTask(r, tool) }} {
@@ -94,17 +84,30 @@ func Run(conn Conn, close func(), o Options) (*Report, error) {
 	return r, nil
 }
 
-// List connects over conn and returns the server and its tools.
-func List(conn Conn, close func(), o Options) (Server, []Tool, error) {
-	o = o.withDefaults()
-	s, err := open(conn, o)
+// List returns the server b reaches and its tools. It stops b before it
+// returns.
+func List(b upstream.Backend, o Options) (Server, []Tool, error) {
+	s, tools, err := connect(b, o)
 	if err != nil {
-		close()
 		return Server{}, nil, err
 	}
-	defer s.c.stop(close)
+	s.c.stop(b.Stop)
+	return s.server, tools, nil
+}
+
+// connect initializes a session with b and lists its tools; on an error it
+// has stopped b.
+func connect(b upstream.Backend, o Options) (*session, []Tool, error) {
+	s, err := open(b.Conn(), b.Stop, o.withDefaults())
+	if err != nil {
+		return nil, nil, err
+	}
 	tools, err := s.tools()
-	return s.server, tools, err
+	if err != nil {
+		s.c.stop(b.Stop)
+		return nil, nil, err
+	}
+	return s, tools, nil
 }
 
 func (o Options) withDefaults() Options {
@@ -137,12 +140,9 @@ func names(tools []Tool) string {
 	if len(tools) == 0 {
 		return "none"
 	}
-	s := ""
-	for i, t := range tools {
-		if i > 0 {
-			s += ", "
-		}
-		s += t.Name
+	var ns []string
+	for _, t := range tools {
+		ns = append(ns, t.Name)
 	}
-	return s
+	return strings.Join(ns, ", ")
 }

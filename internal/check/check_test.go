@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // fake is a scripted MCP server over pipes: a call works for work,
@@ -111,6 +113,18 @@ func (f *fake) call(id, token json.RawMessage, stop <-chan struct{}) {
 	}
 }
 
+// pipes is the fake server's end of two pipes as an upstream.Backend.
+type pipes struct {
+	in  *io.PipeReader
+	out *io.PipeWriter
+}
+
+func (p pipes) Conn() stdio.Conn { return stdio.Conn{In: p.in, Out: p.out} }
+func (p pipes) Stop()            { p.out.Close(); p.in.Close() }
+func (p pipes) Exited() <-chan struct{} {
+	return nil // not asked by the checker
+}
+
 // runFake checks the fake in mode, in a bubble of fake time.
 func runFake(t *testing.T, mode string) *Report {
 	t.Helper()
@@ -122,7 +136,7 @@ func runFake(t *testing.T, mode string) *Report {
 		done := make(chan struct{})
 		go func() { defer close(done); f.serve(toServer, fromServer) }()
 		var err error
-		r, err = Run(Conn{In: toClient, Out: fromClient}, func() { fromClient.Close(); toClient.Close() }, Options{Tool: "work", Runs: 2})
+		r, err = Run(pipes{toClient, fromClient}, Options{Tool: "work", Runs: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -101,6 +102,9 @@ type client struct {
 	quit chan struct{} // closed by stop: read hands nothing more to in
 	done chan struct{} // closed when read returns
 	err  error         // why read ended; read before done closes, read after
+	// broken is set once a write has failed: a server that stops reading
+	// has gone, though its output may not have ended yet.
+	broken atomic.Bool
 }
 
 // newClient starts reading r; the reading goroutine ends when r does (its
@@ -112,8 +116,8 @@ func newClient(r io.Reader, w io.Writer, maxFrame int) *client {
 }
 
 func (c *client) read(r io.Reader, maxFrame int) {
+	defer close(c.in) // after done: whoever sees in closed sees closed() true
 	defer close(c.done)
-	defer close(c.in)
 	rd := framing.NewReader(r, maxFrame)
 	for {
 		line, err := rd.Read(nil)
@@ -138,8 +142,12 @@ func (c *client) read(r io.Reader, maxFrame int) {
 	}
 }
 
-// closed reports whether the server's side has closed.
+// closed reports whether the server's side has closed: its output ended
+// or a write to it failed.
 func (c *client) closed() bool {
+	if c.broken.Load() {
+		return true
+	}
 	select {
 	case <-c.done:
 		return true
@@ -182,6 +190,9 @@ func (c *client) send(ms ...any) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err := c.w.Write(b)
+	if err != nil {
+		c.broken.Store(true)
+	}
 	return err
 }
 
@@ -199,9 +210,10 @@ func notification(method string, params any) map[string]any {
 	return map[string]any{"jsonrpc": "2.0", "method": method, "params": params}
 }
 
-// cancel is notifications/cancelled for the request id.
-func cancel(id string) map[string]any {
-	return notification(framing.MethodCancelled, map[string]any{"requestId": id, "reason": "mcp-cancel-proxy check"})
+// cancel is notifications/cancelled for the request id, as the proxy
+// builds its own.
+func cancel(id string) json.RawMessage {
+	return framing.AppendCancelled(nil, framing.StringID(id), "mcp-cancel-proxy check")
 }
 
 // until reads messages, handing each to seen, until stop returns true for

@@ -1,11 +1,13 @@
 package check
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -15,9 +17,9 @@ import (
 // late cancel (202) rather than answer it with an error status. protocol
 // is the revision Run negotiated; in 2026-07-28 no cancel is POSTed (the
 // stream's close is the cancel), and the line is skipped.
-func CancelPOST(rawURL string, headers []upstream.Header, protocol string, timeout time.Duration) Line {
+func CancelPOST(rawURL string, headers []upstream.Header, protocol framing.Revision, timeout time.Duration) Line {
 	const check = "http-cancel-status"
-	if protocol >= "2026-07-28" {
+	if protocol.CancelsByClose() {
 		return Line{Check: check, Verdict: Skip, Says: "in 2026-07-28 a cancel is the close of its request's stream; none is POSTed"}
 	}
 	u, err := upstream.NewStreamableUpstream(rawURL, 0, 0)
@@ -25,17 +27,16 @@ func CancelPOST(rawURL string, headers []upstream.Header, protocol string, timeo
 		return Line{Check: check, Verdict: Skip, Says: err.Error()}
 	}
 	upstream.AddHeaders(u.Client, headers)
-	init := `{"jsonrpc":"2.0","id":"check-http-init","method":"initialize","params":{"protocolVersion":"` + protocol +
-		`","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy check","version":"1"}}}`
-	resp, err := u.Do(upstream.Request{Body: []byte(init)}, timeout)
+	init, _ := json.Marshal(request("check-http-init", framing.MethodInitialize, initParams(protocol)))
+	resp, err := u.Do(upstream.Request{Body: init}, timeout)
 	if err != nil {
 		return Line{Check: check, Verdict: Skip, Says: "initialize: " + upstream.Brief(err)}
 	}
 	session := string(resp.Header.Peek("Mcp-Session-Id"))
 	upstream.ReadHead(resp)
 	fasthttp.ReleaseResponse(resp)
-	post := func(body string) (int, error) {
-		resp, err := u.Do(upstream.Request{Body: []byte(body), Session: session, Version: protocol}, timeout)
+	post := func(body []byte) (int, error) {
+		resp, err := u.Do(upstream.Request{Body: body, Session: session, Version: string(protocol)}, timeout)
 		if err != nil {
 			return 0, err
 		}
@@ -43,12 +44,12 @@ func CancelPOST(rawURL string, headers []upstream.Header, protocol string, timeo
 		upstream.ReadHead(resp)
 		return resp.StatusCode(), nil
 	}
-	if _, err := post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+	if _, err := post([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
 		return Line{Check: check, Verdict: Skip, Says: "notifications/initialized: " + upstream.Brief(err)}
 	}
-	status, err := post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"check-never-sent","reason":"mcp-cancel-proxy check"}}`)
+	status, err := post(cancel("check-never-sent"))
 	if session != "" {
-		if resp, err := u.Do(upstream.Request{Method: fasthttp.MethodDelete, Session: session, Version: protocol}, timeout); err == nil {
+		if resp, err := u.Do(upstream.Request{Method: fasthttp.MethodDelete, Session: session, Version: string(protocol)}, timeout); err == nil {
 			upstream.ReadHead(resp)
 			fasthttp.ReleaseResponse(resp)
 		}

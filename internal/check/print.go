@@ -3,7 +3,6 @@ package check
 import (
 	"fmt"
 	"io"
-	"strings"
 )
 
 // Print writes r as a person reads it: the server, then a verdict per line
@@ -31,5 +30,9 @@ func Print(w io.Writer, r *Report) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\n%d of %d lines failed%s\n", fails, len(r.Lines), strings.Repeat(fmt.Sprintf(", %d of them a MUST of the spec", musts), min(musts, 1)))
+	fmt.Fprintf(w, "\n%d of %d lines failed", fails, len(r.Lines))
+	if musts > 0 {
+		fmt.Fprintf(w, ", %d of them a MUST of the spec", musts)
+	}
+	fmt.Fprintln(w)
 }

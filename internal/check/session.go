@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // initializeID is the id of the checker's initialize (cancelled later, on
@@ -18,21 +21,33 @@ type session struct {
 	seq    int // numbers the barrier pings
 }
 
-// open initializes a session over conn.
-func open(conn Conn, o Options) (*session, error) {
-	s := &session{c: newClient(conn.In, conn.Out, o.MaxFrame), o: o}
-	params := map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+// initParams are the checker's initialize params, in revision.
+func initParams(revision framing.Revision) map[string]any {
+	return map[string]any{"protocolVersion": revision, "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "mcp-cancel-proxy check", "version": "1"}}
-	m, err := s.c.call(initializeID, "initialize", params, o.Timeout, nil)
-	if err != nil {
-		s.c.stop(func() {})
+}
+
+// open initializes a session over conn; on an error it has stopped reading
+// and closed the connection with closeConn.
+func open(conn stdio.Conn, closeConn func(), o Options) (*session, error) {
+	s := &session{c: newClient(conn.In, conn.Out, o.MaxFrame), o: o}
+	if err := s.initialize(); err != nil {
+		s.c.stop(closeConn)
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
+	return s, nil
+}
+
+func (s *session) initialize() error {
+	m, err := s.c.call(initializeID, framing.MethodInitialize, initParams("2025-11-25"), s.o.Timeout, nil)
+	if err != nil {
+		return err
+	}
 	if m.Error != nil {
-		return nil, fmt.Errorf("initialize: the server answered %s", m.describe())
+		return fmt.Errorf("the server answered %s", m.describe())
 	}
 	var r struct {
-		Protocol     string `json:"protocolVersion"`
+		Protocol     framing.Revision `json:"protocolVersion"`
 		Capabilities struct {
 			Tasks struct {
 				Requests struct {
@@ -45,10 +60,10 @@ func open(conn Conn, o Options) (*session, error) {
 		Info struct{ Name, Version string } `json:"serverInfo"`
 	}
 	if err := json.Unmarshal(m.Result, &r); err != nil {
-		return nil, fmt.Errorf("initialize: a result that is not an InitializeResult: %w", err)
+		return fmt.Errorf("a result that is not an InitializeResult: %w", err)
 	}
 	s.server = Server{Name: r.Info.Name, Version: r.Info.Version, Protocol: r.Protocol, Tasks: r.Capabilities.Tasks.Requests.Tools.Call != nil}
-	return s, s.c.send(notification("notifications/initialized", map[string]any{}))
+	return s.c.send(notification(framing.MethodInitialized, map[string]any{}))
 }
 
 // tools pages through tools/list.
@@ -132,6 +147,7 @@ func (s *session) cancelRun(id string, race bool) run {
 	}
 	call, start := request(id, "tools/call", params), time.Now()
 	var cancelled time.Time
+	gone := func() run { r.gone = true; return r }
 	seen := func(m *msg) {
 		if tok, ok := m.progressOf(); ok && tok == quote(id) {
 			if cancelled.IsZero() {
@@ -149,32 +165,27 @@ func (s *session) cancelRun(id string, race bool) run {
 	if race {
 		cancelled = time.Now()
 		if s.c.send(call, cancel(id)) != nil {
-			r.gone = true
-			return r
+			return gone()
 		}
 	} else {
 		if s.c.send(call) != nil {
-			r.gone = true
-			return r
+			return gone()
 		}
 		m, ok, err := s.c.until(s.o.CancelAfter, seen, func(m *msg) bool { return m.answers(id) })
 		switch {
 		case err != nil:
-			r.gone = true
-			return r
+			return gone()
 		case ok:
 			r.answered, r.answeredIn, r.early = true, m.at.Sub(start), m
 			return r
 		}
 		cancelled = time.Now()
 		if s.c.send(cancel(id)) != nil {
-			r.gone = true
-			return r
+			return gone()
 		}
 	}
 	if _, _, err := s.c.until(s.o.Watch, seen, nil); err != nil {
-		r.gone = true
-		return r
+		return gone()
 	}
 	ok, err := s.barrier(seen)
 	r.gone, r.stuck = err != nil, err == nil && !ok

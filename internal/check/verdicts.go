@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
 
 // The proxy's answers to the failing lines.
@@ -23,7 +25,7 @@ const inFlight = 100 * time.Millisecond
 // rankAfterCancel is how strongly the revision asks for silence after a
 // cancel: a MUST in 2026-07-28, a SHOULD before.
 func (s *session) rankAfterCancel() string {
-	if s.server.Protocol >= "2026-07-28" {
+	if s.server.Protocol >= framing.RevisionStateless {
 		return "MUST"
 	}
 	return "SHOULD"
