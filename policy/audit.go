@@ -92,7 +92,10 @@ type Record struct {
 	// TraceID is the trace the request's span is in, when traced: from the
 	// audit line to the trace.
 	TraceID string `json:"trace_id,omitempty"`
-	Status  string `json:"status"`
+	// JoinedID is, for a re-issue that joined a running call (reissue:
+	// join), that call's request id.
+	JoinedID json.RawMessage `json:"joined_id,omitempty"`
+	Status   string          `json:"status"`
 }
 
 // statusSettled reports whether a status says the request's work is

@@ -95,6 +95,26 @@ type Rule struct {
 	// Escalate "restart" (stdio wrapper only) restarts the server after a
 	// cancel of a matching request that was not answered within the grace.
 	Escalate string `yaml:"escalate"`
+	// Reissue "join" (tools/call rules only) makes a re-issue of a call
+	// still running upstream, or whose answer was suppressed within
+	// ReissueWindow, join it instead of starting the work again: the same
+	// tool and arguments (or ReissueKey's value) in the same session. The
+	// re-issue is not sent; it gets the earlier call's answer and, over
+	// stdio, its progress. A client's cancel of such a call reaches the
+	// server only ReissueGrace later, if no re-issue joined it. Default
+	// off.
+	Reissue string `yaml:"reissue"`
+	// ReissueWindow is how long a suppressed answer still serves a
+	// re-issue. Default 5m.
+	ReissueWindow *time.Duration `yaml:"reissue_window"`
+	// ReissueKey, a JSON pointer into the request's params (say
+	// /arguments/order_id, or /_meta/idempotencyKey), names what makes two
+	// calls the same in place of all their arguments: for arguments that
+	// carry a nonce or a timestamp.
+	ReissueKey string `yaml:"reissue_key"`
+	// ReissueGrace is how long a client's cancel of a reissue: join call
+	// waits for a re-issue before it goes to the server. Default 30s.
+	ReissueGrace *time.Duration `yaml:"reissue_grace"`
 }
 
 // Hook is a compensating action: a command, or an HTTP POST, given the
@@ -190,8 +210,9 @@ func (p *Policy) Validate(prefix string) error {
 	if d.Tool != "" || d.Method != "" {
 		bad(".defaults", "defaults match every request: tool and method have no place here")
 	}
-	if d.MaxConcurrent != 0 || d.MaxConcurrentScope != "" || d.Escalate != "" {
-		bad(".defaults", "max_concurrent, max_concurrent_scope and escalate belong to a rule, not the defaults")
+	if d.MaxConcurrent != 0 || d.MaxConcurrentScope != "" || d.Escalate != "" || d.Reissue != "" || d.ReissueKey != "" ||
+		d.ReissueWindow != nil || d.ReissueGrace != nil {
+		bad(".defaults", "max_concurrent, max_concurrent_scope, escalate and reissue belong to a rule, not the defaults")
 	}
 	d.validate(".defaults", bad)
 	for i := range p.Rules {
@@ -217,6 +238,7 @@ func (p *Policy) Validate(prefix string) error {
 		if r.Escalate != "" && r.Escalate != "restart" {
 			bad(at+".escalate", "%q is not restart (or empty)", r.Escalate)
 		}
+		r.validateReissue(at, bad)
 		r.validate(at, bad)
 	}
 	if p.Hooks.MaxRunning <= 0 {
@@ -323,7 +345,14 @@ type Effective struct {
 	MaxConcurrent   int
 	Cluster         bool // MaxConcurrent counts the fleet's requests
 	Escalate        string
-	slot            *slots // the rule's queue when MaxConcurrent > 0
+	// Reissue: the rule's calls may be joined by their re-issues, by
+	// ReissueKey's value (nil: all the arguments), within ReissueWindow of
+	// a suppressed answer; a client's cancel waits ReissueGrace.
+	Reissue       bool
+	ReissueKey    pointer
+	ReissueWindow time.Duration
+	ReissueGrace  time.Duration
+	slot          *slots // the rule's queue when MaxConcurrent > 0
 }
 
 // resolve fills r's unset fields from d.
@@ -358,6 +387,18 @@ func resolve(name string, r, d *Rule) *Effective {
 	e.OnTimeout = firstHook(r.OnTimeout, d.OnTimeout)
 	e.OnLateResult = firstHook(r.OnLateResult, d.OnLateResult)
 	e.OnLateError = firstHook(r.OnLateError, d.OnLateError)
+	if r.Reissue == "join" {
+		e.Reissue, e.ReissueWindow, e.ReissueGrace = true, DefaultReissueWindow, DefaultReissueGrace
+		if r.ReissueWindow != nil {
+			e.ReissueWindow = *r.ReissueWindow
+		}
+		if r.ReissueGrace != nil {
+			e.ReissueGrace = *r.ReissueGrace
+		}
+		if r.ReissueKey != "" {
+			e.ReissueKey, _ = parsePointer(r.ReissueKey) // validated
+		}
+	}
 	return e
 }
 
@@ -440,7 +481,7 @@ func (m *matcher) match(method, tool string) *Effective {
 // active reports whether the effective rule asks anything of a request.
 func (e *Effective) active() bool {
 	return e.Timeout > 0 || len(e.Capture) > 0 || len(e.Correlate) > 0 || e.OnCancel != nil || e.OnTimeout != nil ||
-		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible
+		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible || e.Reissue
 }
 
 // hasHooks reports whether any hook is set.
@@ -608,4 +649,32 @@ func cut(s string, n int) string {
 		n--
 	}
 	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
+}
+
+// Defaults of a reissue: join rule.
+const (
+	DefaultReissueWindow = 5 * time.Minute
+	DefaultReissueGrace  = 30 * time.Second
+)
+
+// validateReissue checks a rule's reissue settings.
+func (r *Rule) validateReissue(at string, bad func(at, format string, a ...any)) {
+	switch {
+	case r.Reissue != "" && r.Reissue != "join":
+		bad(at+".reissue", "%q is not join (or empty)", r.Reissue)
+	case r.Reissue == "" && (r.ReissueKey != "" || r.ReissueWindow != nil || r.ReissueGrace != nil):
+		bad(at+".reissue", "reissue_key, reissue_window and reissue_grace need reissue: join")
+	case r.Reissue == "join" && r.Tool == "":
+		bad(at+".reissue", "reissue: join is for tools/call rules (tool:), not method:")
+	}
+	for key, d := range map[string]*time.Duration{"reissue_window": r.ReissueWindow, "reissue_grace": r.ReissueGrace} {
+		if d != nil && *d <= 0 {
+			bad(at+"."+key, "must be positive, got %v", *d)
+		}
+	}
+	if r.ReissueKey != "" {
+		if _, err := parsePointer(r.ReissueKey); err != nil {
+			bad(at+".reissue_key", "%v", err)
+		}
+	}
 }

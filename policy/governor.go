@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,6 +37,13 @@ type governor struct {
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
 	closed      bool
+	// shared are the calls of reissue: join rules that re-issues may join,
+	// by key, and sharedBy each of them and of their waiters (reissue.go);
+	// sharing is set once there was one, so that the session's other
+	// events skip them unlocked.
+	shared   map[string]*shared
+	sharedBy map[*proxy.Call]*shared
+	sharing  atomic.Bool
 }
 
 // answered is a request the server answered, remembered for a cancel that
@@ -89,6 +97,9 @@ func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 
 // Observe implements proxy.Governor.
 func (g *governor) Observe(ev proxy.Change) {
+	if g.sharing.Load() {
+		g.observeShared(ev)
+	}
 	switch ev.Kind {
 	case proxy.ChangeProgress:
 		g.progress(ev.Call, ev.Msg)
@@ -112,11 +123,20 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
 		return proxy.Admission{}
 	}
-	tool, rule := "", (*Effective)(nil)
+	tool, rule, joinKey := "", (*Effective)(nil), ""
 	if m.Method == "tools/call" {
 		g.mu.Lock()
 		tool = g.toolNameLocked(m)
 		rule = g.e.m.Load().match(m.Method, tool)
+		if rule.Reissue && !m.HasTask && !g.closed {
+			if key, ok := reissueKey(rule, tool, m); ok {
+				if g.joinLocked(c, tool, key) {
+					g.mu.Unlock()
+					return proxy.Admission{Hold: true} // never sent: answered with the call it joined
+				}
+				joinKey = key
+			}
+		}
 		if !rule.active() && !m.HasTask && !g.closed {
 			// Nothing to do unless it is cancelled (see Cancelled): no
 			// record, no allocation; the tool is noted for the audit line.
@@ -153,6 +173,12 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	// A deadline that progress pushes back sees progress the client did
 	// not ask for: the tracker asks for it, under a token of its own.
 	a.WatchProgress = a.Timed && rule.ResetOnProgress
+	if joinKey != "" {
+		// Its re-issues join it; its client's cancel waits for them, and
+		// its answer is read after a cancel, for them.
+		g.shareLocked(r, joinKey)
+		a.DeferCancel, a.WantsLate = true, true
+	}
 	if a.Timed {
 		g.armLocked(r, r.started.Add(rule.Timeout))
 	}
@@ -456,6 +482,9 @@ func (g *governor) beginClose() (settle func()) {
 		return nil
 	}
 	g.closed = true
+	for _, s := range g.shared {
+		g.unshareLocked(s) // no re-issue can come now
+	}
 	idle := !g.work.busy()
 	var frees []effect // of slots held or waited for by calls the session ends with
 	for _, r := range g.calls {

@@ -69,6 +69,19 @@ func (ft *fakeTransport) Restart(reason string) bool {
 	return ft.restart
 }
 
+func (ft *fakeTransport) Answer(c *proxy.Call, reply []byte) bool {
+	ft.acts <- action{kind: "answer", call: c, reply: reply}
+	return true
+}
+
+func (ft *fakeTransport) Notify(c *proxy.Call, frame []byte) {
+	ft.acts <- action{kind: "notify", call: c, frame: frame}
+}
+
+func (ft *fakeTransport) ReleaseCancel(c *proxy.Call, send bool) {
+	ft.acts <- action{kind: map[bool]string{true: "send-cancel", false: "forget-cancel"}[send], call: c}
+}
+
 func (ft *fakeTransport) After(f func()) {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()

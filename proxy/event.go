@@ -22,6 +22,9 @@ const (
 	ActDropped        Action = "dropped"
 	ActReplied        Action = "answered by proxy"
 	ActWithdrawn      Action = "withdrawn before dispatch"
+	// ActJoined: a re-issue answered with the answer of the call it joined
+	// (reissue: join), never sent.
+	ActJoined Action = "joined a running call"
 	// ActTaken: an answer to a request of the proxy's own (its tasks/cancel,
 	// a restart's initialize), or progress under a progress token of its
 	// own (reset_on_progress), which the proxy keeps. An event only: no
@@ -42,6 +45,8 @@ func (a Action) feed() zap.Field {
 		return events.Mark(events.Answered)
 	case ActWithdrawn:
 		return events.Mark(events.Withdrawn)
+	case ActJoined:
+		return events.Mark(events.Joined)
 	}
 	return events.Mark(events.Dropped)
 }
@@ -67,6 +72,7 @@ type Stats struct {
 	Dropped             int64 // other messages not passed on (unknown responses, invalid messages)
 	ProxyErrors         int64 // error responses the proxy wrote itself
 	Withdrawn           int64 // requests cancelled while still queued in the proxy, never sent
+	Joined              int64 // re-issues answered with the answer of the call they joined, never sent
 }
 
 // Add adds o's counts to s.
@@ -79,6 +85,7 @@ func (s *Stats) Add(o Stats) {
 	s.Dropped += o.Dropped
 	s.ProxyErrors += o.ProxyErrors
 	s.Withdrawn += o.Withdrawn
+	s.Joined += o.Joined
 }
 
 // Counters is a set of counters that several trackers add to besides their
@@ -101,6 +108,7 @@ const (
 	cDropped
 	cProxyErrors
 	cWithdrawn
+	cJoined
 	nCounters
 )
 
@@ -116,5 +124,6 @@ func (s *stats) snapshot() Stats {
 		Dropped:             s[cDropped].Load(),
 		ProxyErrors:         s[cProxyErrors].Load(),
 		Withdrawn:           s[cWithdrawn].Load(),
+		Joined:              s[cJoined].Load(),
 	}
 }

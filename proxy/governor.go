@@ -88,6 +88,12 @@ type Admission struct {
 	// proxy's own, and keeps the progress sent under it from the issuer,
 	// who asked for none.
 	WatchProgress bool
+	// DeferCancel says the client's cancel of the request is the
+	// governor's to send (Actions.ReleaseCancel), not the transport's: a
+	// re-issue may yet join the call (reissue: join). The client is freed
+	// at once all the same. Only a transport whose Session defers cancels
+	// (SessionOptions.DeferCancels) honours it.
+	DeferCancel bool
 }
 
 // Actions is what a transport does for its session's Governor.
@@ -108,6 +114,17 @@ type Actions interface {
 	// After runs f once the message the transport is handling now, if any,
 	// has been handled completely (a cancel's request withdrawn or not).
 	After(f func())
+	// Answer answers a held request with reply in place of the server: it
+	// joined a call already running (reissue: join) and is never sent. It
+	// reports whether the request was still held.
+	Answer(c *Call, reply []byte) bool
+	// Notify sends c's issuer frame, a notification about c (the progress
+	// of the call it joined), where the transport can.
+	Notify(c *Call, frame []byte)
+	// ReleaseCancel sends the server the client's cancel of c that the
+	// governor deferred (Admission.DeferCancel), or, unless send, forgets
+	// it (the call ended; no cancel is owed).
+	ReleaseCancel(c *Call, send bool)
 }
 
 // CodeDeadline is the JSON-RPC error code of the proxy's answer to a

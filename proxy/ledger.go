@@ -48,9 +48,12 @@ type call struct {
 	upToken  framing.ID // the token the receiver sees; differs only when aliased or own
 	ownToken bool       // upToken is the proxy's own (see watch): the issuer sent none
 	hasTask  bool
-	started  time.Time
-	state    callState
-	retireAt time.Time // when a cancelled call is forgotten
+	// deferCancel: the client's cancel goes when the governor says
+	// (Admission.DeferCancel).
+	deferCancel bool
+	started     time.Time
+	state       callState
+	retireAt    time.Time // when a cancelled call is forgotten
 	// Transport is the transport's own handle on the request's frame (the
 	// stdio relay keeps its outbox ticket there). The tracker never reads it;
 	// the transport sets and reads it on the issuer's side only.
@@ -402,6 +405,18 @@ func (l *ledger) cancelExact(c *call) (ok bool) {
 // response can come for it.
 func (l *ledger) forget(c *call) {
 	l.update(func() { l.dropLocked(c) })
+}
+
+// settle ends an in-flight call that the proxy answered itself, never
+// sent (a re-issue that joined a running call).
+func (l *ledger) settle(c *call) {
+	l.update(func() {
+		if c.state == stateInFlight {
+			c.state = stateAnswered
+			l.removeLocked(c)
+			l.dropLocked(c)
+		}
+	})
 }
 
 // dropLocked removes c from the maps that still point at it.

@@ -100,7 +100,7 @@ func (p *Plan) add(from Peer, m *framing.Message, o Outcome, s *Session, hold fu
 		p.Withdrawn++
 		return
 	}
-	if o.Cancelled != nil && from == Client {
+	if o.Cancelled != nil && from == Client && !o.Deferred {
 		p.Cancels = append(p.Cancels, o.Cancelled)
 	}
 	if o.Request != nil {

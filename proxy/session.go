@@ -23,6 +23,10 @@ type Session struct {
 	carrier Carrier
 	restart func(reason string) bool
 	held    map[*Call]any // the requests the governor holds, with what the transport keeps of each; mu
+	// deferred are the client's cancels the governor sends when it says
+	// (Admission.DeferCancel), by call, each the notice for the server; mu.
+	deferred     map[*Call][]byte
+	deferCancels bool
 }
 
 // Carrier carries out, on one transport, what a Session decides with no
@@ -43,6 +47,10 @@ type Carrier interface {
 	Cancel(c *Call, notice, reply []byte)
 	// SendOwn sends the server frame, a request of the proxy's own.
 	SendOwn(frame []byte)
+	// Notify sends c's issuer frame, a notification about c, where it can
+	// reach the issuer (a request held in an HTTP front has no stream yet:
+	// there it may be dropped).
+	Notify(c *Call, frame []byte)
 }
 
 // SessionOptions configures a Session.
@@ -58,11 +66,16 @@ type SessionOptions struct {
 	// Restart, if set, is what Actions.Restart does (the stdio wrapper's
 	// escalation); without it, Restart reports false.
 	Restart func(reason string) bool
+	// DeferCancels lets the governor defer a client's cancel
+	// (Admission.DeferCancel): the session keeps it from the server until
+	// the governor releases it. A transport that cannot keep reading a
+	// cancelled call's answer leaves it unset, and cancels go at once.
+	DeferCancels bool
 }
 
 // NewSession returns a Session configured by o.
 func NewSession(o SessionOptions) *Session {
-	s := &Session{carrier: o.Carrier, restart: o.Restart}
+	s := &Session{carrier: o.Carrier, restart: o.Restart, deferCancels: o.DeferCancels}
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
 	}
@@ -101,6 +114,13 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 	}
 	if s.withdrawLocked(o.Cancelled) {
 		o.Withdrawn, o.Verdict = true, Drop
+	} else if s.deferCancels && o.Cancelled.deferCancel {
+		// The governor sends it, or not (a re-issue may join the call).
+		if s.deferred == nil {
+			s.deferred = map[*Call][]byte{}
+		}
+		s.deferred[o.Cancelled] = append([]byte(nil), cmpBytes(o.Rewritten, m.Raw)...)
+		o.Deferred, o.Verdict = true, Drop
 	}
 	if len(o.More) > 0 {
 		more := o.More[:0]
@@ -205,6 +225,10 @@ func (s *Session) CancelAll(source Source, why string, reply func(framing.ID) []
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cs := s.t.CancelInFlight(source, why)
+	for c, notice := range s.deferred { // the session ends: no re-issue can join them now
+		delete(s.deferred, c)
+		s.carrier.Cancel(c, notice, nil)
+	}
 	for _, c := range cs {
 		var r []byte
 		if reply != nil {
@@ -226,4 +250,49 @@ func (s *Session) Cancel(c *Call, source Source, reason string, reply []byte) bo
 	notice := s.t.CancelCall(c, source, reason)
 	s.cancelLocked(c, notice, reply)
 	return notice != nil
+}
+
+// Answer implements Actions: a held request that joined a call already
+// running is answered with reply and never sent.
+func (s *Session) Answer(c *Call, reply []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held, ok := s.held[c]
+	if !ok {
+		return false // withdrawn meanwhile
+	}
+	delete(s.held, c)
+	s.t.Joined(c)
+	s.carrier.Withdrawn(c, held, reply)
+	return true
+}
+
+// Notify implements Actions.
+func (s *Session) Notify(c *Call, frame []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.carrier.Notify(c, frame)
+}
+
+// ReleaseCancel implements Actions: the client's cancel of c that the
+// session kept is sent now, or forgotten.
+func (s *Session) ReleaseCancel(c *Call, send bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	notice, ok := s.deferred[c]
+	if !ok {
+		return
+	}
+	delete(s.deferred, c)
+	if send {
+		s.carrier.Cancel(c, notice, nil)
+	}
+}
+
+// cmpBytes returns a if it is not nil, else b.
+func cmpBytes(a, b []byte) []byte {
+	if a != nil {
+		return a
+	}
+	return b
 }

@@ -24,6 +24,9 @@ func (r *recordingCarrier) Cancel(c *Call, notice, reply []byte) {
 	r.did = append(r.did, fmt.Sprintf("cancel %s notice=%t reply=%t", c.ID(), strings.Contains(string(notice), MethodCancelledForTest), reply != nil))
 }
 
+func (r *recordingCarrier) Notify(c *Call, frame []byte) {
+	r.did = append(r.did, "notify "+string(frame))
+}
 func (r *recordingCarrier) SendOwn(frame []byte) { r.did = append(r.did, "own "+string(frame)) }
 
 // MethodCancelledForTest is what a cancel notice names.

@@ -148,6 +148,10 @@ type Outcome struct {
 	// withdrawn, and neither it nor the cancel reaches the server (the
 	// Verdict is Drop).
 	Withdrawn bool
+	// Deferred says that the cancel of Cancelled is the governor's to send
+	// (Admission.DeferCancel): the Verdict is Drop, and the client is
+	// freed all the same.
+	Deferred bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -255,6 +259,7 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 	if g := t.opts.Governor; g != nil && from == Client {
 		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
+		c.deferCancel = a.DeferCancel
 		watch = a.WatchProgress && m.TokenSpan == (framing.Span{}) && !m.HasTask
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID) // once admitted: its event says the decision is made, deadline and all
@@ -480,6 +485,9 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		c.Span().Event(EventProgressDropped)
 		t.count(cProgressSuppressed, 1)
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
+		if g := t.opts.Governor; g != nil && from == Server {
+			g.Observe(Change{Kind: ChangeProgress, Call: c, Msg: m}) // a re-issue that joined the call may want it
+		}
 		return Outcome{Verdict: Suppress}
 	}
 	id := m.Token // progress for no known request is reported by its token
@@ -511,6 +519,21 @@ func (t *Tracker) ownProgress(from Peer, m *framing.Message, c *call) Outcome {
 		zap.Stringer("id", id), zap.Stringer("upstream_token", m.Token))
 	t.emit(from, ActTaken, m.Kind, m.Method, id, "")
 	return Outcome{Verdict: Drop}
+}
+
+// Joined records that a held request of the client's was answered by the
+// proxy with the answer of a call already running (reissue: join): it was
+// never sent, and no answer of the server's is owed it.
+func (t *Tracker) Joined(c *Call) {
+	p := &t.peers[Client]
+	p.issued.settle(c)
+	t.count(cJoined, 1)
+	t.count(cForwarded, -1) // counted when it was queued; it never left
+	t.note(Client, p.issued.dir, ActJoined, framing.KindRequest, c.method, c.id,
+		"joined the call already running: answered with its answer, never sent", zapcore.InfoLevel)
+	if c.span != nil {
+		c.span.End("joined the call already running", false)
+	}
 }
 
 // Withdraw records that a cancelled request was never sent (it was still

@@ -84,6 +84,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
 		OnClientClosed: back.Stop, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
 		NewTracer: tel.SessionFunc("pipe"), OnNotified: notified, Observer: observer(m), OnCancel: cancelCounter(m),
+		DeferCancels: true,
 	})
 	var asked atomic.Bool
 	code := 0

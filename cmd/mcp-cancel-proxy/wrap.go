@@ -96,6 +96,7 @@ func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCl
 		NewTracer:      tel.SessionFunc("pipe"),
 		Observer:       observer(m),
 		OnCancel:       cancelCounter(m),
+		DeferCancels:   true,
 	})
 	link.Session = sess
 	st.cancelAll.Store(func() { sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down") })

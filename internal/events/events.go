@@ -60,10 +60,15 @@ const (
 	Dropped        Name = "dropped"    // a message not passed on (unknown answer, invalid)
 	Answered       Name = "answered"   // the proxy answered a request itself
 	Withdrawn      Name = "withdrawn"  // a held request cancelled before it was sent
+	Joined         Name = "joined"     // a re-issue answered with the answer of the call it joined (reissue: join)
 
 	// DeadlinePassed: a rule's timeout passed; the request is cancelled as
 	// a client's cancel would (method, tool, id, timeout).
 	DeadlinePassed Name = "deadline_passed"
+
+	// ReissueJoined: a re-issue joined the call of a reissue: join rule
+	// already running (tool, id, joined: that call's id).
+	ReissueJoined Name = "reissue_joined"
 
 	HookRan    Name = "hook_ran"    // a compensating hook succeeded (phase, tool, id)
 	HookFailed Name = "hook_failed" // it failed (and is retried, or becomes an orphan)

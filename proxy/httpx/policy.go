@@ -59,6 +59,11 @@ func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 	}
 }
 
+// Notify implements proxy.Carrier: nothing is sent. The only request the
+// core notifies of is one held (a re-issue that joined a running call),
+// and a held request's POST has no response stream yet.
+func (sess *session) Notify(*proxy.Call, []byte) {}
+
 // SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
 // is POSTed in the session, and its answer given to the tracker.
 func (sess *session) SendOwn(frame []byte) {

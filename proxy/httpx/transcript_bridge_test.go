@@ -56,7 +56,7 @@ func (r *replay) bridge(kind string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t), MaxFrameSize: r.maxFrame}
+	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t), MaxFrameSize: r.maxFrame, DeferCancels: true} // as the bridge's
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")
 	}

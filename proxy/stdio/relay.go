@@ -157,6 +157,9 @@ func (k carrier) Cancel(c *proxy.Call, notice, reply []byte) {
 	k.s.reply(from, reply)
 }
 
+// Notify implements proxy.Carrier: the client gets frame.
+func (k carrier) Notify(_ *proxy.Call, frame []byte) { k.s.reply(k.s.sides[proxy.Client], frame) }
+
 // SendOwn implements proxy.Carrier.
 func (k carrier) SendOwn(frame []byte) {
 	b := getBuf()

@@ -54,7 +54,13 @@ type Options struct {
 	// OnRestart, if set, is what proxy.Actions.Restart does: it stops the server
 	// and starts another (the stdio wrapper's escalation). Without it,
 	// Restart reports false.
-	OnRestart func(reason string) bool
+	// DeferCancels lets the policy keep a client's cancel from the server
+	// a while (reissue: join, whose re-issues join the call it would
+	// stop): proxy.SessionOptions.DeferCancels. The session keeps reading
+	// the server's answer all the same, so the wrapper and the bridge set
+	// it.
+	DeferCancels bool
+	OnRestart    func(reason string) bool
 	// LogPayloads: see proxy.TrackerOptions.
 	LogPayloads bool
 	// OnNotified, if set, is told, for each cancel the session sends the
@@ -109,7 +115,7 @@ func NewSession(opts Options) *Session {
 			Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
 			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
 			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals},
-		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart})
+		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart, DeferCancels: opts.DeferCancels})
 	s.t = s.core.Tracker()
 	return s
 }

@@ -17,7 +17,7 @@ import (
 func TestTranscripts(t *testing.T) {
 	transcript.ForEach(t, "stdio", func(t *testing.T, tr *transcript.Transcript) {
 		clk := clock.NewFake(time.Unix(0, 0))
-		opts := stdio.Options{MaxFrameSize: tr.MaxFrameSize}
+		opts := stdio.Options{MaxFrameSize: tr.MaxFrameSize, DeferCancels: true} // as the wrapper's
 		e, err := tr.Engine(clk)
 		if err != nil {
 			t.Fatal(err)

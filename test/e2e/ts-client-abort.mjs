@@ -6,6 +6,7 @@
 // env: PROXY_BIN (the proxy binary), EVERYTHING_JS (server-everything's dist/index.js)
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { proxyEvents } from './proxy-events.mjs';
 
 const steps = 4;
 const transport = new StdioClientTransport({
@@ -15,31 +16,9 @@ const transport = new StdioClientTransport({
   stderr: 'pipe',
 });
 
-// The proxy's events (its log lines that carry an "event" field: see
-// docs/events.md), and a way to wait for a count of matching ones.
-const seen = [];
-let wake = () => {};
-let buf = '';
-transport.stderr.on('data', (chunk) => {
-  buf += chunk;
-  let i;
-  while ((i = buf.indexOf('\n')) >= 0) {
-    const line = buf.slice(0, i);
-    buf = buf.slice(i + 1);
-    try {
-      const ev = JSON.parse(line);
-      if (ev.event) seen.push(ev);
-    } catch { /* not a JSON line */ }
-    wake();
-  }
-});
-const matching = (match) => seen.filter(match).length;
-async function waitForEvents(match, count) {
-  for (;;) {
-    if (matching(match) >= count) return;
-    await new Promise((resolve) => { wake = resolve; });
-  }
-}
+const events = proxyEvents(transport.stderr);
+const { matching } = events;
+const waitForEvents = (match, count) => events.waitFor(match, count);
 const progressSuppressed = (e) => e.event === 'suppressed' && e.method === 'notifications/progress';
 
 const errors = [];

@@ -17,7 +17,7 @@
 //	stats K=N  the session's counters, as many as named (forwarded,
 //	           cancels_forwarded, cancels_dropped, withdrawn,
 //	           responses_suppressed, progress_suppressed, dropped,
-//	           proxy_errors)
+//	           proxy_errors, joined)
 //	clock +D   the fake clock every transport runs on moves by D (a Go
 //	           duration): deadlines and graces that end within it end
 //	era REV    the session speaks protocol revision REV; first if at all
@@ -310,7 +310,7 @@ func parseSteps(name, data string) ([]Step, error) {
 func CheckStats(st proxy.Stats, arg string) error {
 	have := map[string]int64{"forwarded": st.Forwarded, "cancels_forwarded": st.CancelsForwarded,
 		"cancels_dropped": st.CancelsDropped, "withdrawn": st.Withdrawn, "responses_suppressed": st.ResponsesSuppressed,
-		"progress_suppressed": st.ProgressSuppressed, "dropped": st.Dropped, "proxy_errors": st.ProxyErrors}
+		"progress_suppressed": st.ProgressSuppressed, "dropped": st.Dropped, "proxy_errors": st.ProxyErrors, "joined": st.Joined}
 	for _, kv := range strings.Fields(arg) {
 		k, v, _ := strings.Cut(kv, "=")
 		want, err := strconv.ParseInt(v, 10, 64)

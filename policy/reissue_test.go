@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// TestReissueKey: two calls are the same when their tool and arguments
+// are, whatever the order of keys; numbers keep their digits; a
+// reissue_key names what counts instead, and a call without it has no key.
+func TestReissueKey(t *testing.T) {
+	all := &Effective{Reissue: true}
+	byOrder := &Effective{Reissue: true, ReissueKey: pointer{"arguments", "order"}}
+	key := func(rule *Effective, tool, params string) string {
+		t.Helper()
+		var f framing.Frame
+		if err := f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + params + `}`)); err != nil {
+			t.Fatal(err)
+		}
+		k, ok := reissueKey(rule, tool, &f.Msgs[0])
+		if !ok {
+			return "none"
+		}
+		return k
+	}
+	a := key(all, "pay", `{"name":"pay","arguments":{"amount":5,"to":"x"}}`)
+	for _, c := range []struct {
+		what  string
+		k     string
+		equal bool
+	}{
+		{"keys in another order", key(all, "pay", `{"name":"pay","arguments":{"to":"x","amount":5},"_meta":{"progressToken":"b"}}`), true},
+		{"another amount", key(all, "pay", `{"name":"pay","arguments":{"amount":6,"to":"x"}}`), false},
+		{"another tool", key(all, "refund", `{"name":"refund","arguments":{"amount":5,"to":"x"}}`), false},
+	} {
+		if (c.k == a) != c.equal {
+			t.Errorf("%s: same key %v, want %v", c.what, c.k == a, c.equal)
+		}
+	}
+	if key(all, "pay", `{"name":"pay","arguments":{"amount":9007199254740993}}`) == key(all, "pay", `{"name":"pay","arguments":{"amount":9007199254740992}}`) {
+		t.Error("numbers that differ past 2^53 got one key")
+	}
+	o1 := key(byOrder, "pay", `{"name":"pay","arguments":{"order":"o-1","nonce":"n1"}}`)
+	o2 := key(byOrder, "pay", `{"name":"pay","arguments":{"nonce":"n2","order":"o-1"}}`)
+	if o1 != o2 || o1 == "none" {
+		t.Errorf("reissue_key /arguments/order: keys %s and %s, want one (the nonce does not count)", o1, o2)
+	}
+	if k := key(byOrder, "pay", `{"name":"pay","arguments":{"nonce":"n2"}}`); k != "none" {
+		t.Errorf("a call without the reissue_key's value got key %s, want none (it is never joined)", k)
+	}
+}
+
+// TestReissueValidate: reissue takes join only, on a tool rule; its other
+// settings need it, and their durations are positive.
+func TestReissueValidate(t *testing.T) {
+	neg := -time.Second
+	for _, c := range []struct {
+		rule Rule
+		want string
+	}{
+		{Rule{Tool: "pay", Reissue: "again"}, "is not join"},
+		{Rule{Method: "tools/call", Reissue: "join"}, "for tools/call rules"},
+		{Rule{Tool: "pay", ReissueKey: "/arguments/id"}, "need reissue: join"},
+		{Rule{Tool: "pay", Reissue: "join", ReissueGrace: &neg}, "reissue_grace: must be positive"},
+		{Rule{Tool: "pay", Reissue: "join", ReissueKey: "arguments/id"}, "must start with /"},
+	} {
+		p := Defaults()
+		p.Rules = []Rule{c.rule}
+		if err := p.Validate("policy"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.rule, err, c.want)
+		}
+	}
+	p := Defaults()
+	p.Defaults.Reissue = "join"
+	if err := p.Validate("policy"); err == nil || !strings.Contains(err.Error(), "belong to a rule") {
+		t.Errorf("reissue in the defaults: %v", err)
+	}
+	p = Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join", ReissueKey: "/arguments/id"}}
+	if err := p.Validate("policy"); err != nil {
+		t.Error(err)
+	}
+}
+
+// pay is a call of the tool pay with fixed arguments: each id's a re-issue
+// of the others.
+func pay(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"pay","arguments":{"amount":5}}}`, id)
+}
+
+// TestReissueWaiterLeaves: the cancel of a shared call waits while a
+// re-issue waits on it; once that re-issue is cancelled too, nobody waits,
+// and the cancel goes reissue_grace later (the proxy's fake clock).
+func TestReissueWaiterLeaves(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	grace := 10 * time.Second
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join", ReissueGrace: &grace}}
+	e, clk, _ := engine(t, p)
+	ft := newTransport(t, e)
+	first := ft.client(pay(1)).Request
+	ft.client(cancel(1))
+	if o := ft.client(pay(2)); !o.Hold {
+		t.Fatal("the re-issue was not held")
+	}
+	clk.Advance(grace)
+	ft.none() // a re-issue waits on the call: its cancel stays
+	ft.client(cancel(2))
+	clk.Advance(grace - time.Millisecond)
+	ft.none()
+	clk.Advance(time.Millisecond)
+	if a := ft.next(); a.kind != "send-cancel" || a.call != first {
+		t.Errorf("after the grace: %s of %v, want the first call's cancel sent", a.kind, a.call)
+	}
+}
+
+// TestReissueOfAFailedCall: a shared call that ends without the server's
+// answer (its upstream failed) leaves its re-issue to be sent for real.
+func TestReissueOfAFailedCall(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join"}}
+	e, _, _ := engine(t, p)
+	ft := newTransport(t, e)
+	first := ft.client(pay(1)).Request
+	again := ft.client(pay(2)).Request
+	ft.mu.Lock()
+	ft.tr.Fail(first, -32000, "the upstream could not be reached")
+	ft.mu.Unlock()
+	if a := ft.next(); a.kind != "dispatch" || a.call != again {
+		t.Errorf("%s of %v, want the re-issue dispatched", a.kind, a.call)
+	}
+}
+
+// TestReissueAnswered: a re-issue of a call that its client still waits
+// for gets the same answer, under its own id, and an audit line that
+// names the call it joined; a call after that answer is a new one.
+func TestReissueAnswered(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join"}}
+	e, _, recs := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(pay(1))
+	again := ft.client(pay(2)).Request
+	ft.server(result(1, `{"content":[{"type":"text","text":"paid"}]}`))
+	a := ft.next()
+	if a.kind != "answer" || a.call != again || string(a.reply) != `{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"paid"}]}}` {
+		t.Errorf("%s of %v: %s, want the answer for id 2", a.kind, a.call, a.reply)
+	}
+	r := waitRecord(t, recs)
+	if string(r.ID) != "2" || string(r.JoinedID) != "1" || r.Status != StatusJoined+" (request 1)" || r.Dispatched {
+		t.Errorf("audit: id %s joined %s, status %q, dispatched %v", r.ID, r.JoinedID, r.Status, r.Dispatched)
+	}
+	if o := ft.client(pay(3)); o.Hold {
+		t.Error("a call after the shared call's answer was held: it is a new call")
+	}
+}
+
+// TestReissueDeadline: the proxy's own cancel of a shared call (its
+// deadline) goes at once, and the re-issue waiting on it is sent for real.
+func TestReissueDeadline(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	timeout := time.Second
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join", Timeout: &timeout}}
+	e, clk, _ := engine(t, p)
+	ft := newTransport(t, e)
+	first := ft.client(pay(1)).Request
+	again := ft.client(pay(2)).Request
+	clk.Advance(timeout)
+	if a := ft.next(); a.kind != "expire" || a.call != first {
+		t.Fatalf("%s of %v, want the first call expired", a.kind, a.call)
+	}
+	if a := ft.next(); a.kind != "dispatch" || a.call != again {
+		t.Errorf("%s of %v, want the re-issue dispatched", a.kind, a.call)
+	}
+}
+
+// FuzzReissueKey: any params give a key or none, never a panic, and the
+// same params the same key.
+func FuzzReissueKey(f *testing.F) {
+	f.Add(`{"name":"pay","arguments":{"amount":5}}`)
+	f.Add(`{"name":"pay","arguments":[1,{"a":null}]}`)
+	f.Add(`{"name":"pay"}`)
+	rules := []*Effective{{Reissue: true}, {Reissue: true, ReissueKey: pointer{"arguments", "0"}}}
+	f.Fuzz(func(t *testing.T, params string) {
+		var fr framing.Frame
+		if fr.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":`+params+`}`)) != nil || fr.Batch {
+			return
+		}
+		for _, r := range rules {
+			k1, ok1 := reissueKey(r, "pay", &fr.Msgs[0])
+			k2, ok2 := reissueKey(r, "pay", &fr.Msgs[0])
+			if k1 != k2 || ok1 != ok2 {
+				t.Fatalf("two keys for one call: %q %v, %q %v", k1, ok1, k2, ok2)
+			}
+		}
+	})
+}
