@@ -127,12 +127,11 @@ func FuzzModernize(f *testing.F) {
 		if g.ID != w.ID || g.Method != w.Method || !bytes.Equal(g.Raw[g.IDSpan.Start:g.IDSpan.End], w.Raw[w.IDSpan.Start:w.IDSpan.End]) {
 			t.Fatalf("modernize(%s) = %s: id or method changed", msg, out)
 		}
-		var p struct {
-			Params struct {
-				Meta map[string]json.RawMessage `json:"_meta"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(out, &p) != nil || string(p.Params.Meta[metaProtocolVersion]) != `"2026-07-28"` {
+		// Keys as JSON-RPC reads them, case and all (a struct's would fold
+		// "pArAMs" into params).
+		var top, params, meta map[string]json.RawMessage
+		if json.Unmarshal(out, &top) != nil || json.Unmarshal(top["params"], &params) != nil ||
+			json.Unmarshal(params["_meta"], &meta) != nil || string(meta[metaProtocolVersion]) != `"2026-07-28"` {
 			t.Fatalf("modernize(%s) = %s: no protocol version in _meta", msg, out)
 		}
 	})
