@@ -128,7 +128,7 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		g.mu.Lock()
 		tool = g.toolNameLocked(m)
 		rule = g.e.m.Load().match(m.Method, tool)
-		if rule.Reissue && !m.HasTask && !g.closed {
+		if rule.Reissue && !m.HasTask && !g.closed && g.act.DefersCancels() {
 			if key, ok := reissueKey(rule, tool, m); ok {
 				if g.joinLocked(c, tool, key) {
 					g.mu.Unlock()

@@ -82,6 +82,8 @@ func (ft *fakeTransport) ReleaseCancel(c *proxy.Call, send bool) {
 	ft.acts <- action{kind: map[bool]string{true: "send-cancel", false: "forget-cancel"}[send], call: c}
 }
 
+func (ft *fakeTransport) DefersCancels() bool { return true }
+
 func (ft *fakeTransport) After(f func()) {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()

@@ -125,6 +125,11 @@ type Actions interface {
 	// governor deferred (Admission.DeferCancel), or, unless send, forgets
 	// it (the call ended; no cancel is owed).
 	ReleaseCancel(c *Call, send bool)
+	// DefersCancels reports whether the session honours
+	// Admission.DeferCancel: it is one client's, and reads a cancelled
+	// call's answer on. Only there may a re-issue join a call (a session
+	// that several clients share must never give one another's result).
+	DefersCancels() bool
 }
 
 // CodeDeadline is the JSON-RPC error code of the proxy's answer to a

@@ -68,8 +68,9 @@ type SessionOptions struct {
 	Restart func(reason string) bool
 	// DeferCancels lets the governor defer a client's cancel
 	// (Admission.DeferCancel): the session keeps it from the server until
-	// the governor releases it. A transport that cannot keep reading a
-	// cancelled call's answer leaves it unset, and cancels go at once.
+	// the governor releases it. Only a transport whose session is one
+	// client's, and that keeps reading a cancelled call's answer, sets it;
+	// without it cancels go at once, and no re-issue joins a call.
 	DeferCancels bool
 }
 
@@ -288,6 +289,9 @@ func (s *Session) ReleaseCancel(c *Call, send bool) {
 		s.carrier.Cancel(c, notice, nil)
 	}
 }
+
+// DefersCancels implements Actions.
+func (s *Session) DefersCancels() bool { return s.deferCancels }
 
 // cmpBytes returns a if it is not nil, else b.
 func cmpBytes(a, b []byte) []byte {

@@ -132,6 +132,10 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	}
 	log := lg.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
 	back, sopts, grace, err := up.dialLines(log)
+	// An old client's one event stream carries every answer, as a stdio
+	// client's pipe does: the session keeps a cancel the policy defers
+	// (reissue: join) as the bridge does, and reads the server's answer on.
+	sopts.DeferCancels = true
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
 		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)

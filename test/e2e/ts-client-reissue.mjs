@@ -8,13 +8,20 @@
 //
 // env: PROXY_BIN (the proxy binary), CONFIG (its configuration file),
 // UPSTREAM (if set, the proxy bridges to the example server there, whose
-// log is not seen here: executions is then the test's to count)
+// log is not seen here: executions is then the test's to count),
+// SIDECAR_URL (if set, the script is the SDK's HTTP+SSE client of a sidecar
+// the test runs: once the re-issue is sent it prints REISSUED and waits for
+// GO on stdin, which the test writes when the sidecar says it joined; the
+// test counts executions and joins)
+import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { proxyEvents } from './proxy-events.mjs';
 
+const sidecar = process.env.SIDECAR_URL;
 const common = ['--config', process.env.CONFIG, '--log-level', 'debug'];
-const transport = new StdioClientTransport({
+const transport = sidecar ? new SSEClientTransport(new URL(sidecar)) : new StdioClientTransport({
   command: process.env.PROXY_BIN,
   args: process.env.UPSTREAM
     ? [...common, '--upstream', process.env.UPSTREAM]
@@ -25,10 +32,10 @@ const transport = new StdioClientTransport({
 // The proxy's events, and the example server's own lines, which pass
 // through on stderr.
 let executions = 0;
-const events = proxyEvents(transport.stderr, (line) => {
+const events = sidecar ? null : proxyEvents(transport.stderr, (line) => {
   if (line.includes('example server: block pay: started')) executions++;
 });
-const seen = events.seen;
+const seen = events ? events.seen : [];
 
 // The SDK hands a response to its caller at once but a notification a
 // moment later (a microtask), and forgets a call's progress handler with
@@ -55,9 +62,15 @@ try {
 }
 let progress = 0;
 const again = client.callTool(call, undefined, { timeout: 60000, onprogress: () => { progress++; } });
-await events.waitFor((e) => e.event === 'reissue_joined'); // held by the proxy, never sent
+if (sidecar) {
+  console.log('REISSUED');
+  for await (const line of createInterface({ input: process.stdin })) { if (line === 'GO') break; }
+} else {
+  await events.waitFor((e) => e.event === 'reissue_joined'); // held by the proxy, never sent
+}
 await client.callTool({ name: 'release', arguments: { key: 'pay' } });
 const second = await again;
 await client.close();
 console.log(JSON.stringify({ first, second: second.structuredContent, progress: progress + progressRaced, executions, errors,
   joined: seen.filter((e) => e.event === 'joined').length }));
+process.exit(0);
