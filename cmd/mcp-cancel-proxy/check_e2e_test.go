@@ -6,10 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/exampleserver"
 )
 
 // TestE2ECheckKnownServers runs `check --json` against the real servers
@@ -127,5 +134,40 @@ func compareChecks(t *testing.T, got, want map[string]string, code, wantCode int
 	}
 	if code != wantCode || t.Failed() {
 		t.Errorf("exit %d (want %d); the report:\n%s", code, wantCode, out)
+	}
+}
+
+// TestE2ECheckHeader: check --url sends --header on every request. A
+// server that wants a key (the example server behind a check of its
+// Authorization header) answers 401 without it: check says so and exits
+// 1; with it, check lists the tools.
+func TestE2ECheckHeader(t *testing.T) {
+	s := exampleserver.New()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k-123" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="check-test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(proxyBin, append([]string{"check", "--url", srv.URL + "/mcp"}, args...)...)
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	if out, code := run("--header", "Authorization: Bearer k-123"); code != 0 || !strings.Contains(out, "slow_honour") {
+		t.Errorf("with the key: exit %d, want 0 and the tools listed:\n%s", code, out)
+	}
+	if out, code := run(); code != 1 || !strings.Contains(out, "401") {
+		t.Errorf("without the key: exit %d, want 1 and the server's 401 named:\n%s", code, out)
 	}
 }
