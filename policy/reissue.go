@@ -38,21 +38,21 @@ type shared struct {
 	// grace passes with nobody waiting; sent once it went.
 	cancelled, sent bool
 	grace           Timer
-	// answer is the suppressed answer's member (`"result":...` or
-	// `"error":...`), which serves re-issues until expires.
-	answer  []byte
-	expires time.Time
-	expiry  Timer
+	// answer is the suppressed answer, as the server sent it, and idSpan
+	// where its id is: it serves re-issues, renamed to each (the
+	// tracker's own renaming, framing.Splice), until expiry fires.
+	answer []byte
+	idSpan framing.Span
+	expiry Timer
 }
 
 // reissueKey is what makes a call of tool the same as another for rule:
 // a digest of the tool and its arguments' canonical JSON, or of the value
 // at the rule's reissue_key; false when that points at nothing.
 func reissueKey(rule *Effective, tool string, m *framing.Message) (string, bool) {
-	params := field(m.Raw, "params")
 	var doc any
-	if len(params) > 0 {
-		d := json.NewDecoder(bytes.NewReader(params))
+	if m.ParamsSpan.Found() {
+		d := json.NewDecoder(bytes.NewReader(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End]))
 		d.UseNumber() // numbers as written: 2^53+1 is not 2^53
 		if d.Decode(&doc) != nil {
 			return "", false
@@ -92,7 +92,7 @@ func (g *governor) joinLocked(c *proxy.Call, tool, key string) bool {
 	}
 	g.tools[c] = tool // for its audit line, should it be cancelled
 	if s.answer != nil {
-		reply := answerFor(c, s.answer)
+		reply := framing.Splice(nil, s.answer, s.idSpan, c.ID())
 		g.work.post(func() { g.answerJoined(c, s.orig, reply) })
 		return true
 	}
@@ -166,16 +166,15 @@ func (g *governor) sharedAnsweredLocked(c *proxy.Call, m *framing.Message, late 
 		}
 		return do
 	}
-	member := answerMember(m)
 	for _, w := range waiters {
-		reply := answerFor(w, member)
+		reply := framing.Splice(nil, m.Raw, m.IDSpan, w.ID())
 		do = append(do, func() { g.answerJoined(w, s.orig, reply) })
 	}
 	if !late { // its client has it: a later call is a new one
 		g.unshareLocked(s)
 		return do
 	}
-	s.answer, s.expires = member, g.e.clock.Now().Add(s.orig.rule.ReissueWindow)
+	s.answer, s.idSpan = bytes.Clone(m.Raw), m.IDSpan // m.Raw is the relay's buffer
 	g.forgetLaterLocked(s)
 	return do
 }
@@ -293,23 +292,6 @@ func (g *governor) answerJoined(w *proxy.Call, orig *record, reply []byte) {
 		Method: w.Method(), Tool: tool, Rule: orig.rule.Name, Started: time.Unix(0, w.Started()),
 		JoinedID: orig.id, Status: StatusJoined + " (request " + string(orig.id) + ")"}
 	g.e.writeAudit(rec, g.log)
-}
-
-// answerMember is the member of a response that answers: `"result":...`
-// or `"error":...`.
-func answerMember(m *framing.Message) []byte {
-	key, v := "result", field(m.Raw, "result")
-	if m.IsError {
-		key, v = "error", field(m.Raw, "error")
-	}
-	return append([]byte(`"`+key+`":`), v...)
-}
-
-// answerFor is the response to w that carries member.
-func answerFor(w *proxy.Call, member []byte) []byte {
-	out := append([]byte(`{"jsonrpc":"2.0","id":`), w.ID().AppendJSON(nil)...)
-	out = append(append(append(out, ','), member...), '}')
-	return out
 }
 
 // observeShared follows what happens to shared calls and their waiters.

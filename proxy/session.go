@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -120,7 +121,11 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 		if s.deferred == nil {
 			s.deferred = map[*Call][]byte{}
 		}
-		s.deferred[o.Cancelled] = append([]byte(nil), cmpBytes(o.Rewritten, m.Raw)...)
+		notice := o.Rewritten
+		if notice == nil {
+			notice = m.Raw
+		}
+		s.deferred[o.Cancelled] = bytes.Clone(notice) // m.Raw is the relay's buffer
 		o.Deferred, o.Verdict = true, Drop
 	}
 	if len(o.More) > 0 {
@@ -292,11 +297,3 @@ func (s *Session) ReleaseCancel(c *Call, send bool) {
 
 // DefersCancels implements Actions.
 func (s *Session) DefersCancels() bool { return s.deferCancels }
-
-// cmpBytes returns a if it is not nil, else b.
-func cmpBytes(a, b []byte) []byte {
-	if a != nil {
-		return a
-	}
-	return b
-}
