@@ -290,6 +290,15 @@ func handOff(s *slots) {
 // meanwhile, in which case the slot goes on.
 func (g *governor) granted(r *record, lease func()) {
 	g.mu.Lock()
+	if r.timer != nil && r.st.slot == waitingSlot && !g.e.clock.Now().Before(r.deadline) {
+		// Its deadline passed as the slot came (a clock that fires both at
+		// once): its expire, posted or about to be, withdraws it, so it is
+		// not sent; the slot goes on, as from a grant that finds its
+		// request cancelled.
+		g.mu.Unlock()
+		r.freeWith(lease)()
+		return
+	}
 	out := g.stepLocked(r, event{kind: evGranted, lease: lease})
 	g.mu.Unlock()
 	g.run(r, out)
