@@ -18,7 +18,9 @@ type Governor interface {
 	// what the transport must do about it.
 	Admit(c *Call, m *framing.Message) Admission
 	// Observe is told of everything else that happens to the session's
-	// calls: see ChangeKind.
+	// calls: see ChangeKind. It is told before the Event of the same
+	// decision is emitted, so that what it arms (a timer) is armed once
+	// the event is seen.
 	Observe(ev Change)
 	// Close ends the session's governance: timers stop, calls still in
 	// flight are settled.

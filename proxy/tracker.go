@@ -365,10 +365,10 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	case Suppress:
 		c.Span().Event(EventLateSuppressed)
 		t.count(cResponsesSuppressed, 1)
-		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
 		if g := t.opts.Governor; g != nil && from == Server {
 			g.Observe(Change{Kind: ChangeLate, Call: c, Msg: m})
 		}
+		t.note(from, p.answers.dir, ActSuppressed, m.Kind, c.method, c.id, "late response to a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
 	}
 	if c.onAnswer != nil {
@@ -376,7 +376,6 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		t.emit(from, ActTaken, m.Kind, c.method, c.id, "")
 		return Outcome{Verdict: Drop}
 	}
-	t.forwarded(from, m.Kind, c.method, c.id)
 	if c.span != nil {
 		c.span.Answered(m, 0, "")
 	}
@@ -386,6 +385,7 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		}
 		g.Observe(Change{Kind: ChangeAnswered, Call: c, Msg: m})
 	}
+	t.forwarded(from, m.Kind, c.method, c.id) // the event comes after Observe, as a cancel's
 	if c.aliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id)}
 	}
@@ -445,15 +445,14 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	}
 	if reason != "" {
 		t.count(cCancelsDropped, 1)
-		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
 		if g != nil && m.RequestID.IsValid() {
 			g.Observe(Change{Kind: ChangeCancelMissed, ID: m.RequestID})
 		}
+		t.note(from, p.issued.dir, ActCancelDropped, m.Kind, m.Method, m.RequestID, reason, zapcore.DebugLevel)
 		return Outcome{Verdict: Drop}
 	}
 	t.count(cCancelsForwarded, 1)
 	why := CapReason(m.Reason) // the cancel goes on whole; what the proxy writes of it is capped
-	t.noteCancel(from, p.issued.dir, m.Kind, c, SourceClient, why)
 	if from == Client && t.opts.OnCancel != nil {
 		t.opts.OnCancel(SourceClient)
 	}
@@ -461,6 +460,10 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 	if g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
 	}
+	// The event comes once the governor has armed what the cancel starts
+	// (its late window, a re-issue's grace): whoever waits on the event
+	// and then moves the clock moves it past them.
+	t.noteCancel(from, p.issued.dir, m.Kind, c, SourceClient, why)
 	o := Outcome{Cancelled: c}
 	if from == Client && t.opts.AllowSharedIDs {
 		o.More = t.cancelShared(m.RequestID, why)
@@ -484,10 +487,10 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	if v == Suppress {
 		c.Span().Event(EventProgressDropped)
 		t.count(cProgressSuppressed, 1)
-		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		if g := t.opts.Governor; g != nil && from == Server {
 			g.Observe(Change{Kind: ChangeProgress, Call: c, Msg: m}) // a re-issue that joined the call may want it
 		}
+		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
 	}
 	id := m.Token // progress for no known request is reported by its token
@@ -543,12 +546,12 @@ func (t *Tracker) Withdraw(from Peer, c *Call) {
 	p.issued.forget(c)
 	t.count(cWithdrawn, 1)
 	t.count(cForwarded, -1) // counted when it was queued; it never left
-	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
-		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
 	c.Span().Event(EventWithdrawn)
 	if g := t.opts.Governor; g != nil && from == Client {
 		g.Observe(Change{Kind: ChangeWithdrawn, Call: c})
 	}
+	t.note(from, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
+		"cancelled before it was sent: neither the request nor the cancel reaches the "+from.Other().String(), zapcore.InfoLevel)
 }
 
 // Invalid accounts for a frame that failed to parse, or an invalid element
@@ -776,7 +779,6 @@ func (t *Tracker) ForgetServerRequests() { t.peers[Server].issued.failAll() }
 // and returns the cancel notification for the server.
 func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	t.count(cCancelsForwarded, 1)
-	t.noteCancel(Client, ClientToServer, framing.KindNotification, c, source, reason)
 	if t.opts.OnCancel != nil {
 		t.opts.OnCancel(source)
 	}
@@ -784,6 +786,7 @@ func (t *Tracker) cancelled(c *Call, source Source, reason string) []byte {
 	if g := t.opts.Governor; g != nil {
 		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: source, Reason: reason})
 	}
+	t.noteCancel(Client, ClientToServer, framing.KindNotification, c, source, reason) // after Observe, as above
 	return framing.AppendCancelled(nil, c.upID, reason)
 }
 
