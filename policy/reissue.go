@@ -301,10 +301,12 @@ func (g *governor) observeShared(ev proxy.Change) {
 	var do []func()
 	g.mu.Lock()
 	switch ev.Kind {
-	case proxy.ChangeAnswered:
-		do = g.sharedAnsweredLocked(ev.Call, ev.Msg, false)
-	case proxy.ChangeLate:
-		do = g.sharedAnsweredLocked(ev.Call, ev.Msg, true)
+	case proxy.ChangeAnswered, proxy.ChangeLate:
+		msg := ev.Msg
+		if proxy.IsServerGone(msg) { // not the server's answer: its stream broke
+			msg = nil
+		}
+		do = g.sharedAnsweredLocked(ev.Call, msg, ev.Kind == proxy.ChangeLate)
 	case proxy.ChangeProgress:
 		do = g.sharedProgressLocked(ev.Call, ev.Msg)
 	case proxy.ChangeCancelled:

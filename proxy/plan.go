@@ -26,6 +26,11 @@ type Plan struct {
 	// Cancels are the requests whose accepted cancels (the client's) are
 	// among the messages forwarded.
 	Cancels []*Call
+	// Deferred are the requests whose accepted cancels the session kept
+	// for the governor to send (Outcome.Deferred): their clients are freed
+	// (their streams end), and their answers are still read, until the
+	// Carrier is told to Cancel them.
+	Deferred []*Call
 	// More are the other requests an accepted cancel named, in flight
 	// under the same id (TrackerOptions.AllowSharedIDs), each with the
 	// cancel the server must be sent for it.
@@ -45,6 +50,8 @@ type Plan struct {
 	// Timed says a request has a deadline; WantsLate that a request's
 	// late answer is wanted after a cancel (see Admission).
 	Timed, WantsLate bool
+	// DeferCancel says a request's cancel may be deferred (see Outcome).
+	DeferCancel bool
 	// Trace is the trace context of the first request forwarded, when
 	// traced: a transport with headers of its own sets them too.
 	Trace TraceContext
@@ -100,13 +107,17 @@ func (p *Plan) add(from Peer, m *framing.Message, o Outcome, s *Session, hold fu
 		p.Withdrawn++
 		return
 	}
-	if o.Cancelled != nil && from == Client && !o.Deferred {
+	switch {
+	case o.Cancelled != nil && from == Client && o.Deferred:
+		p.Deferred = append(p.Deferred, o.Cancelled)
+	case o.Cancelled != nil && from == Client:
 		p.Cancels = append(p.Cancels, o.Cancelled)
 	}
 	if o.Request != nil {
 		p.Requests = append(p.Requests, o.Request)
 		p.Timed = p.Timed || o.Timed
 		p.WantsLate = p.WantsLate || o.WantsLate
+		p.DeferCancel = p.DeferCancel || o.DeferCancel
 		if o.Hold && hold != nil {
 			h := hold(o.Request)
 			s.Hold(o.Request, h)

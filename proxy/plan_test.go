@@ -89,3 +89,30 @@ func TestJoinFrame(t *testing.T) {
 		t.Errorf("a batch: %s", got)
 	}
 }
+
+// TestIsServerGone: the proxy's own -32000, which a transport gives a
+// request whose stream broke, is told apart from a server's answers,
+// its own -32000 among them.
+func TestIsServerGone(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want bool
+	}{
+		{string(ErrorReply(framing.ID{}, CodeServerGone, "the upstream's stream broke")), true},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x"}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x","data":{"proxy":"someone else"}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"x","data":{"proxy":"mcp-cancel-proxy"}}}`, false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"error":{"code":-32000,"data":{"proxy":"mcp-cancel-proxy"}}}}`, false},
+	} {
+		var f framing.Frame
+		if err := f.Parse([]byte(tc.raw)); err != nil {
+			t.Fatal(err)
+		}
+		if got := IsServerGone(&f.Msgs[0]); got != tc.want {
+			t.Errorf("IsServerGone(%s) = %v, want %v", tc.raw, got, tc.want)
+		}
+	}
+	if IsServerGone(nil) {
+		t.Error("IsServerGone(nil)")
+	}
+}

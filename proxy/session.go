@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
@@ -27,7 +28,7 @@ type Session struct {
 	// deferred are the client's cancels the governor sends when it says
 	// (Admission.DeferCancel), by call, each the notice for the server; mu.
 	deferred     map[*Call][]byte
-	deferCancels bool
+	deferCancels atomic.Bool
 }
 
 // Carrier carries out, on one transport, what a Session decides with no
@@ -49,9 +50,9 @@ type Carrier interface {
 	// SendOwn sends the server frame, a request of the proxy's own.
 	SendOwn(frame []byte)
 	// Notify sends c's issuer frame, a notification about c, where it can
-	// reach the issuer (a request held in an HTTP front has no stream yet:
-	// there it may be dropped).
-	Notify(c *Call, frame []byte)
+	// reach the issuer; held, when c is held, is what the transport gave
+	// Hold (an HTTP front's held request has no stream until it opens one).
+	Notify(c *Call, held any, frame []byte)
 }
 
 // SessionOptions configures a Session.
@@ -77,7 +78,8 @@ type SessionOptions struct {
 
 // NewSession returns a Session configured by o.
 func NewSession(o SessionOptions) *Session {
-	s := &Session{carrier: o.Carrier, restart: o.Restart, deferCancels: o.DeferCancels}
+	s := &Session{carrier: o.Carrier, restart: o.Restart}
+	s.deferCancels.Store(o.DeferCancels)
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
 	}
@@ -116,7 +118,7 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 	}
 	if s.withdrawLocked(o.Cancelled) {
 		o.Withdrawn, o.Verdict = true, Drop
-	} else if s.deferCancels && o.Cancelled.deferCancel {
+	} else if o.Cancelled.deferCancel && s.deferCancels.Load() {
 		// The governor sends it, or not (a re-issue may join the call).
 		if s.deferred == nil {
 			s.deferred = map[*Call][]byte{}
@@ -277,7 +279,7 @@ func (s *Session) Answer(c *Call, reply []byte) bool {
 func (s *Session) Notify(c *Call, frame []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.carrier.Notify(c, frame)
+	s.carrier.Notify(c, s.held[c], frame)
 }
 
 // ReleaseCancel implements Actions: the client's cancel of c that the
@@ -296,4 +298,9 @@ func (s *Session) ReleaseCancel(c *Call, send bool) {
 }
 
 // DefersCancels implements Actions.
-func (s *Session) DefersCancels() bool { return s.deferCancels }
+func (s *Session) DefersCancels() bool { return s.deferCancels.Load() }
+
+// SetDeferCancels turns SessionOptions.DeferCancels on or off for the
+// requests admitted from now on: an HTTP front's session becomes one
+// client's once the upstream gives it an id.
+func (s *Session) SetDeferCancels(on bool) { s.deferCancels.Store(on) }

@@ -24,7 +24,7 @@ func (r *recordingCarrier) Cancel(c *Call, notice, reply []byte) {
 	r.did = append(r.did, fmt.Sprintf("cancel %s notice=%t reply=%t", c.ID(), strings.Contains(string(notice), MethodCancelledForTest), reply != nil))
 }
 
-func (r *recordingCarrier) Notify(c *Call, frame []byte) {
+func (r *recordingCarrier) Notify(c *Call, _ any, frame []byte) {
 	r.did = append(r.did, "notify "+string(frame))
 }
 func (r *recordingCarrier) SendOwn(frame []byte) { r.did = append(r.did, "own "+string(frame)) }

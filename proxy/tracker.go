@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -152,6 +153,10 @@ type Outcome struct {
 	// (Admission.DeferCancel): the Verdict is Drop, and the client is
 	// freed all the same.
 	Deferred bool
+	// DeferCancel says that the cancel of Request may be deferred so
+	// (Admission.DeferCancel): the transport must read its answer on after
+	// a cancel until the governor sends the cancel (Carrier.Cancel).
+	DeferCancel bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -259,7 +264,7 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 	if g := t.opts.Governor; g != nil && from == Client {
 		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
-		c.deferCancel = a.DeferCancel
+		c.deferCancel, o.DeferCancel = a.DeferCancel, a.DeferCancel
 		watch = a.WatchProgress && m.TokenSpan == (framing.Span{}) && !m.HasTask
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID) // once admitted: its event says the decision is made, deadline and all
@@ -622,6 +627,24 @@ func (t *Tracker) ErrorReply(id framing.ID, code int, msg string) []byte {
 func ErrorReply(id framing.ID, code int, msg string) []byte {
 	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: code, Message: msg,
 		Data: map[string]string{"proxy": proxyName}})
+}
+
+// IsServerGone reports whether m is the proxy's own -32000 (ErrorReply
+// with CodeServerGone): what a transport gives a request whose answer can
+// no longer come (the upstream's stream broke), in the server's place.
+func IsServerGone(m *framing.Message) bool {
+	if m == nil || m.Kind != framing.KindResponse || !m.IsError {
+		return false
+	}
+	var r struct {
+		Error struct {
+			Code int `json:"code"`
+			Data struct {
+				Proxy string `json:"proxy"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(m.Raw, &r) == nil && r.Error.Code == CodeServerGone && r.Error.Data.Proxy == proxyName
 }
 
 // ErrorReplyKind is ErrorReply with data.kind saying what kind of error of

@@ -47,42 +47,70 @@ func TestE2ETypeScriptClientReissueJoins(t *testing.T) {
 			t.Errorf("the server ran the tool %d times, want 1", n)
 		}
 	})
-	t.Run("old-client front", func(t *testing.T) {
-		watchdog(t, 90*time.Second)
-		up, front := freePort(t), freePort(t)
-		cmd := exec.Command(proxyBin, "example-server", "--http", up)
-		server := startServer(t, cmd)
-		waitListening(t, up)
-		sc := startWrapped(t, "--config", config, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
-		sc.events.waitFor(t, events.SidecarListening)
-		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) }) // runs before startWrapped's own
-		script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-reissue.mjs"))
-		script.Dir = dir
-		script.Env = append(os.Environ(), "SIDECAR_URL=http://"+front+"/sse")
-		script.Stderr = os.Stderr
-		stdin, _ := script.StdinPipe()
-		stdout, _ := script.StdoutPipe()
-		if err := script.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { script.Process.Kill(); script.Wait() }) // by its PID, if the test ends early
-		out := bufio.NewScanner(stdout)
-		if !out.Scan() || out.Text() != "REISSUED" {
-			t.Fatalf("script said %q, want REISSUED", out.Text())
-		}
-		sc.events.waitFor(t, events.ReissueJoined) // held by the sidecar, never sent
-		io.WriteString(stdin, "GO\n")
-		if !out.Scan() {
-			t.Fatalf("no summary from the script: %v", out.Err())
-		}
-		checkReissue(t, []byte(out.Text()))
-		sc.events.waitFor(t, events.Joined)
-		cmd.Process.Kill()
-		<-server.done // its whole log
-		if n := strings.Count(server.all(), "example server: block pay: started"); n != 1 {
-			t.Errorf("the server ran the tool %d times, want 1", n)
-		}
-	})
+	// The sidecar's fronts, over the example server as a Streamable HTTP
+	// upstream and as a stdio server it runs.
+	for _, tc := range []struct{ name, path string }{
+		{"old-client front", "/sse"},
+		{"Streamable HTTP front", "/mcp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			watchdog(t, 90*time.Second)
+			up, front := freePort(t), freePort(t)
+			cmd := exec.Command(proxyBin, "example-server", "--http", up)
+			server := startServer(t, cmd)
+			waitListening(t, up)
+			reissueThroughSidecar(t, node, dir, "http://"+front+tc.path,
+				"--config", config, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
+			cmd.Process.Kill()
+			<-server.done // its whole log
+			if n := strings.Count(server.all(), "example server: block pay: started"); n != 1 {
+				t.Errorf("the server ran the tool %d times, want 1", n)
+			}
+		})
+		t.Run(tc.name+" over stdio", func(t *testing.T) {
+			watchdog(t, 90*time.Second)
+			front := freePort(t)
+			sc := reissueThroughSidecar(t, node, dir, "http://"+front+tc.path,
+				"--config", config, "--log-level", "debug", "--listen", front, "--", proxyBin, "example-server")
+			sc.cmd.Process.Signal(syscall.SIGTERM)
+			<-sc.exited // its whole log: the server's stderr passes through it
+			if n := strings.Count(sc.logs.all(), "example server: block pay: started"); n != 1 {
+				t.Errorf("the server ran the tool %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// reissueThroughSidecar starts the sidecar with args and runs
+// ts-client-reissue.mjs as its client at url, and checks what the client
+// saw and that the sidecar joined the re-issue; it returns the sidecar.
+func reissueThroughSidecar(t *testing.T, node, dir, url string, args ...string) *wrapped {
+	t.Helper()
+	sc := startWrapped(t, args...)
+	sc.events.waitFor(t, events.SidecarListening)
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) }) // runs before startWrapped's own
+	script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-reissue.mjs"))
+	script.Dir = dir
+	script.Env = append(os.Environ(), "SIDECAR_URL="+url)
+	script.Stderr = os.Stderr
+	stdin, _ := script.StdinPipe()
+	stdout, _ := script.StdoutPipe()
+	if err := script.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { script.Process.Kill(); script.Wait() }) // by its PID, if the test ends early
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "REISSUED" {
+		t.Fatalf("script said %q, want REISSUED", out.Text())
+	}
+	sc.events.waitFor(t, events.ReissueJoined) // held by the sidecar, never sent
+	io.WriteString(stdin, "GO\n")
+	if !out.Scan() {
+		t.Fatalf("no summary from the script: %v", out.Err())
+	}
+	checkReissue(t, []byte(out.Text()))
+	sc.events.waitFor(t, events.Joined)
+	return sc
 }
 
 // reissueSummary is what ts-client-reissue.mjs saw.

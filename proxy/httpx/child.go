@@ -81,14 +81,20 @@ type childSession struct {
 }
 
 // start opens a session: the child, the stdio.Session and its router.
-func (cs *Children) start(log *zap.Logger) (*childSession, error) {
+// own says the session is one client's (initialize opened it), not the
+// child shared by sessionless requests: only there may the policy keep a
+// client's cancel back (reissue: join), as over stdio, since a re-issue
+// joined there is that client's own.
+func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	copts := cs.Child
 	copts.Logger = log
 	proc, err := cs.backend(copts)
 	if err != nil {
 		return nil, err
 	}
-	c := &childSession{Session: lines.New(proc, cs.Session, copts.TermAfter, cs.totals, log), clock: cs.clock(),
+	sopts := cs.Session
+	sopts.DeferCancels = own
+	c := &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),
 		retiring: &cs.retiring}
 	clk := c.clock
 	c.New = func(ids []framing.ID) *stream.Events {

@@ -154,7 +154,7 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.Len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
-	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))))
+	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))), true)
 	if err != nil {
 		lu.s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
@@ -291,7 +291,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 			return cs.shared, nil
 		}
 	}
-	c, err := cs.start(log.With(zap.String("session", "shared")))
+	c, err := cs.start(log.With(zap.String("session", "shared")), false)
 	if err != nil {
 		return nil, err
 	}

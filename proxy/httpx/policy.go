@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"errors"
 	"io"
 
@@ -23,10 +24,17 @@ type hold struct {
 	ch        chan struct{} // closed when the wait is over
 	withdrawn bool          // cancelled while waiting: never sent
 	reply     []byte        // for the client, when its deadline passed while waiting
+	// A held re-issue that joined a running call (reissue: join) is told
+	// of the call's progress (Notify): until its POST answers with an
+	// event stream, notes keeps it and noted is closed; then joined is
+	// the stream. All are guarded by the session core's lock.
+	notes  [][]byte
+	noted  chan struct{}
+	joined *joinedStream
 }
 
 // newHold is the hold of a request the governor keeps waiting.
-func newHold(*proxy.Call) any { return &hold{ch: make(chan struct{})} }
+func newHold(*proxy.Call) any { return &hold{ch: make(chan struct{}), noted: make(chan struct{})} }
 
 // The session is its core's proxy.Carrier: what the core decides with no
 // POST in hand (a deadline, a dispatch, the proxy's own request) is
@@ -35,13 +43,22 @@ func newHold(*proxy.Call) any { return &hold{ch: make(chan struct{})} }
 
 // Dispatch implements proxy.Carrier: the POST waiting for its held request
 // sends it now.
-func (sess *session) Dispatch(_ *proxy.Call, held any) { close(held.(*hold).ch) }
+func (sess *session) Dispatch(c *proxy.Call, held any) {
+	h := held.(*hold)
+	if h.joined != nil { // its POST answers already: the request goes from here
+		sess.sc.bg.Go(func() { outbound{sess.sc}.forwardJoined(sess, c, h.joined) })
+	}
+	close(h.ch)
+}
 
 // Withdrawn implements proxy.Carrier: the POST waiting for its held request
 // sends it never; reply, if not nil, is the client's answer on its stream.
 func (sess *session) Withdrawn(_ *proxy.Call, held any, reply []byte) {
 	h := held.(*hold)
 	h.withdrawn, h.reply = true, reply
+	if h.joined != nil {
+		h.joined.end(sess, reply)
+	}
 	close(h.ch)
 }
 
@@ -51,6 +68,10 @@ func (sess *session) Withdrawn(_ *proxy.Call, held any, reply []byte) {
 // stream was the cancel).
 func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 	p := sess.postingOf(c)
+	if st := sess.takeDeferred(c); st != nil { // the governor sends the cancel it kept
+		st.StopKeeping()
+		p = st.post()
+	}
 	if reply != nil {
 		sess.finishCall(c, reply)
 	}
@@ -59,10 +80,23 @@ func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 	}
 }
 
-// Notify implements proxy.Carrier: nothing is sent. The only request the
-// core notifies of is one held (a re-issue that joined a running call),
-// and a held request's POST has no response stream yet.
-func (sess *session) Notify(*proxy.Call, []byte) {}
+// Notify implements proxy.Carrier: the only request the core notifies of
+// is one held, a re-issue that joined a running call, told of that call's
+// progress. It goes on the event stream its POST answers with; the first
+// has the POST open that stream (waitHeld).
+func (sess *session) Notify(_ *proxy.Call, held any, frame []byte) {
+	h, ok := held.(*hold)
+	switch {
+	case !ok:
+	case h.joined != nil:
+		h.joined.ev.Send(frame, false)
+	default:
+		if h.notes == nil {
+			close(h.noted)
+		}
+		h.notes = append(h.notes, bytes.Clone(frame))
+	}
+}
 
 // SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
 // is POSTed in the session, and its answer given to the tracker.

@@ -87,6 +87,9 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	if d.Trace.Parent != "" {
 		setTraceHeaders(&ctx.Request, d.Trace)
 	}
+	if rl.streamJoined(ctx, sess, st, &d) {
+		return
+	}
 	if !rl.admit(ctx, sess, st, &d) {
 		st.post().Headed() // never sent
 		return
@@ -146,11 +149,16 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *d
 		outbound{rl.s}.forwardDetached(ctx, d.Data, d.taken, d.Cancels)
 		return false
 	}
-	if d.WantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose() {
+	if d.WantsLate && (rl.s.LateWatch > 0 || d.DeferCancel) && !sess.protocolVersion().CancelsByClose() {
 		// After a cancel the client's stream ends, but the upstream's
-		// answer is still read a while, for the hooks that compensate it.
-		// (In 2026-07-28 closing the upstream's stream is the cancel.)
+		// answer is still read a while, for the hooks that compensate it,
+		// and, while the policy keeps the cancel back (reissue: join), for
+		// a re-issue that joins the call. (In 2026-07-28 closing the
+		// upstream's stream is the cancel.)
 		st.LingerFor(rl.s.LateWatch)
+		if d.DeferCancel {
+			st.Keep()
+		}
 	}
 	return true
 }
@@ -189,7 +197,8 @@ func (rl relay) adopt(id string, sess *session) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
-	sess.key = sessionKey(id)                 // before it is registered: read unlocked
+	sess.key = sessionKey(id) // before it is registered: read unlocked
+	sess.ownsSession()
 	adopted, _ := rl.s.sessions.Add(id, sess) // no cap: the upstream caps its sessions
 	return adopted
 }

@@ -40,6 +40,9 @@ type session struct {
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
 	streams map[*proxy.Call]*relayed
+	// deferred maps each request whose cancel the governor keeps back
+	// (reissue: join) to the stream still reading its answer.
+	deferred map[*proxy.Call]*relayed
 	// version is the MCP-Protocol-Version the client last sent.
 	version            string
 	sessiontable.Usage // when the session last saw a request
@@ -75,7 +78,17 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	so.Tracker = opts
 	sess.core = proxy.NewSession(so)
 	sess.t = sess.core.Tracker()
+	sess.ownsSession()
 	return sess
+}
+
+// ownsSession lets the governor keep a client's cancel back (reissue:
+// join) once the session has an id: it is then one client's, as a stdio
+// client's pipe is, and its cancels are notifications the relay sends
+// when told. A sessionless request's is not (any client may send one),
+// nor is a 2026-07-28 one's, where closing the stream is the cancel.
+func (sess *session) ownsSession() {
+	sess.core.SetDeferCancels(sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose())
 }
 
 // scopes numbers the sessions for logs.
@@ -153,6 +166,37 @@ func (sess *session) cancelled(c *proxy.Call, grace time.Duration) *upstream.Pos
 		st.EndAfter(grace)
 	}
 	return st.post()
+}
+
+// deferCancel ends, after grace, the client's side of the stream that
+// would have carried c's answer, as cancelled does, for a cancel the
+// governor keeps back: the stream is kept (its upstream side read on)
+// until the governor sends the cancel (Cancel, takeDeferred).
+func (sess *session) deferCancel(c *proxy.Call, grace time.Duration) {
+	sess.mu.Lock()
+	for dc, st := range sess.deferred { // answered since: nothing to send
+		if st.Ended() {
+			delete(sess.deferred, dc)
+		}
+	}
+	if st := sess.streams[c]; st != nil {
+		if sess.deferred == nil {
+			sess.deferred = map[*proxy.Call]*relayed{}
+		}
+		sess.deferred[c] = st
+	}
+	sess.mu.Unlock()
+	sess.cancelled(c, grace)
+}
+
+// takeDeferred returns the stream of c whose cancel the governor kept
+// back, and forgets it; nil if there is none.
+func (sess *session) takeDeferred(c *proxy.Call) *relayed {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	st := sess.deferred[c]
+	delete(sess.deferred, c)
+	return st
 }
 
 // postingOf returns how far the POST of c has gone, if its stream is

@@ -464,6 +464,9 @@ func (rl relay) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, pa
 	for _, c := range d.Cancels {
 		d.taken = append(d.taken, sess.cancelled(c, rl.s.grace))
 	}
+	for _, c := range d.Deferred { // the client is freed; the governor sends the cancel
+		sess.deferCancel(c, rl.s.grace)
+	}
 	for _, mc := range d.More {
 		p := sess.cancelled(mc.Call, rl.s.grace)
 		if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {

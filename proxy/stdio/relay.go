@@ -158,7 +158,9 @@ func (k carrier) Cancel(c *proxy.Call, notice, reply []byte) {
 }
 
 // Notify implements proxy.Carrier: the client gets frame.
-func (k carrier) Notify(_ *proxy.Call, frame []byte) { k.s.reply(k.s.sides[proxy.Client], frame) }
+func (k carrier) Notify(_ *proxy.Call, _ any, frame []byte) {
+	k.s.reply(k.s.sides[proxy.Client], frame)
+}
 
 // SendOwn implements proxy.Carrier.
 func (k carrier) SendOwn(frame []byte) {

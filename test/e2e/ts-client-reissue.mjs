@@ -9,19 +9,22 @@
 // env: PROXY_BIN (the proxy binary), CONFIG (its configuration file),
 // UPSTREAM (if set, the proxy bridges to the example server there, whose
 // log is not seen here: executions is then the test's to count),
-// SIDECAR_URL (if set, the script is the SDK's HTTP+SSE client of a sidecar
-// the test runs: once the re-issue is sent it prints REISSUED and waits for
-// GO on stdin, which the test writes when the sidecar says it joined; the
-// test counts executions and joins)
+// SIDECAR_URL (if set, the script is the SDK's client of a sidecar the test
+// runs: its Streamable HTTP client for a URL ending in /mcp, else its
+// HTTP+SSE client; once the re-issue is sent it prints REISSUED and waits
+// for GO on stdin, which the test writes when the sidecar says it joined;
+// the test counts executions and joins)
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { proxyEvents } from './proxy-events.mjs';
 
 const sidecar = process.env.SIDECAR_URL;
 const common = ['--config', process.env.CONFIG, '--log-level', 'debug'];
-const transport = sidecar ? new SSEClientTransport(new URL(sidecar)) : new StdioClientTransport({
+const httpClient = (url) => url.pathname.endsWith('/mcp') ? new StreamableHTTPClientTransport(url) : new SSEClientTransport(url);
+const transport = sidecar ? httpClient(new URL(sidecar)) : new StdioClientTransport({
   command: process.env.PROXY_BIN,
   args: process.env.UPSTREAM
     ? [...common, '--upstream', process.env.UPSTREAM]

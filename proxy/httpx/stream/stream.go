@@ -55,6 +55,10 @@ type Stream struct {
 
 	mu    sync.Mutex // guards the fields below
 	state state
+	// kept: a lingering stream is read on past its linger, until
+	// StopKeeping (a cancel the policy defers: a re-issue may want the
+	// answer).
+	kept  bool
 	body  fasthttp.ReadCloserWithError
 	timer clock.Timer // the grace's
 	// final, when set, is the proxy's own answer that ends the stream (a
@@ -83,18 +87,41 @@ func (st *Stream) Quit() <-chan struct{} { return st.quit }
 // release ends the client's side of the stream after a cancel: at once
 // the upstream's too, or, when the stream lingers, after the linger.
 func (st *Stream) release() {
-	if st.linger <= 0 {
+	st.mu.Lock()
+	if st.quit == nil || st.linger <= 0 && !st.kept {
+		st.mu.Unlock()
 		st.CloseWithError(ErrCancelled)
 		return
 	}
-	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.state >= lingering {
 		return
 	}
 	st.state = lingering
 	close(st.quit)
-	st.Clock.AfterFunc(st.linger, func() { st.CloseWithError(ErrCancelled) })
+	if !st.kept {
+		st.Clock.AfterFunc(st.linger, func() { st.CloseWithError(ErrCancelled) })
+	}
+}
+
+// Keep has a stream that lingers (LingerFor) read on after its cancel
+// until StopKeeping, not only for its linger; before the stream is
+// shared.
+func (st *Stream) Keep() { st.kept = true }
+
+// StopKeeping ends what Keep started: a stream lingering already is read
+// on for its linger from now, then ended; one not yet released lingers
+// as any other.
+func (st *Stream) StopKeeping() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.kept {
+		return
+	}
+	st.kept = false
+	if st.state == lingering {
+		st.Clock.AfterFunc(st.linger, func() { st.CloseWithError(ErrCancelled) })
+	}
 }
 
 // Watched returns a channel closed when the stream is ended.

@@ -85,3 +85,38 @@ func TestStreamStates(t *testing.T) {
 		t.Error("an ended stream went back to its grace")
 	}
 }
+
+// TestStreamKept: a kept stream (a cancel the policy defers) lingers past
+// its linger, a linger of 0 among them, until StopKeeping; then it ends
+// after its linger. One kept and never released lingers as any other.
+func TestStreamKept(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	state := func(st *Stream) state { st.mu.Lock(); defer st.mu.Unlock(); return st.state }
+	for _, linger := range []time.Duration{0, time.Minute} {
+		st := New(clk)
+		st.LingerFor(linger)
+		st.Keep()
+		b := &fakeBody{}
+		st.SetBody(b)
+		st.EndAfter(time.Second)
+		clk.Advance(time.Second + time.Hour)
+		if state(st) != lingering || len(b.closed) != 0 {
+			t.Fatalf("linger %v, kept: state %d, closes %v", linger, state(st), b.closed)
+		}
+		st.StopKeeping()
+		st.StopKeeping() // once only
+		clk.Advance(linger)
+		if state(st) != ended || len(b.closed) != 1 {
+			t.Fatalf("linger %v, after StopKeeping and the linger: state %d, closes %v", linger, state(st), b.closed)
+		}
+	}
+	st := New(clk)
+	st.LingerFor(time.Minute)
+	st.Keep()
+	st.StopKeeping() // before the cancel: it lingers as any other
+	st.EndAfter(time.Second)
+	clk.Advance(time.Second + time.Minute)
+	if state(st) != ended {
+		t.Fatalf("kept, then not, before the cancel: state %d after the grace and linger", state(st))
+	}
+}

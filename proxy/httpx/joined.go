@@ -1,0 +1,134 @@
+package httpx
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// joinedStream is the event stream a held re-issue's POST answers with
+// once the call it joined (reissue: join) reports progress: the progress
+// goes on it under the re-issue's token, then the call's answer. Should
+// the re-issue be sent after all (the call it joined ended without the
+// server's answer), the POST goes upstream from here and its answer comes
+// on the same stream.
+type joinedStream struct {
+	ev   *stream.Events
+	st   *relayed          // the POST's, to which the request is attached
+	from *fasthttp.Request // the client's POST, kept past its handler
+	body []byte            // what the POST forwards
+}
+
+// end ends the stream with reply, if not nil; the request was never sent.
+func (j *joinedStream) end(sess *session, reply []byte) {
+	if reply != nil {
+		j.ev.Send(reply, true)
+	}
+	j.ev.End()
+	j.st.post().Headed() // never sent
+	sess.detach(j.st)
+}
+
+// streamJoined waits for the single request of a POST that the governor
+// holds, where it may be a re-issue joined to a running call (the session
+// defers cancels): once the call reports progress before the wait is
+// over, the POST answers with an event stream (joinedStream), and
+// streamJoined reports true. Otherwise the request is dispatched or
+// withdrawn first, and the POST goes on as any held one (admit).
+func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *decided) bool {
+	if len(d.Held) != 1 || len(d.Requests) != 1 || !sess.core.DefersCancels() {
+		return false
+	}
+	h := d.Held[0].Handle.(*hold)
+	select {
+	case <-h.ch:
+		return false
+	case <-h.noted:
+	}
+	j := &joinedStream{ev: stream.NewEvents(rl.s.clock, 1), st: st, from: new(fasthttp.Request), body: bytes.Clone(d.Data)}
+	ctx.Request.CopyTo(j.from)
+	sess.core.Lock()
+	select {
+	case <-h.ch: // dispatched or answered meanwhile
+		sess.core.Unlock()
+		return false
+	default:
+	}
+	for _, n := range h.notes {
+		j.ev.Send(n, false)
+	}
+	h.notes, h.joined = nil, j
+	sess.core.Unlock()
+	sess.open.Add(1)
+	stop := rl.s.closes.Watch(ctx.Conn(), j.ev.Abort)
+	j.ev.StopWatch = func() {
+		stop()
+		sess.open.Add(-1)
+	}
+	stream.Serve(ctx, j.ev)
+	return true
+}
+
+// forwardJoined sends the request of a joinedStream upstream (it was
+// dispatched after all) and relays the answer, JSON or an event stream,
+// onto the stream.
+func (ob outbound) forwardJoined(sess *session, c *proxy.Call, j *joinedStream) {
+	defer sess.detach(j.st)
+	defer j.ev.End()
+	req := fasthttp.AcquireRequest()
+	ob.s.endpoint.Build(req, upstream.Request{Body: j.body, From: j.from, Posting: j.st.post()})
+	resp, err := ob.s.endpoint.Send(req, 0)
+	fasthttp.ReleaseRequest(req)
+	j.st.post().Headed()
+	fail := func(why string) {
+		if reply := sess.t.Fail(c, proxy.CodeServerGone, why); reply != nil {
+			j.ev.Send(reply, true)
+		}
+	}
+	if err != nil {
+		fail("the upstream MCP server is unreachable: " + upstream.Brief(err))
+		return
+	}
+	defer fasthttp.ReleaseResponse(resp)
+	if status := resp.StatusCode(); status >= 500 {
+		upstream.ReadHead(resp)
+		fail(fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
+		return
+	}
+	if !j.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
+		return
+	}
+	var f framing.Frame
+	if !upstream.IsEventStream(resp.Header.ContentType()) {
+		if f.Parse(readBody(resp, ob.s.maxBody)) == nil {
+			if d := (relay{ob.s}).decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}); d.Data != nil {
+				j.ev.Send(d.Data, true)
+			}
+		}
+	} else {
+		rd := ob.newSSEReader(resp)
+		for {
+			e, err := rd.Next()
+			if err != nil {
+				break
+			}
+			if out := (relay{ob.s}).filterEvent(sess, e, &f, false); len(out) > 0 {
+				j.ev.SendEvent(bytes.Clone(out), true)
+			}
+		}
+		rd.Release()
+	}
+	cut := j.st.WasCut()
+	j.st.CloseWithError(nil)
+	if final := j.st.TakeFinal(); final != nil {
+		j.ev.Send(final, true)
+	} else if !cut {
+		fail(errEndedUnanswered.Error()) // nothing, if it was answered
+	}
+}
