@@ -43,6 +43,10 @@ func TestE2ECheckKnownServers(t *testing.T) {
 			map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 		{"server-everything", nil, []string{"--tool", "trigger-long-running-operation", "--args", `{"duration":20,"steps":40}`, "--", node, everything, "stdio"},
 			map[string]string{"late-answer": "pass", "progress-after-cancel": "fail/SHOULD", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
+		// A task tool (2025-11-25): its plain call answers at once (the
+		// cancel line skips), and tasks/cancel moves its task to cancelled.
+		{"server-everything tasks", nil, []string{"--tool", "simulate-research-query", "--args", `{"topic":"x","ambiguous":false}`, "--", node, everything, "stdio"},
+			map[string]string{"cancel": "skip", "task-cancel": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 		{"FastMCP", pyEnv, append([]string{"--tool", "slow", "--args", `{"seconds":20,"steps":40}`, "--"}, pyArgv...),
 			map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 	} {
