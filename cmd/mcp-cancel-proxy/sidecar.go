@@ -273,7 +273,7 @@ func viaEnvProxy(cfg config.Config, c *fasthttp.Client) error {
 // newSidecar builds the sidecar and its metrics from the configuration.
 func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidecar, *metrics.Metrics) {
 	sc := &httpx.Sidecar{
-		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, AllowedOrigins: cfg.HTTP.AllowedOrigins,
+		Upstream: cfg.HTTP.Upstream, UpstreamTransport: cfg.HTTP.UpstreamTransport, Path: cfg.HTTP.Path, PublicURL: cfg.HTTP.PublicURL, AllowedOrigins: cfg.HTTP.AllowedOrigins,
 		Legacy:             &httpx.Legacy{SSEPath: cfg.HTTP.LegacySSEPath, MessagePath: cfg.HTTP.LegacyMessagePath, InitWait: cfg.HTTP.LegacyInitWait},
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),

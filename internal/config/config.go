@@ -116,6 +116,13 @@ type HTTP struct {
 	UpstreamTransport string `yaml:"upstream_transport"`
 	// Path is the MCP endpoint served. Default /mcp.
 	Path string `yaml:"path"`
+	// PublicURL is the sidecar's own base URL as its clients reach it
+	// (https://mcp.example.com, when a TLS proxy sits in front): the
+	// protected resource metadata (RFC 9728) relayed from the upstream,
+	// and the resource_metadata of its 401s, name the sidecar's MCP
+	// endpoint under it, so that a client doing OAuth checks the resource
+	// it asked for. Default: http:// and the Host header of the request.
+	PublicURL string `yaml:"public_url"`
 	// LegacySSEPath and LegacyMessagePath are the 2024-11-05 HTTP+SSE
 	// transport's endpoints, served to old clients (in front of a stdio
 	// server or an HTTP+SSE upstream). Default /sse and /message.
@@ -449,6 +456,17 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 	}
 	if t := h.UpstreamTransport; t != "" && t != "auto" && t != "streamable" && t != "sse" {
 		bad("http.upstream_transport", "%q is not auto, streamable or sse", t)
+	}
+	if h.PublicURL != "" {
+		u, err := url.Parse(h.PublicURL)
+		switch {
+		case err != nil:
+			bad("http.public_url", "%q is not a URL (%v)", h.PublicURL, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			bad("http.public_url", "%q: the scheme must be http or https, not %q", h.PublicURL, u.Scheme)
+		case u.Host == "" || strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+			bad("http.public_url", "%q must be scheme://host[:port], with no path, query, fragment or user", h.PublicURL)
+		}
 	}
 	if h.Upstream != "" {
 		u, err := url.Parse(h.Upstream)

@@ -13,7 +13,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -317,7 +316,7 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 		}
 		return false
 	}
-	copyResponseHeaders(&ctx.Response, resp)
+	rl.s.copyResponseHeaders(ctx, resp)
 	ctx.SetStatusCode(status)
 	if upstream.IsEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -467,7 +466,7 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
 	}
-	copyResponseHeaders(&ctx.Response, resp)
+	rl.s.copyResponseHeaders(ctx, resp)
 	ctx.SetStatusCode(resp.StatusCode())
 	st := newRelayed(rl.s.clock)
 	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.SetBody(upstream.BodyOf(resp)) {
@@ -497,7 +496,7 @@ func (rl relay) delete(ctx *fasthttp.RequestCtx) {
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
 	}
-	copyResponseHeaders(&ctx.Response, resp)
+	rl.s.copyResponseHeaders(ctx, resp)
 	ctx.SetStatusCode(resp.StatusCode())
 	ctx.SetBody(upstream.ReadHead(resp))
 }
@@ -621,16 +620,5 @@ func setTraceHeaders(req *fasthttp.Request, tc proxy.TraceContext) {
 		req.Header.Set("tracestate", tc.State)
 	} else {
 		req.Header.Del("tracestate")
-	}
-}
-
-// copyResponseHeaders copies the upstream's response headers to the
-// client's response, except hop-by-hop ones and Content-Length.
-func copyResponseHeaders(dst *fasthttp.Response, src *fasthttp.Response) {
-	for k, v := range src.Header.All() {
-		if upstream.Skipped(k, "content-length") || origin.IsCORSHeader(k) {
-			continue
-		}
-		dst.Header.SetBytesKV(k, v)
 	}
 }

@@ -55,6 +55,9 @@ type Sidecar struct {
 	UpstreamTransport string
 	// Path is the MCP endpoint the sidecar serves. If empty, DefaultPath.
 	Path string
+	// PublicURL, if set, is the sidecar's base URL as its clients reach it
+	// (see oauth.go); else http:// and each request's Host.
+	PublicURL string
 	// AllowedOrigins lists the Origin header values accepted besides none
 	// at all; any other gets 403 (the spec requires validating Origin). An
 	// entry "*" accepts every origin. With CheckHost, origins on a loopback
@@ -325,6 +328,9 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if s.Legacy != nil && (legacyFront{s}).serveLegacy(ctx) {
+		return
+	}
+	if s.serveResourceMetadata(ctx) {
 		return
 	}
 	if string(ctx.Path()) != s.path {
