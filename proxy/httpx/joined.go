@@ -37,10 +37,12 @@ func (j *joinedStream) end(sess *session, reply []byte) {
 
 // streamJoined waits for the single request of a POST that the governor
 // holds, where it may be a re-issue joined to a running call (the session
-// defers cancels): once the call reports progress before the wait is
-// over, the POST answers with an event stream (joinedStream), and
-// streamJoined reports true. Otherwise the request is dispatched or
-// withdrawn first, and the POST goes on as any held one (admit).
+// defers cancels): once the call has reported progress, the POST answers
+// with an event stream (joinedStream), and streamJoined reports true; so
+// it does when the call's answer came right after its progress, which
+// then go on the stream together. Otherwise (no progress came before the
+// request was dispatched or answered) the POST goes on as any held one
+// (admit).
 func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *decided) bool {
 	if len(d.Held) != 1 || len(d.Requests) != 1 || !sess.core.DefersCancels() {
 		return false
@@ -48,22 +50,26 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 	h := d.Held[0].Handle.(*hold)
 	select {
 	case <-h.ch:
-		return false
 	case <-h.noted:
 	}
-	j := &joinedStream{ev: stream.NewEvents(rl.s.clock, 1), st: st, from: new(fasthttp.Request), body: bytes.Clone(d.Data)}
-	ctx.Request.CopyTo(j.from)
+	j := &joinedStream{ev: stream.NewEvents(rl.s.clock, 1), st: st}
 	sess.core.Lock()
-	select {
-	case <-h.ch: // dispatched or answered meanwhile
+	over := isClosed(h.ch)
+	if len(h.notes) == 0 || over && !h.withdrawn { // no progress; or sent after all, to have its own
 		sess.core.Unlock()
 		return false
-	default:
 	}
 	for _, n := range h.notes {
 		j.ev.Send(n, false)
 	}
-	h.notes, h.joined = nil, j
+	h.notes = nil
+	if over { // answered: the answer follows its progress
+		j.end(sess, h.reply)
+	} else {
+		j.from, j.body = new(fasthttp.Request), bytes.Clone(d.Data)
+		ctx.Request.CopyTo(j.from)
+		h.joined = j
+	}
 	sess.core.Unlock()
 	sess.open.Add(1)
 	stop := rl.s.closes.Watch(ctx.Conn(), j.ev.Abort)
@@ -73,6 +79,16 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 	}
 	stream.Serve(ctx, j.ev)
 	return true
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // forwardJoined sends the request of a joinedStream upstream (it was
