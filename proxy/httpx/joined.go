@@ -6,7 +6,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -52,13 +51,13 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 	case <-h.ch:
 	case <-h.noted:
 	}
-	j := &joinedStream{ev: stream.NewEvents(rl.s.clock, 1), st: st}
 	sess.core.Lock()
 	over := isClosed(h.ch)
 	if len(h.notes) == 0 || over && !h.withdrawn { // no progress; or sent after all, to have its own
 		sess.core.Unlock()
 		return false
 	}
+	j := &joinedStream{ev: stream.NewEvents(rl.s.clock, 1), st: st}
 	for _, n := range h.notes {
 		j.ev.Send(n, false)
 	}
@@ -120,26 +119,13 @@ func (ob outbound) forwardJoined(sess *session, c *proxy.Call, j *joinedStream) 
 	if !j.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
 		return
 	}
-	var f framing.Frame
-	if !upstream.IsEventStream(resp.Header.ContentType()) {
-		if f.Parse(readBody(resp, ob.s.maxBody)) == nil {
-			if d := (relay{ob.s}).decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}); d.Data != nil {
-				j.ev.Send(d.Data, true)
-			}
+	ob.readAnswer(sess, resp, func(b []byte, event bool) {
+		if event {
+			j.ev.SendEvent(bytes.Clone(b), true) // b is the reader's buffer
+		} else {
+			j.ev.Send(b, true)
 		}
-	} else {
-		rd := ob.newSSEReader(resp)
-		for {
-			e, err := rd.Next()
-			if err != nil {
-				break
-			}
-			if out := (relay{ob.s}).filterEvent(sess, e, &f, false); len(out) > 0 {
-				j.ev.SendEvent(bytes.Clone(out), true)
-			}
-		}
-		rd.Release()
-	}
+	})
 	cut := j.st.WasCut()
 	j.st.CloseWithError(nil)
 	if final := j.st.TakeFinal(); final != nil {

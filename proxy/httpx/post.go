@@ -264,19 +264,27 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 	return nil, errGaveUp
 }
 
-// toTracker reads an upstream answer, JSON or an event stream, puts every
-// message in it to the session's tracker, and releases the response: for
-// answers no client waits for (the proxy's own requests, late answers).
+// toTracker reads an upstream answer, JSON or an event stream, puts
+// every message in it to the session's tracker, and releases the response:
+// for answers no client waits for (the proxy's own requests, late answers).
 func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 	defer fasthttp.ReleaseResponse(resp)
+	ob.readAnswer(sess, resp, nil)
+}
+
+// readAnswer reads an upstream answer, JSON or an event stream, to its
+// end, putting every message in it to the session's tracker; send, if not
+// nil, gets what is left to relay of it: the JSON frame, or each event as
+// it goes on the wire (event true).
+func (ob outbound) readAnswer(sess *session, resp *fasthttp.Response, send func(b []byte, event bool)) {
+	rl := relay{ob.s}
 	var f framing.Frame
-	put := func(data []byte) {
-		if f.Parse(data) == nil {
-			relay{ob.s}.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
-		}
-	}
 	if !upstream.IsEventStream(resp.Header.ContentType()) {
-		put(readBody(resp, ob.s.maxBody))
+		if f.Parse(readBody(resp, ob.s.maxBody)) == nil {
+			if d := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}); d.Data != nil && send != nil {
+				send(d.Data, false)
+			}
+		}
 		return
 	}
 	rd := ob.newSSEReader(resp)
@@ -286,8 +294,8 @@ func (ob outbound) toTracker(sess *session, resp *fasthttp.Response) {
 		if err != nil {
 			break
 		}
-		if ev.HasData {
-			put(ev.Data)
+		if out := rl.filterEvent(sess, ev, &f, false); len(out) > 0 && send != nil {
+			send(out, true)
 		}
 	}
 	resp.CloseBodyStream()
