@@ -84,7 +84,11 @@ type Engine struct {
 	clock   Clock
 	wg      sync.WaitGroup // records not yet written
 
-	stories   stories    // what the status page shows of past requests
+	stories stories // what the status page shows of past requests
+	// joins are the calls that re-issues may join across the sessions
+	// that several clients share (requests without a session), by a key
+	// that names the client's credential (reissue.go).
+	joins     joins
 	mu        sync.Mutex // guards governors and adopting
 	governors map[*governor]bool
 	adopting  Timer // the next look for jobs of proxies that ended

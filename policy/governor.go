@@ -37,13 +37,13 @@ type governor struct {
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
 	closed      bool
-	// shared are the calls of reissue: join rules that re-issues may join,
-	// by key, and sharedBy each of them and of their waiters (reissue.go);
-	// sharing is set once there was one, so that the session's other
-	// events skip them unlocked.
-	shared   map[string]*shared
-	sharedBy map[*proxy.Call]*shared
-	sharing  atomic.Bool
+	// own is the table of the session's calls that re-issues may join
+	// (reissue.go), made when first needed, where the session is one
+	// client's. joins is the table the governor's calls and waiters are
+	// in, own or the Engine's, once there is one, so that the session's
+	// other events skip it unlocked.
+	own   *joins
+	joins atomic.Pointer[joins]
 }
 
 // answered is a request the server answered, remembered for a cancel that
@@ -97,8 +97,8 @@ func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 
 // Observe implements proxy.Governor.
 func (g *governor) Observe(ev proxy.Change) {
-	if g.sharing.Load() {
-		g.observeShared(ev)
+	if j := g.joins.Load(); j != nil {
+		g.observeShared(j, ev)
 	}
 	switch ev.Kind {
 	case proxy.ChangeProgress:
@@ -123,18 +123,18 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
 		return proxy.Admission{}
 	}
-	tool, rule, joinKey := "", (*Effective)(nil), ""
+	tool, rule, joinKey, table := "", (*Effective)(nil), "", (*joins)(nil)
 	if m.Method == "tools/call" {
 		g.mu.Lock()
 		tool = g.toolNameLocked(m)
 		rule = g.e.m.Load().match(m.Method, tool)
 		if rule.Reissue && !m.HasTask && !g.closed && g.act.DefersCancels() {
-			if key, ok := reissueKey(rule, tool, m); ok {
-				if g.joinLocked(c, tool, key) {
+			if j, key, ok := g.reissueKeyLocked(c, rule, tool, m); ok {
+				if g.joinLocked(j, c, tool, key) {
 					g.mu.Unlock()
 					return proxy.Admission{Hold: true} // never sent: answered with the call it joined
 				}
-				joinKey = key
+				joinKey, table = key, j
 			}
 		}
 		if !rule.active() && !m.HasTask && !g.closed {
@@ -176,7 +176,7 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if joinKey != "" {
 		// Its re-issues join it; its client's cancel waits for them, and
 		// its answer is read after a cancel, for them.
-		g.shareLocked(r, joinKey)
+		g.shareLocked(table, r, joinKey)
 		a.DeferCancel, a.WantsLate = true, true
 	}
 	if a.Timed {
@@ -491,8 +491,10 @@ func (g *governor) beginClose() (settle func()) {
 		return nil
 	}
 	g.closed = true
-	for _, s := range g.shared {
-		g.unshareLocked(s) // no re-issue can come now
+	if j := g.joins.Load(); j != nil {
+		for _, f := range j.leaveAll(g) { // no re-issue can come now
+			f()
+		}
 	}
 	idle := !g.work.busy()
 	var frees []effect // of slots held or waited for by calls the session ends with

@@ -42,11 +42,18 @@ type fakeTransport struct {
 	mu      sync.Mutex // stands for the client relay
 	acts    chan action
 	restart bool // what Restart answers
+	// principal, when set, makes the session several clients': it says
+	// whose each request is (Actions.Principal).
+	principal func(*proxy.Call) string
 }
 
-func newTransport(t *testing.T, e *Engine) *fakeTransport {
-	ft := &fakeTransport{t: t, acts: make(chan action, 64)}
-	ft.gov = e.Governor("s1")(ft)
+func newTransport(t *testing.T, e *Engine) *fakeTransport { return transportOf(t, e, "s1", nil) }
+
+// transportOf is a fake transport of the session named, whose requests'
+// principal is said by principal (nil: the session is one client's).
+func transportOf(t *testing.T, e *Engine, session string, principal func(*proxy.Call) string) *fakeTransport {
+	ft := &fakeTransport{t: t, acts: make(chan action, 64), principal: principal}
+	ft.gov = e.Governor(session)(ft)
 	ft.tr = proxy.NewTracker(proxy.TrackerOptions{Logger: zaptest.NewLogger(t), Governor: ft.gov})
 	return ft
 }
@@ -83,6 +90,13 @@ func (ft *fakeTransport) ReleaseCancel(c *proxy.Call, send bool) {
 }
 
 func (ft *fakeTransport) DefersCancels() bool { return true }
+
+func (ft *fakeTransport) Principal(c *proxy.Call) (string, bool) {
+	if ft.principal == nil {
+		return "", false
+	}
+	return ft.principal(c), true
+}
 
 func (ft *fakeTransport) After(f func()) {
 	ft.mu.Lock()

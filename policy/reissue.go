@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,11 +32,32 @@ import (
 // that call's id, "(request 7)", which joined_id holds too.
 const StatusJoined = "joined the call already running"
 
+// joins is a table of the calls that re-issues may join, and of the
+// requests waiting on them. A session that is one client's has a table of
+// its own (its governor's); the sessions that several clients share
+// (requests without a session, protocol 2026-07-28: each one's own, or
+// the stdio server's that serves them all) share the Engine's, whose keys
+// name the client's credential, so that a re-issue sent on a request of
+// its own joins the call of another request of the same client. Its lock
+// is taken after a governor's, never before.
+type joins struct {
+	mu     sync.Mutex
+	byKey  map[string]*shared
+	byCall map[*proxy.Call]*shared // each shared call, and each of its waiters
+}
+
+// waiter is a re-issue held until the call it joined is answered, with
+// the governor of its session, which acts for it.
+type waiter struct {
+	g *governor
+	c *proxy.Call
+}
+
 // shared is a call that re-issues may join.
 type shared struct {
 	key     string
-	orig    *record       // the call the server runs
-	waiters []*proxy.Call // re-issues waiting for its answer, held
+	orig    *record  // the call the server runs; orig.g is its session's governor
+	waiters []waiter // re-issues waiting for its answer, held
 	// cancelled: orig's client cancelled it, and its cancel is held until
 	// grace passes with nobody waiting; sent once it went.
 	cancelled, sent bool
@@ -47,9 +71,10 @@ type shared struct {
 }
 
 // reissueKey is what makes a call of tool the same as another for rule:
-// a digest of the tool and its arguments' canonical JSON, or of the value
+// a digest of scope (whose the call is, where a session is several
+// clients'), the tool and its arguments' canonical JSON, or of the value
 // at the rule's reissue_key; false when that points at nothing.
-func reissueKey(rule *Effective, tool string, m *framing.Message) (string, bool) {
+func reissueKey(rule *Effective, tool, scope string, m *framing.Message) (string, bool) {
 	var doc any
 	if m.ParamsSpan.Found() {
 		d := json.NewDecoder(bytes.NewReader(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End]))
@@ -73,31 +98,67 @@ func reissueKey(rule *Effective, tool string, m *framing.Message) (string, bool)
 		canon, _ = json.Marshal(args) // map keys sorted: canonical
 	}
 	h := sha256.New()
-	h.Write([]byte(tool))
-	h.Write([]byte{0})
+	for _, part := range []string{scope, tool} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
 	h.Write(canon)
 	return hex.EncodeToString(h.Sum(nil)), true
 }
 
-// joinLocked makes c a waiter of the call its key names, if one may be
-// joined, and reports whether it did: c is then held, and answered when
-// that call is (at once, if its answer is kept).
-func (g *governor) joinLocked(c *proxy.Call, tool, key string) bool {
-	s := g.shared[key]
+// reissueKeyLocked returns c's re-issue key, and the table it goes in.
+// In a session that is one client's, that is the session's own table. In
+// one that several clients share it is the Engine's, and the key is
+// scoped by the client's credential and the rule's correlated ids
+// (correlate: a run id, say); a request without a credential joins
+// nothing there (false), since nothing tells its client from another.
+func (g *governor) reissueKeyLocked(c *proxy.Call, rule *Effective, tool string, m *framing.Message) (*joins, string, bool) {
+	principal, several := g.act.Principal(c)
+	if !several {
+		if g.own == nil {
+			g.own = &joins{}
+		}
+		key, ok := reissueKey(rule, tool, "", m)
+		return g.own, key, ok
+	}
+	if principal == "" {
+		return nil, "", false
+	}
+	scope := principal
+	if len(rule.Correlate) > 0 {
+		ids := correlate(rule.Correlate, field(m.Raw, "params"))
+		names := slices.Sorted(maps.Keys(ids))
+		for _, name := range names {
+			scope += "\x00" + name + "=" + string(ids[name])
+		}
+	}
+	key, ok := reissueKey(rule, tool, scope, m)
+	return &g.e.joins, key, ok
+}
+
+// joinLocked makes c a waiter of the call its key names in j, if one may
+// be joined, and reports whether it did: c is then held, and answered
+// when that call is (at once, if its answer is kept).
+func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.byKey[key]
 	if s == nil || s.sent && s.answer == nil { // its cancel went: the server may have stopped it
 		return false
 	}
+	g.watch(j)
 	if g.tools == nil {
 		g.tools = map[*proxy.Call]string{}
 	}
 	g.tools[c] = tool // for its audit line, should it be cancelled
 	if s.answer != nil {
 		reply := framing.Splice(nil, s.answer, s.idSpan, c.ID())
-		g.work.post(func() { g.answerJoined(c, s.orig, reply) })
+		orig := s.orig
+		g.work.post(func() { g.answerJoined(c, orig, reply) })
 		return true
 	}
-	s.waiters = append(s.waiters, c)
-	g.sharedBy[c] = s
+	s.waiters = append(s.waiters, waiter{g, c})
+	j.byCall[c] = s
 	if s.grace != nil { // a cancel was waiting for a re-issue: here it is
 		s.grace.Stop()
 		s.grace = nil
@@ -107,28 +168,37 @@ func (g *governor) joinLocked(c *proxy.Call, tool, key string) bool {
 	return true
 }
 
-// shareLocked makes r's call one that re-issues may join.
-func (g *governor) shareLocked(r *record, key string) {
-	if old := g.shared[key]; old != nil {
-		g.unshareLocked(old) // its cancel went: the new call is the one to join
+// watch has the governor follow j's calls and waiters (observeShared).
+func (g *governor) watch(j *joins) {
+	if g.joins.Load() == nil {
+		g.joins.Store(j)
 	}
-	if g.shared == nil {
-		g.shared, g.sharedBy = map[string]*shared{}, map[*proxy.Call]*shared{}
-		g.sharing.Store(true)
+}
+
+// shareLocked makes r's call one that re-issues may join, in j.
+func (g *governor) shareLocked(j *joins, r *record, key string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	g.watch(j)
+	if old := j.byKey[key]; old != nil {
+		j.unshareLocked(old) // its cancel went: the new call is the one to join
+	}
+	if j.byKey == nil {
+		j.byKey, j.byCall = map[string]*shared{}, map[*proxy.Call]*shared{}
 	}
 	s := &shared{key: key, orig: r}
-	g.shared[key] = s
-	g.sharedBy[r.c] = s
+	j.byKey[key] = s
+	j.byCall[r.c] = s
 }
 
 // unshareLocked forgets s.
-func (g *governor) unshareLocked(s *shared) {
-	if g.shared[s.key] == s {
-		delete(g.shared, s.key)
+func (j *joins) unshareLocked(s *shared) {
+	if j.byKey[s.key] == s {
+		delete(j.byKey, s.key)
 	}
-	delete(g.sharedBy, s.orig.c)
+	delete(j.byCall, s.orig.c)
 	for _, w := range s.waiters {
-		delete(g.sharedBy, w)
+		delete(j.byCall, w.c)
 	}
 	for _, t := range []Timer{s.grace, s.expiry} {
 		if t != nil {
@@ -137,123 +207,154 @@ func (g *governor) unshareLocked(s *shared) {
 	}
 }
 
+// leaveAll ends g's part in j, as g's session ends: its waiters leave
+// the calls they joined, and its calls can be joined no more (their
+// waiters, of other sessions, are sent for real), except those whose
+// suppressed answer is kept, which serve re-issues to the end of their
+// window. It returns what to do once unlocked.
+func (j *joins) leaveAll(g *governor) []func() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var do []func()
+	for _, s := range j.byKey {
+		if s.orig.g == g && s.answer == nil {
+			j.unshareLocked(s)
+			for _, w := range s.waiters {
+				if w.g != g {
+					do = append(do, w.dispatch)
+				}
+			}
+			continue
+		}
+		for _, w := range slices.Clone(s.waiters) {
+			if w.g == g {
+				j.leaveLocked(s, w.c)
+			}
+		}
+	}
+	return do
+}
+
+// dispatch sends w for real: the call it joined ended without an answer
+// it can have.
+func (w waiter) dispatch() { w.g.work.post(func() { w.g.act.Dispatch(w.c) }) }
+
 // sharedAnsweredLocked gives the waiters of c's shared call its answer m
 // (the client's, or suppressed: late), or sends them for real when the
 // call ended without one (m nil). A suppressed answer is kept for the
 // re-issues of reissue_window. It returns what to do once unlocked.
-func (g *governor) sharedAnsweredLocked(c *proxy.Call, m *framing.Message, late bool) []func() {
-	s := g.sharedBy[c]
+func (j *joins) sharedAnsweredLocked(c *proxy.Call, m *framing.Message, late bool) []func() {
+	s := j.byCall[c]
 	if s == nil {
 		return nil
 	}
 	if s.orig.c != c { // a waiter the server answered: it went in a batch, where nothing is held
-		g.leaveLocked(s, c)
+		j.leaveLocked(s, c)
 		return nil
 	}
 	var do []func()
 	waiters := s.waiters
 	s.waiters = nil
 	for _, w := range waiters {
-		delete(g.sharedBy, w)
+		delete(j.byCall, w.c)
 	}
 	if s.cancelled && !s.sent {
-		do = append(do, func() { g.act.ReleaseCancel(c, false) }) // the call is over: no cancel is owed
+		g := s.orig.g
+		do = append(do, func() { g.work.post(func() { g.act.ReleaseCancel(c, false) }) }) // the call is over: no cancel is owed
 	}
 	if m == nil {
-		g.unshareLocked(s)
+		j.unshareLocked(s)
 		for _, w := range waiters {
-			do = append(do, func() { g.act.Dispatch(w) })
+			do = append(do, w.dispatch)
 		}
 		return do
 	}
 	for _, w := range waiters {
-		reply := framing.Splice(nil, m.Raw, m.IDSpan, w.ID())
-		do = append(do, func() { g.answerJoined(w, s.orig, reply) })
+		reply := framing.Splice(nil, m.Raw, m.IDSpan, w.c.ID())
+		do = append(do, func() { w.g.work.post(func() { w.g.answerJoined(w.c, s.orig, reply) }) })
 	}
 	if !late { // its client has it: a later call is a new one
-		g.unshareLocked(s)
+		j.unshareLocked(s)
 		return do
 	}
 	s.answer, s.idSpan = bytes.Clone(m.Raw), m.IDSpan // m.Raw is the relay's buffer
-	g.forgetLaterLocked(s)
+	j.forgetLaterLocked(s)
 	return do
 }
 
 // forgetLaterLocked forgets s reissue_window from now: a kept answer then
 // serves no more re-issues, and a call whose cancel went, if its server
 // never answers, is not remembered for ever.
-func (g *governor) forgetLaterLocked(s *shared) {
+func (j *joins) forgetLaterLocked(s *shared) {
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
-	s.expiry = g.e.clock.AfterFunc(s.orig.rule.ReissueWindow, func() {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.unshareLocked(s)
+	s.expiry = s.orig.g.e.clock.AfterFunc(s.orig.rule.ReissueWindow, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.unshareLocked(s)
 	})
 }
 
 // sharedCancelledLocked is told that c, a shared call or a waiter, was
 // cancelled by source. A waiter leaves; a shared call that nobody waits on
 // any more has its cancel sent once reissue_grace passes without a
-// re-issue. The proxy's own cancels (a deadline, a disconnect, shutdown)
-// go at once: the call's waiters are then sent for real. It returns what
-// to do once unlocked.
-func (g *governor) sharedCancelledLocked(c *proxy.Call, source proxy.Source) []func() {
-	s := g.sharedBy[c]
+// re-issue. The client's cancel (its notification, or, where that is the
+// cancel, its stream's close) is the one held; the proxy's own cancels (a
+// deadline, a session's end, shutdown) go at once, and the call's waiters
+// are then sent for real. It returns what to do once unlocked.
+func (j *joins) sharedCancelledLocked(c *proxy.Call, source proxy.Source) []func() {
+	s := j.byCall[c]
 	if s == nil {
 		return nil
 	}
-	if s.orig.c == c {
-		if source != proxy.SourceClient {
-			s.sent = true
-			g.forgetLaterLocked(s) // its late answer may still serve a re-issue
-			var do []func()
-			for _, w := range s.waiters {
-				delete(g.sharedBy, w)
-				do = append(do, func() { g.act.Dispatch(w) })
-			}
-			s.waiters = nil
-			return do
-		}
-		s.cancelled = true
-		g.waitGraceLocked(s)
+	if s.orig.c != c {
+		j.leaveLocked(s, c)
 		return nil
 	}
-	g.leaveLocked(s, c)
+	if source != proxy.SourceClient && source != proxy.SourceDisconnect {
+		s.sent = true
+		j.forgetLaterLocked(s) // its late answer may still serve a re-issue
+		var do []func()
+		for _, w := range s.waiters {
+			delete(j.byCall, w.c)
+			do = append(do, w.dispatch)
+		}
+		s.waiters = nil
+		return do
+	}
+	s.cancelled = true
+	j.waitGraceLocked(s)
 	return nil
 }
 
 // leaveLocked takes the waiter c from s.
-func (g *governor) leaveLocked(s *shared, c *proxy.Call) {
-	delete(g.sharedBy, c)
-	for i, w := range s.waiters {
-		if w == c {
-			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-			break
-		}
-	}
-	g.waitGraceLocked(s)
+func (j *joins) leaveLocked(s *shared, c *proxy.Call) {
+	delete(j.byCall, c)
+	s.waiters = slices.DeleteFunc(s.waiters, func(w waiter) bool { return w.c == c })
+	j.waitGraceLocked(s)
 }
 
 // waitGraceLocked starts the grace of s's held cancel once nobody waits
 // on its call.
-func (g *governor) waitGraceLocked(s *shared) {
+func (j *joins) waitGraceLocked(s *shared) {
 	if s.cancelled && !s.sent && len(s.waiters) == 0 && s.answer == nil && s.grace == nil {
-		s.grace = g.e.clock.AfterFunc(s.orig.rule.ReissueGrace, func() { g.work.post(func() { g.graceOver(s) }) })
+		g := s.orig.g
+		s.grace = g.e.clock.AfterFunc(s.orig.rule.ReissueGrace, func() { g.work.post(func() { j.graceOver(s) }) })
 	}
 }
 
 // graceOver sends the held cancel of s's call, if still nobody waits on it.
-func (g *governor) graceOver(s *shared) {
-	g.mu.Lock()
-	due := g.sharedBy[s.orig.c] == s && s.cancelled && !s.sent && len(s.waiters) == 0 && s.answer == nil
+func (j *joins) graceOver(s *shared) {
+	j.mu.Lock()
+	due := j.byCall[s.orig.c] == s && s.cancelled && !s.sent && len(s.waiters) == 0 && s.answer == nil
 	if due {
 		s.sent, s.grace = true, nil
-		g.forgetLaterLocked(s) // its late answer may still serve a re-issue
+		j.forgetLaterLocked(s) // its late answer may still serve a re-issue
 	}
-	g.mu.Unlock()
+	j.mu.Unlock()
 	if due {
+		g := s.orig.g
 		g.log.Info("no re-issue joined the cancelled call: its cancel goes to the server", zap.ByteString("id", s.orig.id),
 			zap.String("tool", s.orig.tool), zap.Duration("reissue_grace", s.orig.rule.ReissueGrace))
 		g.act.ReleaseCancel(s.orig.c, true)
@@ -262,16 +363,16 @@ func (g *governor) graceOver(s *shared) {
 
 // sharedProgressLocked passes progress m of a shared call c to its
 // waiters, each under its own token (those that sent none get none).
-func (g *governor) sharedProgressLocked(c *proxy.Call, m *framing.Message) []func() {
-	s := g.sharedBy[c]
+func (j *joins) sharedProgressLocked(c *proxy.Call, m *framing.Message) []func() {
+	s := j.byCall[c]
 	if s == nil || s.orig.c != c || len(s.waiters) == 0 || !m.TokenSpan.Found() {
 		return nil
 	}
 	var do []func()
 	for _, w := range s.waiters {
-		if tok := w.Token(); tok.IsValid() {
+		if tok := w.c.Token(); tok.IsValid() {
 			frame := framing.Splice(nil, m.Raw, m.TokenSpan, tok)
-			do = append(do, func() { g.act.Notify(w, frame) })
+			do = append(do, func() { w.g.work.post(func() { w.g.act.Notify(w.c, frame) }) })
 		}
 	}
 	return do
@@ -294,26 +395,26 @@ func (g *governor) answerJoined(w *proxy.Call, orig *record, reply []byte) {
 	g.e.writeAudit(rec, g.log)
 }
 
-// observeShared follows what happens to shared calls and their waiters.
-// What it asks of the transport runs on the governor's own goroutine:
-// Observe is called with the session's lock held.
-func (g *governor) observeShared(ev proxy.Change) {
+// observeShared follows what happens to the shared calls and waiters of
+// j. What it asks of the transports runs on their governors' own
+// goroutines: Observe is called with the session's lock held.
+func (g *governor) observeShared(j *joins, ev proxy.Change) {
 	var do []func()
-	g.mu.Lock()
+	j.mu.Lock()
 	switch ev.Kind {
 	case proxy.ChangeAnswered, proxy.ChangeLate:
 		msg := ev.Msg
 		if proxy.IsServerGone(msg) { // not the server's answer: its stream broke
 			msg = nil
 		}
-		do = g.sharedAnsweredLocked(ev.Call, msg, ev.Kind == proxy.ChangeLate)
+		do = j.sharedAnsweredLocked(ev.Call, msg, ev.Kind == proxy.ChangeLate)
 	case proxy.ChangeProgress:
-		do = g.sharedProgressLocked(ev.Call, ev.Msg)
+		do = j.sharedProgressLocked(ev.Call, ev.Msg)
 	case proxy.ChangeCancelled:
-		do = g.sharedCancelledLocked(ev.Call, ev.Source)
+		do = j.sharedCancelledLocked(ev.Call, ev.Source)
 	}
-	g.mu.Unlock()
+	j.mu.Unlock()
 	for _, f := range do {
-		g.work.post(f)
+		f()
 	}
 }

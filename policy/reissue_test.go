@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // TestReissueKey: two calls are the same when their tool and arguments
@@ -21,7 +22,7 @@ func TestReissueKey(t *testing.T) {
 		if err := f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + params + `}`)); err != nil {
 			t.Fatal(err)
 		}
-		k, ok := reissueKey(rule, tool, &f.Msgs[0])
+		k, ok := reissueKey(rule, tool, "", &f.Msgs[0])
 		if !ok {
 			return "none"
 		}
@@ -194,11 +195,87 @@ func FuzzReissueKey(f *testing.F) {
 			return
 		}
 		for _, r := range rules {
-			k1, ok1 := reissueKey(r, "pay", &fr.Msgs[0])
-			k2, ok2 := reissueKey(r, "pay", &fr.Msgs[0])
+			k1, ok1 := reissueKey(r, "pay", "", &fr.Msgs[0])
+			k2, ok2 := reissueKey(r, "pay", "", &fr.Msgs[0])
 			if k1 != k2 || ok1 != ok2 {
 				t.Fatalf("two keys for one call: %q %v, %q %v", k1, ok1, k2, ok2)
 			}
 		}
 	})
+}
+
+// sessionless is a transport whose session is several clients' (a
+// request without a session): each of its requests is who's.
+func sessionless(t *testing.T, e *Engine, who string) *fakeTransport {
+	return transportOf(t, e, "r-"+who, func(*proxy.Call) string { return who })
+}
+
+// TestReissueAcrossSessionlessRequests: requests without a session each
+// have a governor of their own; a re-issue joins a call of another such
+// request of the same credential, never one of another credential, and a
+// request without a credential joins nothing. The close of the call's
+// stream (protocol 2026-07-28's cancel) is held as a client's cancel is;
+// the suppressed answer answers the re-issue, and one within the window.
+func TestReissueAcrossSessionlessRequests(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join"}}
+	e, _, recs := engine(t, p)
+	alice, again, later := sessionless(t, e, "alice"), sessionless(t, e, "alice"), sessionless(t, e, "alice")
+	bob, anon, anon2 := sessionless(t, e, "bob"), sessionless(t, e, ""), sessionless(t, e, "")
+	first := alice.client(pay(1)).Request
+	if anon.client(pay(1)).Hold || anon2.client(pay(1)).Hold {
+		t.Error("a request without a credential was held: it joined a call")
+	}
+	if bob.client(pay(1)).Hold {
+		t.Error("another credential's request joined alice's call")
+	}
+	if !again.client(pay(7)).Hold {
+		t.Fatal("alice's re-issue on a request of its own did not join her call")
+	}
+	alice.mu.Lock()
+	alice.tr.CancelCall(first, proxy.SourceDisconnect, "client closed the stream")
+	alice.mu.Unlock()
+	alice.none() // a re-issue waits on the call: its cancel is held
+	alice.server(result(1, `{"content":[]}`))
+	if a := again.next(); a.kind != "answer" || string(a.reply) != `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}` {
+		t.Errorf("the re-issue: %s %s, want the call's answer under id 7", a.kind, a.reply)
+	}
+	if a := alice.next(); a.kind != "forget-cancel" || a.call != first {
+		t.Errorf("the call: %s, want its held cancel forgotten (answered)", a.kind)
+	}
+	r := waitRecord(t, recs)
+	if string(r.ID) == "1" { // the cancelled call's own
+		r = waitRecord(t, recs)
+	}
+	if string(r.ID) != "7" || string(r.JoinedID) != "1" {
+		t.Errorf("audit: id %s joined %s, want 7 joined 1", r.ID, r.JoinedID)
+	}
+	if !later.client(pay(9)).Hold {
+		t.Fatal("a re-issue within the window of the suppressed answer was not held")
+	}
+	if a := later.next(); a.kind != "answer" || !strings.Contains(string(a.reply), `"id":9`) {
+		t.Errorf("the later re-issue: %s %s, want the kept answer under id 9", a.kind, a.reply)
+	}
+	bob.none()
+}
+
+// TestReissueSessionlessCallEnds: when the session of a shared call ends
+// (its request's governor closes) with a re-issue of another request
+// waiting on it, the re-issue is sent for real.
+func TestReissueSessionlessCallEnds(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join"}}
+	e, _, _ := engine(t, p)
+	alice, again := sessionless(t, e, "alice"), sessionless(t, e, "alice")
+	alice.client(pay(1))
+	w := again.client(pay(2))
+	if !w.Hold {
+		t.Fatal("the re-issue was not held")
+	}
+	alice.gov.Close()
+	if a := again.next(); a.kind != "dispatch" || a.call != w.Request {
+		t.Errorf("%s of %v, want the re-issue dispatched", a.kind, a.call)
+	}
 }

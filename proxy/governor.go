@@ -92,8 +92,11 @@ type Admission struct {
 	WatchProgress bool
 	// DeferCancel says the client's cancel of the request is the
 	// governor's to send (Actions.ReleaseCancel), not the transport's: a
-	// re-issue may yet join the call (reissue: join). The client is freed
-	// at once all the same. Only a transport whose Session defers cancels
+	// re-issue may yet join the call (reissue: join). The client's cancel
+	// is its notifications/cancelled (Source client), or, where closing
+	// the request's stream is the cancel (protocol 2026-07-28), that
+	// close (Source disconnect). The client is freed at once all the
+	// same. Only a transport whose Session defers cancels
 	// (SessionOptions.DeferCancels) honours it.
 	DeferCancel bool
 }
@@ -132,6 +135,12 @@ type Actions interface {
 	// call's answer on. Only there may a re-issue join a call (a session
 	// that several clients share must never give one another's result).
 	DefersCancels() bool
+	// Principal says who sent c where the session is several clients'
+	// (requests without a session, protocol 2026-07-28): a digest of the
+	// credential its request carried, "" when it carried none, and true.
+	// It reports false in a session that is one client's. A re-issue
+	// joins only a call of the same principal.
+	Principal(c *Call) (string, bool)
 }
 
 // CodeDeadline is the JSON-RPC error code of the proxy's answer to a

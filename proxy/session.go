@@ -29,6 +29,7 @@ type Session struct {
 	// (Admission.DeferCancel), by call, each the notice for the server; mu.
 	deferred     map[*Call][]byte
 	deferCancels atomic.Bool
+	principal    func(*Call) (string, bool)
 }
 
 // Carrier carries out, on one transport, what a Session decides with no
@@ -74,11 +75,17 @@ type SessionOptions struct {
 	// client's, and that keeps reading a cancelled call's answer, sets it;
 	// without it cancels go at once, and no re-issue joins a call.
 	DeferCancels bool
+	// Principal, if set, is Actions.Principal: it says whether the
+	// session is several clients' (requests without a session, each its
+	// own session or all on one; an HTTP front's session is, until the
+	// upstream gives it an id), and then the digest of the credential
+	// c's request carried. Nil: the session is one client's.
+	Principal func(c *Call) (string, bool)
 }
 
 // NewSession returns a Session configured by o.
 func NewSession(o SessionOptions) *Session {
-	s := &Session{carrier: o.Carrier, restart: o.Restart}
+	s := &Session{carrier: o.Carrier, restart: o.Restart, principal: o.Principal}
 	s.deferCancels.Store(o.DeferCancels)
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
@@ -120,14 +127,11 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 		o.Withdrawn, o.Verdict = true, Drop
 	} else if o.Cancelled.deferCancel && s.deferCancels.Load() {
 		// The governor sends it, or not (a re-issue may join the call).
-		if s.deferred == nil {
-			s.deferred = map[*Call][]byte{}
-		}
 		notice := o.Rewritten
 		if notice == nil {
 			notice = m.Raw
 		}
-		s.deferred[o.Cancelled] = bytes.Clone(notice) // m.Raw is the relay's buffer
+		s.deferLocked(o.Cancelled, bytes.Clone(notice)) // m.Raw is the relay's buffer
 		o.Deferred, o.Verdict = true, Drop
 	}
 	if len(o.More) > 0 {
@@ -140,6 +144,15 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 		o.More = more
 	}
 	return o
+}
+
+// deferLocked keeps notice, the client's cancel of c, for the governor to
+// send (ReleaseCancel).
+func (s *Session) deferLocked(c *Call, notice []byte) {
+	if s.deferred == nil {
+		s.deferred = map[*Call][]byte{}
+	}
+	s.deferred[c] = notice
 }
 
 // withdrawLocked withdraws c if it is held, telling the Carrier, and
@@ -250,14 +263,31 @@ func (s *Session) CancelAll(source Source, why string, reply func(framing.ID) []
 // Cancel cancels c on the client's behalf, as from source for reason (the
 // client went away, and by the configuration that counts as a cancel), if
 // it is still in flight: withdrawn if held, else its cancel carried to the
-// server; the client gets reply, if not nil. It reports whether c was in
+// server; the client gets reply, if not nil. A client's stream that closed
+// (source disconnect, no reply) cancels a call whose cancel the governor
+// sends (Admission.DeferCancel) as the client's cancel would: the session
+// keeps it (Deferred then reports true). It reports whether c was in
 // flight.
 func (s *Session) Cancel(c *Call, source Source, reason string, reply []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	notice := s.t.CancelCall(c, source, reason)
+	_, held := s.held[c]
+	if notice != nil && source == SourceDisconnect && reply == nil && c.deferCancel && !held && s.deferCancels.Load() {
+		s.deferLocked(c, notice)
+		return true
+	}
 	s.cancelLocked(c, notice, reply)
 	return notice != nil
+}
+
+// Deferred reports whether the session keeps c's cancel for the governor
+// to send.
+func (s *Session) Deferred(c *Call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.deferred[c]
+	return ok
 }
 
 // Answer implements Actions: a held request that joined a call already
@@ -299,6 +329,14 @@ func (s *Session) ReleaseCancel(c *Call, send bool) {
 
 // DefersCancels implements Actions.
 func (s *Session) DefersCancels() bool { return s.deferCancels.Load() }
+
+// Principal implements Actions.
+func (s *Session) Principal(c *Call) (string, bool) {
+	if s.principal == nil {
+		return "", false
+	}
+	return s.principal(c)
+}
 
 // SetDeferCancels turns SessionOptions.DeferCancels on or off for the
 // requests admitted from now on: an HTTP front's session becomes one

@@ -41,8 +41,11 @@ type Children struct {
 	sessions sessiontable.Table[*childSession] // set up by the Sidecar's Provision
 	mu       sync.Mutex                        // guards shared; held while a session starts
 	shared   *childSession                     // serves every sessionless request
-	retiring sync.WaitGroup                    // the sessions idle or evicted, stopping
-	totals   *proxy.Counters                   // the Sidecar's, set by its Provision (kind)
+	// principals holds, by the id it is sent under, the principal of each
+	// request on the shared child until it is decided (principalOf).
+	principals sync.Map
+	retiring   sync.WaitGroup  // the sessions idle or evicted, stopping
+	totals     *proxy.Counters // the Sidecar's, set by its Provision (kind)
 }
 
 func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
@@ -82,9 +85,10 @@ type childSession struct {
 
 // start opens a session: the child, the stdio.Session and its router.
 // own says the session is one client's (initialize opened it), not the
-// child shared by sessionless requests: only there may the policy keep a
-// client's cancel back (reissue: join), as over stdio, since a re-issue
-// joined there is that client's own.
+// child shared by sessionless requests. Either way the policy may keep a
+// client's cancel back (reissue: join), as over stdio: in a client's own
+// session a re-issue joined there is that client's own; on the shared
+// child it joins only a call of the same credential (its principal).
 func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	copts := cs.Child
 	copts.Logger = log
@@ -93,7 +97,10 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 		return nil, err
 	}
 	sopts := cs.Session
-	sopts.DeferCancels = own
+	sopts.DeferCancels = true
+	if !own {
+		sopts.Principal = cs.principal
+	}
 	c := &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),
 		retiring: &cs.retiring}
 	clk := c.clock
@@ -104,6 +111,14 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	}
 	c.Start(c.route, nil)
 	return c, nil
+}
+
+// principal returns the principal of a request on the shared child, and
+// forgets it: the request is decided.
+func (cs *Children) principal(c *proxy.Call) (string, bool) {
+	p, _ := cs.principals.LoadAndDelete(c.ID())
+	s, _ := p.(string)
+	return s, true
 }
 
 // backend starts a session's server: dials it, or starts the command.

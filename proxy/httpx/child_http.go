@@ -264,11 +264,18 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		c.Send(framing.AppendCancelled(nil, id, "the client closed the stream"))
 		streamLeft(c.Log, 1, leftCancelled)
 	}
+	principals := &lu.s.Children.principals
+	principals.Store(id, principalOf(&ctx.Request)) // whose it is: a re-issue joins only its own
 	if err := c.Send(line); err != nil {
+		principals.Delete(id)
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
+	stop := closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
+	st.StopWatch = func() {
+		stop()
+		principals.Delete(id) // decided long since, unless no rule asked
+	}
 	stream.Serve(ctx, st)
 }
 

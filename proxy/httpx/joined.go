@@ -47,10 +47,8 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 		return false
 	}
 	h := d.Held[0].Handle.(*hold)
-	select {
-	case <-h.ch:
-	case <-h.noted:
-	}
+	byClose := sess.protocolVersion().CancelsByClose()
+	rl.waitJoined(ctx, sess, d, h, byClose)
 	sess.core.Lock()
 	over := isClosed(h.ch)
 	if len(h.notes) == 0 || over && !h.withdrawn { // no progress; or sent after all, to have its own
@@ -70,14 +68,37 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 		h.joined = j
 	}
 	sess.core.Unlock()
+	if byClose {
+		// Closing the stream is the re-issue's cancel: withdrawn while
+		// held, and, once sent after all, its upstream stream closed.
+		j.ev.OnAbort = func() {
+			rl.heldClientGone(sess, d)
+			j.st.CloseWithError(errClientGone)
+		}
+	}
 	sess.open.Add(1)
 	stop := rl.s.closes.Watch(ctx.Conn(), j.ev.Abort)
 	j.ev.StopWatch = func() {
 		stop()
 		sess.open.Add(-1)
+		rl.requestDone(sess) // a request's own session: its governor, which the re-issue waits with, ends now
 	}
 	stream.Serve(ctx, j.ev)
 	return true
+}
+
+// waitJoined waits until the held request of h is dispatched, answered or
+// withdrawn, or the call it joined reports progress. In 2026-07-28 a
+// client that closes the stream meanwhile withdraws it.
+func (rl relay) waitJoined(ctx *fasthttp.RequestCtx, sess *session, d *decided, h *hold, byClose bool) {
+	if byClose {
+		stop := rl.s.closes.Watch(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
+		defer stop()
+	}
+	select {
+	case <-h.ch:
+	case <-h.noted:
+	}
 }
 
 // isClosed reports whether ch is closed.

@@ -69,6 +69,10 @@ func (sess *session) Withdrawn(_ *proxy.Call, held any, reply []byte) {
 func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 	p := sess.postingOf(c)
 	if st := sess.takeDeferred(c); st != nil { // the governor sends the cancel it kept
+		if sess.protocolVersion().CancelsByClose() {
+			st.CloseWithError(errClientGone) // the client's close, carried out: the cancel
+			return
+		}
 		st.StopKeeping()
 		p = st.post()
 	}

@@ -52,6 +52,10 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		rl.s.own.add(sess) // until requestDone
 	}
 	sess.setVersion(upstream.Peek(ctx.Request.Header.All(), upstream.VersionHeader))
+	if !known && sess.sessionID() == "" {
+		sess.principal = principalOf(&ctx.Request)
+		sess.ownsSession()
+	}
 	streaming := false
 	defer func() {
 		if !streaming {
@@ -87,6 +91,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		setTraceHeaders(&ctx.Request, d.Trace)
 	}
 	if rl.streamJoined(ctx, sess, st, &d) {
+		streaming = true // the request is done when its stream is
 		return
 	}
 	if !rl.admit(ctx, sess, st, &d) {
@@ -148,16 +153,20 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *d
 		outbound{rl.s}.forwardDetached(ctx, d.Data, d.taken, d.Cancels)
 		return false
 	}
-	if d.WantsLate && (rl.s.LateWatch > 0 || d.DeferCancel) && !sess.protocolVersion().CancelsByClose() {
-		// After a cancel the client's stream ends, but the upstream's
-		// answer is still read a while, for the hooks that compensate it,
-		// and, while the policy keeps the cancel back (reissue: join), for
-		// a re-issue that joins the call. (In 2026-07-28 closing the
-		// upstream's stream is the cancel.)
+	switch {
+	case d.DeferCancel:
+		// While the policy keeps the client's cancel back (reissue: join),
+		// the client's stream ends, but the upstream's answer is read on
+		// for a re-issue that joins the call: in 2026-07-28 too, where the
+		// client's close of the stream is the cancel, and the upstream's
+		// is closed only once the governor sends it.
 		st.LingerFor(rl.s.LateWatch)
-		if d.DeferCancel {
-			st.Keep()
-		}
+		st.Keep()
+	case d.WantsLate && rl.s.LateWatch > 0 && !sess.protocolVersion().CancelsByClose():
+		// After a cancel the client's stream ends, but the upstream's
+		// answer is still read a while, for the hooks that compensate it.
+		// (In 2026-07-28 closing the upstream's stream is the cancel.)
+		st.LingerFor(rl.s.LateWatch)
 	}
 	return true
 }

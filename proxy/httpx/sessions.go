@@ -1,11 +1,14 @@
 package httpx
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -28,10 +31,14 @@ type session struct {
 	// core decides the session's messages; its lock is held while a
 	// POST's messages are decided and their streams attached, and by the
 	// governor's actions. Its governor, if any, applies the policy.
-	core    *proxy.Session
-	t       *proxy.Tracker // core's
-	sc      *Sidecar       // for the session's carrier (see policy.go)
-	govOnce sync.Once
+	core *proxy.Session
+	t    *proxy.Tracker // core's
+	// principal is a digest of the credential of a request without a
+	// session, which is several clients' (proxy.SessionOptions.Principal);
+	// set before its messages are decided.
+	principal string
+	sc        *Sidecar // for the session's carrier (see policy.go)
+	govOnce   sync.Once
 	// notifying owns the goroutines that tell the upstream of the
 	// session's cancels.
 	notifying owned.Group
@@ -69,6 +76,9 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 		opts.OnCancel = s.cancelled
 	}
 	so := proxy.SessionOptions{Carrier: sess}
+	if id == "" {
+		so.Principal = func(*proxy.Call) (string, bool) { return sess.principal, sess.sessionID() == "" }
+	}
 	if s.Governor != nil && governed {
 		so.Governor = s.Governor(sess.scope)
 	}
@@ -85,10 +95,28 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 // ownsSession lets the governor keep a client's cancel back (reissue:
 // join) once the session has an id: it is then one client's, as a stdio
 // client's pipe is, and its cancels are notifications the relay sends
-// when told. A sessionless request's is not (any client may send one),
-// nor is a 2026-07-28 one's, where closing the stream is the cancel.
+// when told. A request without a session, of protocol 2026-07-28, has it
+// too: the cancel is the close of its stream, which the relay carries out
+// (closing the upstream's) when told, and a re-issue joins only a call of
+// the same credential (principal).
 func (sess *session) ownsSession() {
-	sess.core.SetDeferCancels(sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose())
+	byClose := sess.protocolVersion().CancelsByClose()
+	if sess.sessionID() == "" {
+		sess.core.SetDeferCancels(byClose)
+		return
+	}
+	sess.core.SetDeferCancels(!byClose)
+}
+
+// principalOf is a digest of a request's credential (its Authorization
+// header), "" when it has none.
+func principalOf(req *fasthttp.Request) string {
+	auth := req.Header.Peek(fasthttp.HeaderAuthorization)
+	if len(auth) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(auth)
+	return hex.EncodeToString(sum[:])
 }
 
 // scopes numbers the sessions for logs.
@@ -187,6 +215,19 @@ func (sess *session) deferCancel(c *proxy.Call, grace time.Duration) {
 	}
 	sess.mu.Unlock()
 	sess.cancelled(c, grace)
+}
+
+// keeps reports whether st is read on for a call whose cancel the
+// governor keeps back.
+func (sess *session) keeps(st *relayed) bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	for _, kept := range sess.deferred {
+		if kept == st {
+			return true
+		}
+	}
+	return false
 }
 
 // takeDeferred returns the stream of c whose cancel the governor kept

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -79,6 +80,10 @@ type sseRelay struct {
 	// reads, so that the client's side can end while the upstream's is
 	// still read; closed at the upstream's end.
 	evs chan []byte
+	// sides counts the sides of a lingering stream still going, the
+	// client's and the pump's: the request is done (requestDone) when
+	// both are, since the pump's decisions are still the session's.
+	sides atomic.Int32
 	// lazyHead is set when the response's headers were not flushed on
 	// their own: they go out with the first event, in one write, or, if
 	// none comes within watchDelay, with a comment (see WriteTo).
@@ -105,6 +110,7 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 	r.stopWatch = closewatch.WatchAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
 	if st.Quit() != nil {
 		r.evs = make(chan []byte, 16)
+		r.sides.Store(2)
 		rl.s.bg.Go(r.pump)
 	} else if out, ok := joinwrite.Of(conn); ok {
 		// A lingering stream's events come through a channel, which its
@@ -118,6 +124,7 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 // pump reads a lingering stream's upstream events to the end, handing
 // them to the client's side while it lasts; then it releases the response.
 func (r *sseRelay) pump() {
+	defer r.sideDone()
 	defer fasthttp.ReleaseResponse(r.resp)
 	defer r.rd.Release()
 	defer close(r.evs)
@@ -362,9 +369,19 @@ func (r *sseRelay) Close() error {
 		r.st.CloseWithError(r.broken)
 		r.rd.Release()
 		fasthttp.ReleaseResponse(r.resp)
+		relay{r.s}.requestDone(r.sess)
+		return nil
 	} // else the pump ends the upstream's side, and releases the response
-	relay{r.s}.requestDone(r.sess)
+	r.sideDone()
 	return nil
+}
+
+// sideDone ends one side of a lingering stream; the request is done once
+// both are.
+func (r *sseRelay) sideDone() {
+	if r.sides.Add(-1) == 0 {
+		relay{r.s}.requestDone(r.sess)
+	}
 }
 
 // clientGone handles a client that closed a response stream: the upstream
@@ -375,10 +392,23 @@ func (rl relay) clientGone(sess *session, st *relayed) {
 	if sess.protocolVersion().CancelsByClose() {
 		// Closing the upstream stream is the cancel itself: decided first,
 		// then carried out, so that nothing hears of it before it counts.
+		// A cancel the governor keeps back (reissue: join) is carried out
+		// when it says (Cancel): the upstream's stream is read on till then.
+		if len(calls) == 0 && sess.keeps(st) { // its client's side went before
+			return
+		}
+		kept := len(calls) > 0
 		for _, c := range calls {
 			sess.core.Cancel(c, proxy.SourceDisconnect, "client closed the stream", nil)
+			if sess.core.Deferred(c) {
+				sess.deferCancel(c, 0) // nobody reads the client's side: no grace
+			} else {
+				kept = false
+			}
 		}
-		st.CloseWithError(errClientGone)
+		if !kept {
+			st.CloseWithError(errClientGone)
+		}
 		if len(calls) > 0 {
 			streamLeft(rl.s.log.With(zap.String("session", sess.scope)), len(calls), leftCancelled)
 		}

@@ -239,6 +239,7 @@ func (u *scriptedUpstream) end(id string) {
 // closed takes the close of a 2026-07-28 stream with requests unanswered
 // as what it is, their cancel: the server's inbox gets a cancel for each.
 func (u *scriptedUpstream) closed(st *upStream) {
+	u.r.t.Logf("DEBUG upstream stream closed %v", st.ids)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if !st.closeCancels {

@@ -178,7 +178,10 @@ type replay struct {
 	// traceParent, the transcript's, goes with every POST of the client;
 	// traces records the trace of each client request's span.
 	traceParent string
-	traces      tracesSeen
+	// auth is the Authorization header of the client's POSTs (the auth
+	// step), if any.
+	auth   string
+	traces tracesSeen
 }
 
 // stateless is the protocol revision without sessions, where closing a
@@ -242,6 +245,8 @@ func (r *replay) step(st transcript.Step) {
 		r.clk.Advance(d)
 	case "close":
 		r.close(st)
+	case "auth":
+		r.auth = st.Arg
 	case "trace":
 		r.trace(st)
 	case "cut":
@@ -264,10 +269,15 @@ func (r *replay) close(st transcript.Step) {
 	armed := r.clk.Armed()
 	body.Close()
 	deadline := time.After(10 * time.Second)
-	for seen := false; !seen; {
+	// In 2026-07-28 the close is the cancel: once it is accepted too (a
+	// shared server's session decides it after the front saw the close),
+	// the policy has armed what it starts (a re-issue's grace).
+	cancels := r.era == stateless
+	for left := false; !left || cancels; {
 		select {
 		case line, ok := <-r.left.Lines():
-			seen = ok && strings.Contains(string(line), `"event":"`+string(feed.StreamLeft)+`"`)
+			left = left || ok && strings.Contains(string(line), `"event":"`+string(feed.StreamLeft)+`"`)
+			cancels = cancels && !(ok && strings.Contains(string(line), `"event":"`+string(feed.CancelAccepted)+`"`))
 		case <-deadline:
 			r.t.Fatalf("steps line %d: the front did not see the client leave", st.Line)
 		}
@@ -306,6 +316,11 @@ func (r *replay) serverGets(want string) {
 		}
 		w["id"] = g["id"]
 		defer func() { w["id"] = id }()
+		if tok := progressToken(w); tok != nil && progressToken(g) != nil { // renamed too
+			meta := w["params"].(map[string]any)["_meta"].(map[string]any)
+			meta["progressToken"] = progressToken(g)
+			defer func() { meta["progressToken"] = tok }()
+		}
 		b, _ := json.Marshal(w)
 		return transcript.SameJSON(raw, string(b))
 	})
@@ -315,7 +330,18 @@ func (r *replay) serverGets(want string) {
 		if !reflect.DeepEqual(g["id"], id) {
 			r.renamed[fmt.Sprint(id)] = g["id"]
 		}
+		if tok, gotTok := progressToken(w), progressToken(g); tok != nil && !reflect.DeepEqual(tok, gotTok) {
+			r.renamed["token "+fmt.Sprint(tok)] = gotTok
+		}
 	}
+}
+
+// progressToken returns the progress token of a request decoded from
+// JSON, or nil.
+func progressToken(m map[string]any) any {
+	p, _ := m["params"].(map[string]any)
+	meta, _ := p["_meta"].(map[string]any)
+	return meta["progressToken"]
 }
 
 // serverNames returns frame with the requests the proxy renamed toward a
@@ -335,6 +361,11 @@ func (r *replay) serverNames(frame string) string {
 	if p, ok := m["params"].(map[string]any); ok && m["method"] == framing.MethodCancelled {
 		if id, ok := r.renamed[fmt.Sprint(p["requestId"])]; ok {
 			p["requestId"] = id
+		}
+	}
+	if p, ok := m["params"].(map[string]any); ok && m["method"] == framing.MethodProgress {
+		if tok, ok := r.renamed["token "+fmt.Sprint(p["progressToken"])]; ok {
+			p["progressToken"] = tok
 		}
 	}
 	b, _ := json.Marshal(m)
@@ -548,6 +579,9 @@ func (r *replay) request(method, url, body string) *http.Request {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	if r.traceParent != "" && method == http.MethodPost {
 		req.Header.Set("traceparent", r.traceParent)
+	}
+	if r.auth != "" && method == http.MethodPost {
+		req.Header.Set("Authorization", r.auth)
 	}
 	if !r.legacy {
 		req.Header.Set("MCP-Protocol-Version", cmp.Or(r.era, "2025-06-18"))

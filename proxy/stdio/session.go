@@ -60,7 +60,11 @@ type Options struct {
 	// the server's answer all the same, so the wrapper and the bridge set
 	// it.
 	DeferCancels bool
-	OnRestart    func(reason string) bool
+	// Principal, if set, says the session is several clients' (the stdio
+	// server an HTTP front shares among requests without a session):
+	// proxy.SessionOptions.Principal.
+	Principal func(c *proxy.Call) (string, bool)
+	OnRestart func(reason string) bool
 	// LogPayloads: see proxy.TrackerOptions.
 	LogPayloads bool
 	// OnNotified, if set, is told, for each cancel the session sends the
@@ -115,7 +119,8 @@ func NewSession(opts Options) *Session {
 			Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
 			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
 			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals},
-		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart, DeferCancels: opts.DeferCancels})
+		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart, DeferCancels: opts.DeferCancels,
+		Principal: opts.Principal})
 	s.t = s.core.Tracker()
 	return s
 }

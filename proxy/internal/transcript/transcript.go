@@ -40,6 +40,9 @@
 //	trace ID T the span of the client's request ID is in trace T (32 hex
 //	           digits): with a file "traceparent", over HTTP, the POST's
 //	           traceparent header continued
+//	auth V     the client's POSTs carry the Authorization header V from
+//	           now on (Streamable HTTP clients only): who a request
+//	           without a session is from
 //	shutdown   the proxy shuts down, as on SIGTERM once the shutdown
 //	           grace is over: what is still in flight is cancelled on the
 //	           server and answered to its client; the steps after it see
@@ -110,7 +113,7 @@ var files embed.FS
 
 // Step is one line of a transcript.
 type Step struct {
-	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, era, close, cut, end or shutdown
+	Op   string // c>, c~, s>, c<, s<, sync, stats, clock, era, close, cut, end, auth or shutdown
 	Arg  string
 	Line int // in the steps file, from 1
 }
@@ -286,7 +289,7 @@ func parseSteps(name, data string) ([]Step, error) {
 		}
 		op, arg, _ := strings.Cut(line, " ")
 		switch op {
-		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "end", "shutdown", "trace":
+		case "c>", "c~", "s>", "c<", "s<", "sync", "stats", "clock", "era", "close", "cut", "end", "shutdown", "trace", "auth":
 		default:
 			return nil, fmt.Errorf("%s, steps line %d: unknown step %q", name, n+1, op)
 		}
