@@ -279,3 +279,24 @@ func TestReissueSessionlessCallEnds(t *testing.T) {
 		t.Errorf("%s of %v, want the re-issue dispatched", a.kind, a.call)
 	}
 }
+
+// TestReissueSessionlessCorrelated: without a session, a rule's correlated
+// ids scope a re-issue too: the same credential and arguments of another
+// run (its correlated run id) are a call of their own.
+func TestReissueSessionlessCorrelated(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "pay", Reissue: "join", ReissueKey: "/arguments/order",
+		Correlate: map[string]Pointers{"run": {"/_meta/runId"}}}}
+	e, _, _ := engine(t, p)
+	call := func(id int, run string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"pay","arguments":{"order":"o1"},"_meta":{"runId":%q}}}`, id, run)
+	}
+	sessionless(t, e, "alice").client(call(1, "r1"))
+	if sessionless(t, e, "alice").client(call(2, "r2")).Hold {
+		t.Error("a call of another run joined the call")
+	}
+	if !sessionless(t, e, "alice").client(call(3, "r1")).Hold {
+		t.Error("a re-issue of the same run did not join the call")
+	}
+}
