@@ -33,9 +33,14 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	actor.IgnoreSIGPIPE()
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	headers, _ := headersOf(cfg) // checked with the flags
+	signIn, err := signInOf(cfg, headers, log)
+	if err != nil {
+		log.Error("cannot sign in to the upstream", zap.Error(err))
+		return 1
+	}
 	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
-		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile}, log)
+		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

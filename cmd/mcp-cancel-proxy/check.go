@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -30,6 +31,7 @@ type checkOptions struct {
 	cancelAfter, watch, timeout *time.Duration
 	json                        *bool
 	headers                     *[]upstream.Header
+	oauth                       *config.OAuth
 }
 
 // checkFlags are check's flags.
@@ -41,7 +43,10 @@ func checkFlags() (*flag.FlagSet, checkOptions) {
 		*headers = append(*headers, h)
 		return err
 	})
+	oauth := new(config.OAuth)
+	oauthFlags(fs, oauth, "with --url: ")
 	return fs, checkOptions{
+		oauth:       oauth,
 		url:         fs.String("url", "", "check the Streamable HTTP or HTTP+SSE server at this `URL` instead of a command"),
 		tool:        fs.String("tool", "", "the `name` of the tool to call and cancel"),
 		args:        fs.String("args", "{}", "the tool's arguments, a JSON `object`"),
@@ -72,7 +77,7 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := check.Options{Tool: *o.tool, Args: raw, Runs: *o.runs, CancelAfter: *o.cancelAfter, Watch: *o.watch, Timeout: *o.timeout,
 		Progress: func(s string) { fmt.Fprintln(stderr, "check:", s) }}
-	b, err := dialCheck(*o.url, *o.headers, argv, stderr)
+	b, err := dialCheck(*o.url, *o.headers, *o.oauth, argv, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
@@ -105,9 +110,13 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 
 // dialCheck reaches the server check is given: a child for argv, or the
 // bridge's backend for rawURL.
-func dialCheck(rawURL string, headers []upstream.Header, argv []string, stderr io.Writer) (upstream.Backend, error) {
+func dialCheck(rawURL string, headers []upstream.Header, oauth config.OAuth, argv []string, stderr io.Writer) (upstream.Backend, error) {
 	if rawURL != "" {
-		return upstream.Dial(rawURL, upstream.TransportAuto, upstream.Options{Headers: headers}, zap.NewNop())
+		signIn, err := signInFor(rawURL, oauth, headers, zap.NewNop())
+		if err != nil {
+			return nil, err
+		}
+		return upstream.Dial(rawURL, upstream.TransportAuto, upstream.Options{Headers: headers, Auth: signIn}, zap.NewNop())
 	}
 	return upstream.StartChild(argv, child.Options{Stderr: stderr, Logger: zap.NewNop(), TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
 }

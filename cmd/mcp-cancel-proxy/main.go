@@ -97,6 +97,8 @@ func run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 			return checkCommand(args[1:], stdout, stderr)
 		case "hooks":
 			return hooksCommand(args[1:], stdout, stderr)
+		case "auth":
+			return authCommand(args[1:], stdout, stderr)
 		case "completion":
 			return completionCommand(args[1:], stdout, stderr)
 		case "man":
@@ -240,6 +242,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
        mcp-cancel-proxy completion bash|zsh|fish|powershell | man
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
+       mcp-cancel-proxy auth list | auth logout URL
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
 the client on stdin/stdout, making cancellation work; or, with --listen,
@@ -297,6 +300,7 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 		}
 		return readHeaderFile(v, over.HTTP.UpstreamHeaders)
 	})
+	oauthFlags(fs, &over.HTTP.OAuth, "with --upstream alone: ")
 	fs.StringVar(&over.HTTP.CAFile, "ca-file", "", "with --upstream alone: trust the CA certificates of this PEM `file` for the upstream's TLS (a private CA)")
 	fs.Func("allow-origin", "with --listen: accept requests from this `origin` (repeatable; * for any); requests without an Origin header are always accepted", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
@@ -354,6 +358,10 @@ func overlay(cfg *config.Config, over config.Config) {
 	cfg.HTTP.Admin = cmp.Or(over.HTTP.Admin, cfg.HTTP.Admin)
 	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)
 	cfg.HTTP.CAFile = cmp.Or(over.HTTP.CAFile, cfg.HTTP.CAFile)
+	o, fo := &cfg.HTTP.OAuth, over.HTTP.OAuth
+	o.Mode, o.ClientID, o.ClientSecretFile = cmp.Or(fo.Mode, o.Mode), cmp.Or(fo.ClientID, o.ClientID), cmp.Or(fo.ClientSecretFile, o.ClientSecretFile)
+	o.ClientMetadataURL, o.CallbackPort = cmp.Or(fo.ClientMetadataURL, o.ClientMetadataURL), cmp.Or(fo.CallbackPort, o.CallbackPort)
+	o.Store = cmp.Or(fo.Store, o.Store)
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
 	}

@@ -101,6 +101,35 @@ type Cluster struct {
 	MaxDeliver int `yaml:"max_deliver"`
 }
 
+// OAuth configures the bridge's sign-in to an upstream that wants an OAuth
+// access token.
+type OAuth struct {
+	// Mode is "auto" (the default): the bridge signs in when the upstream
+	// answers 401 with a bearer challenge, runs the authorization flow in
+	// the user's browser and keeps the token; or "off": a 401 is an error.
+	// Never with an Authorization header of upstream_headers.
+	Mode string `yaml:"mode"`
+	// ClientID and ClientSecretFile name a client registered beforehand at
+	// the authorization server (the secret is the file's first line).
+	// Default: dynamic client registration (RFC 7591).
+	ClientID         string `yaml:"client_id"`
+	ClientSecretFile string `yaml:"client_secret_file"`
+	// ClientMetadataURL is the public HTTPS URL of the client's metadata
+	// document, its client ID where the authorization server takes client
+	// ID metadata documents. Default none.
+	ClientMetadataURL string `yaml:"client_metadata_url"`
+	// CallbackPort fixes the port of the redirect URI,
+	// http://127.0.0.1:PORT/callback (for a client registered beforehand
+	// with that URI). Default: the last sign-in's, else a free one.
+	CallbackPort int `yaml:"callback_port"`
+	// Store is the directory tokens and registrations are kept in, one
+	// file per server that only the user can read. Default: the user's
+	// state directory ($XDG_STATE_HOME/mcp-cancel-proxy/auth, or
+	// ~/.local/state/...; the configuration directory on macOS and
+	// Windows).
+	Store string `yaml:"store"`
+}
+
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
 type HTTP struct {
 	// Listen is the address to serve on, such as 127.0.0.1:8080. Default
@@ -140,6 +169,9 @@ type HTTP struct {
 	// upstream's TLS besides the system's (a private CA; SSL_CERT_FILE
 	// works too). Default none.
 	CAFile string `yaml:"ca_file"`
+	// OAuth is how the bridge signs in to an upstream that wants an OAuth
+	// access token (MCP's authorization).
+	OAuth OAuth `yaml:"oauth"`
 	// Proxy says whether the sidecar's requests to its upstream and every
 	// webhook go through the HTTP proxy the environment names
 	// (HTTPS_PROXY, HTTP_PROXY, NO_PROXY): "env", or "none" (the default,
@@ -453,6 +485,17 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 	}
 	if p := h.Proxy; p != "" && p != "env" && p != "none" {
 		bad("http.proxy", "%q is not env or none", p)
+	}
+	if m := h.OAuth.Mode; m != "" && m != "auto" && m != "off" {
+		bad("http.oauth.mode", "%q is not auto or off", m)
+	}
+	if p := h.OAuth.CallbackPort; p < 0 || p > 65535 {
+		bad("http.oauth.callback_port", "%d is not a port from 1 to 65535", p)
+	}
+	if u := h.OAuth.ClientMetadataURL; u != "" {
+		if pu, err := url.Parse(u); err != nil || pu.Scheme != "https" || strings.Trim(pu.Path, "/") == "" {
+			bad("http.oauth.client_metadata_url", "%q must be an https URL with a path", u)
+		}
 	}
 	if t := h.UpstreamTransport; t != "" && t != "auto" && t != "streamable" && t != "sse" {
 		bad("http.upstream_transport", "%q is not auto, streamable or sse", t)

@@ -47,6 +47,8 @@ type Options struct {
 	// CAFile, if set, is a PEM file of CA certificates trusted for the
 	// upstream's TLS besides the system's.
 	CAFile string
+	// Auth, if set, signs the requests in (AddAuth).
+	Auth Authorizer
 }
 
 // Dial returns a session's backend for the MCP server at rawURL,
@@ -60,6 +62,9 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 	maxBody, keepRevision := o.MaxBody, o.KeepRevision
 	client := NewClient(maxBody, o.MaxHeader)
 	AddHeaders(client, o.Headers)
+	if o.Auth != nil {
+		AddAuth(client, o.Auth)
+	}
 	if o.ProxyFromEnv {
 		if err := UseProxyFromEnv(client, IsTLSURL(rawURL)); err != nil {
 			return nil, err

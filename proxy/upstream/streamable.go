@@ -313,7 +313,9 @@ func (b *streamBackend) noteInitialized(resp *fasthttp.Response) {
 // give it. Otherwise resp is the caller's.
 func postRefused(resp *fasthttp.Response, err error, log *zap.Logger) (reply func(framing.ID) []byte, refused bool) {
 	var why string
-	switch {
+	switch ae, signIn := errors.AsType[*AuthError](err); {
+	case signIn:
+		why = ae.Error() + "; the bridge's log says more (mcp-cancel-proxy auth logout URL forgets a sign-in that no longer works)"
 	case err != nil:
 		why = "the upstream could not be reached: " + Brief(err)
 	case resp.StatusCode() == fasthttp.StatusUnauthorized:

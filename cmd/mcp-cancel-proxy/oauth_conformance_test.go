@@ -1,0 +1,83 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// authScenarios are the conformance suite's client auth scenarios beyond
+// its auth suite (which runs whole, for each revision it applies to), by
+// the revision each is run for; the extensions (client credentials, DPoP,
+// enterprise authorization, workload identity) are left out.
+var authScenarios = map[string][]string{
+	"2026-07-28": {"resource-mismatch", "offline-access-scope", "offline-access-not-supported", "authorization-server-migration",
+		"iss-supported", "iss-not-advertised", "iss-supported-missing", "iss-wrong-issuer", "iss-unexpected", "iss-normalized",
+		"metadata-issuer-mismatch"},
+	"2025-03-26": {"2025-03-26-oauth-metadata-backcompat", "2025-03-26-oauth-endpoint-fallback"},
+}
+
+// TestConformanceAuthThroughTheBridge: the bridge is the client of the
+// official conformance suite's client auth scenarios (0.2.0-alpha.12):
+// testdata/bridge-client runs it with the go-sdk client on its stdin, and
+// it signs in as each scenario asks (its "browser", BROWSER, follows the
+// suite's authorization server's redirect back to the bridge). Every check
+// of every non-extension scenario must pass, for 2025-11-25 and 2026-07-28
+// (the auth suite), and for the revisions the others apply to; and check
+// --url, which signs in the same way, passes three of them.
+func TestConformanceAuthThroughTheBridge(t *testing.T) {
+	node, dir := nodePeers(t)
+	watchdog(t, 5*time.Minute)
+	client := filepath.Join(t.TempDir(), "bridge-client")
+	if out, err := exec.Command("go", "build", "-o", client, "./testdata/bridge-client").CombinedOutput(); err != nil {
+		t.Fatalf("building the bridge's client: %v\n%s", err, out)
+	}
+	suite := func(t *testing.T, args ...string) {
+		t.Parallel()
+		command := client
+		if args[0] == "check" { // check --url, with the URL the suite adds
+			command, args = proxyBin+" check --tool test-tool --runs 1 --cancel-after 100ms --watch 200ms --timeout 5s --url", args[1:]
+		}
+		cmd := exec.Command(node, append([]string{filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
+			"client", "--command", command}, args...)...)
+		cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir())
+		out, _ := cmd.CombinedOutput()
+		passed, failed := conformanceTotals(out)
+		t.Logf("%v: %d passed, %d failed", args, passed, failed)
+		if failed != 0 || passed == 0 {
+			t.Errorf("%v: %d checks passed, %d failed:\n%s", args, passed, failed, out)
+		}
+	}
+	for _, v := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run("suite "+v, func(t *testing.T) { suite(t, "--suite", "auth", "--spec-version", v) })
+	}
+	for _, name := range []string{"metadata-default", "token-endpoint-auth-basic", "scope-step-up"} {
+		t.Run("check --url "+name, func(t *testing.T) { suite(t, "check", "--scenario", "auth/"+name) })
+	}
+	for v, names := range authScenarios {
+		for _, name := range names {
+			t.Run(name, func(t *testing.T) { suite(t, "--scenario", "auth/"+name, "--spec-version", v) })
+		}
+	}
+}
+
+// conformanceTotals reads the checks passed and failed from the suite's
+// summary: a suite's "Total: N passed, M failed", or a scenario's
+// "Passed: N/T, M failed".
+func conformanceTotals(out []byte) (passed, failed int) {
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`Total: (\d+) passed, (\d+) failed`),
+		regexp.MustCompile(`Passed: (\d+)/\d+, (\d+) failed`),
+	} {
+		if m := re.FindSubmatch(out); m != nil {
+			passed, _ = strconv.Atoi(string(m[1]))
+			failed, _ = strconv.Atoi(string(m[2]))
+			return passed, failed
+		}
+	}
+	return 0, -1
+}

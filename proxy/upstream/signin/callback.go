@@ -1,0 +1,103 @@
+package signin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// callbackPath is the path of the redirect URI on the loopback listener.
+const callbackPath = "/callback"
+
+// redirectURL is the redirect URI of the loopback listener on port.
+func redirectURL(port int) string {
+	return "http://127.0.0.1:" + strconv.Itoa(port) + callbackPath
+}
+
+// freePort returns a loopback port free a moment ago, for a redirect URI
+// that no flag fixed.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// DeniedError is an authorization server's refusal, in the redirect: the
+// user denied consent, or the server refused the request (RFC 6749
+// §4.1.2.1).
+type DeniedError struct{ Code, Description string }
+
+func (e *DeniedError) Error() string {
+	msg := "the authorization server refused: " + e.Code
+	if e.Description != "" {
+		msg += " (" + e.Description + ")"
+	}
+	return msg
+}
+
+// awaitCode serves the redirect URI on port until the authorization
+// server's redirect comes to it, once open has shown the user the
+// authorization URL (in a browser), and returns what the redirect
+// carried; ctx bounds the wait (the user may never finish).
+func awaitCode(ctx context.Context, port int, open func()) (*auth.AuthorizationResult, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("the redirect URI's port %d cannot be listened on (another sign-in? set --callback-port): %w", port, err)
+	}
+	type outcome struct {
+		res *auth.AuthorizationResult
+		err error
+	}
+	got := make(chan outcome, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc(callbackPath, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		o := outcome{res: &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}}
+		switch {
+		case q.Get("error") != "":
+			o = outcome{err: &DeniedError{Code: q.Get("error"), Description: q.Get("error_description")}}
+		case o.res.Code == "":
+			http.Error(w, "no authorization code in the redirect", http.StatusBadRequest)
+			return
+		}
+		select {
+		case got <- o:
+		default: // a second redirect: the first one counts
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if o.err != nil {
+			fmt.Fprintf(w, "<p>Sign-in failed: %s. You can close this tab.</p>", html.EscapeString(o.err.Error()))
+			return
+		}
+		fmt.Fprint(w, "<p>Signed in to the MCP server. You can close this tab.</p>")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+	defer func() {
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shut) // the page of the redirect is written first
+		<-served
+	}()
+	open()
+	select {
+	case o := <-got:
+		return o.res, o.err
+	case <-ctx.Done():
+		return nil, errors.New("the sign-in was not finished in time: run the client again to retry")
+	}
+}

@@ -1,0 +1,323 @@
+// Package signin signs the proxy in to an MCP server that wants an OAuth
+// access token, as the MCP authorization specification asks of a client
+// (https://modelcontextprotocol.io/specification/2025-11-25/basic/authorization):
+// the bridge (and check --url) reach such servers through it.
+//
+// The protocol is the go-sdk's auth.AuthorizationCodeHandler: protected
+// resource metadata (RFC 9728, from the challenge's resource_metadata or
+// the well-known URLs), authorization server metadata (RFC 8414, OpenID
+// discovery), the client's registration (a client ID metadata document,
+// a client registered beforehand, or dynamic registration, RFC 7591), the
+// authorization code flow with PKCE (S256) and the resource parameter (RFC
+// 8707), scopes from the challenge or scopes_supported, step-up on
+// insufficient_scope, and the iss check (RFC 9207). This package adds what
+// a proxy that stays running needs around it: the loopback redirect and
+// the user's browser, a store of tokens and registrations that outlives
+// the process and that two processes share without running two flows,
+// and refreshes (with the resource parameter, before expiry and on 401).
+// It speaks net/http to the authorization server only; MCP traffic stays
+// on the proxy's fasthttp client, which takes its tokens from a Client
+// (upstream.AddAuth).
+package signin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"go.uber.org/zap"
+	"golang.org/x/oauth2"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// DefaultWait bounds a sign-in's wait for the user, when Client.Wait is
+// zero.
+const DefaultWait = 5 * time.Minute
+
+// refreshEarly is how long before its expiry a token is refreshed.
+const refreshEarly = time.Minute
+
+// Client signs the proxy in to one MCP server. It implements
+// upstream.Authorizer: a request that meets a challenge while a sign-in
+// runs waits for it, and is sent again once it is done; so does one that
+// asks for the token meanwhile.
+type Client struct {
+	// Server is the MCP endpoint's URL. Required.
+	Server string
+	// Store keeps the registration and the token. Required.
+	Store *Store
+	// ClientID and ClientSecret, if ClientID is set, are a client
+	// registered beforehand (--client-id, --client-secret-file).
+	ClientID, ClientSecret string
+	// ClientMetadataURL, if set, is the HTTPS URL of the client's metadata
+	// document (--client-metadata-url): its client ID where the
+	// authorization server supports client ID metadata documents.
+	ClientMetadataURL string
+	// CallbackPort fixes the redirect URI's port (--callback-port); if
+	// zero, the port of the last sign-in's, else a free one.
+	CallbackPort int
+	// Open shows the user the authorization URL; OpenBrowser, writing the
+	// URL to standard error, if nil.
+	Open func(url string)
+	// HTTP reaches the authorization server; if nil, a client with the
+	// environment's proxy and a 30 s bound on each exchange.
+	HTTP *http.Client
+	// Wait bounds a sign-in's wait for the user; DefaultWait if zero.
+	Wait time.Duration
+	// Log, if set, says what sign-in does; it never holds a token.
+	Log *zap.Logger
+
+	mu      sync.Mutex // held through a sign-in, and a refresh
+	loaded  bool
+	opened  bool    // the last flow showed the user the authorization URL
+	rec     *Record // the registration and token in use; nil before the first sign-in
+	handler *auth.AuthorizationCodeHandler
+	port    int
+}
+
+// Token implements upstream.Authorizer: the access token in use (the one
+// the store keeps, at first), refreshed if it expires within a minute.
+func (c *Client) Token() (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded {
+		rec, err := c.Store.Load(c.Server)
+		if err != nil {
+			return "", err
+		}
+		c.rec, c.loaded = rec, true
+	}
+	if c.rec == nil || c.rec.Token == nil {
+		return "", nil
+	}
+	t := c.rec.Token
+	if t.RefreshToken != "" && !t.Expiry.IsZero() && time.Until(t.Expiry) < refreshEarly {
+		if err := c.refreshLocked(); err != nil {
+			c.log().Info("the token could not be refreshed: the server's challenge will start a sign-in", zap.Error(err))
+		}
+	}
+	return c.rec.Token.AccessToken, nil
+}
+
+// Challenged implements upstream.Authorizer.
+func (c *Client) Challenged(status int, challenges []string, sent string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current() != sent { // signed in since the request was sent
+		return true, nil
+	}
+	unlock, err := c.Store.Lock(c.Server)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if rec, err := c.Store.Load(c.Server); err == nil && rec != nil && rec.Token != nil && rec.Token.AccessToken != sent {
+		c.rec = rec // another process signed in meanwhile
+		c.log().Info("signed in by another process: its token is used")
+		return true, nil
+	}
+	if status == http.StatusUnauthorized && sent != "" && c.rec != nil && c.rec.Token != nil && c.rec.Token.RefreshToken != "" {
+		err := c.refreshStoredLocked()
+		if err == nil {
+			return true, nil
+		}
+		c.log().Info("the server refused the token and it could not be refreshed: signing in anew", zap.Error(err))
+	}
+	if err := c.flowLocked(status, challenges); err != nil {
+		if !c.opened && !c.publishesOAuth(challenges) {
+			// A server that wants a token given some other way: its
+			// answer stands, and says so.
+			c.log().Info("the server publishes no OAuth metadata: no sign-in", zap.Error(err))
+			return false, upstream.ErrNoSignIn
+		}
+		return false, fmt.Errorf("signing in to %s: %w", c.Server, err)
+	}
+	return true, nil
+}
+
+// current is the access token in use, "" for none.
+func (c *Client) current() string {
+	if c.rec == nil || c.rec.Token == nil {
+		return ""
+	}
+	return c.rec.Token.AccessToken
+}
+
+// flowLocked runs the authorization flow for the challenge and keeps its
+// registration and token.
+func (c *Client) flowLocked(status int, challenges []string) error {
+	h, err := c.handlerLocked()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmpDuration(c.Wait, DefaultWait))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server, nil)
+	if err != nil {
+		return err
+	}
+	resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}
+	resp.Header[http.CanonicalHeaderKey("WWW-Authenticate")] = challenges
+	c.log().Info("the server wants a sign-in: starting the authorization flow", zap.Int("status", status))
+	c.opened = false
+	if err := h.Authorize(ctx, req, resp); err != nil {
+		return err
+	}
+	if c.rec == nil || c.rec.Token == nil {
+		return errors.New("the authorization flow gave no token")
+	}
+	c.log().Info("signed in", zap.Strings("scopes", c.rec.Scopes), zap.Bool("refreshable", c.rec.Token.RefreshToken != ""))
+	return nil
+}
+
+// handlerLocked returns the authorization flow's handler, made at the
+// first sign-in (it keeps the scopes granted, for step-up).
+func (c *Client) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
+	if c.handler != nil {
+		return c.handler, nil
+	}
+	port, err := c.redirectPort()
+	if err != nil {
+		return nil, err
+	}
+	redirect := redirectURL(port)
+	cfg := &auth.AuthorizationCodeHandlerConfig{
+		RedirectURL: redirect,
+		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+			return awaitCode(ctx, port, func() { c.open(args.URL) })
+		},
+		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			RedirectURIs: []string{redirect}, ClientName: "mcp-cancel-proxy", TokenEndpointAuthMethod: "none",
+			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"}}},
+		RequestRefreshToken: true,
+		Client:              c.http(),
+		NewTokenSource: func(_ context.Context, cfg *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
+			c.adoptLocked(cfg, tok) // under the lock Challenged holds
+			return oauth2.StaticTokenSource(tok), nil
+		},
+	}
+	if c.ClientMetadataURL != "" {
+		cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: c.ClientMetadataURL}
+	}
+	if c.ClientID != "" {
+		pre := &oauthex.ClientCredentials{ClientID: c.ClientID}
+		if c.ClientSecret != "" {
+			pre.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: c.ClientSecret}
+		}
+		cfg.PreregisteredClient = pre
+	}
+	h, err := auth.NewAuthorizationCodeHandler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.handler, c.port = h, port
+	return h, nil
+}
+
+// redirectPort is the redirect URI's port: the flag's, the last
+// sign-in's, or a free one.
+func (c *Client) redirectPort() (int, error) {
+	if c.CallbackPort != 0 {
+		return c.CallbackPort, nil
+	}
+	if c.rec != nil && c.rec.RedirectURL != "" {
+		if u, err := url.Parse(c.rec.RedirectURL); err == nil {
+			if p, err := strconv.Atoi(u.Port()); err == nil && p > 0 {
+				return p, nil
+			}
+		}
+	}
+	return freePort()
+}
+
+// adoptLocked keeps the registration and token a sign-in gave.
+func (c *Client) adoptLocked(cfg *oauth2.Config, tok *oauth2.Token) {
+	c.rec = &Record{Server: c.Server, ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, AuthURL: cfg.Endpoint.AuthURL,
+		TokenURL: cfg.Endpoint.TokenURL, AuthStyle: int(cfg.Endpoint.AuthStyle), RedirectURL: cfg.RedirectURL, Scopes: cfg.Scopes,
+		Token: tok}
+	if err := c.Store.Save(c.rec); err != nil {
+		c.log().Warn("the token could not be kept: the next start signs in again", zap.Error(err))
+	}
+}
+
+func (c *Client) open(u string) {
+	c.opened = true // under the lock the flow holds
+	if c.Open != nil {
+		c.Open(u)
+		return
+	}
+	if err := OpenBrowser(u, os.Stderr); err != nil {
+		c.log().Warn("no browser opened: open the URL written above", zap.Error(err))
+	}
+}
+
+func (c *Client) http() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return defaultHTTP
+}
+
+// defaultHTTP reaches authorization servers when Client.HTTP is nil: the
+// environment's proxy, and a bound on each exchange.
+var defaultHTTP = &http.Client{Timeout: 30 * time.Second}
+
+func (c *Client) log() *zap.Logger {
+	if c.Log == nil {
+		return zap.NewNop()
+	}
+	return c.Log.With(zap.String("server", c.Server))
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// publishesOAuth reports whether the server takes part in OAuth: it
+// publishes protected resource metadata (RFC 9728: where its challenge
+// says, or at the well-known URLs) or authorization server metadata at its
+// origin (RFC 8414, OpenID; where a 2025-03-26 server is its own).
+func (c *Client) publishesOAuth(challenges []string) bool {
+	u, err := url.Parse(c.Server)
+	if err != nil {
+		return false
+	}
+	var where []string
+	if cs, err := oauthex.ParseWWWAuthenticate(challenges); err == nil {
+		for _, ch := range cs {
+			if m := ch.Params["resource_metadata"]; m != "" {
+				where = append(where, m)
+			}
+		}
+	}
+	for _, p := range []string{"/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/"),
+		"/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"} {
+		where = append(where, (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: p}).String())
+	}
+	for _, meta := range where {
+		resp, err := c.http().Get(meta)
+		if err != nil {
+			continue
+		}
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
+			return true
+		}
+	}
+	return false
+}
