@@ -32,10 +32,7 @@ var authScenarios = map[string][]string{
 func TestConformanceAuthThroughTheBridge(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
-	client := filepath.Join(t.TempDir(), "bridge-client")
-	if out, err := exec.Command("go", "build", "-o", client, "./testdata/bridge-client").CombinedOutput(); err != nil {
-		t.Fatalf("building the bridge's client: %v\n%s", err, out)
-	}
+	client := bridgeClient(t)
 	suite := func(t *testing.T, args ...string) {
 		t.Parallel()
 		command := client
@@ -63,6 +60,18 @@ func TestConformanceAuthThroughTheBridge(t *testing.T) {
 			t.Run(name, func(t *testing.T) { suite(t, "--scenario", "auth/"+name, "--spec-version", v) })
 		}
 	}
+}
+
+// bridgeClient builds testdata/bridge-client, the conformance suite's
+// client that drives the bridge, and the "browser" (its browse command)
+// that follows an authorization URL's redirects.
+func bridgeClient(t *testing.T) string {
+	t.Helper()
+	client := filepath.Join(t.TempDir(), "bridge-client")
+	if out, err := exec.Command("go", "build", "-o", client, "./testdata/bridge-client").CombinedOutput(); err != nil {
+		t.Fatalf("building the bridge's client: %v\n%s", err, out)
+	}
+	return client
 }
 
 // conformanceTotals reads the checks passed and failed from the suite's

@@ -42,6 +42,11 @@ const (
 	UpstreamDetected      Name = "upstream_detected"       // transport: what --upstream speaks
 	UpstreamSessionOpened Name = "upstream_session_opened" // an HTTP+SSE upstream's session (endpoint)
 	UpstreamStateless     Name = "upstream_stateless"      // a stateless upstream speaks revision 2026-07-28
+	// SignInStarted: the bridge's upstream wants an OAuth sign-in: the
+	// authorization flow waits for the user (server, status); SignedIn:
+	// it is done (server, scopes, refreshable), never naming a token.
+	SignInStarted Name = "signin_started"
+	SignedIn      Name = "signed_in"
 
 	SessionOpened       Name = "session_opened"        // a Streamable HTTP client's session (session)
 	LegacySessionOpened Name = "legacy_session_opened" // an HTTP+SSE client's session

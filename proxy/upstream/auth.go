@@ -15,8 +15,9 @@ import (
 // Its methods may be called from many requests at once.
 type Authorizer interface {
 	// Token returns the access token to send, "" while there is none; it
-	// refreshes a token about to expire.
-	Token() (string, error)
+	// refreshes a token about to expire. If it must wait (a sign-in or a
+	// refresh is under way), it calls waiting first.
+	Token(waiting func()) (string, error)
 	// Challenged is told of the upstream's challenge to a request that
 	// carried the token sent ("" for none): status is 401, or 403 with
 	// error="insufficient_scope"; challenges are its WWW-Authenticate
@@ -75,12 +76,12 @@ func (t authTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	if len(req.Header.Peek(fasthttp.HeaderAuthorization)) > 0 { // the client's own
 		return next.RoundTrip(hc, req, resp)
 	}
-	sent, err := t.a.Token()
+	posting, _ := req.BodyStream().(*Posting)
+	sent, err := t.token(posting)
 	if err != nil {
-		return false, &AuthError{err}
+		return false, err
 	}
 	setBearer(req, sent)
-	posting, _ := req.BodyStream().(*Posting)
 	retry, err := next.RoundTrip(hc, req, resp)
 	if err != nil || !challenged(resp) {
 		return retry, err
@@ -91,7 +92,11 @@ func (t authTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 	}
 	status := resp.StatusCode()
 	keepBody(resp) // its connection serves others while the user signs in
+	posting.hold(true)
 	again, err := t.a.Challenged(status, challenges, sent)
+	if !posting.unhold() {
+		return false, ErrWithdrawn
+	}
 	switch {
 	case errors.Is(err, ErrNoSignIn):
 		return retry, nil // the answer stands, for the caller to say what the server wants
@@ -107,11 +112,29 @@ func (t authTransport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request,
 		posting.body.Seek(0, io.SeekStart)
 		req.SetBodyStream(posting, int(posting.body.Size()))
 	}
-	if sent, err = t.a.Token(); err != nil {
-		return false, &AuthError{err}
+	if sent, err = t.token(posting); err != nil {
+		return false, err
 	}
 	setBearer(req, sent)
 	return next.RoundTrip(hc, req, resp)
+}
+
+// ErrWithdrawn is a POST that waited for a sign-in, withdrawn by its
+// request's cancel (Posting.Withdraw): it was never sent.
+var ErrWithdrawn = errors.New("the request was cancelled while it waited for a sign-in")
+
+// token returns the token to send, waiting for a sign-in under way if
+// there is one; the POST of posting, if any, is held meanwhile.
+func (t authTransport) token(posting *Posting) (string, error) {
+	held := false
+	tok, err := t.a.Token(func() { held = true; posting.hold(false) })
+	if held && !posting.unhold() {
+		return "", ErrWithdrawn
+	}
+	if err != nil {
+		return "", &AuthError{err}
+	}
+	return tok, nil
 }
 
 // setBearer sets req's Authorization to the bearer token tok, if any.

@@ -20,7 +20,7 @@ type fakeAuth struct {
 	fail       error
 }
 
-func (a *fakeAuth) Token() (string, error) {
+func (a *fakeAuth) Token(func()) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.token, nil
@@ -96,4 +96,63 @@ func mustURL(t *testing.T, raw string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// waitingAuth is an Authorizer whose Token waits for release, as while
+// another request's sign-in runs.
+type waitingAuth struct{ waiting, release chan struct{} }
+
+func (a *waitingAuth) Token(waiting func()) (string, error) {
+	waiting()
+	close(a.waiting)
+	<-a.release
+	return "tok", nil
+}
+
+func (a *waitingAuth) Challenged(int, []string, string) (bool, error) { return false, nil }
+
+// TestAuthWithdrawnWhileWaiting: a POST that waits for a sign-in is
+// withdrawn by its request's cancel (Posting.Withdraw): it is never sent,
+// and fails with ErrWithdrawn; a POST that waits for nothing cannot be.
+func TestAuthWithdrawnWhileWaiting(t *testing.T) {
+	if NewPosting().Withdraw() {
+		t.Error("a POST that waits for no sign-in was withdrawn")
+	}
+	ln := fasthttputil.NewInmemoryListener()
+	var mu sync.Mutex
+	posts := 0
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		posts++
+		mu.Unlock()
+	}}
+	go srv.Serve(ln)
+	defer srv.Shutdown()
+	a := &waitingAuth{waiting: make(chan struct{}), release: make(chan struct{})}
+	c := NewClient(0, 0)
+	c.DialTimeout, c.Dial = nil, func(string) (net.Conn, error) { return ln.Dial() }
+	AddAuth(c, a)
+	e := Endpoint{URL: mustURL(t, "http://up/mcp"), Client: c}
+	p := NewPosting()
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := e.Do(Request{Body: []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`), Posting: p}, 0)
+		if resp != nil {
+			ReadHead(resp)
+		}
+		errc <- err
+	}()
+	<-a.waiting
+	if !p.Withdraw() {
+		t.Error("a POST waiting for a sign-in was not withdrawn")
+	}
+	close(a.release)
+	if err := <-errc; !errors.Is(err, ErrWithdrawn) {
+		t.Errorf("the withdrawn POST: %v, want ErrWithdrawn", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if posts != 0 {
+		t.Errorf("the upstream got %d POSTs, want none", posts)
+	}
 }

@@ -35,6 +35,10 @@ type Posting struct {
 	mu    sync.Mutex // guards the fields below
 	state postingState
 	wake  chan struct{} // closed at the next change of state; made by a waiter
+	// held: the POST waits for its client to sign in (AddAuth), not yet
+	// written; withdrawn: its request was cancelled meanwhile, and it is
+	// never sent (Withdraw).
+	held, withdrawn bool
 }
 
 type postingState uint8
@@ -78,10 +82,60 @@ func (p *Posting) advance(s postingState) {
 		return
 	}
 	p.state = s
+	p.wakeLocked()
+}
+
+func (p *Posting) wakeLocked() {
 	if p.wake != nil {
 		close(p.wake)
 		p.wake = nil
 	}
+}
+
+// hold notes that the POST waits for a sign-in before it is written: the
+// POSTs after it go on meanwhile (they wait for the same sign-in), and its
+// cancel may withdraw it. A POST written once and refused for want of a
+// credential (again) is to be written anew: it is sending again, the one
+// way its state moves back, since the server did not take it.
+func (p *Posting) hold(again bool) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = true
+	if again && p.state == postingWritten {
+		p.state = postingSending
+	}
+	p.wakeLocked()
+}
+
+// unhold ends what hold began, and reports whether the POST is still to
+// be sent: false if it was withdrawn meanwhile.
+func (p *Posting) unhold() bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	return !p.withdrawn
+}
+
+// Withdraw withdraws the POST if it waits for a sign-in and is not yet
+// written (its request's cancel came meanwhile): it is then never sent,
+// and neither is the cancel. It reports whether it did; calls on nil
+// report false.
+func (p *Posting) Withdraw() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held && p.state == postingSending {
+		p.withdrawn = true
+	}
+	return p.withdrawn
 }
 
 // now returns the state, and a channel closed when it next changes.
@@ -97,12 +151,16 @@ func (p *Posting) now() (postingState, <-chan struct{}) {
 	return p.state, p.wake
 }
 
-// waitWritten waits until the request has been written, or has failed, or
-// stop closes: then it reports false.
+// waitWritten waits until the request has been written, or has failed,
+// or waits for a sign-in (the POSTs after it go on), or stop closes: then
+// it reports false.
 func (p *Posting) waitWritten(stop <-chan struct{}) bool {
 	for {
 		state, changed := p.now()
-		if state >= postingWritten {
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if state >= postingWritten || held {
 			return true
 		}
 		select {

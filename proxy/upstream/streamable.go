@@ -259,8 +259,12 @@ func (b *streamBackend) post(o *outgoing) {
 		defer b.ended(o)
 	}
 	if o.cancel {
-		o.cancelOf.BeforeCancel(nil, b.stop) // at the session's end, at once: before its DELETE
 		defer b.cancelling.Done()
+		if o.cancelOf.Withdraw() { // its request waited for a sign-in: it is never sent, nor is this
+			b.log.Debug("a request waiting for a sign-in was cancelled: withdrawn", zap.Stringer("id", f.Msgs[0].RequestID))
+			return
+		}
+		o.cancelOf.BeforeCancel(nil, b.stop) // at the session's end, at once: before its DELETE
 	}
 	var m *framing.Message
 	if parsed {
@@ -268,6 +272,9 @@ func (b *streamBackend) post(o *outgoing) {
 	}
 	resp, err := b.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m}, 0)
 	b.headed(o)
+	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
+		return
+	}
 	if err == nil && resp.StatusCode() == fasthttp.StatusAccepted {
 		ReadHead(resp)
 		return

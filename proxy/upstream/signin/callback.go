@@ -98,6 +98,9 @@ func awaitCode(ctx context.Context, port int, open func()) (*auth.AuthorizationR
 	case o := <-got:
 		return o.res, o.err
 	case <-ctx.Done():
-		return nil, errors.New("the sign-in was not finished in time: run the client again to retry")
+		return nil, errNotFinished
 	}
 }
+
+// errNotFinished is a sign-in the user did not finish in time.
+var errNotFinished = errors.New("the sign-in was not finished in time: the next request starts another")

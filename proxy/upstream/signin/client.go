@@ -22,12 +22,14 @@ package signin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +40,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -88,8 +91,11 @@ type Client struct {
 
 // Token implements upstream.Authorizer: the access token in use (the one
 // the store keeps, at first), refreshed if it expires within a minute.
-func (c *Client) Token() (string, error) {
-	c.mu.Lock()
+func (c *Client) Token(waiting func()) (string, error) {
+	if !c.mu.TryLock() { // a sign-in or a refresh is under way
+		waiting()
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	if !c.loaded {
 		rec, err := c.Store.Load(c.Server)
@@ -135,7 +141,7 @@ func (c *Client) Challenged(status int, challenges []string, sent string) (bool,
 		c.log().Info("the server refused the token and it could not be refreshed: signing in anew", zap.Error(err))
 	}
 	if err := c.flowLocked(status, challenges); err != nil {
-		if !c.opened && !c.publishesOAuth(challenges) {
+		if published, _ := c.published(challenges); !c.opened && !published {
 			// A server that wants a token given some other way: its
 			// answer stands, and says so.
 			c.log().Info("the server publishes no OAuth metadata: no sign-in", zap.Error(err))
@@ -155,9 +161,46 @@ func (c *Client) current() string {
 }
 
 // flowLocked runs the authorization flow for the challenge and keeps its
-// registration and token.
+// registration and token. A registration kept from an earlier sign-in is
+// used again (no new client at the authorization server each time); if
+// the flow fails with it, short of the user's refusal, it runs once more
+// with a registration of its own.
 func (c *Client) flowLocked(status int, challenges []string) error {
-	h, err := c.handlerLocked()
+	port, err := c.redirectPort()
+	if err != nil {
+		return err
+	}
+	redirect := redirectURL(port)
+	// A client registered at another authorization server is no client
+	// at this one (the server moved): it registers anew there.
+	_, as := c.published(challenges)
+	reuse := c.ClientID == "" && c.rec != nil && c.rec.ClientID != "" && c.rec.RedirectURL == redirect &&
+		as != "" && c.rec.AuthServer == as
+	err = c.authorizeLocked(status, challenges, port, reuse)
+	if _, denied := errors.AsType[*DeniedError](err); err != nil && reuse && !denied && !errors.Is(err, errNotFinished) {
+		c.log().Info("the registration kept from the last sign-in did not work: registering anew", zap.Error(err))
+		err = c.authorizeLocked(status, challenges, port, false)
+	}
+	if err != nil {
+		return err
+	}
+	if c.rec == nil || c.rec.Token == nil {
+		return errors.New("the authorization flow gave no token")
+	}
+	if c.rec.AuthServer != as {
+		c.rec.AuthServer = as
+		c.Store.Save(c.rec)
+	}
+	c.port = port
+	c.log().Info("signed in", events.Mark(events.SignedIn), zap.Strings("scopes", c.rec.Scopes),
+		zap.Bool("refreshable", c.rec.Token.RefreshToken != ""))
+	return nil
+}
+
+// authorizeLocked runs one authorization flow, with the registration kept
+// if reuse.
+func (c *Client) authorizeLocked(status int, challenges []string, port int, reuse bool) error {
+	h, err := c.handlerLocked(port, reuse)
 	if err != nil {
 		return err
 	}
@@ -169,28 +212,16 @@ func (c *Client) flowLocked(status int, challenges []string) error {
 	}
 	resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}
 	resp.Header[http.CanonicalHeaderKey("WWW-Authenticate")] = challenges
-	c.log().Info("the server wants a sign-in: starting the authorization flow", zap.Int("status", status))
+	c.log().Info("the server wants a sign-in: starting the authorization flow", events.Mark(events.SignInStarted),
+		zap.Int("status", status), zap.Bool("registered", reuse))
 	c.opened = false
-	if err := h.Authorize(ctx, req, resp); err != nil {
-		return err
-	}
-	if c.rec == nil || c.rec.Token == nil {
-		return errors.New("the authorization flow gave no token")
-	}
-	c.log().Info("signed in", zap.Strings("scopes", c.rec.Scopes), zap.Bool("refreshable", c.rec.Token.RefreshToken != ""))
-	return nil
+	return h.Authorize(ctx, req, resp)
 }
 
-// handlerLocked returns the authorization flow's handler, made at the
-// first sign-in (it keeps the scopes granted, for step-up).
-func (c *Client) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
-	if c.handler != nil {
-		return c.handler, nil
-	}
-	port, err := c.redirectPort()
-	if err != nil {
-		return nil, err
-	}
+// handlerLocked returns a handler of the authorization flow: with the
+// client of the flags, or the one kept if reuse, else one it registers;
+// the scopes asked for include those granted before (step-up keeps them).
+func (c *Client) handlerLocked(port int, reuse bool) (*auth.AuthorizationCodeHandler, error) {
 	redirect := redirectURL(port)
 	cfg := &auth.AuthorizationCodeHandlerConfig{
 		RedirectURL: redirect,
@@ -202,6 +233,7 @@ func (c *Client) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 			GrantTypes: []string{"authorization_code", "refresh_token"}, ResponseTypes: []string{"code"}}},
 		RequestRefreshToken: true,
 		Client:              c.http(),
+		ScopeFilter:         c.withGranted,
 		NewTokenSource: func(_ context.Context, cfg *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
 			c.adoptLocked(cfg, tok) // under the lock Challenged holds
 			return oauth2.StaticTokenSource(tok), nil
@@ -210,19 +242,33 @@ func (c *Client) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 	if c.ClientMetadataURL != "" {
 		cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: c.ClientMetadataURL}
 	}
-	if c.ClientID != "" {
-		pre := &oauthex.ClientCredentials{ClientID: c.ClientID}
-		if c.ClientSecret != "" {
-			pre.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: c.ClientSecret}
+	id, secret := c.ClientID, c.ClientSecret
+	if id == "" && reuse {
+		id, secret = c.rec.ClientID, c.rec.ClientSecret
+	}
+	if id != "" {
+		pre := &oauthex.ClientCredentials{ClientID: id}
+		if secret != "" {
+			pre.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: secret}
 		}
 		cfg.PreregisteredClient = pre
 	}
-	h, err := auth.NewAuthorizationCodeHandler(cfg)
-	if err != nil {
-		return nil, err
+	return auth.NewAuthorizationCodeHandler(cfg)
+}
+
+// withGranted returns the scopes a challenge asks for with those granted
+// before, so that a step-up (or a sign-in anew) keeps what was granted.
+func (c *Client) withGranted(asked []string) []string {
+	if c.rec == nil {
+		return asked
 	}
-	c.handler, c.port = h, port
-	return h, nil
+	out := slices.Clone(asked)
+	for _, s := range c.rec.Scopes {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // redirectPort is the redirect URI's port: the flag's, the last
@@ -230,6 +276,9 @@ func (c *Client) handlerLocked() (*auth.AuthorizationCodeHandler, error) {
 func (c *Client) redirectPort() (int, error) {
 	if c.CallbackPort != 0 {
 		return c.CallbackPort, nil
+	}
+	if c.port != 0 {
+		return c.port, nil
 	}
 	if c.rec != nil && c.rec.RedirectURL != "" {
 		if u, err := url.Parse(c.rec.RedirectURL); err == nil {
@@ -287,14 +336,16 @@ func cmpDuration(d, def time.Duration) time.Duration {
 	return def
 }
 
-// publishesOAuth reports whether the server takes part in OAuth: it
-// publishes protected resource metadata (RFC 9728: where its challenge
-// says, or at the well-known URLs) or authorization server metadata at its
-// origin (RFC 8414, OpenID; where a 2025-03-26 server is its own).
-func (c *Client) publishesOAuth(challenges []string) bool {
+// published looks for the server's OAuth metadata: its protected resource
+// metadata (RFC 9728: where its challenge says, or at the well-known
+// URLs), else authorization server metadata at its origin (RFC 8414,
+// OpenID; where a 2025-03-26 server is its own). It reports whether there
+// is any, and the authorization server the resource metadata names first
+// ("" if none does).
+func (c *Client) published(challenges []string) (bool, string) {
 	u, err := url.Parse(c.Server)
 	if err != nil {
-		return false
+		return false, ""
 	}
 	var where []string
 	if cs, err := oauthex.ParseWWWAuthenticate(challenges); err == nil {
@@ -309,15 +360,29 @@ func (c *Client) publishesOAuth(challenges []string) bool {
 		where = append(where, (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: p}).String())
 	}
 	for _, meta := range where {
-		resp, err := c.http().Get(meta)
-		if err != nil {
-			continue
+		var doc struct {
+			AuthorizationServers []string `json:"authorization_servers"`
 		}
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK && strings.Contains(resp.Header.Get("Content-Type"), "json") {
-			return true
+		if c.getJSON(meta, &doc) {
+			if len(doc.AuthorizationServers) > 0 {
+				return true, doc.AuthorizationServers[0]
+			}
+			return true, ""
 		}
 	}
-	return false
+	return false, ""
+}
+
+// getJSON GETs a JSON document into v; it reports whether one came.
+func (c *Client) getJSON(u string, v any) bool {
+	resp, err := c.http().Get(u)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return false
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v) == nil
 }

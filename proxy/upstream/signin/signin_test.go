@@ -2,8 +2,8 @@ package signin
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -174,7 +174,7 @@ func TestSignInFlow(t *testing.T) {
 	as := newAuthServer(t)
 	st := &Store{Dir: t.TempDir()}
 	c := &Client{Server: as.URL + "/mcp", Store: st, Open: follow(t), Log: zaptest.NewLogger(t)}
-	if tok, err := c.Token(); tok != "" || err != nil {
+	if tok, err := c.Token(func() {}); tok != "" || err != nil {
 		t.Fatalf("before sign-in: %q, %v", tok, err)
 	}
 	var wg sync.WaitGroup
@@ -186,7 +186,7 @@ func TestSignInFlow(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if tok, _ := c.Token(); tok != "access-1" || as.registered.Load() != 1 || as.codes.Load() != 1 {
+	if tok, _ := c.Token(func() {}); tok != "access-1" || as.registered.Load() != 1 || as.codes.Load() != 1 {
 		t.Errorf("token %q after %d registrations, %d token requests; want one flow", tok, as.registered.Load(), as.codes.Load())
 	}
 	as.mu.Lock()
@@ -195,7 +195,7 @@ func TestSignInFlow(t *testing.T) {
 	}
 	as.mu.Unlock()
 	other := &Client{Server: as.URL + "/mcp", Store: st, Open: func(string) { t.Error("a second flow") }}
-	if tok, _ := other.Token(); tok != "access-1" {
+	if tok, _ := other.Token(func() {}); tok != "access-1" {
 		t.Errorf("another bridge's token %q, want the one kept", tok)
 	}
 }
@@ -211,13 +211,13 @@ func TestRefresh(t *testing.T) {
 	st.Save(&Record{Server: server, ClientID: "dcr-client", TokenURL: as.URL + "/token",
 		Token: &oauth2.Token{AccessToken: "old", RefreshToken: "refresh-1", Expiry: time.Now().Add(10 * time.Second)}})
 	c := &Client{Server: server, Store: st, Open: func(string) { t.Error("a flow, not a refresh") }}
-	if tok, err := c.Token(); tok != "refreshed-1" || err != nil {
+	if tok, err := c.Token(func() {}); tok != "refreshed-1" || err != nil {
 		t.Fatalf("a token about to expire: %q, %v; want it refreshed", tok, err)
 	}
 	if again, err := c.Challenged(http.StatusUnauthorized, as.challenge(), "refreshed-1"); !again || err != nil {
 		t.Fatalf("a refused token: %v, %v", again, err)
 	}
-	if tok, _ := c.Token(); tok != "refreshed-2" {
+	if tok, _ := c.Token(func() {}); tok != "refreshed-2" {
 		t.Errorf("after a 401: %q, want refreshed again", tok)
 	}
 	rec, _ := st.Load(server)

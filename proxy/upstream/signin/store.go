@@ -23,8 +23,9 @@ import (
 type Record struct {
 	// Server is the MCP endpoint's URL.
 	Server string `json:"server"`
-	// Issuer is the authorization server's.
-	Issuer       string `json:"issuer,omitempty"`
+	// AuthServer is the authorization server the client is registered
+	// at, as the server's resource metadata names it.
+	AuthServer   string `json:"authorization_server,omitempty"`
 	ClientID     string `json:"client_id,omitempty"`
 	ClientSecret string `json:"client_secret,omitempty"`
 	AuthURL      string `json:"authorization_endpoint,omitempty"`

@@ -13,6 +13,10 @@
 // "bridge-client browse URL" is the headless browser the bridge opens
 // (BROWSER): it follows URL's redirects, as the suite's authorization
 // server sends the browser straight back to the bridge's redirect URI.
+// "bridge-client browse-once FILE URL" does so only if FILE does not
+// exist, and makes it: a user who signs in once; later it writes URL to
+// FILE.fifo, a named pipe the test reads, for the test to finish the
+// sign-in when it will.
 package main
 
 import (
@@ -40,6 +44,13 @@ func main() {
 func run() error {
 	if len(os.Args) < 2 {
 		return fmt.Errorf("usage: bridge-client URL | bridge-client browse URL")
+	}
+	if os.Args[1] == "browse-once" && len(os.Args) == 4 {
+		if _, err := os.Stat(os.Args[2]); err == nil {
+			return os.WriteFile(os.Args[2]+".fifo", []byte(os.Args[3]), 0o600)
+		}
+		os.WriteFile(os.Args[2], nil, 0o600)
+		os.Args = []string{os.Args[0], "browse", os.Args[3]}
 	}
 	if os.Args[1] == "browse" && len(os.Args) == 3 {
 		resp, err := http.Get(os.Args[2]) // redirects followed
