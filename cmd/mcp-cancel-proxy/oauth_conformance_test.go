@@ -21,15 +21,22 @@ var authScenarios = map[string][]string{
 	"2025-03-26": {"2025-03-26-oauth-metadata-backcompat", "2025-03-26-oauth-endpoint-fallback"},
 }
 
-// TestConformanceAuthThroughTheBridge: the bridge is the client of the
+// clientScenarios are the suite's other client scenarios that a bridge can
+// be judged by: what it sends on the wire (headers, _meta, the version of
+// its transport probe's initialize) and how it resumes a stream (the SSE
+// retry field).
+var clientScenarios = []string{"initialize", "tools_call", "http-standard-headers", "request-metadata", "sse-retry"}
+
+// TestConformanceClientThroughTheBridge: the bridge is the client of the
 // official conformance suite's client auth scenarios (0.2.0-alpha.12):
 // testdata/bridge-client runs it with the go-sdk client on its stdin, and
 // it signs in as each scenario asks (its "browser", BROWSER, follows the
 // suite's authorization server's redirect back to the bridge). Every check
 // of every non-extension scenario must pass, for 2025-11-25 and 2026-07-28
-// (the auth suite), and for the revisions the others apply to; and check
-// --url, which signs in the same way, passes three of them.
-func TestConformanceAuthThroughTheBridge(t *testing.T) {
+// (the auth suite), and for the revisions the others apply to; check
+// --url, which signs in the same way, passes three of them; and the
+// bridge passes the suite's other client scenarios it can be judged by.
+func TestConformanceClientThroughTheBridge(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
 	client := bridgeClient(t)
@@ -54,6 +61,9 @@ func TestConformanceAuthThroughTheBridge(t *testing.T) {
 	}
 	for _, name := range []string{"metadata-default", "token-endpoint-auth-basic", "scope-step-up"} {
 		t.Run("check --url "+name, func(t *testing.T) { suite(t, "check", "--scenario", "auth/"+name) })
+	}
+	for _, name := range clientScenarios {
+		t.Run(name, func(t *testing.T) { suite(t, "--scenario", name) })
 	}
 	for v, names := range authScenarios {
 		for _, name := range names {

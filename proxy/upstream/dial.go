@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
@@ -28,8 +29,12 @@ const (
 // probeWait bounds each step of the detection.
 const probeWait = 10 * time.Second
 
-// probeInitialize is the detection's initialize request.
-const probeInitialize = `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-probe","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy","version":"probe"}}}`
+// probeInitialize is the detection's initialize request: of the newest
+// revision that initializes (a server of an older one answers with its
+// own, as version negotiation asks), with the _meta and the headers that
+// 2026-07-28 asks of every request (a server of an older one ignores them).
+const probeInitialize = `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-probe","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy","version":"probe"},` +
+	`"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-cancel-proxy","version":"probe"}}}}`
 
 // Options are what Dial makes its client of an upstream
 // with.
@@ -97,7 +102,9 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 // reports whether a GET opens an event stream that names an endpoint (an
 // HTTP+SSE server's). A session the initialize opened is deleted.
 func (e *Endpoint) ProbeTransport(maxBody int, log *zap.Logger) (sse bool, err error) {
-	resp, err := e.Do(Request{Body: []byte(probeInitialize)}, probeWait)
+	var probe framing.Frame
+	probe.Parse([]byte(probeInitialize))
+	resp, err := e.Do(Request{Body: []byte(probeInitialize), Msg: &probe.Msgs[0]}, probeWait)
 	if err != nil {
 		return false, err
 	}

@@ -365,8 +365,9 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fasthttp.Response, limit int, initialize bool, id *framing.ID) {
 	resp := first
 	lastID := ""
+	var retry time.Duration // the stream's retry field: how long to wait before resuming it
 	for resumes := 0; ; resumes++ {
-		answered, last, events, err := b.relayEvents(body, limit, initialize, id)
+		answered, last, events, err := b.relayEvents(body, limit, initialize, id, &retry)
 		if resumes > 0 {
 			fasthttp.ReleaseResponse(resp) // a resumed stream's, read to its end
 		}
@@ -383,7 +384,12 @@ func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fa
 		}
 		// The stream ended before the answer, and its events had ids: a
 		// 2025 server may end a call's stream so (to have the client poll),
-		// and resuming it is how the answer comes.
+		// and resuming it is how the answer comes, once its retry field's
+		// wait is over (SEP-1699).
+		if !b.waitRetry(retry) {
+			b.unanswered(*id, io.EOF)
+			return
+		}
 		if resp = b.resume(lastID); resp == nil {
 			b.unanswered(*id, io.EOF)
 			return
@@ -396,11 +402,31 @@ func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fa
 // resumed stream must bring an event, or it is the last.
 const maxResumes = 100
 
+// maxRetryWait bounds the wait a stream's retry field asks for before it
+// is resumed.
+const maxRetryWait = time.Minute
+
+// waitRetry waits d (at most maxRetryWait) before a stream is resumed, as
+// its retry field asks; it reports false if the backend stopped meanwhile.
+func (b *streamBackend) waitRetry(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(min(d, maxRetryWait))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.stop:
+		return false
+	}
+}
+
 // relayEvents hands the session each message event of an event stream,
 // until it ends (err, io.EOF at its clean end); id, if not nil, is the
 // request it answers. It reports whether the answer came, the last event
-// id, and how many events there were.
-func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, initialize bool, id *framing.ID) (answered bool, last string, events int, err error) {
+// id, and how many events there were; retry is set to the last retry field.
+func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, initialize bool, id *framing.ID, retry *time.Duration) (answered bool, last string, events int, err error) {
 	if err := b.track(body, id); err != nil {
 		return false, "", 0, err
 	}
@@ -415,6 +441,9 @@ func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int
 		events++
 		if ev.HasID && len(ev.ID) > 0 {
 			last = string(ev.ID)
+		}
+		if ev.HasRetry {
+			*retry = time.Duration(ev.Retry) * time.Millisecond
 		}
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
 			answered = answered || id != nil && answers(ev.Data, *id) // scanned until the answer came
