@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -99,4 +101,57 @@ func conformanceTotals(out []byte) (passed, failed int) {
 		}
 	}
 	return 0, -1
+}
+
+// TestConformanceAuthThroughSidecar: a client that does OAuth itself (the
+// go-sdk's auth.AuthorizationCodeHandler, in testdata/bridge-client with
+// OWN_OAUTH) runs the suite's auth scenarios straight to the suite's
+// server and through the sidecar in front of it, for 2025-11-25 and
+// 2026-07-28: every check that passes straight passes through the sidecar
+// but one, resource-parameter-matches-prm, which the suite checks against
+// the server's own URL; through a relay the resource is the sidecar's, as
+// its relayed metadata says, so that the client's RFC 9728 check passes.
+func TestConformanceAuthThroughSidecar(t *testing.T) {
+	node, dir := nodePeers(t)
+	watchdog(t, 5*time.Minute)
+	client := bridgeClient(t)
+	run := func(t *testing.T, mode, version string) (passed int, failures []string) {
+		results := t.TempDir()
+		cmd := exec.Command(node, filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
+			"client", "--command", client, "--suite", "auth", "--spec-version", version, "--output-dir", results)
+		cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "OWN_OAUTH="+mode)
+		out, _ := cmd.CombinedOutput()
+		passed, _ = conformanceTotals(out)
+		files, _ := filepath.Glob(filepath.Join(results, "auth", "*", "checks.json"))
+		for _, f := range files {
+			var checks []struct{ ID, Status string }
+			b, _ := os.ReadFile(f)
+			json.Unmarshal(b, &checks)
+			for _, c := range checks {
+				if c.Status == "FAILURE" {
+					failures = append(failures, filepath.Base(filepath.Dir(f))+": "+c.ID)
+				}
+			}
+		}
+		return passed, failures
+	}
+	for _, v := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			direct, directFailures := run(t, "direct", v)
+			relayed, failures := run(t, "sidecar", v)
+			t.Logf("straight: %d passed, %d failed; through the sidecar: %d passed, %d failed", direct, len(directFailures), relayed, len(failures))
+			if direct == 0 || len(directFailures) != 0 {
+				t.Fatalf("the client straight to the server: %d passed, failures %q", direct, directFailures)
+			}
+			for _, f := range failures {
+				if !strings.Contains(f, "resource-parameter-matches-prm") {
+					t.Errorf("through the sidecar: %s", f)
+				}
+			}
+			if relayed+len(failures) != direct {
+				t.Errorf("through the sidecar %d checks passed and %d failed; straight, %d passed", relayed, len(failures), direct)
+			}
+		})
+	}
 }

@@ -53,13 +53,22 @@ func (s *Sidecar) serveResourceMetadata(ctx *fasthttp.RequestCtx) bool {
 // answers with it, its resource rewritten.
 func (s *Sidecar) relayMetadata(ctx *fasthttp.RequestCtx, rest string) {
 	up := s.endpoint.URL
-	if rest == s.path || rest == "" && s.path == "/" {
+	origin := up.Scheme + "://" + up.Host
+	where := ""
+	endpoint := rest == s.path || rest == "" && s.path == "/"
+	if endpoint {
 		rest = strings.TrimSuffix(up.Path, "/")
+		if custom := s.metadataURL.Load(); custom != nil {
+			where = *custom // where the upstream's challenge said it is
+		}
+	}
+	if where == "" {
+		where = origin + resourcemeta.WellKnown + rest
 	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(up.Scheme + "://" + up.Host + resourcemeta.WellKnown + rest)
+	req.SetRequestURI(where)
 	req.Header.Set("Accept", "application/json")
 	if err := s.endpoint.Client.DoTimeout(req, resp, metadataTimeout); err != nil {
 		s.log.Warn("the upstream's protected resource metadata is unreachable", zap.String("error", upstream.Brief(err)))
@@ -68,8 +77,11 @@ func (s *Sidecar) relayMetadata(ctx *fasthttp.RequestCtx, rest string) {
 	}
 	body := readBody(resp, maxMetadata)
 	if resp.StatusCode() == fasthttp.StatusOK {
-		resource := up.Scheme + "://" + up.Host + up.Path
-		if out, ok := resourcemeta.Document(body, resource, s.publicBase(ctx)+s.path); ok {
+		resource, ours := origin+up.Path, s.publicBase(ctx)+s.path
+		if rest == "" && !endpoint { // the root's document, which may name the origin
+			resource, ours = origin, s.publicBase(ctx)
+		}
+		if out, ok := resourcemeta.Document(body, resource, ours); ok {
 			body = out
 		} else {
 			s.log.Warn("the upstream's protected resource metadata names another resource: relayed as it is",
@@ -98,7 +110,15 @@ func (s *Sidecar) publicBase(ctx *fasthttp.RequestCtx) string {
 func (s *Sidecar) challenge(ctx *fasthttp.RequestCtx, v []byte) []byte {
 	up := s.endpoint.URL
 	origin := up.Scheme + "://" + up.Host + "/"
-	ours := func(u string) bool { return strings.HasPrefix(u, origin) }
+	ours := func(u string) bool {
+		if !strings.HasPrefix(u, origin) {
+			return false
+		}
+		if !strings.HasPrefix(u, origin+strings.TrimPrefix(resourcemeta.WellKnown, "/")) {
+			s.metadataURL.Store(&u) // a place of the upstream's own choosing: the relay fetches it there
+		}
+		return true
+	}
 	path := s.path
 	if path == "/" {
 		path = ""

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -179,7 +180,10 @@ type Sidecar struct {
 	// closes sees clients leave their streams; soon runs what waits
 	// watchDelay. Both are stopped by Cleanup.
 	closes closewatch.Watcher
-	soon   closewatch.Queue
+	// metadataURL is where the upstream's challenges say its protected
+	// resource metadata is, when that is not the well-known URL (oauth.go).
+	metadataURL atomic.Pointer[string]
+	soon        closewatch.Queue
 	// detached serves the sessions' GET streams off fasthttp's
 	// connection loop; Cleanup ends them.
 	detached stream.Detached

@@ -10,6 +10,12 @@
 // --client-secret-file; its client ID metadata document URL is always
 // given. BRIDGE_ARGS, split on spaces, are more flags for the bridge.
 //
+// With OWN_OAUTH set, the go-sdk client does OAuth itself (its
+// auth.AuthorizationCodeHandler, as the go-sdk's conformance client does),
+// straight to URL (OWN_OAUTH=direct) or through the sidecar
+// (OWN_OAUTH=sidecar: PROXY_BIN --listen on a free port --upstream URL),
+// which must be transparent to it.
+//
 // "bridge-client browse URL" is the headless browser the bridge opens
 // (BROWSER): it follows URL's redirects, as the suite's authorization
 // server sends the browser straight back to the bridge's redirect URI.
@@ -23,7 +29,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +39,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
 func main() {
@@ -61,6 +71,9 @@ func run() error {
 		return nil
 	}
 	url := os.Args[len(os.Args)-1]
+	if mode := os.Getenv("OWN_OAUTH"); mode != "" {
+		return ownOAuth(mode, url)
+	}
 	args := []string{"--upstream", url, "--log-level", "debug", "--client-metadata-url", "https://conformance-test.local/client-metadata.json"}
 	var conf struct {
 		ClientID     string `json:"client_id"`
@@ -89,6 +102,11 @@ func run() error {
 		return fmt.Errorf("connecting through the bridge: %w", err)
 	}
 	defer cs.Close()
+	return listAndCall(ctx, cs)
+}
+
+// listAndCall lists the tools and calls test-tool, or add_numbers.
+func listAndCall(ctx context.Context, cs *mcp.ClientSession) error {
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("tools/list: %w", err)
@@ -105,4 +123,85 @@ func run() error {
 		return fmt.Errorf("tools/call %s: an error result", name)
 	}
 	return nil
+}
+
+// ownOAuth connects the go-sdk client, which signs in itself, to url or
+// through the sidecar in front of it.
+func ownOAuth(mode, url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if mode == "sidecar" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		sidecar := exec.Command(os.Getenv("PROXY_BIN"), "--listen", addr, "--upstream", url, "--log-level", "warn")
+		sidecar.Stderr = os.Stderr
+		if err := sidecar.Start(); err != nil {
+			return err
+		}
+		defer func() { sidecar.Process.Kill(); sidecar.Wait() }()
+		for { // until it listens, or the deadline
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("the sidecar does not listen: %w", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		url = "http://" + addr + "/mcp"
+	}
+	var conf struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+	}
+	json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
+	cfg := &auth.AuthorizationCodeHandlerConfig{
+		RedirectURL:                    "http://localhost:3000/callback",
+		AuthorizationCodeFetcher:       codeFromRedirect,
+		ClientIDMetadataDocumentConfig: &auth.ClientIDMetadataDocumentConfig{URL: "https://conformance-test.local/client-metadata.json"},
+		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			RedirectURIs: []string{"http://localhost:3000/callback"}}},
+	}
+	if conf.ClientID != "" {
+		cfg.PreregisteredClient = &oauthex.ClientCredentials{ClientID: conf.ClientID,
+			ClientSecretAuth: &oauthex.ClientSecretAuth{ClientSecret: conf.ClientSecret}}
+	}
+	h, err := auth.NewAuthorizationCodeHandler(cfg)
+	if err != nil {
+		return err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "own-oauth-client", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, OAuthHandler: h}, nil)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer cs.Close()
+	return listAndCall(ctx, cs)
+}
+
+// codeFromRedirect follows the authorization URL to its redirect, whose
+// query has the code (the suite's authorization server consents at once).
+func codeFromRedirect(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	loc, err := neturl.Parse(resp.Header.Get("Location"))
+	if err != nil {
+		return nil, err
+	}
+	q := loc.Query()
+	return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
 }
