@@ -19,7 +19,7 @@ import (
 // oauthFlags adds the flags of the sign-in's settings to fs, writing to
 // o; each one's usage begins with when.
 func oauthFlags(fs *flag.FlagSet, o *config.OAuth, when string) {
-	fs.StringVar(&o.Mode, "oauth", "", when+"auto, to sign in (OAuth, in your browser) when the upstream asks, or off (default auto)")
+	fs.StringVar(&o.Mode, "oauth", "", when+"auto, to sign in (OAuth, in your browser) when the upstream asks; client_credentials, for machine use (with --client-id and --client-secret-file); or off (default auto)")
 	fs.StringVar(&o.ClientID, "client-id", "", when+"the OAuth client `ID` registered beforehand at the upstream's authorization server (default: registered dynamically)")
 	fs.StringVar(&o.ClientSecretFile, "client-secret-file", "", "with --client-id: a `file` whose first line is the client's secret")
 	fs.StringVar(&o.ClientMetadataURL, "client-metadata-url", "", when+"the public HTTPS `URL` of this client's OAuth metadata document, its client ID where the authorization server takes one")
@@ -43,7 +43,7 @@ func signInFor(url string, o config.OAuth, headers []upstream.Header, log *zap.L
 		}
 	}
 	c := &signin.Client{Server: url, Store: &signin.Store{Dir: o.Store}, ClientID: o.ClientID,
-		ClientMetadataURL: o.ClientMetadataURL, CallbackPort: o.CallbackPort, Log: log}
+		ClientMetadataURL: o.ClientMetadataURL, CallbackPort: o.CallbackPort, Log: log, Machine: o.Mode == "client_credentials"}
 	if o.ClientSecretFile != "" {
 		b, err := os.ReadFile(o.ClientSecretFile)
 		if err != nil {

@@ -36,21 +36,27 @@ var clientScenarios = []string{"initialize", "tools_call", "http-standard-header
 // suite's authorization server's redirect back to the bridge). Every check
 // of every non-extension scenario must pass, for 2025-11-25 and 2026-07-28
 // (the auth suite), and for the revisions the others apply to; check
-// --url, which signs in the same way, passes three of them; and the
-// bridge passes the suite's other client scenarios it can be judged by.
+// --url, which signs in the same way, passes three of them; the bridge
+// passes the suite's other client scenarios it can be judged by; and, with
+// --oauth client_credentials, the client credentials extension's basic
+// scenario.
 func TestConformanceClientThroughTheBridge(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
 	client := bridgeClient(t)
 	suite := func(t *testing.T, args ...string) {
 		t.Parallel()
-		command := client
-		if args[0] == "check" { // check --url, with the URL the suite adds
+		command, bridgeArgs := client, ""
+		switch args[0] {
+		case "check": // check --url, with the URL the suite adds
 			command, args = proxyBin+" check --tool test-tool --runs 1 --cancel-after 100ms --watch 200ms --timeout 5s --url", args[1:]
+		case "machine": // the client credentials grant
+			bridgeArgs, args = "--oauth client_credentials", args[1:]
 		}
 		cmd := exec.Command(node, append([]string{filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
 			"client", "--command", command}, args...)...)
-		cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir())
+		cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir(),
+			"BRIDGE_ARGS="+bridgeArgs)
 		out, _ := cmd.CombinedOutput()
 		passed, failed := conformanceTotals(out)
 		t.Logf("%v: %d passed, %d failed", args, passed, failed)
@@ -64,6 +70,7 @@ func TestConformanceClientThroughTheBridge(t *testing.T) {
 	for _, name := range []string{"metadata-default", "token-endpoint-auth-basic", "scope-step-up"} {
 		t.Run("check --url "+name, func(t *testing.T) { suite(t, "check", "--scenario", "auth/"+name) })
 	}
+	t.Run("client-credentials-basic", func(t *testing.T) { suite(t, "machine", "--scenario", "auth/client-credentials-basic") })
 	for _, name := range clientScenarios {
 		t.Run(name, func(t *testing.T) { suite(t, "--scenario", name) })
 	}

@@ -106,8 +106,10 @@ type Cluster struct {
 type OAuth struct {
 	// Mode is "auto" (the default): the bridge signs in when the upstream
 	// answers 401 with a bearer challenge, runs the authorization flow in
-	// the user's browser and keeps the token; or "off": a 401 is an error.
-	// Never with an Authorization header of upstream_headers.
+	// the user's browser and keeps the token; "client_credentials": it
+	// signs in with the client credentials grant, for machine use (no
+	// user; client_id and client_secret_file required); or "off": a 401 is
+	// an error. Never with an Authorization header of upstream_headers.
 	Mode string `yaml:"mode"`
 	// ClientID and ClientSecretFile name a client registered beforehand at
 	// the authorization server (the secret is the file's first line).
@@ -486,8 +488,11 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 	if p := h.Proxy; p != "" && p != "env" && p != "none" {
 		bad("http.proxy", "%q is not env or none", p)
 	}
-	if m := h.OAuth.Mode; m != "" && m != "auto" && m != "off" {
-		bad("http.oauth.mode", "%q is not auto or off", m)
+	switch m := h.OAuth.Mode; {
+	case m != "" && m != "auto" && m != "off" && m != "client_credentials":
+		bad("http.oauth.mode", "%q is not auto, client_credentials or off", m)
+	case m == "client_credentials" && (h.OAuth.ClientID == "" || h.OAuth.ClientSecretFile == ""):
+		bad("http.oauth.mode", "client_credentials needs client_id and client_secret_file")
 	}
 	if p := h.OAuth.CallbackPort; p < 0 || p > 65535 {
 		bad("http.oauth.callback_port", "%d is not a port from 1 to 65535", p)

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/auth/extauth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
@@ -63,6 +64,10 @@ type Client struct {
 	// ClientID and ClientSecret, if ClientID is set, are a client
 	// registered beforehand (--client-id, --client-secret-file).
 	ClientID, ClientSecret string
+	// Machine, with ClientID and ClientSecret, signs in with the client
+	// credentials grant (RFC 6749 §4.4), for machine use: no user, no
+	// browser; the token is fetched again whenever the server refuses it.
+	Machine bool
 	// ClientMetadataURL, if set, is the HTTPS URL of the client's metadata
 	// document (--client-metadata-url): its client ID where the
 	// authorization server supports client ID metadata documents.
@@ -139,6 +144,12 @@ func (c *Client) Challenged(status int, challenges []string, sent string) (bool,
 			return true, nil
 		}
 		c.log().Info("the server refused the token and it could not be refreshed: signing in anew", zap.Error(err))
+	}
+	if c.Machine {
+		if err := c.machineLocked(status, challenges); err != nil {
+			return false, fmt.Errorf("signing in to %s with the client credentials grant: %w", c.Server, err)
+		}
+		return true, nil
 	}
 	if err := c.flowLocked(status, challenges); err != nil {
 		if published, _ := c.published(challenges); !c.opened && !published {
@@ -385,4 +396,51 @@ func (c *Client) getJSON(u string, v any) bool {
 		return false
 	}
 	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(v) == nil
+}
+
+// machineLocked signs in with the client credentials grant (the go-sdk's
+// extauth handler: discovery, then the token endpoint), and keeps the
+// token.
+func (c *Client) machineLocked(status int, challenges []string) error {
+	if c.ClientID == "" || c.ClientSecret == "" {
+		return errors.New("the client credentials grant needs --client-id and --client-secret-file")
+	}
+	h, err := extauth.NewClientCredentialsHandler(&extauth.ClientCredentialsHandlerConfig{HTTPClient: c.http(),
+		Credentials: &oauthex.ClientCredentials{ClientID: c.ClientID, ClientSecretAuth: &oauthex.ClientSecretAuth{ClientSecret: c.ClientSecret}}})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cmpDuration(c.Wait, DefaultWait))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server, nil)
+	if err != nil {
+		return err
+	}
+	resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}
+	resp.Header[http.CanonicalHeaderKey("WWW-Authenticate")] = challenges
+	c.log().Info("the server wants a sign-in: the client credentials grant", events.Mark(events.SignInStarted), zap.Int("status", status))
+	if err := h.Authorize(ctx, req, resp); err != nil {
+		return err
+	}
+	ts, err := h.TokenSource(ctx)
+	if err != nil || ts == nil {
+		return cmpError(err, errors.New("the grant gave no token"))
+	}
+	tok, err := ts.Token()
+	if err != nil {
+		return err
+	}
+	c.rec = &Record{Server: c.Server, ClientID: c.ClientID, Token: tok}
+	if err := c.Store.Save(c.rec); err != nil {
+		c.log().Warn("the token could not be kept", zap.Error(err))
+	}
+	c.log().Info("signed in", events.Mark(events.SignedIn), zap.Bool("refreshable", false))
+	return nil
+}
+
+func cmpError(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
