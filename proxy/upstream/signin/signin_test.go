@@ -32,6 +32,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestStoreKeepsRecordsPrivate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "auth")
 	st := &Store{Dir: dir}
+	if none, err := st.Load("https://mcp.example/mcp"); none != nil || err != nil {
+		t.Fatalf("an empty store: %+v, %v", none, err)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("reading the store made its directory")
+	}
 	rec := &Record{Server: "https://mcp.example/mcp", ClientID: "c1", Token: &oauth2.Token{AccessToken: "secret-token"}}
 	if err := st.Save(rec); err != nil {
 		t.Fatal(err)

@@ -72,17 +72,23 @@ func DefaultDir() (string, error) {
 
 // dir returns the store's directory, made if need be.
 func (s *Store) dir() (string, error) {
-	d := s.Dir
-	if d == "" {
-		var err error
-		if d, err = DefaultDir(); err != nil {
-			return "", err
-		}
+	d, err := s.path()
+	if err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(d, 0o700); err != nil {
 		return "", fmt.Errorf("the token store %s: %w", d, err)
 	}
 	return d, nil
+}
+
+// path returns the store's directory, which may not exist yet: reading
+// makes none (a bridge whose server wants no sign-in leaves no trace).
+func (s *Store) path() (string, error) {
+	if s.Dir != "" {
+		return s.Dir, nil
+	}
+	return DefaultDir()
 }
 
 // name is the file name of server's record, without its extension.
@@ -93,7 +99,7 @@ func name(server string) string {
 
 // Load returns server's record, or nil when there is none.
 func (s *Store) Load(server string) (*Record, error) {
-	d, err := s.dir()
+	d, err := s.path()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +150,7 @@ func (s *Store) Save(r *Record) error {
 
 // Delete forgets server's record; it reports whether there was one.
 func (s *Store) Delete(server string) (bool, error) {
-	d, err := s.dir()
+	d, err := s.path()
 	if err != nil {
 		return false, err
 	}
@@ -157,7 +163,7 @@ func (s *Store) Delete(server string) (bool, error) {
 
 // List returns every record, by server.
 func (s *Store) List() ([]*Record, error) {
-	d, err := s.dir()
+	d, err := s.path()
 	if err != nil {
 		return nil, err
 	}
