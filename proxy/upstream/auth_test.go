@@ -56,8 +56,7 @@ func TestAuthSendsAgainAfterSignIn(t *testing.T) {
 		}
 		ctx.SetBodyString(`{"jsonrpc":"2.0","id":1,"result":{}}`)
 	}}
-	go srv.Serve(ln)
-	defer srv.Shutdown()
+	defer serve(srv, ln)()
 	for _, fail := range []error{nil, errors.New("denied")} {
 		a := &fakeAuth{fail: fail}
 		c := NewClient(0, 0)
@@ -126,8 +125,7 @@ func TestAuthWithdrawnWhileWaiting(t *testing.T) {
 		posts++
 		mu.Unlock()
 	}}
-	go srv.Serve(ln)
-	defer srv.Shutdown()
+	defer serve(srv, ln)()
 	a := &waitingAuth{waiting: make(chan struct{}), release: make(chan struct{})}
 	c := NewClient(0, 0)
 	c.DialTimeout, c.Dial = nil, func(string) (net.Conn, error) { return ln.Dial() }
@@ -154,5 +152,20 @@ func TestAuthWithdrawnWhileWaiting(t *testing.T) {
 	defer mu.Unlock()
 	if posts != 0 {
 		t.Errorf("the upstream got %d POSTs, want none", posts)
+	}
+}
+
+// serve serves srv on ln, and returns what stops it: the listener closed,
+// and the server's goroutine ended (even if it had not started serving).
+func serve(srv *fasthttp.Server, ln net.Listener) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	return func() {
+		ln.Close()
+		srv.Shutdown()
+		<-done
 	}
 }
