@@ -21,6 +21,7 @@
 package signin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -215,7 +216,17 @@ func (c *Client) authorizeLocked(status int, challenges []string, port int, reus
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cmpDuration(c.Wait, DefaultWait))
+	c.log().Info("the server wants a sign-in: starting the authorization flow", events.Mark(events.SignInStarted),
+		zap.Int("status", status), zap.Bool("registered", reuse))
+	c.opened = false
+	return c.authorize(h, status, challenges)
+}
+
+// authorize has h, one of the go-sdk's handlers, meet the server's
+// challenge (status, its WWW-Authenticate values) as the refusal of a
+// request to the server, within the sign-in's wait.
+func (c *Client) authorize(h auth.OAuthHandler, status int, challenges []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Wait, DefaultWait))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server, nil)
 	if err != nil {
@@ -223,9 +234,6 @@ func (c *Client) authorizeLocked(status int, challenges []string, port int, reus
 	}
 	resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}
 	resp.Header[http.CanonicalHeaderKey("WWW-Authenticate")] = challenges
-	c.log().Info("the server wants a sign-in: starting the authorization flow", events.Mark(events.SignInStarted),
-		zap.Int("status", status), zap.Bool("registered", reuse))
-	c.opened = false
 	return h.Authorize(ctx, req, resp)
 }
 
@@ -340,13 +348,6 @@ func (c *Client) log() *zap.Logger {
 	return c.Log.With(zap.String("server", c.Server))
 }
 
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // published looks for the server's OAuth metadata: its protected resource
 // metadata (RFC 9728: where its challenge says, or at the well-known
 // URLs), else authorization server metadata at its origin (RFC 8414,
@@ -410,21 +411,13 @@ func (c *Client) machineLocked(status int, challenges []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cmpDuration(c.Wait, DefaultWait))
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server, nil)
-	if err != nil {
-		return err
-	}
-	resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}
-	resp.Header[http.CanonicalHeaderKey("WWW-Authenticate")] = challenges
 	c.log().Info("the server wants a sign-in: the client credentials grant", events.Mark(events.SignInStarted), zap.Int("status", status))
-	if err := h.Authorize(ctx, req, resp); err != nil {
+	if err := c.authorize(h, status, challenges); err != nil {
 		return err
 	}
-	ts, err := h.TokenSource(ctx)
+	ts, err := h.TokenSource(context.Background())
 	if err != nil || ts == nil {
-		return cmpError(err, errors.New("the grant gave no token"))
+		return cmp.Or(err, errors.New("the grant gave no token"))
 	}
 	tok, err := ts.Token()
 	if err != nil {
@@ -436,11 +429,4 @@ func (c *Client) machineLocked(status int, challenges []string) error {
 	}
 	c.log().Info("signed in", events.Mark(events.SignedIn), zap.Bool("refreshable", false))
 	return nil
-}
-
-func cmpError(err, def error) error {
-	if err != nil {
-		return err
-	}
-	return def
 }

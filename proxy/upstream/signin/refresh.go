@@ -1,6 +1,7 @@
 package signin
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ func (c *Client) refresh(rec *Record) (*oauth2.Token, error) {
 		return nil, fmt.Errorf("the token endpoint answered HTTP %d, not JSON", resp.StatusCode)
 	}
 	if resp.StatusCode != http.StatusOK || got.AccessToken == "" {
-		return nil, &DeniedError{Code: cmpString(got.Error, "HTTP "+resp.Status), Description: got.Description}
+		return nil, &DeniedError{Code: cmp.Or(got.Error, "HTTP "+resp.Status), Description: got.Description}
 	}
 	tok := &oauth2.Token{AccessToken: got.AccessToken, TokenType: got.TokenType, RefreshToken: got.RefreshToken}
 	if tok.RefreshToken == "" {
@@ -99,11 +100,4 @@ func (c *Client) refresh(rec *Record) (*oauth2.Token, error) {
 		tok.Expiry = time.Now().Add(time.Duration(got.ExpiresIn) * time.Second)
 	}
 	return tok, nil
-}
-
-func cmpString(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
 }
