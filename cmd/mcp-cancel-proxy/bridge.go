@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/url"
@@ -118,6 +119,16 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	})
 	g.Add(rl.run, rl.stop)
 	g.Add(actor.Until(stopAdmin))
+	if cfg.HTTP.OAuth.Mode == "start" && signIn != nil {
+		// Beside the relay: the client's requests wait for it as they
+		// would for a sign-in a challenge started.
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			signInAtStart(ctx, signIn, log)
+			<-ctx.Done()
+			return nil
+		}, func(error) { cancel() })
+	}
 	g.Run()
 	return code
 }

@@ -48,6 +48,8 @@ var flagChoices = map[string][]string{
 	"log-level":          {"debug", "info", "warn", "error"},
 	"log-format":         {"json", "console"},
 	"upstream-transport": {"auto", "streamable", "sse"},
+	"oauth":              {"auto", "start", "client_credentials", "off"},
+	"keyring":            {"auto", "on", "off"},
 }
 
 // flagInfo is what a completion script needs of one flag.

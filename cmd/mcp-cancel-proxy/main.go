@@ -242,7 +242,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
        mcp-cancel-proxy completion bash|zsh|fish|powershell | man
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
-       mcp-cancel-proxy auth list | auth logout URL
+       mcp-cancel-proxy auth login|list|logout [URL]
 
 Runs COMMAND, a stdio MCP server, as a child and relays MCP between it and
 the client on stdin/stdout, making cancellation work; or, with --listen,

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/otlptest"
 )
 
 // oauthStats is what test/e2e/oauth-server.mjs says it did.
@@ -42,15 +43,12 @@ type oauthStats struct {
 //   - two bridges started together, with nothing kept, sign in once;
 //   - no token the server issued appears in anything a bridge wrote;
 //   - a call made while a sign-in waits for the user, and cancelled, is
-//     withdrawn: the server never gets it, and the bridge serves on.
+//     withdrawn: the server never gets it, and the bridge serves on; so
+//     for the same server over the 2024-11-05 HTTP+SSE transport.
 func TestE2EBridgeSignsIn(t *testing.T) {
-	node, dir := nodePeers(t)
 	watchdog(t, 3*time.Minute)
+	server := startOAuthServer(t)
 	browser := bridgeClient(t) + " browse"
-	addr := freePort(t)
-	startBackgroundEnv(t, []string{"PORT=" + strings.TrimPrefix(addr, "127.0.0.1:")}, node, filepath.Join(dir, "e2e", "oauth-server.mjs"))
-	waitListening(t, addr)
-	server := "http://" + addr
 	var logs lockedBuffer
 	call := func(store, msg string) {
 		t.Helper()
@@ -64,17 +62,7 @@ func TestE2EBridgeSignsIn(t *testing.T) {
 			t.Fatalf("echo %q through the bridge: %v, %+v", msg, err, res)
 		}
 	}
-	stats := func() oauthStats {
-		t.Helper()
-		resp, err := http.Get(server + "/admin/stats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var s oauthStats
-		json.NewDecoder(resp.Body).Decode(&s)
-		return s
-	}
+	stats := func() oauthStats { return statsOf(t, server) }
 	admin := func(what string) {
 		t.Helper()
 		resp, err := http.Post(server+"/admin/"+what, "application/json", nil)
@@ -108,11 +96,17 @@ func TestE2EBridgeSignsIn(t *testing.T) {
 	}
 	wg.Wait()
 	want("two bridges started together", 3, 2, 1)
-	cancelWhileSigningIn(t, server, bridgeClient(t), &logs)
-	if s := stats(); s.Calls != 7 || slices.Contains(s.Messages, "never") {
-		t.Errorf("the server echoed %q; want seven calls, not the withdrawn one", s.Messages)
+	// The withdrawal, to each kind of upstream; wrote: the bridges' audit
+	// trails, spans, status pages and metrics.
+	var wrote []string
+	for _, kind := range []string{"streamable", "sse"} {
+		path := map[string]string{"streamable": "/mcp", "sse": "/sse"}[kind]
+		wrote = append(wrote, cancelWhileSigningIn(t, server, server+path, kind, bridgeClient(t), &logs)...)
 	}
-	written := logs.String()
+	if s := stats(); s.Calls != 8 || slices.Contains(s.Messages, "never") {
+		t.Errorf("the server echoed %q; want eight calls, not the withdrawn ones", s.Messages)
+	}
+	written := logs.String() + strings.Join(wrote, "\n")
 	for _, tok := range stats().Tokens {
 		if strings.Contains(written, tok) {
 			t.Errorf("a token the server issued is in what a bridge wrote")
@@ -121,6 +115,28 @@ func TestE2EBridgeSignsIn(t *testing.T) {
 	if !strings.Contains(written, `"event":"signed_in"`) {
 		t.Errorf("no bridge logged its sign-in:\n%s", written)
 	}
+}
+
+// startOAuthServer starts test/e2e/oauth-server.mjs, and returns its URL.
+func startOAuthServer(t *testing.T) string {
+	node, dir := nodePeers(t)
+	addr := freePort(t)
+	startBackgroundEnv(t, []string{"PORT=" + strings.TrimPrefix(addr, "127.0.0.1:")}, node, filepath.Join(dir, "e2e", "oauth-server.mjs"))
+	waitListening(t, addr)
+	return "http://" + addr
+}
+
+// statsOf returns what the oauth-server.mjs at server says it did.
+func statsOf(t *testing.T, server string) oauthStats {
+	t.Helper()
+	resp, err := http.Get(server + "/admin/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s oauthStats
+	json.NewDecoder(resp.Body).Decode(&s)
+	return s
 }
 
 // bridgeSession starts the bridge with args and env, its stderr to
@@ -161,18 +177,26 @@ func (l *lockedBuffer) String() string {
 // sign-in (the test follows the authorization URL the "browser" was
 // given), and the client calls once more. The withdrawn call never
 // reaches the server; the next one does.
-func cancelWhileSigningIn(t *testing.T, server, client string, logs *lockedBuffer) {
+func cancelWhileSigningIn(t *testing.T, server, upstream, transport, client string, logs *lockedBuffer) (wrote []string) {
 	t.Helper()
-	marker := filepath.Join(t.TempDir(), "browsed")
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "browsed")
 	if err := syscall.Mkfifo(marker+".fifo", 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args, feed := eventsFor(t, []string{"--upstream", server + "/mcp", "--upstream-transport", "streamable", "--log-level", "debug"})
+	rcv := otlptest.StartHTTP(t)
+	cfg := filepath.Join(dir, "proxy.yaml")
+	os.WriteFile(cfg, []byte("tracing:\n  endpoint: "+rcv.URL+"\naudit:\n  path: "+filepath.Join(dir, "audit.jsonl")+"\n"), 0o600)
+	admin := freePort(t)
+	args, feed := eventsFor(t, []string{"--config", cfg, "--admin", admin, "--upstream", upstream, "--upstream-transport", transport, "--log-level", "debug"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs := bridgeSession(ctx, t, args, []string{"XDG_STATE_HOME=" + t.TempDir(), "BROWSER=" + client + " browse-once " + marker}, logs)
+	cs := bridgeSession(ctx, t, args, []string{"XDG_STATE_HOME=" + t.TempDir(), "BROWSER=" + client + " browse-once " + marker, "OTEL_BSP_SCHEDULE_DELAY=50"}, logs)
 	defer cs.Close()
 	feed.waitFor(t, events.SignedIn)
+	if _, err := cs.ListTools(ctx, nil); err != nil { // every POST of the session's start answered
+		t.Fatal(err)
+	}
 	if resp, err := http.Post(server+"/admin/revoke", "application/json", nil); err == nil {
 		resp.Body.Close()
 	}
@@ -202,4 +226,25 @@ func cancelWhileSigningIn(t *testing.T, server, client string, logs *lockedBuffe
 	if err != nil || res.IsError {
 		t.Fatalf("the call after the sign-in: %v, %+v", err, res)
 	}
+	rcv.Wait(t, 20*time.Second, "the cancelled call's span", func(s otlptest.Span) bool { return s.Name == "tools/call echo" })
+	for _, page := range []string{"/status", "/metrics"} {
+		resp, err := http.Get("http://" + admin + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "echo") {
+			t.Errorf("%s: %d, without the calls: %.300s", page, resp.StatusCode, b)
+		}
+		wrote = append(wrote, string(b))
+	}
+	cs.Close() // the audit line of a cancel is written once its story ends, at the latest with the session
+	audit, _ := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	if !strings.Contains(string(audit), `"tool":"echo"`) {
+		t.Errorf("no audit line for the withdrawn call: %s", audit)
+	}
+	spans, _ := json.Marshal(rcv.Spans())
+	feedText, _ := os.ReadFile(eventsPath(args))
+	return append(wrote, string(audit), string(spans), string(feedText))
 }

@@ -106,7 +106,10 @@ type Cluster struct {
 type OAuth struct {
 	// Mode is "auto" (the default): the bridge signs in when the upstream
 	// answers 401 with a bearer challenge, runs the authorization flow in
-	// the user's browser and keeps the token; "client_credentials": it
+	// the user's browser and keeps the token; "start": as auto, and it
+	// signs in as it starts, before the client's first request, unless a
+	// token is kept (as "mcp-cancel-proxy auth login" does);
+	// "client_credentials": it
 	// signs in with the client credentials grant, for machine use (no
 	// user; client_id and client_secret_file required); or "off": a 401 is
 	// an error. Never with an Authorization header of upstream_headers.
@@ -130,6 +133,14 @@ type OAuth struct {
 	// ~/.local/state/...; the configuration directory on macOS and
 	// Windows).
 	Store string `yaml:"store"`
+	// Keyring is where tokens and client secrets are kept: auto (the
+	// default) in the OS's credential store where one answers (the macOS
+	// Keychain, Windows Credential Manager, the Secret Service on the
+	// session's D-Bus), else in the user-only file of Store; on, in the
+	// OS's store, an error at start if none answers; off, in the file.
+	// The rest of each record (its server, client ID, expiry) stays in the
+	// file either way.
+	Keyring string `yaml:"keyring"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -290,7 +301,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto"}},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -489,10 +500,13 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 		bad("http.proxy", "%q is not env or none", p)
 	}
 	switch m := h.OAuth.Mode; {
-	case m != "" && m != "auto" && m != "off" && m != "client_credentials":
-		bad("http.oauth.mode", "%q is not auto, client_credentials or off", m)
+	case m != "" && m != "auto" && m != "start" && m != "off" && m != "client_credentials":
+		bad("http.oauth.mode", "%q is not auto, start, client_credentials or off", m)
 	case m == "client_credentials" && (h.OAuth.ClientID == "" || h.OAuth.ClientSecretFile == ""):
 		bad("http.oauth.mode", "client_credentials needs client_id and client_secret_file")
+	}
+	if k := h.OAuth.Keyring; k != "" && k != "auto" && k != "on" && k != "off" {
+		bad("http.oauth.keyring", "%q is not auto, on or off", k)
 	}
 	if p := h.OAuth.CallbackPort; p < 0 || p > 65535 {
 		bad("http.oauth.callback_port", "%d is not a port from 1 to 65535", p)

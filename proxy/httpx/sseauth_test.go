@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,5 +68,97 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	}
 	if _, err := locked.Dial(zaptest.NewLogger(t)); err == nil || !strings.Contains(err.Error(), "wants authorization") || !strings.Contains(err.Error(), "--header") {
 		t.Errorf("an event stream refused with 401: %v, want what the server wants and how to give it", err)
+	}
+}
+
+// gatedAuth is a sign-in under way once gate is called: Token waits
+// until release closes.
+type gatedAuth struct {
+	mu      sync.Mutex
+	gated   bool
+	release chan struct{}
+}
+
+func (a *gatedAuth) gate() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.gated = true
+}
+
+func (a *gatedAuth) Token(waiting func()) (string, error) {
+	a.mu.Lock()
+	gated := a.gated
+	a.mu.Unlock()
+	if gated {
+		waiting()
+		<-a.release
+	}
+	return "tok", nil
+}
+
+func (a *gatedAuth) Challenged(int, []string, string) (bool, error) { return false, nil }
+
+// TestSSEUpstreamWithdrawsWhileSigningIn: to an HTTP+SSE upstream, a
+// request that waits for a sign-in is withdrawn by its cancel, which
+// does not wait behind it: once the sign-in is done, the server gets
+// neither, and the request written after them is sent and answered.
+func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	events := make(chan string, 4)
+	var mu sync.Mutex
+	var got []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: endpoint\ndata: /message\n\n")
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case ev := <-events:
+				io.WriteString(w, "event: message\ndata: "+ev+"\n\n")
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(body))
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		if strings.Contains(string(body), `"id":8`) {
+			events <- `{"jsonrpc":"2.0","id":8,"result":{}}`
+		}
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	up, err := upstream.NewSSEUpstream(srv.URL+"/sse", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &gatedAuth{release: make(chan struct{})}
+	upstream.AddAuth(up.Client, a)
+	back, err := up.Dial(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.gate() // a sign-in is under way from here
+	conn := back.Conn()
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
+	close(a.release) // signed in
+	line, err := framing.NewReader(conn.In, 0).Read(nil)
+	if err != nil || !strings.Contains(string(line), `"id":8`) {
+		t.Fatalf("the request after the withdrawn one: %s, %v", line, err)
+	}
+	back.Stop()
+	<-back.Exited() // every POST has ended
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || !strings.Contains(got[0], `"id":8`) {
+		t.Errorf("the server got %q; want only the request after the withdrawn one", got)
 	}
 }

@@ -171,6 +171,21 @@ func (p *Posting) waitWritten(stop <-chan struct{}) bool {
 	}
 }
 
+// waitAnswered waits until the POST has its answer, or has failed, or
+// waits for a sign-in; on nil, it returns at once.
+func (p *Posting) waitAnswered() {
+	for p != nil {
+		state, changed := p.now()
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if state == postingHeaded || held {
+			return
+		}
+		<-changed
+	}
+}
+
 // BeforeCancel waits until a cancel of the POST's request may be sent:
 // the request written, and then its answer's headers come or TakenInWait
 // passed on clk (nil: the real clock); or until hurry closes (the session

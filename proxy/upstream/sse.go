@@ -147,6 +147,11 @@ type sseBackend struct {
 
 	lines framing.LineSplitter // only Write uses it
 
+	mu       sync.Mutex
+	prev     *Posting                // the last POST's: the next waits for it (Write)
+	postings map[framing.ID]*Posting // each request's, until its POST is answered
+	running  sync.WaitGroup          // the POSTs under way
+
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called: the stream's end is no news
 	exited   chan struct{}
@@ -229,6 +234,7 @@ func (b *sseBackend) pump() {
 		b.log.Warn("the upstream's event stream broke", zap.Error(err))
 	}
 	b.body.CloseWithError(err)
+	b.running.Wait() // their refusals go to in first
 	b.in.CloseWrite()
 }
 
@@ -246,15 +252,43 @@ func (b *sseBackend) tooLarge(tl *framing.EventTooLargeError) error {
 	return b.in.Put(proxy.ErrorReply(id, framing.CodeInternalError, why))
 }
 
-// Write POSTs each line it is given to the endpoint, in order. A request
-// the upstream does not take is answered with an error, so that its client
-// is not left waiting.
+// Write POSTs each line it is given to the endpoint, in order: a POST
+// starts once the one before it is answered, or waits for a sign-in (the
+// POSTs after it then wait for the same sign-in, and go in no set order
+// once it is done). A request the upstream does not take is answered with
+// an error, so that its client is not left waiting; the cancel of a
+// request that waits for a sign-in withdraws it, and neither is sent.
 func (b *sseBackend) Write(p []byte) (int, error) {
 	b.lines.Split(p, func(line []byte) bool {
-		b.post(line)
+		b.prev.waitAnswered()
+		b.start(bytes.Clone(line))
 		return true
 	})
 	return len(p), nil
+}
+
+// start begins POSTing a line.
+func (b *sseBackend) start(line []byte) {
+	var f framing.Frame
+	parsed := f.Parse(line) == nil && !f.Batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if parsed && f.Msgs[0].Method == framing.MethodCancelled && b.postings[f.Msgs[0].RequestID].Withdraw() {
+		b.log.Debug("a request waiting for a sign-in was cancelled: withdrawn", zap.Stringer("id", f.Msgs[0].RequestID))
+		return
+	}
+	posting := NewPosting()
+	b.prev = posting
+	var id *framing.ID
+	if parsed && f.Msgs[0].Kind == framing.KindRequest {
+		id = &f.Msgs[0].ID
+		if b.postings == nil {
+			b.postings = map[framing.ID]*Posting{}
+		}
+		b.postings[*id] = posting
+	}
+	b.running.Add(1)
+	go b.post(line, id, posting)
 }
 
 // Close ends the session: the client's side has ended.
@@ -263,28 +297,47 @@ func (b *sseBackend) Close() error {
 	return nil
 }
 
-// post sends one message to the endpoint.
-func (b *sseBackend) post(msg []byte) {
+// post sends one message to the endpoint: the request id's, if id is
+// not nil.
+func (b *sseBackend) post(msg []byte, id *framing.ID, posting *Posting) {
+	defer b.running.Done()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(b.endpoint)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	req.SetBody(msg)
+	posting.body.Reset(msg)
+	req.SetBodyStream(posting, len(msg))
 	resp := fasthttp.AcquireResponse()
 	err := b.u.Client.Do(req, resp)
+	b.answered(id, posting)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		resp = nil
+	}
+	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
+		return
 	}
 	reply, refused := postRefused(resp, err, b.log)
 	if !refused {
 		ReadHead(resp) // the answers come on the event stream
 		return
 	}
-	var f framing.Frame
-	if f.Parse(msg) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindRequest {
-		b.in.Put(reply(f.Msgs[0].ID))
+	if id != nil {
+		b.in.Put(reply(*id))
+	}
+}
+
+// answered notes that a POST has its answer, or failed: the next may go.
+func (b *sseBackend) answered(id *framing.ID, posting *Posting) {
+	posting.Headed()
+	if id == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.postings[*id] == posting {
+		delete(b.postings, *id)
 	}
 }
 

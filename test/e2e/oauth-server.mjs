@@ -3,7 +3,8 @@
 // SDK's authorization server (mcpAuthRouter: metadata, dynamic client
 // registration, authorization with PKCE, token and refresh) and its bearer
 // middleware in front of a stateless Streamable HTTP MCP server with an
-// "echo" tool. Its provider is the SDK's demo one (authorization is granted
+// "echo" tool (/mcp), and of the same server over the 2024-11-05 HTTP+SSE
+// transport (GET /sse, POST /message), a resource of its own. Its provider is the SDK's demo one (authorization is granted
 // at once: the user consents), with refresh tokens added. /admin/* (the
 // test's own) says what it did and expires or revokes every token:
 //   GET  /admin/stats   {authorizations, registrations, refreshes, calls and messages (of echo), tokens: [every token issued]}
@@ -17,6 +18,7 @@ import { DemoInMemoryAuthProvider } from '@modelcontextprotocol/sdk/examples/ser
 import { InvalidGrantError, InvalidTokenError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { z } from 'zod';
 
 const port = Number(process.env.PORT);
@@ -83,16 +85,35 @@ app.post('/admin/revoke', (req, res) => {
   res.json({ ok: true });
 });
 const bearer = requireBearerAuth({ verifier: provider, resourceMetadataUrl: `${origin}/.well-known/oauth-protected-resource/mcp` });
-app.all('/mcp', bearer, async (req, res) => {
+function echoServer() {
   const server = new McpServer({ name: 'oauth-protected', version: '1.0.0' });
   server.tool('echo', { message: z.string() }, async ({ message }) => {
     stats.calls++;
     stats.messages.push(message);
     return { content: [{ type: 'text', text: message }] };
   });
+  return server;
+}
+app.all('/mcp', bearer, async (req, res) => {
+  const server = echoServer();
   const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
   res.on('close', () => { transport.close(); server.close(); });
   await server.connect(transport);
   await transport.handleRequest(req, res, req.body);
+});
+app.get('/.well-known/oauth-protected-resource/sse', (req, res) =>
+  res.json({ resource: `${origin}/sse`, authorization_servers: [origin], scopes_supported: ['mcp:tools'] }));
+const sseBearer = requireBearerAuth({ verifier: provider, resourceMetadataUrl: `${origin}/.well-known/oauth-protected-resource/sse` });
+const sessions = new Map();
+app.get('/sse', sseBearer, async (req, res) => {
+  const transport = new SSEServerTransport('/message', res);
+  sessions.set(transport.sessionId, transport);
+  res.on('close', () => sessions.delete(transport.sessionId));
+  await echoServer().connect(transport);
+});
+app.post('/message', sseBearer, async (req, res) => {
+  const transport = sessions.get(req.query.sessionId);
+  if (!transport) return res.status(404).send('no such session');
+  await transport.handlePostMessage(req, res, req.body);
 });
 app.listen(port, '127.0.0.1', () => console.error(`oauth-server: listening on ${origin}`));

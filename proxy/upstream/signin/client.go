@@ -124,6 +124,11 @@ func (c *Client) Token(waiting func()) (string, error) {
 
 // Challenged implements upstream.Authorizer.
 func (c *Client) Challenged(status int, challenges []string, sent string) (bool, error) {
+	return c.challenged(context.Background(), status, challenges, sent)
+}
+
+// challenged is Challenged, a sign-in it runs ended by ctx too.
+func (c *Client) challenged(ctx context.Context, status int, challenges []string, sent string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.current() != sent { // signed in since the request was sent
@@ -134,7 +139,7 @@ func (c *Client) Challenged(status int, challenges []string, sent string) (bool,
 		return false, err
 	}
 	defer unlock()
-	if rec, err := c.Store.Load(c.Server); err == nil && rec != nil && rec.Token != nil && rec.Token.AccessToken != sent {
+	if rec, err := c.Store.Load(c.Server); err == nil && rec != nil && rec.Token != nil && rec.Token.AccessToken != "" && rec.Token.AccessToken != sent {
 		c.rec = rec // another process signed in meanwhile
 		c.log().Info("signed in by another process: its token is used")
 		return true, nil
@@ -147,12 +152,12 @@ func (c *Client) Challenged(status int, challenges []string, sent string) (bool,
 		c.log().Info("the server refused the token and it could not be refreshed: signing in anew", zap.Error(err))
 	}
 	if c.Machine {
-		if err := c.machineLocked(status, challenges); err != nil {
+		if err := c.machineLocked(ctx, status, challenges); err != nil {
 			return false, fmt.Errorf("signing in to %s with the client credentials grant: %w", c.Server, err)
 		}
 		return true, nil
 	}
-	if err := c.flowLocked(status, challenges); err != nil {
+	if err := c.flowLocked(ctx, status, challenges); err != nil {
 		if published, _ := c.published(challenges); !c.opened && !published {
 			// A server that wants a token given some other way: its
 			// answer stands, and says so.
@@ -177,7 +182,7 @@ func (c *Client) current() string {
 // used again (no new client at the authorization server each time); if
 // the flow fails with it, short of the user's refusal, it runs once more
 // with a registration of its own.
-func (c *Client) flowLocked(status int, challenges []string) error {
+func (c *Client) flowLocked(ctx context.Context, status int, challenges []string) error {
 	port, err := c.redirectPort()
 	if err != nil {
 		return err
@@ -186,12 +191,15 @@ func (c *Client) flowLocked(status int, challenges []string) error {
 	// A client registered at another authorization server is no client
 	// at this one (the server moved): it registers anew there.
 	_, as := c.published(challenges)
+	if err := c.vetAuthServer(ctx, as); err != nil {
+		return err
+	}
 	reuse := c.ClientID == "" && c.rec != nil && c.rec.ClientID != "" && c.rec.RedirectURL == redirect &&
 		as != "" && c.rec.AuthServer == as
-	err = c.authorizeLocked(status, challenges, port, reuse)
+	err = c.authorizeLocked(ctx, status, challenges, port, reuse)
 	if _, denied := errors.AsType[*DeniedError](err); err != nil && reuse && !denied && !errors.Is(err, errNotFinished) {
 		c.log().Info("the registration kept from the last sign-in did not work: registering anew", zap.Error(err))
-		err = c.authorizeLocked(status, challenges, port, false)
+		err = c.authorizeLocked(ctx, status, challenges, port, false)
 	}
 	if err != nil {
 		return err
@@ -211,7 +219,7 @@ func (c *Client) flowLocked(status int, challenges []string) error {
 
 // authorizeLocked runs one authorization flow, with the registration kept
 // if reuse.
-func (c *Client) authorizeLocked(status int, challenges []string, port int, reuse bool) error {
+func (c *Client) authorizeLocked(ctx context.Context, status int, challenges []string, port int, reuse bool) error {
 	h, err := c.handlerLocked(port, reuse)
 	if err != nil {
 		return err
@@ -219,14 +227,14 @@ func (c *Client) authorizeLocked(status int, challenges []string, port int, reus
 	c.log().Info("the server wants a sign-in: starting the authorization flow", events.Mark(events.SignInStarted),
 		zap.Int("status", status), zap.Bool("registered", reuse))
 	c.opened = false
-	return c.authorize(h, status, challenges)
+	return c.authorize(ctx, h, status, challenges)
 }
 
 // authorize has h, one of the go-sdk's handlers, meet the server's
 // challenge (status, its WWW-Authenticate values) as the refusal of a
 // request to the server, within the sign-in's wait.
-func (c *Client) authorize(h auth.OAuthHandler, status int, challenges []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Wait, DefaultWait))
+func (c *Client) authorize(ctx context.Context, h auth.OAuthHandler, status int, challenges []string) error {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.Wait, DefaultWait))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Server, nil)
 	if err != nil {
@@ -402,7 +410,7 @@ func (c *Client) getJSON(u string, v any) bool {
 // machineLocked signs in with the client credentials grant (the go-sdk's
 // extauth handler: discovery, then the token endpoint), and keeps the
 // token.
-func (c *Client) machineLocked(status int, challenges []string) error {
+func (c *Client) machineLocked(ctx context.Context, status int, challenges []string) error {
 	if c.ClientID == "" || c.ClientSecret == "" {
 		return errors.New("the client credentials grant needs --client-id and --client-secret-file")
 	}
@@ -412,10 +420,10 @@ func (c *Client) machineLocked(status int, challenges []string) error {
 		return err
 	}
 	c.log().Info("the server wants a sign-in: the client credentials grant", events.Mark(events.SignInStarted), zap.Int("status", status))
-	if err := c.authorize(h, status, challenges); err != nil {
+	if err := c.authorize(ctx, h, status, challenges); err != nil {
 		return err
 	}
-	ts, err := h.TokenSource(context.Background())
+	ts, err := h.TokenSource(ctx)
 	if err != nil || ts == nil {
 		return cmp.Or(err, errors.New("the grant gave no token"))
 	}

@@ -2,9 +2,12 @@ package signin
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -94,6 +97,8 @@ func TestBrowserFromEnvironment(t *testing.T) {
 type authServer struct {
 	*httptest.Server
 	deny              bool
+	meta              map[string]any // in place of the metadata's own fields
+	elsewhere         string         // the authorization server the resource metadata names, if not this one
 	registered        atomic.Int32
 	codes, refreshes  atomic.Int32
 	mu                sync.Mutex
@@ -106,12 +111,14 @@ func newAuthServer(t *testing.T) *authServer {
 	as.Server = httptest.NewServer(mux)
 	t.Cleanup(as.Close)
 	mux.HandleFunc("/.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"resource": as.URL + "/mcp", "authorization_servers": []string{as.URL}})
+		writeJSON(w, map[string]any{"resource": as.URL + "/mcp", "authorization_servers": []string{cmp.Or(as.elsewhere, as.URL)}})
 	})
 	mux.HandleFunc("/.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"issuer": as.URL, "authorization_endpoint": as.URL + "/authorize",
+		meta := map[string]any{"issuer": as.URL, "authorization_endpoint": as.URL + "/authorize",
 			"token_endpoint": as.URL + "/token", "registration_endpoint": as.URL + "/register",
-			"code_challenge_methods_supported": []string{"S256"}, "response_types_supported": []string{"code"}})
+			"code_challenge_methods_supported": []string{"S256"}, "response_types_supported": []string{"code"}}
+		maps.Copy(meta, as.meta)
+		writeJSON(w, meta)
 	})
 	mux.HandleFunc("/register", func(w http.ResponseWriter, r *http.Request) {
 		as.registered.Add(1)
@@ -270,5 +277,76 @@ func TestNoSignInWithoutOAuth(t *testing.T) {
 	again, err := c.Challenged(http.StatusUnauthorized, []string{`Bearer realm="api", resource_metadata="` + srv.URL + `/nothing"`}, "")
 	if again || !errors.Is(err, upstream.ErrNoSignIn) {
 		t.Errorf("%v, %v; want upstream.ErrNoSignIn", again, err)
+	}
+}
+
+// TestSignInAtStart: SignIn learns the server's challenge from a GET of
+// its endpoint and signs in; with a token kept it asks nothing; a server
+// that wants no token is not signed in to; and the end of its context
+// ends a flow that waits for the user.
+func TestSignInAtStart(t *testing.T) {
+	as := newAuthServer(t)
+	as.Config.Handler.(*http.ServeMux).HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", as.challenge()[0])
+			http.Error(w, "sign in", http.StatusUnauthorized)
+			return
+		}
+		http.Error(w, "no GET stream", http.StatusMethodNotAllowed)
+	})
+	st := &Store{Dir: t.TempDir()}
+	c := &Client{Server: as.URL + "/mcp", Store: st, Open: follow(t)}
+	if got, err := c.SignIn(t.Context()); got != SignedIn || err != nil || as.codes.Load() != 1 {
+		t.Fatalf("sign-in at start: %v, %v, %d token requests", got, err, as.codes.Load())
+	}
+	again := &Client{Server: as.URL + "/mcp", Store: st, Open: func(string) { t.Error("a second flow") }}
+	if got, err := again.SignIn(t.Context()); got != Kept || err != nil {
+		t.Errorf("with a token kept: %v, %v", got, err)
+	}
+	open := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no GET stream", http.StatusMethodNotAllowed)
+	}))
+	defer open.Close()
+	none := &Client{Server: open.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Open: func(string) { t.Error("a flow") }}
+	if got, err := none.SignIn(t.Context()); got != NotAsked || err != nil {
+		t.Errorf("a server that wants no token: %v, %v", got, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := &Client{Server: as.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Open: func(string) { cancel() }}
+	if got, err := stopped.SignIn(ctx); err == nil {
+		t.Errorf("a sign-in whose context ended: %v, no error", got)
+	}
+}
+
+// TestSignInErrorsSayWhatToDo: an authorization server that cannot be
+// reached, or is misconfigured (its issuer is not itself, it has no
+// PKCE with S256), makes the challenge an error that says which, and
+// what to do, with the library's own words.
+func TestSignInErrorsSayWhatToDo(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		meta      map[string]any
+		elsewhere string
+		want      []string
+	}{
+		{"issuer mismatch", map[string]any{"issuer": "https://other.example"}, "", []string{"misconfigured", "issuer", "operator"}},
+		{"no PKCE", map[string]any{"code_challenge_methods_supported": []string{"plain"}}, "", []string{"misconfigured", "PKCE", "operator"}},
+		{"unreachable", nil, "http://127.0.0.1:1", []string{"cannot be reached", "127.0.0.1:1", "network"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			as := newAuthServer(t)
+			as.meta, as.elsewhere = tc.meta, tc.elsewhere
+			c := &Client{Server: as.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Wait: 5 * time.Second,
+				Open: func(string) { t.Error("a browser opened") }}
+			again, err := c.Challenged(http.StatusUnauthorized, as.challenge(), "")
+			if again || err == nil {
+				t.Fatalf("%v, %v; want an error", again, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v\nwant it to say %q", err, w)
+				}
+			}
+		})
 	}
 }

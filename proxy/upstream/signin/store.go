@@ -12,9 +12,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
+	"go.uber.org/zap"
 	"golang.org/x/oauth2"
 )
 
@@ -37,6 +39,21 @@ type Record struct {
 	Scopes      []string      `json:"scopes,omitempty"`
 	Token       *oauth2.Token `json:"token,omitempty"`
 	Saved       time.Time     `json:"saved"`
+	// Vault, in the store's file, says that the token and the client
+	// secret are kept in the OS's credential store, and under which keys:
+	// the file then holds neither (only the token's type and expiry).
+	Vault *VaultKeys `json:"vault,omitempty"`
+}
+
+// VaultKeys names where a record's secrets are in the OS's credential
+// store: Parts keys of one generation (a store may take a few thousand
+// bytes under a key; Windows takes 2,560). A new save writes a new
+// generation before its file names it, so a reader never mixes two.
+type VaultKeys struct {
+	Generation string `json:"generation"`
+	Parts      int    `json:"parts"`
+	// Refreshable says whether the kept token came with a refresh token.
+	Refreshable bool `json:"refreshable,omitempty"`
 }
 
 // config returns the OAuth client configuration r holds.
@@ -46,11 +63,19 @@ func (r *Record) config() *oauth2.Config {
 }
 
 // Store keeps each server's Record for the user: a file only the user
-// can read, one per server, under a directory only the user can enter.
-// Two processes signing in to one server at once take turns (Lock).
+// can read, one per server, under a directory only the user can enter;
+// with a Vault, the token and client secret go there instead. Two
+// processes signing in to one server at once take turns (Lock).
 type Store struct {
 	// Dir is the store's directory; DefaultDir if empty.
 	Dir string
+	// Vault, if set, keeps the secrets (OpenKeyring); if it refuses them,
+	// they are kept in the file, and Log says so.
+	Vault Vault
+	// Log, if set, says where secrets went when the Vault failed.
+	Log *zap.Logger
+
+	saidFile atomic.Bool // Log said there is no OS credential store
 }
 
 // DefaultDir is where the user's records are kept: under the user's state
@@ -103,7 +128,29 @@ func (s *Store) Load(server string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(d, name(server)+".json"))
+	r, err := readRecord(filepath.Join(d, name(server)+".json"), server)
+	if r == nil || r.Vault == nil {
+		return r, err
+	}
+	for range 2 { // a save may replace the generation between the two reads
+		var got *Record
+		if got, err = s.withSecrets(r); err == nil {
+			return got, nil
+		}
+		again, _ := readRecord(filepath.Join(d, name(server)+".json"), server)
+		if again == nil || again.Vault == nil || again.Vault.Generation == r.Vault.Generation {
+			break
+		}
+		r = again
+	}
+	s.log().Warn("the token kept in the OS's credential store cannot be read: the server's challenge will start a sign-in",
+		zap.String("server", server), zap.Error(err))
+	return r.withoutSecrets(nil), nil
+}
+
+// readRecord reads the record of server in file f: nil if there is none.
+func readRecord(f, server string) (*Record, error) {
+	b, err := os.ReadFile(f)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -117,14 +164,43 @@ func (s *Store) Load(server string) (*Record, error) {
 	return &r, nil
 }
 
-// Save keeps r, in place of what was kept of its server: written to a
-// file of its own, then renamed, so that a reader never sees half of it.
+// Save keeps r, in place of what was kept of its server: its secrets in
+// the Vault, if there is one, and the rest in the server's file.
 func (s *Store) Save(r *Record) error {
 	d, err := s.dir()
 	if err != nil {
 		return err
 	}
 	r.Saved = time.Now().UTC()
+	old, _ := readRecord(filepath.Join(d, name(r.Server)+".json"), r.Server)
+	kept := r
+	if s.Vault != nil {
+		if keys, err := s.putSecrets(r); errors.Is(err, ErrNoKeyring) {
+			if !s.saidFile.Swap(true) {
+				s.log().Info("tokens are kept in a file only you can read", zap.String("dir", d), zap.Error(err))
+			}
+		} else if err != nil {
+			s.log().Warn("the OS's credential store did not take the token: it is kept in a file only you can read",
+				zap.String("server", r.Server), zap.Error(err))
+		} else {
+			kept = r.withoutSecrets(keys)
+		}
+	}
+	if err := s.write(d, kept); err != nil {
+		if kept.Vault != nil { // no file names them
+			s.dropSecrets(r.Server, kept.Vault)
+		}
+		return err
+	}
+	if old != nil && old.Vault != nil && (kept.Vault == nil || kept.Vault.Generation != old.Vault.Generation) {
+		s.dropSecrets(r.Server, old.Vault)
+	}
+	return nil
+}
+
+// write keeps r in its file in d: written to a file of its own, then
+// renamed, so that a reader never sees half of it.
+func (s *Store) write(d string, r *Record) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -154,11 +230,23 @@ func (s *Store) Delete(server string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	err = os.Remove(filepath.Join(d, name(server)+".json"))
+	f := filepath.Join(d, name(server)+".json")
+	old, _ := readRecord(f, server)
+	err = os.Remove(f)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil || old == nil || old.Vault == nil {
+		return err == nil, err
+	}
+	err = errors.New("the OS's credential store is not in use")
+	if s.Vault != nil {
+		err = s.dropSecrets(server, old.Vault)
+	}
+	if err != nil {
+		return true, fmt.Errorf("its token is still in the OS's credential store (%w): remove the items of service %s there", err, keyringService)
+	}
+	return true, nil
 }
 
 // List returns every record, by server.
