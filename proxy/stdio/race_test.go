@@ -188,6 +188,14 @@ func TestCancelNeverWaitsBehindQueuedFrames(t *testing.T) {
 	if want := "[cancel accepted 2 withdrawn before dispatch 2 cancel accepted 1]"; fmt.Sprint(got) != want {
 		t.Fatalf("events %v, want %s", got, want)
 	}
+	// The event comes as the cancel is decided, before its frame is
+	// queued: a line the proxy answers itself, read after the cancel by
+	// the same relay, says the cancel's frame is queued. (Released before
+	// that, the writer could take the ping first.)
+	h.client(`{"jsonrpc":"2.0","id":9,"method":`)
+	if _, code, _ := errorOf(t, next(t, h.fromProxyC, "client")); code != -32700 {
+		t.Fatalf("a malformed line: code %d, want -32700", code)
+	}
 	close(gate.release) // let every write through from now on
 	h.serverGets(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)
 	h.serverGets(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
