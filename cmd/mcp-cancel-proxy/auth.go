@@ -119,16 +119,7 @@ func authCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, authUsage)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("auth "+args[0], flag.ContinueOnError)
-	var o config.OAuth
-	fs.StringVar(&o.Store, "store", "", "the token store's `directory` (default: http.oauth.store's default)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	switch args[0] {
-	case "login":
-		oauthFlags(fs, &o, "")
-	case "logout":
-		fs.StringVar(&o.Keyring, "keyring", "", "auto, on or off: whether to remove the token from the OS's credential store (default auto)")
-	}
+	fs, o, asJSON := authFlags(args[0])
 	if help, err := parseFlags(fs, args[1:], authUsage+"\nflags:\n", stdout, stderr); help || err != nil {
 		return exitOf(help)
 	}
@@ -138,9 +129,9 @@ func authCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "login":
-		return authLogin(fs.Arg(0), o, stdout, stderr)
+		return authLogin(fs.Arg(0), *o, stdout, stderr)
 	case "logout":
-		return authLogout(fs.Arg(0), o, stdout, stderr)
+		return authLogout(fs.Arg(0), *o, stdout, stderr)
 	}
 	recs, err := (&signin.Store{Dir: o.Store}).List()
 	if err != nil {
@@ -148,6 +139,24 @@ func authCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return printSignIns(recs, *asJSON, stdout)
+}
+
+// authFlags returns the flags of "auth verb", the settings they write,
+// and list's --json.
+func authFlags(verb string) (*flag.FlagSet, *config.OAuth, *bool) {
+	fs := flag.NewFlagSet("auth "+verb, flag.ContinueOnError)
+	o := new(config.OAuth)
+	fs.StringVar(&o.Store, "store", "", "the token store's `directory` (default: http.oauth.store's default)")
+	var asJSON *bool
+	switch verb {
+	case "login":
+		oauthFlags(fs, o, "")
+	case "list":
+		asJSON = fs.Bool("json", false, "print JSON")
+	case "logout":
+		fs.StringVar(&o.Keyring, "keyring", "", "auto, on or off: whether to remove the token from the OS's credential store (default auto)")
+	}
+	return fs, o, asJSON
 }
 
 // authLogin signs in to the server at url now, unless a token is kept.

@@ -24,6 +24,9 @@ func commands() []command {
 	hooks := func(verb string) func() *flag.FlagSet {
 		return func() *flag.FlagSet { fs, _ := hooksFlags(verb); return fs }
 	}
+	auth := func(verb string) func() *flag.FlagSet {
+		return func() *flag.FlagSet { fs, _, _ := authFlags(verb); return fs }
+	}
 	return []command{
 		{"", "[--] [COMMAND [ARGS...]]", "relay MCP between a client and a server, making cancellation work",
 			func() *flag.FlagSet { return wrapFlags(new(config.Config), new(string)) }},
@@ -33,6 +36,9 @@ func commands() []command {
 		{"hooks list", "", "list the pending and orphaned hook jobs", hooks("list")},
 		{"hooks retry", "ID|--all", "run orphaned hook jobs again", hooks("retry")},
 		{"hooks drop", "ID|--all", "forget orphaned hook jobs", hooks("drop")},
+		{"auth login", "URL", "sign in to the MCP server at URL now (OAuth, in your browser)", auth("login")},
+		{"auth list", "", "list the servers signed in to, and where their tokens are kept", auth("list")},
+		{"auth logout", "URL", "forget the token and registration kept for the server at URL", auth("logout")},
 		{"demo", "[-- COMMAND [ARGS...]]", "run a scripted client through the proxy and show what it did with two cancels",
 			func() *flag.FlagSet { fs, _ := demoFlags(); return fs }},
 		{"example-server", "", "serve the bundled example MCP server", func() *flag.FlagSet { fs, _ := exampleFlags(); return fs }},

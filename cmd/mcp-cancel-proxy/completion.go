@@ -8,15 +8,30 @@ import (
 
 // completionData is what the completion templates are filled with.
 type completionData struct {
-	Subs  []subData // the first words that name a subcommand
-	Verbs []string  // hooks' verbs
-	Main  []flagInfo
-	Cmds  []cmdData  // every subcommand with flags
-	Value []flagInfo // every flag that takes a value, of any command, once by name
+	Subs   []subData   // the first words that name a subcommand
+	Groups []groupData // the subcommands whose second word is a verb: hooks, auth
+	Main   []flagInfo
+	Cmds   []cmdData  // every subcommand with flags
+	Value  []flagInfo // every flag that takes a value, of any command, once by name
 }
 
 // subData is a first word that names a subcommand, and what it does.
 type subData struct{ Name, Summary string }
+
+// groupData is a subcommand whose second word is a verb ("hooks list"):
+// its verbs, and what its verbs' arguments are.
+type groupData struct {
+	Name  string
+	Verbs []string
+	Arg   string
+}
+
+// groups are the subcommands with verbs: what each does, and what its
+// verbs' arguments are.
+var groups = []struct{ name, summary, arg string }{
+	{"hooks", "manage compensation hook jobs", "job id"},
+	{"auth", "sign in to servers that want OAuth: login, list, logout", "server URL"},
+}
 
 // cmdData is one subcommand with flags: its words and its flags.
 type cmdData struct {
@@ -33,8 +48,8 @@ func newCompletionData() completionData {
 		case c.name == "":
 			d.Main = flagsOf(c)
 			continue
-		case strings.HasPrefix(c.name, "hooks "):
-			d.Verbs = append(d.Verbs, strings.TrimPrefix(c.name, "hooks "))
+		case strings.Contains(c.name, " "):
+			d.addVerb(c.name)
 		default:
 			d.Subs = append(d.Subs, subData{c.name, c.summary})
 		}
@@ -43,7 +58,9 @@ func newCompletionData() completionData {
 				Skip: len(strings.Fields(c.name)), Flags: flagsOf(c)})
 		}
 	}
-	d.Subs = append(d.Subs, subData{"hooks", "manage compensation hook jobs"})
+	for _, g := range groups {
+		d.Subs = append(d.Subs, subData{g.name, g.summary})
+	}
 	seen := map[string]bool{}
 	for _, fs := range append([][]flagInfo{d.Main}, flagLists(d.Cmds)...) {
 		for _, f := range fs {
@@ -54,6 +71,24 @@ func newCompletionData() completionData {
 		}
 	}
 	return d
+}
+
+// addVerb adds the verb of name ("hooks list") to its group.
+func (d *completionData) addVerb(name string) {
+	group, verb, _ := strings.Cut(name, " ")
+	for i := range d.Groups {
+		if d.Groups[i].Name == group {
+			d.Groups[i].Verbs = append(d.Groups[i].Verbs, verb)
+			return
+		}
+	}
+	arg := "argument"
+	for _, g := range groups {
+		if g.name == group {
+			arg = g.arg
+		}
+	}
+	d.Groups = append(d.Groups, groupData{Name: group, Verbs: []string{verb}, Arg: arg})
 }
 
 func flagLists(cmds []cmdData) (out [][]flagInfo) {
@@ -105,12 +140,13 @@ _mcp_cancel_proxy() {
     case ${COMP_WORDS[1]} in
 {{- range .Cmds}}{{if eq .Skip 1}}
     {{.Name}}) cmd={{.Case}} ;;{{end}}{{end}}
-    hooks)
+{{- range .Groups}}
+    {{.Name}})
         if ((COMP_CWORD == 2)); then
             COMPREPLY=($(compgen -W "{{join .Verbs " "}}" -- "$cur"))
             return
         fi
-        cmd=hooks_${COMP_WORDS[2]} ;;
+        cmd={{.Name}}_${COMP_WORDS[2]} ;;{{end}}
     completion)
         COMPREPLY=($(compgen -W "bash zsh fish powershell" -- "$cur"))
         return ;;
@@ -150,17 +186,18 @@ _mcp_cancel_proxy() {
   {{.Name}})
     shift 1 words; (( CURRENT -= 1 ))
     _arguments -S{{range .Flags}} '--{{.Name}}[{{.Summary}}]{{if .Value}}:{{.Value}}:{{if .Choices}}({{join .Choices " "}}){{else if .Files}}_files{{else}} {{end}}{{end}}'{{end}} '*:argument:_files' ;;{{end}}{{end}}
-  hooks)
+{{- range $g := .Groups}}
+  {{$g.Name}})
     if (( CURRENT == 3 )); then
-      _values verb {{join .Verbs " "}}
+      _values verb {{join $g.Verbs " "}}
       return
     fi
     case ${words[3]} in
-{{- range .Cmds}}{{if eq .Skip 2}}
+{{- range $.Cmds}}{{if and (eq .Skip 2) (eq (index (split .Name) 0) $g.Name)}}
     {{index (split .Name) 1}})
       shift 2 words; (( CURRENT -= 2 ))
-      _arguments -S{{range .Flags}} '--{{.Name}}[{{.Summary}}]{{if .Value}}:{{.Value}}:{{if .Files}}_files{{else}} {{end}}{{end}}'{{end}} '*:job id: ' ;;{{end}}{{end}}
-    esac ;;
+      _arguments -S{{range .Flags}} '--{{.Name}}[{{.Summary}}]{{if .Value}}:{{.Value}}:{{if .Choices}}({{join .Choices " "}}){{else if .Files}}_files{{else}} {{end}}{{end}}'{{end}} '*:{{$g.Arg}}: ' ;;{{end}}{{end}}
+    esac ;;{{end}}
   completion)
     _values shell bash zsh fish powershell ;;
   *)
@@ -183,7 +220,7 @@ function __mcp_cancel_proxy_in
     set -l sub main
     if contains -- "$words[2]" {{range .Subs}}{{.Name}} {{end}}
         set sub $words[2]
-        test "$sub" = hooks; and set -q words[3]; and set sub "hooks $words[3]"
+        contains -- "$sub" {{range .Groups}}{{.Name}} {{end}}; and set -q words[3]; and set sub "$sub $words[3]"
     end
     test "$sub" = "$argv"
 end
@@ -193,13 +230,13 @@ end
 complete -c mcp-cancel-proxy -n __mcp_cancel_proxy_after_dashes -x -a '(__fish_complete_subcommand --fcs-skip=(contains -i -- -- (commandline -opc)))'
 {{- range .Subs}}
 complete -c mcp-cancel-proxy -n '__fish_use_subcommand' -f -a {{.Name}} -d '{{.Summary}}'{{end}}
-{{- range .Verbs}}
-complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in hooks' -f -a {{.}}{{end}}
+{{- range $g := .Groups}}{{range $g.Verbs}}
+complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in {{$g.Name}}' -f -a {{.}}{{end}}{{end}}
 complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in completion' -f -a 'bash zsh fish powershell'
 {{- range .Main}}
 complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in main' -l {{.Name}}{{if .Choices}} -x -a '{{join .Choices " "}}'{{else if .Files}} -r -F{{else if .Value}} -x{{end}} -d '{{.Summary}}'{{end}}
 {{- range $c := .Cmds}}{{range .Flags}}
-complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in {{$c.Name}}' -l {{.Name}}{{if .Files}} -r -F{{else if .Value}} -x{{end}} -d '{{.Summary}}'{{end}}{{end}}
+complete -c mcp-cancel-proxy -n '__mcp_cancel_proxy_in {{$c.Name}}' -l {{.Name}}{{if .Choices}} -x -a '{{join .Choices " "}}'{{else if .Files}} -r -F{{else if .Value}} -x{{end}} -d '{{.Summary}}'{{end}}{{end}}
 `
 
 const powershellTemplate = `# PowerShell completion for mcp-cancel-proxy; generated by: mcp-cancel-proxy completion powershell
@@ -212,15 +249,19 @@ Register-ArgumentCompleter -Native -CommandName mcp-cancel-proxy, mcp-cancel-pro
 {{- range .Cmds}}
         '{{.Name}}' = @({{range .Flags}}'--{{.Name}}', {{end}}'--help'){{end}}
     }
+    $verbs = @{
+{{- range .Groups}}
+        '{{.Name}}' = @({{range .Verbs}}'{{.}}', {{end}}''){{end}}
+    }
     $sub = 'main'
     if ($words.Count -gt 1 -and @({{range .Subs}}'{{.Name}}', {{end}}'') -contains $words[1]) {
         $sub = $words[1]
-        if ($sub -eq 'hooks' -and $words.Count -gt 2) { $sub = 'hooks ' + $words[2] }
+        if ($verbs.ContainsKey($sub) -and $words.Count -gt 2) { $sub = $sub + ' ' + $words[2] }
     }
     $candidates = @()
     if ($wordToComplete -like '-*') { $candidates = $flags[$sub] }
     elseif ($words.Count -le 2) { $candidates = @({{range .Subs}}'{{.Name}}', {{end}}'') }
-    elseif ($sub -eq 'hooks') { $candidates = @({{range .Verbs}}'{{.}}', {{end}}'') }
+    elseif ($verbs.ContainsKey($sub)) { $candidates = $verbs[$sub] }
     $candidates | Where-Object { $_ -and $_ -like "$wordToComplete*" } | ForEach-Object {
         [System.Management.Automation.CompletionResult]::new($_, $_, 'ParameterValue', $_)
     }

@@ -53,8 +53,8 @@ func allFlags() (out []string) {
 }
 
 // TestBashCompletion: the script parses, names every flag, and completes
-// as a user would expect: flags, a flag's values, subcommands, hooks'
-// verbs, and after -- the server's own command line.
+// as a user would expect: flags, a flag's values, subcommands, the verbs
+// of hooks and auth, and after -- the server's own command line.
 func TestBashCompletion(t *testing.T) {
 	bash := tool(t, "bash")
 	path, script := generated(t, "mcp-cancel-proxy.bash", "completion", "bash")
@@ -73,6 +73,10 @@ func TestBashCompletion(t *testing.T) {
 		{"mcp-cancel-proxy val", "validate"},
 		{"mcp-cancel-proxy hooks ''", "list retry drop"},
 		{"mcp-cancel-proxy hooks list --tok", "--token-file"},
+		{"mcp-cancel-proxy auth ''", "login list logout"},
+		{"mcp-cancel-proxy auth login --key", "--keyring"},
+		{"mcp-cancel-proxy auth login --keyring ''", "auto on off"},
+		{"mcp-cancel-proxy --oauth s", "start"},
 		{"mcp-cancel-proxy validate --s", "--strict"},
 		{"mcp-cancel-proxy completion z", "zsh"},
 		{"mcp-cancel-proxy --listen 127.0.0.1:1 -- bas", "bash"}, // the server's command: a program
@@ -133,6 +137,9 @@ func TestFishCompletion(t *testing.T) {
 		{"mcp-cancel-proxy val", "validate"},
 		{"mcp-cancel-proxy hooks ", "retry"},
 		{"mcp-cancel-proxy hooks drop --a", "--all"},
+		{"mcp-cancel-proxy auth ", "logout"},
+		{"mcp-cancel-proxy auth list --j", "--json"},
+		{"mcp-cancel-proxy auth login --keyring ", "on"},
 		{"mcp-cancel-proxy --listen x -- bas", "bash"},
 	} {
 		out, err := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, path, c.line).CombinedOutput()
