@@ -26,6 +26,7 @@ func oauthFlags(fs *flag.FlagSet, o *config.OAuth, when string) {
 	fs.StringVar(&o.Keyring, "keyring", "", when+"auto, to keep tokens in the OS's credential store where there is one, else in a file only you can read; on, in the OS's store or not at all; off, in the file (default auto)")
 	fs.StringVar(&o.ClientID, "client-id", "", when+"the OAuth client `ID` registered beforehand at the upstream's authorization server (default: registered dynamically)")
 	fs.StringVar(&o.ClientSecretFile, "client-secret-file", "", "with --client-id: a `file` whose first line is the client's secret")
+	fs.StringVar(&o.ClientKeyFile, "client-key-file", "", "with --oauth client_credentials and --client-id: a PEM `file` with the client's private key (EC P-256 or RSA), to sign in with an assertion it signs (private_key_jwt) in place of a secret")
 	fs.StringVar(&o.ClientMetadataURL, "client-metadata-url", "", when+"the public HTTPS `URL` of this client's OAuth metadata document, its client ID where the authorization server takes one")
 	fs.IntVar(&o.CallbackPort, "callback-port", 0, when+"the `port` of the sign-in's redirect URI, http://127.0.0.1:PORT/callback (default: the last sign-in's, else a free one)")
 }
@@ -58,6 +59,15 @@ func signInFor(url string, o config.OAuth, headers []upstream.Header, log *zap.L
 			return nil, fmt.Errorf("--client-secret-file: %w", err)
 		}
 		c.ClientSecret, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+	}
+	if o.ClientKeyFile != "" {
+		b, err := os.ReadFile(o.ClientKeyFile)
+		if err == nil {
+			c.ClientKey, err = signin.ParseClientKey(b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--client-key-file %s: %w", o.ClientKeyFile, err)
+		}
 	}
 	return c, nil
 }

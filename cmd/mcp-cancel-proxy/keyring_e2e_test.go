@@ -95,7 +95,8 @@ func secretsKept(t *testing.T, bus string) string {
 //     sign-in; auth login again finds it kept;
 //   - auth logout takes it out of the keyring as well as the file;
 //   - a bridge with --oauth start signs in before its client's first
-//     request: the server has the sign-in and no call.
+//     request: the server has the sign-in and no call; with --keyring
+//     off, its token is in the file, and the keyring has none.
 func TestE2EBridgeKeepsTokensInTheKeyring(t *testing.T) {
 	bus := secretService(t)
 	watchdog(t, 2*time.Minute)
@@ -153,9 +154,12 @@ func TestE2EBridgeKeepsTokensInTheKeyring(t *testing.T) {
 	if out := run("auth", "list"); !strings.Contains(out, "signed in to no server") {
 		t.Errorf("auth list after logout: %q", out)
 	}
-	signInAtStartOnly(t, mcpURL, env, &logs)
+	signInAtStartOnly(t, mcpURL, env, &logs, "--keyring", "off")
 	if s := stats(); s.Authorizations != 2 || s.Calls != 1 {
 		t.Errorf("a bridge with --oauth start and no request: %d authorizations, %d calls; want 2, 1", s.Authorizations, s.Calls)
+	}
+	if now := stats().Tokens; !filesHold(store, now[len(now)-1]) || strings.Contains(secretsKept(t, bus), "mcp-cancel-proxy") {
+		t.Error("with --keyring off, the token is not in the store's file alone")
 	}
 	if written := logs.String(); strings.Contains(written, tokens[len(tokens)-1]) {
 		t.Error("a token the server issued is in what the proxy wrote")
@@ -164,9 +168,9 @@ func TestE2EBridgeKeepsTokensInTheKeyring(t *testing.T) {
 
 // signInAtStartOnly starts a bridge with --oauth start, whose client
 // sends nothing, waits for its sign-in, and ends it.
-func signInAtStartOnly(t *testing.T, mcpURL string, env []string, logs *lockedBuffer) {
+func signInAtStartOnly(t *testing.T, mcpURL string, env []string, logs *lockedBuffer, flags ...string) {
 	t.Helper()
-	args, feed := eventsFor(t, []string{"--upstream", mcpURL, "--oauth", "start"})
+	args, feed := eventsFor(t, append([]string{"--upstream", mcpURL, "--oauth", "start"}, flags...))
 	cmd := exec.Command(proxyBin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logs

@@ -361,7 +361,7 @@ func overlay(cfg *config.Config, over config.Config) {
 	o, fo := &cfg.HTTP.OAuth, over.HTTP.OAuth
 	o.Mode, o.ClientID, o.ClientSecretFile = cmp.Or(fo.Mode, o.Mode), cmp.Or(fo.ClientID, o.ClientID), cmp.Or(fo.ClientSecretFile, o.ClientSecretFile)
 	o.ClientMetadataURL, o.CallbackPort = cmp.Or(fo.ClientMetadataURL, o.ClientMetadataURL), cmp.Or(fo.CallbackPort, o.CallbackPort)
-	o.Store = cmp.Or(fo.Store, o.Store)
+	o.Store, o.Keyring, o.ClientKeyFile = cmp.Or(fo.Store, o.Store), cmp.Or(fo.Keyring, o.Keyring), cmp.Or(fo.ClientKeyFile, o.ClientKeyFile)
 	if len(over.HTTP.AllowedOrigins) > 0 {
 		cfg.HTTP.AllowedOrigins = over.HTTP.AllowedOrigins
 	}

@@ -70,7 +70,9 @@ func TestConformanceClientThroughTheBridge(t *testing.T) {
 	for _, name := range []string{"metadata-default", "token-endpoint-auth-basic", "scope-step-up"} {
 		t.Run("check --url "+name, func(t *testing.T) { suite(t, "check", "--scenario", "auth/"+name) })
 	}
-	t.Run("client-credentials-basic", func(t *testing.T) { suite(t, "machine", "--scenario", "auth/client-credentials-basic") })
+	for _, name := range []string{"client-credentials-basic", "client-credentials-jwt"} {
+		t.Run(name, func(t *testing.T) { suite(t, "machine", "--scenario", "auth/"+name) })
+	}
 	for _, name := range clientScenarios {
 		t.Run(name, func(t *testing.T) { suite(t, "--scenario", name) })
 	}

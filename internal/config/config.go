@@ -119,6 +119,11 @@ type OAuth struct {
 	// Default: dynamic client registration (RFC 7591).
 	ClientID         string `yaml:"client_id"`
 	ClientSecretFile string `yaml:"client_secret_file"`
+	// ClientKeyFile, with mode client_credentials, is a PEM file with the
+	// client's private key (EC P-256 or RSA): the client authenticates
+	// with an assertion it signs (private_key_jwt, RFC 7523), not a
+	// secret.
+	ClientKeyFile string `yaml:"client_key_file"`
 	// ClientMetadataURL is the public HTTPS URL of the client's metadata
 	// document, its client ID where the authorization server takes client
 	// ID metadata documents. Default none.
@@ -502,8 +507,12 @@ func (h *HTTP) validateAddrs(bad func(path, format string, a ...any)) {
 	switch m := h.OAuth.Mode; {
 	case m != "" && m != "auto" && m != "start" && m != "off" && m != "client_credentials":
 		bad("http.oauth.mode", "%q is not auto, start, client_credentials or off", m)
-	case m == "client_credentials" && (h.OAuth.ClientID == "" || h.OAuth.ClientSecretFile == ""):
-		bad("http.oauth.mode", "client_credentials needs client_id and client_secret_file")
+	case m == "client_credentials" && (h.OAuth.ClientID == "" || h.OAuth.ClientSecretFile == "" && h.OAuth.ClientKeyFile == ""):
+		bad("http.oauth.mode", "client_credentials needs client_id, and client_secret_file or client_key_file")
+	case h.OAuth.ClientSecretFile != "" && h.OAuth.ClientKeyFile != "":
+		bad("http.oauth.client_key_file", "a client authenticates with a secret or a key, not both: client_secret_file is set too")
+	case h.OAuth.ClientKeyFile != "" && m != "client_credentials":
+		bad("http.oauth.client_key_file", "only with mode client_credentials")
 	}
 	if k := h.OAuth.Keyring; k != "" && k != "auto" && k != "on" && k != "off" {
 		bad("http.oauth.keyring", "%q is not auto, on or off", k)

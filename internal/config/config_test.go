@@ -46,7 +46,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad size", "limits:\n  max_frame_size: 12 parsecs\n", []string{"f.yaml:2:19: limits.max_frame_size: invalid size"}},
 		{"bad upstream transport", "http:\n  upstream_transport: websocket\n", []string{"f.yaml:2:3: http.upstream_transport: \"websocket\" is not auto, streamable or sse"}},
 		{"bad oauth mode", "http:\n  oauth:\n    mode: password\n", []string{"f.yaml:3:5: http.oauth.mode: \"password\" is not auto, start, client_credentials or off"}},
-		{"client credentials without a client", "http:\n  oauth:\n    mode: client_credentials\n", []string{"f.yaml:3:5: http.oauth.mode: client_credentials needs client_id and client_secret_file"}},
+		{"client credentials without a client", "http:\n  oauth:\n    mode: client_credentials\n", []string{"f.yaml:3:5: http.oauth.mode: client_credentials needs client_id, and client_secret_file or client_key_file"}},
+		{"a client key without client credentials", "http:\n  oauth:\n    client_key_file: k.pem\n", []string{"f.yaml:3:5: http.oauth.client_key_file: only with mode client_credentials"}},
 		{"bad keyring", "http:\n  oauth:\n    keyring: maybe\n", []string{"f.yaml:3:5: http.oauth.keyring: \"maybe\" is not auto, on or off"}},
 		{"policy, every problem at once with its place", `policy:
   defaults:

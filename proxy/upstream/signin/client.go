@@ -23,6 +23,7 @@ package signin
 import (
 	"cmp"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,10 @@ type Client struct {
 	// credentials grant (RFC 6749 §4.4), for machine use: no user, no
 	// browser; the token is fetched again whenever the server refuses it.
 	Machine bool
+	// ClientKey, with Machine and ClientID, authenticates the client at
+	// the token endpoint with an assertion it signs (private_key_jwt, RFC
+	// 7523; --client-key-file) in place of ClientSecret.
+	ClientKey crypto.Signer
 	// ClientMetadataURL, if set, is the HTTPS URL of the client's metadata
 	// document (--client-metadata-url): its client ID where the
 	// authorization server supports client ID metadata documents.
@@ -152,7 +157,11 @@ func (c *Client) challenged(ctx context.Context, status int, challenges []string
 		c.log().Info("the server refused the token and it could not be refreshed: signing in anew", zap.Error(err))
 	}
 	if c.Machine {
-		if err := c.machineLocked(ctx, status, challenges); err != nil {
+		machine := c.machineLocked
+		if c.ClientKey != nil {
+			machine = c.machineKeyLocked
+		}
+		if err := machine(ctx, status, challenges); err != nil {
 			return false, fmt.Errorf("signing in to %s with the client credentials grant: %w", c.Server, err)
 		}
 		return true, nil
@@ -412,7 +421,7 @@ func (c *Client) getJSON(u string, v any) bool {
 // token.
 func (c *Client) machineLocked(ctx context.Context, status int, challenges []string) error {
 	if c.ClientID == "" || c.ClientSecret == "" {
-		return errors.New("the client credentials grant needs --client-id and --client-secret-file")
+		return errors.New("the client credentials grant needs --client-id, and --client-secret-file or --client-key-file")
 	}
 	h, err := extauth.NewClientCredentialsHandler(&extauth.ClientCredentialsHandlerConfig{HTTPClient: c.http(),
 		Credentials: &oauthex.ClientCredentials{ClientID: c.ClientID, ClientSecretAuth: &oauthex.ClientSecretAuth{ClientSecret: c.ClientSecret}}})

@@ -1,13 +1,8 @@
 package signin
 
 import (
-	"cmp"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
+	"context"
 	"net/url"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -53,51 +48,21 @@ func (c *Client) refreshStoredLocked() error {
 // token keeps the old one.
 func (c *Client) refresh(rec *Record) (*oauth2.Token, error) {
 	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rec.Token.RefreshToken}, "resource": {rec.Server}}
-	basic := oauth2.AuthStyle(rec.AuthStyle) == oauth2.AuthStyleInHeader && rec.ClientSecret != ""
-	if !basic {
+	var basic *url.Userinfo
+	if oauth2.AuthStyle(rec.AuthStyle) == oauth2.AuthStyleInHeader && rec.ClientSecret != "" {
+		basic = url.UserPassword(rec.ClientID, rec.ClientSecret)
+	} else {
 		form.Set("client_id", rec.ClientID)
 		if rec.ClientSecret != "" {
 			form.Set("client_secret", rec.ClientSecret)
 		}
 	}
-	req, err := http.NewRequest(http.MethodPost, rec.TokenURL, strings.NewReader(form.Encode()))
+	tok, err := c.tokenRequest(context.Background(), rec.TokenURL, form, basic)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	if basic {
-		req.SetBasicAuth(url.QueryEscape(rec.ClientID), url.QueryEscape(rec.ClientSecret))
-	}
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the token endpoint cannot be reached: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	var got struct {
-		AccessToken  string `json:"access_token"`
-		TokenType    string `json:"token_type"`
-		RefreshToken string `json:"refresh_token"`
-		ExpiresIn    int64  `json:"expires_in"`
-		Error        string `json:"error"`
-		Description  string `json:"error_description"`
-	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		return nil, fmt.Errorf("the token endpoint answered HTTP %d, not JSON", resp.StatusCode)
-	}
-	if resp.StatusCode != http.StatusOK || got.AccessToken == "" {
-		return nil, &DeniedError{Code: cmp.Or(got.Error, "HTTP "+resp.Status), Description: got.Description}
-	}
-	tok := &oauth2.Token{AccessToken: got.AccessToken, TokenType: got.TokenType, RefreshToken: got.RefreshToken}
 	if tok.RefreshToken == "" {
 		tok.RefreshToken = rec.Token.RefreshToken
-	}
-	if got.ExpiresIn > 0 {
-		tok.Expiry = time.Now().Add(time.Duration(got.ExpiresIn) * time.Second)
 	}
 	return tok, nil
 }

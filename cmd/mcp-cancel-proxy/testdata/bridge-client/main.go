@@ -76,8 +76,9 @@ func run() error {
 	}
 	args := []string{"--upstream", url, "--log-level", "debug", "--client-metadata-url", "https://conformance-test.local/client-metadata.json"}
 	var conf struct {
-		ClientID     string `json:"client_id"`
-		ClientSecret string `json:"client_secret"`
+		ClientID      string `json:"client_id"`
+		ClientSecret  string `json:"client_secret"`
+		PrivateKeyPEM string `json:"private_key_pem"`
 	}
 	json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
 	dir, err := os.MkdirTemp("", "bridge-client")
@@ -85,7 +86,12 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if conf.ClientID != "" {
+	switch {
+	case conf.ClientID != "" && conf.PrivateKeyPEM != "":
+		key := filepath.Join(dir, "key.pem")
+		os.WriteFile(key, []byte(conf.PrivateKeyPEM), 0o600)
+		args = append(args, "--client-id", conf.ClientID, "--client-key-file", key)
+	case conf.ClientID != "":
 		secret := filepath.Join(dir, "secret")
 		os.WriteFile(secret, []byte(conf.ClientSecret+"\n"), 0o600)
 		args = append(args, "--client-id", conf.ClientID, "--client-secret-file", secret)
