@@ -42,6 +42,9 @@ func signInFor(url string, o config.OAuth, headers []upstream.Header, log *zap.L
 	if o.Mode == "off" {
 		return nil, nil
 	}
+	if o.ClientKeyFile != "" && o.Mode != "client_credentials" {
+		return nil, errors.New("--client-key-file is for --oauth client_credentials only")
+	}
 	for _, h := range headers {
 		if strings.EqualFold(h.Name, "Authorization") {
 			return nil, nil // the user's own credential
