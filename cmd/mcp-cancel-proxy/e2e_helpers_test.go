@@ -45,6 +45,11 @@ func TestMain(m *testing.M) {
 	// The proxies under test keep their hook stores here, not in the
 	// user's state directory.
 	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
+	// Nor do they reach the user's own credential store: no session bus
+	// (TestE2EBridgeKeepsTokensInTheKeyring gives its bridges a bus of
+	// its own).
+	os.Unsetenv("DBUS_SESSION_BUS_ADDRESS")
+	os.Unsetenv("XDG_RUNTIME_DIR")
 	// MCP_TEST_TAGS builds the binary with build tags (portable: the relay
 	// path of macOS and Windows).
 	build := exec.Command("go", "build", "-race", "-tags", os.Getenv("MCP_TEST_TAGS"), "-o", proxyBin, ".")
