@@ -79,15 +79,29 @@ func (r *replay) scriptedStreamable() string {
 }
 
 // listen serves h on a loopback port until the replay ends, and returns
-// its URL.
+// its URL. At the end, every handler has returned: none outlives the test
+// (Close cuts their connections, which ends their requests' contexts).
 func (r *replay) listen(h http.Handler) string {
-	srv := &http.Server{Handler: h}
+	var handlers sync.WaitGroup
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		handlers.Add(1)
+		defer handlers.Done()
+		h.ServeHTTP(w, req)
+	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	r.atEnd(func() { srv.Close() })
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+	r.atEnd(func() {
+		srv.Close()
+		<-served
+		handlers.Wait()
+	})
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 
@@ -239,7 +253,6 @@ func (u *scriptedUpstream) end(id string) {
 // closed takes the close of a 2026-07-28 stream with requests unanswered
 // as what it is, their cancel: the server's inbox gets a cancel for each.
 func (u *scriptedUpstream) closed(st *upStream) {
-	u.r.t.Logf("DEBUG upstream stream closed %v", st.ids)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if !st.closeCancels {
