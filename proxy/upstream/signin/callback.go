@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -21,15 +22,25 @@ func redirectURL(port int) string {
 	return "http://127.0.0.1:" + strconv.Itoa(port) + callbackPath
 }
 
-// freePort returns a loopback port free a moment ago, for a redirect URI
-// that no flag fixed.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// lent is the flow's redirect listener, lent to one http.Server: the
+// server's Close ends its Accept (a deadline in the past) and leaves the
+// listener open, for a second flow on the same redirect URI.
+type lent struct {
+	*net.TCPListener
+	closed atomic.Bool
+}
+
+func (l *lent) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.Accept()
+	if err != nil && l.closed.Load() {
+		return nil, net.ErrClosed
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return c, err
+}
+
+func (l *lent) Close() error {
+	l.closed.Store(true)
+	return l.TCPListener.SetDeadline(time.Unix(1, 0))
 }
 
 // DeniedError is an authorization server's refusal, in the redirect: the
@@ -45,14 +56,14 @@ func (e *DeniedError) Error() string {
 	return msg
 }
 
-// awaitCode serves the redirect URI on port until the authorization
+// awaitCode serves the redirect URI on ln until the authorization
 // server's redirect comes to it, once open has shown the user the
 // authorization URL (in a browser), and returns what the redirect
-// carried; ctx bounds the wait (the user may never finish).
-func awaitCode(ctx context.Context, port int, open func()) (*auth.AuthorizationResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-	if err != nil {
-		return nil, fmt.Errorf("the redirect URI's port %d cannot be listened on (another sign-in? set --callback-port): %w", port, err)
+// carried; ctx bounds the wait (the user may never finish). ln stays
+// open: the flow that holds it closes it.
+func awaitCode(ctx context.Context, ln *net.TCPListener, open func()) (*auth.AuthorizationResult, error) {
+	if err := ln.SetDeadline(time.Time{}); err != nil { // lent before, its deadline past
+		return nil, err
 	}
 	type outcome struct {
 		res *auth.AuthorizationResult
@@ -85,7 +96,7 @@ func awaitCode(ctx context.Context, port int, open func()) (*auth.AuthorizationR
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		srv.Serve(ln)
+		srv.Serve(&lent{TCPListener: ln})
 	}()
 	defer func() {
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)

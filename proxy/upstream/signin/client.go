@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -192,10 +193,12 @@ func (c *Client) current() string {
 // the flow fails with it, short of the user's refusal, it runs once more
 // with a registration of its own.
 func (c *Client) flowLocked(ctx context.Context, status int, challenges []string) error {
-	port, err := c.redirectPort()
+	ln, err := c.listenRedirect()
 	if err != nil {
 		return err
 	}
+	defer ln.Close() // held from the choice of its port to the flow's end: no other socket takes it
+	port := ln.Addr().(*net.TCPAddr).Port
 	redirect := redirectURL(port)
 	// A client registered at another authorization server is no client
 	// at this one (the server moved): it registers anew there.
@@ -205,10 +208,10 @@ func (c *Client) flowLocked(ctx context.Context, status int, challenges []string
 	}
 	reuse := c.ClientID == "" && c.rec != nil && c.rec.ClientID != "" && c.rec.RedirectURL == redirect &&
 		as != "" && c.rec.AuthServer == as
-	err = c.authorizeLocked(ctx, status, challenges, port, reuse)
+	err = c.authorizeLocked(ctx, status, challenges, ln, reuse)
 	if _, denied := errors.AsType[*DeniedError](err); err != nil && reuse && !denied && !errors.Is(err, errNotFinished) {
 		c.log().Info("the registration kept from the last sign-in did not work: registering anew", zap.Error(err))
-		err = c.authorizeLocked(ctx, status, challenges, port, false)
+		err = c.authorizeLocked(ctx, status, challenges, ln, false)
 	}
 	if err != nil {
 		return err
@@ -228,8 +231,8 @@ func (c *Client) flowLocked(ctx context.Context, status int, challenges []string
 
 // authorizeLocked runs one authorization flow, with the registration kept
 // if reuse.
-func (c *Client) authorizeLocked(ctx context.Context, status int, challenges []string, port int, reuse bool) error {
-	h, err := c.handlerLocked(port, reuse)
+func (c *Client) authorizeLocked(ctx context.Context, status int, challenges []string, ln *net.TCPListener, reuse bool) error {
+	h, err := c.handlerLocked(ln, reuse)
 	if err != nil {
 		return err
 	}
@@ -257,12 +260,12 @@ func (c *Client) authorize(ctx context.Context, h auth.OAuthHandler, status int,
 // handlerLocked returns a handler of the authorization flow: with the
 // client of the flags, or the one kept if reuse, else one it registers;
 // the scopes asked for include those granted before (step-up keeps them).
-func (c *Client) handlerLocked(port int, reuse bool) (*auth.AuthorizationCodeHandler, error) {
-	redirect := redirectURL(port)
+func (c *Client) handlerLocked(ln *net.TCPListener, reuse bool) (*auth.AuthorizationCodeHandler, error) {
+	redirect := redirectURL(ln.Addr().(*net.TCPAddr).Port)
 	cfg := &auth.AuthorizationCodeHandlerConfig{
 		RedirectURL: redirect,
 		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
-			return awaitCode(ctx, port, func() { c.open(args.URL) })
+			return awaitCode(ctx, ln, func() { c.open(args.URL) })
 		},
 		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
 			RedirectURIs: []string{redirect}, ClientName: "mcp-cancel-proxy", TokenEndpointAuthMethod: "none",
@@ -307,23 +310,37 @@ func (c *Client) withGranted(asked []string) []string {
 	return out
 }
 
-// redirectPort is the redirect URI's port: the flag's, the last
-// sign-in's, or a free one.
-func (c *Client) redirectPort() (int, error) {
+// listenRedirect listens on the redirect URI's port: the flag's (an
+// error if it is taken), else the last sign-in's (so that the
+// registration kept names it), else, or if that one is taken, a free one.
+func (c *Client) listenRedirect() (*net.TCPListener, error) {
+	listen := func(port int) (*net.TCPListener, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return nil, err
+		}
+		return ln.(*net.TCPListener), nil
+	}
 	if c.CallbackPort != 0 {
-		return c.CallbackPort, nil
+		ln, err := listen(c.CallbackPort)
+		if err != nil {
+			return nil, fmt.Errorf("the redirect URI's port %d (--callback-port) cannot be listened on (another sign-in?): %w", c.CallbackPort, err)
+		}
+		return ln, nil
 	}
-	if c.port != 0 {
-		return c.port, nil
-	}
-	if c.rec != nil && c.rec.RedirectURL != "" {
+	last := c.port
+	if last == 0 && c.rec != nil && c.rec.RedirectURL != "" {
 		if u, err := url.Parse(c.rec.RedirectURL); err == nil {
-			if p, err := strconv.Atoi(u.Port()); err == nil && p > 0 {
-				return p, nil
-			}
+			last, _ = strconv.Atoi(u.Port())
 		}
 	}
-	return freePort()
+	if last > 0 {
+		if ln, err := listen(last); err == nil {
+			return ln, nil
+		}
+		c.log().Info("the last sign-in's redirect port is taken: a new one, and a new registration", zap.Int("port", last))
+	}
+	return listen(0)
 }
 
 // adoptLocked keeps the registration and token a sign-in gave.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -99,6 +100,7 @@ type authServer struct {
 	deny              bool
 	meta              map[string]any // in place of the metadata's own fields
 	elsewhere         string         // the authorization server the resource metadata names, if not this one
+	stale             string         // a client ID the token endpoint no longer knows
 	registered        atomic.Int32
 	codes, refreshes  atomic.Int32
 	mu                sync.Mutex
@@ -141,6 +143,12 @@ func newAuthServer(t *testing.T) *authServer {
 	})
 	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
 		r.ParseForm()
+		if id, _, _ := r.BasicAuth(); as.stale != "" && (r.Form.Get("client_id") == as.stale || id == as.stale) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(map[string]any{"error": "invalid_client"})
+			return
+		}
 		as.mu.Lock()
 		as.resources, as.grants = append(as.resources, r.Form.Get("resource")), append(as.grants, r.Form.Get("grant_type"))
 		as.mu.Unlock()
@@ -348,5 +356,40 @@ func TestSignInErrorsSayWhatToDo(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSignInRegistersAnewOnTheSameRedirect: a kept registration the
+// authorization server no longer knows fails the first flow at the token
+// endpoint; the second, with a registration of its own, runs on the same
+// redirect listener, which the flow holds from the start (no other socket
+// can take its port meanwhile), and the user's second redirect reaches it.
+func TestSignInRegistersAnewOnTheSameRedirect(t *testing.T) {
+	as := newAuthServer(t)
+	as.stale = "stale-client"
+	st := &Store{Dir: t.TempDir()}
+	server := as.URL + "/mcp"
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // the last sign-in's port: free again
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	st.Save(&Record{Server: server, AuthServer: as.URL, ClientID: "stale-client", RedirectURL: redirectURL(ln.Addr().(*net.TCPAddr).Port),
+		AuthURL: as.URL + "/authorize", TokenURL: as.URL + "/token"})
+	var redirects []string
+	c := &Client{Server: server, Store: st, Wait: 10 * time.Second, Open: func(u string) {
+		parsed, _ := url.Parse(u)
+		redirects = append(redirects, parsed.Query().Get("redirect_uri"))
+		browser := &http.Client{Timeout: 5 * time.Second} // a redirect nobody accepts fails, not hangs
+		if resp, err := browser.Get(u); err == nil {
+			resp.Body.Close()
+		}
+	}}
+	c.Token(func() {}) // the request that meets the challenge: the kept record is read
+	if again, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); !again || err != nil {
+		t.Fatalf("challenged: %v, %v", again, err)
+	}
+	if tok, _ := c.Token(func() {}); tok == "" || as.registered.Load() != 1 || len(redirects) != 2 || redirects[0] != redirects[1] {
+		t.Errorf("token %q after %d registrations; redirect URIs %q; want one new registration, both flows on one redirect", tok, as.registered.Load(), redirects)
 	}
 }
