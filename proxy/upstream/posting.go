@@ -154,13 +154,25 @@ func (p *Posting) now() (postingState, <-chan struct{}) {
 // waitWritten waits until the request has been written, or has failed,
 // or waits for a sign-in (the POSTs after it go on), or stop closes: then
 // it reports false.
-func (p *Posting) waitWritten(stop <-chan struct{}) bool {
+func (p *Posting) waitWritten(stop <-chan struct{}) bool { return p.waitFor(postingWritten, stop) }
+
+// waitAnswered waits until the POST has its answer, or has failed, or
+// waits for a sign-in; on nil, it returns at once.
+func (p *Posting) waitAnswered() {
+	if p != nil {
+		p.waitFor(postingHeaded, nil)
+	}
+}
+
+// waitFor waits until the POST's state is s or later, or it waits for a
+// sign-in, or stop closes (nil: never): then it reports false.
+func (p *Posting) waitFor(s postingState, stop <-chan struct{}) bool {
 	for {
 		state, changed := p.now()
 		p.mu.Lock()
 		held := p.held
 		p.mu.Unlock()
-		if state >= postingWritten || held {
+		if state >= s || held {
 			return true
 		}
 		select {
@@ -168,21 +180,6 @@ func (p *Posting) waitWritten(stop <-chan struct{}) bool {
 		case <-stop:
 			return false
 		}
-	}
-}
-
-// waitAnswered waits until the POST has its answer, or has failed, or
-// waits for a sign-in; on nil, it returns at once.
-func (p *Posting) waitAnswered() {
-	for p != nil {
-		state, changed := p.now()
-		p.mu.Lock()
-		held := p.held
-		p.mu.Unlock()
-		if state == postingHeaded || held {
-			return
-		}
-		<-changed
 	}
 }
 

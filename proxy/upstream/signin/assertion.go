@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
@@ -106,12 +105,12 @@ func (c *Client) machineKeyLocked(ctx context.Context, status int, challenges []
 	if as == "" {
 		return errors.New("the server names no authorization server")
 	}
-	if err := c.vetAuthServer(ctx, as); err != nil {
+	meta, err := c.vetAuthServer(ctx, as)
+	if err != nil {
 		return err
 	}
-	meta, err := auth.GetAuthServerMetadata(ctx, as, c.http())
-	if err != nil || meta == nil || meta.TokenEndpoint == "" {
-		return &AuthServerError{AuthServer: as, Err: cmp.Or(err, errors.New("no metadata with a token endpoint"))}
+	if meta == nil || meta.TokenEndpoint == "" {
+		return &AuthServerError{AuthServer: as, Err: errors.New("no metadata with a token endpoint")}
 	}
 	c.log().Info("the server wants a sign-in: the client credentials grant, with a signed assertion",
 		events.Mark(events.SignInStarted), zap.Int("status", status))

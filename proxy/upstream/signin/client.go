@@ -203,7 +203,7 @@ func (c *Client) flowLocked(ctx context.Context, status int, challenges []string
 	// A client registered at another authorization server is no client
 	// at this one (the server moved): it registers anew there.
 	_, as := c.published(challenges)
-	if err := c.vetAuthServer(ctx, as); err != nil {
+	if _, err := c.vetAuthServer(ctx, as); err != nil {
 		return err
 	}
 	reuse := c.ClientID == "" && c.rec != nil && c.rec.ClientID != "" && c.rec.RedirectURL == redirect &&
