@@ -133,7 +133,11 @@ type Hook struct {
 	Backoff time.Duration `yaml:"backoff"`
 }
 
-// HTTPHook is a webhook target.
+// HTTPHook is a webhook target. Its URL and header values may name
+// environment variables as ${NAME}, as --header does (an unset one is an
+// error at validate and at start; $$ is a $): the hook is sent with them
+// taken in, and is named (Digest), shown and kept as written, so that a
+// rotated secret neither shows nor orphans its stored and queued jobs.
 type HTTPHook struct {
 	URL string `yaml:"url"`
 	// Headers are added to the POST (an Authorization header, say).
@@ -305,7 +309,12 @@ func (h *Hook) validate(at string, bad func(at, format string, a ...any)) {
 	case len(h.Exec) > 0 && h.Exec[0] == "":
 		bad(at+".exec", "the command is empty")
 	case h.HTTP != nil:
-		u, err := url.Parse(h.HTTP.URL)
+		target, _, err := h.HTTP.expanded()
+		if err != nil {
+			bad(at+".http", "%v", err)
+			break
+		}
+		u, err := url.Parse(target)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			if shown := RedactURL(h.HTTP.URL, true); shown != "" {
 				bad(at+".http.url", "%q is not an http(s) URL with a host", shown)

@@ -3,6 +3,7 @@ package policy
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -70,6 +71,9 @@ type Options struct {
 	// MaxResponseHeaderBytes bounds a webhook answer's headers: 64 KiB if
 	// zero.
 	MaxResponseHeaderBytes int
+	// WebhookIdle is how long a connection to a webhook is kept unused
+	// (keepalive.DefaultIdle if zero).
+	WebhookIdle time.Duration
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -131,7 +135,7 @@ func New(o Options) (*Engine, error) {
 		aw.close()
 		return nil, err
 	}
-	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes, dial, dialTLS)
+	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes, o.WebhookIdle, dial, dialTLS)
 	e.run.metrics = e.metrics
 	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/envexpand"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/keepalive"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/netproxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
@@ -93,14 +95,18 @@ func (r *runner) giveBack() bool {
 	return false
 }
 
-func newRunner(max int, jobs *durable, passEnv []string, maxHeader int, dial, dialTLS dialer) *runner {
+func newRunner(max int, jobs *durable, passEnv []string, maxHeader int, idle time.Duration, dial, dialTLS dialer) *runner {
 	ctx, stop := context.WithCancel(context.Background())
 	// Answers are streamed so that only their first hookOutputMax bytes are
 	// read (a webhook answering 1 GiB cost the proxy 1 GB); the request's
-	// timeout bounds the reading too.
+	// timeout bounds the reading too. An idle connection is retired before
+	// the webhook's server closes it, and a request that found its
+	// connection closed goes again on a new one (keepalive).
 	client := func(d dialer) *fasthttp.Client {
-		return &fasthttp.Client{NoDefaultUserAgentHeader: true, MaxIdleConnDuration: 10 * time.Second, StreamResponseBody: true,
-			ReadBufferSize: cmp.Or(maxHeader, 64<<10), Dial: d} // the answer's headers' limit
+		c := &fasthttp.Client{NoDefaultUserAgentHeader: true, StreamResponseBody: true,
+			ReadBufferSize: cmp.Or(maxHeader, 64<<10), Dial: keepalive.Dial(d)} // the answer's headers' limit
+		keepalive.Install(c, idle)
+		return c
 	}
 	r := &runner{sem: make(chan struct{}, max), ctx: ctx, stop: stop, jobs: jobs, passEnv: passEnv, client: client(dial),
 		metrics: noMetrics{}}
@@ -262,7 +268,11 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(h.HTTP.URL)
+	target, headers, err := h.HTTP.expanded()
+	if err != nil { // checked at start: the environment does not change
+		return "", err
+	}
+	req.SetRequestURI(target)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Idempotency-Key", ev.IdempotencyKey)
@@ -272,13 +282,13 @@ func (r *runner) post(h *Hook, ev *HookEvent, doc []byte) (string, error) {
 			req.Header.Set("tracestate", ev.trace.State)
 		}
 	}
-	for k, v := range h.HTTP.Headers {
+	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
 	req.SetBody(doc)
 	timeout := cmp.Or(h.HTTP.Timeout, cmp.Or(h.Timeout, DefaultHookTimeout))
 	c := r.client
-	if strings.HasPrefix(strings.ToLower(h.HTTP.URL), "https://") {
+	if strings.HasPrefix(strings.ToLower(target), "https://") {
 		c = r.tls
 	}
 	if err := c.DoTimeout(req, resp, timeout); err != nil {
@@ -333,6 +343,25 @@ func answerOf(resp *fasthttp.Response) string {
 
 // shown is the webhook's URL as it may be shown (see RedactURL).
 func (h *HTTPHook) shown() string { return RedactURL(h.URL, h.RedactPath) }
+
+// expanded returns the hook's URL and headers with the environment
+// variables they name taken in (envexpand); an error names which setting
+// names an unset one, never a value.
+func (h *HTTPHook) expanded() (target string, headers map[string]string, err error) {
+	if target, err = envexpand.Expand(h.URL); err != nil {
+		return "", nil, fmt.Errorf("url: %w", err)
+	}
+	headers = make(map[string]string, len(h.Headers))
+	for k, v := range h.Headers {
+		if headers[k], err = envexpand.Expand(v); err != nil {
+			return "", nil, fmt.Errorf("headers.%s: %w", k, err)
+		}
+		if strings.ContainsAny(headers[k], "\r\n") {
+			return "", nil, fmt.Errorf("headers.%s: a value has no line breaks", k)
+		}
+	}
+	return target, headers, nil
+}
 
 // limitedBuffer keeps the first hookOutputMax bytes written to it.
 type limitedBuffer struct {

@@ -333,3 +333,46 @@ func TestCancelReasonCapped(t *testing.T) {
 		t.Errorf("the hook's event: %d bytes", len(ev))
 	}
 }
+
+// TestWebhookTakesEnvironmentVariables: ${NAME} in a webhook's URL and
+// headers is the environment variable, as with --header (it was sent
+// literally, "Bearer ${TOKEN}", while validate said ok); an unset one is
+// a validation error naming the setting, not the value; the hook's digest
+// (what stored and queued jobs name it by) is of the text as written, so
+// that a rotated secret does not orphan them.
+func TestWebhookTakesEnvironmentVariables(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Path + " " + r.Header.Get("Authorization")
+	}))
+	defer srv.Close()
+	t.Setenv("HOOK_TOKEN", "s3cret")
+	t.Setenv("HOOK_PATH", "undo")
+	hook := &Hook{HTTP: &HTTPHook{URL: srv.URL + "/${HOOK_PATH}", Headers: map[string]string{"Authorization": "Bearer ${HOOK_TOKEN}"}}}
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: hook}}
+	if err := p.Validate("policy"); err != nil {
+		t.Fatal(err)
+	}
+	digest := hook.Digest()
+	e, recs := hookEngine(t, p)
+	cancelled(t, e, 1, "job")
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("audit: %+v", r.Hooks)
+	}
+	if g := <-got; g != "/undo Bearer s3cret" {
+		t.Errorf("the webhook got %q, want the variables taken in", g)
+	}
+	t.Setenv("HOOK_TOKEN", "rotated")
+	if hook.Digest() != digest {
+		t.Error("the hook's digest changed with the variable's value")
+	}
+	for _, h := range []*HTTPHook{{URL: srv.URL, Headers: map[string]string{"Authorization": "Bearer ${HOOK_UNSET}"}}, {URL: "https://${HOOK_UNSET}/x"}} {
+		bad := Policy{Rules: []Rule{{Tool: "x", OnCancel: &Hook{HTTP: h}}}}
+		err := bad.Validate("policy")
+		if err == nil || !strings.Contains(err.Error(), "${HOOK_UNSET} is not set in the environment") {
+			t.Errorf("%+v: validation says %v, want the unset variable named", h, err)
+		}
+	}
+}

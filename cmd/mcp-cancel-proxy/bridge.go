@@ -41,7 +41,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	}
 	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
-		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn}, log)
+		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn, Idle: cfg.HTTP.UpstreamIdle}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1

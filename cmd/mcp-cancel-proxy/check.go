@@ -128,9 +128,9 @@ func listTools(b upstream.Backend, o check.Options, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s %s (protocol %s): %d tools; name one with --tool NAME --args JSON\n", s.Name, s.Version, s.Protocol, len(tools))
+	fmt.Fprintf(stdout, "%s %s (protocol %s): %d tools; name one with --tool NAME --args JSON\n", check.Printable(s.Name), check.Printable(s.Version), check.Printable(string(s.Protocol)), len(tools))
 	for _, t := range tools {
-		fmt.Fprintf(stdout, "  %-32s %s\n", t.Name, firstLine(t.Description))
+		fmt.Fprintf(stdout, "  %-32s %s\n", check.Printable(t.Name), check.Printable(firstLine(t.Description)))
 	}
 	return 0
 }

@@ -36,11 +36,11 @@ func TestE2ECheckKnownServers(t *testing.T) {
 		exit int
 	}{
 		{"go-sdk honours", nil, []string{"--tool", "slow_honour", "--args", `{"seconds":20,"steps":40}`, "--", proxyBin, "example-server"},
-			map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass", "cancel-finished": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass", "task-cancel": "skip"}, 0},
+			map[string]string{"cancel": "pass", "late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass", "cancel-finished": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass", "task-cancel": "skip"}, 0},
 		{"go-sdk ignores", nil, []string{"--tool", "slow_ignore", "--args", `{"seconds":20,"steps":40}`, "--", proxyBin, "example-server"},
 			map[string]string{"cancel": "fail/SHOULD", "progress-after-cancel": "fail/SHOULD", "race": "skip"}, 0},
 		{"mcp-go", nil, []string{"--tool", "wait_for_cancel", "--", mcpgo},
-			map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
+			map[string]string{"cancel": "pass", "late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 		{"server-everything", nil, []string{"--tool", "trigger-long-running-operation", "--args", `{"duration":20,"steps":40}`, "--", node, everything, "stdio"},
 			map[string]string{"late-answer": "pass", "progress-after-cancel": "fail/SHOULD", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 		// A task tool (2025-11-25): its plain call answers at once (the
@@ -48,7 +48,7 @@ func TestE2ECheckKnownServers(t *testing.T) {
 		{"server-everything tasks", nil, []string{"--tool", "simulate-research-query", "--args", `{"topic":"x","ambiguous":false}`, "--", node, everything, "stdio"},
 			map[string]string{"cancel": "skip", "task-cancel": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 		{"FastMCP", pyEnv, append([]string{"--tool", "slow", "--args", `{"seconds":20,"steps":40}`, "--"}, pyArgv...),
-			map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
+			map[string]string{"cancel": "pass", "late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,7 +68,7 @@ func TestE2ECheckKnownServers(t *testing.T) {
 // a cancel that comes before the call's headers still stops it (the race).
 func TestE2ECheckOverHTTP(t *testing.T) {
 	call := []string{"--tool", "slow_honour", "--args", `{"seconds":20,"steps":40}`}
-	stdioLike := map[string]string{"late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass",
+	stdioLike := map[string]string{"cancel": "pass", "late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass",
 		"cancel-finished": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}
 	for _, c := range []struct {
 		name, path string

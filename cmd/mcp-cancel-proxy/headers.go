@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -9,11 +8,12 @@ import (
 	"strings"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/envexpand"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // parseHeader reads a "Name: value" header as --header gives it, the value
-// expanded (see expand).
+// expanded (envexpand: ${NAME} is the environment variable NAME).
 func parseHeader(line string) (upstream.Header, error) {
 	name, value, err := splitHeader(line)
 	if err != nil {
@@ -22,42 +22,11 @@ func parseHeader(line string) (upstream.Header, error) {
 	if strings.ContainsAny(value, "\r\n") {
 		return upstream.Header{}, fmt.Errorf("header %s: a value has no line breaks", name)
 	}
-	v, err := expand(value)
+	v, err := envexpand.Expand(value)
 	if err != nil {
 		return upstream.Header{}, fmt.Errorf("header %s: %w", name, err)
 	}
 	return upstream.Header{Name: name, Value: v}, nil
-}
-
-// expand replaces each ${NAME} in v with the environment variable NAME, so
-// that secrets stay out of client configurations, and $$ with a $. A
-// variable that is not set is an error naming it, never an empty value.
-func expand(v string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		switch {
-		case v[i] != '$':
-			b.WriteByte(v[i])
-		case strings.HasPrefix(v[i:], "$$"):
-			b.WriteByte('$')
-			i++
-		case strings.HasPrefix(v[i:], "${"):
-			end := strings.IndexByte(v[i:], '}')
-			if end < 0 {
-				return "", errors.New("${ without its }")
-			}
-			name := v[i+2 : i+end]
-			val, ok := os.LookupEnv(name)
-			if !ok {
-				return "", fmt.Errorf("${%s} is not set in the environment", name)
-			}
-			b.WriteString(val)
-			i += end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String(), nil
 }
 
 // headersOf returns the upstream headers the configuration (and the

@@ -72,6 +72,9 @@ Export traces to this collector when tracing.endpoint is not set.
 CA certificates trusted for HTTPS, besides the system's.
 .SH EXIT STATUS
 The wrapper exits with its server's status; 2 for a command line it cannot understand; 1 when the bridge's upstream ends the session.
+.PP
+.B check
+exits 0 when the server broke no MUST of the spec (SHOULD failures included), 3 when it broke one, 1 when the check could not run (no server, no such tool), and 2 for a usage error.
 .SH SEE ALSO
 The README and docs/ of the source, and config.example.yaml, which documents every setting.
 `)

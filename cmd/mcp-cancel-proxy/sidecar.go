@@ -234,6 +234,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 				return nil, err
 			}
 			up.KeepRevision = !cfg.HTTP.UpgradeStateless
+			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
 			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {
 				return nil, err
@@ -245,6 +246,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			if err != nil {
 				return nil, err
 			}
+			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
 			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {
 				return nil, err
@@ -278,7 +280,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true,
+		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true, UpstreamIdle: cfg.HTTP.UpstreamIdle,
 		SessionIdle: cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}

@@ -17,7 +17,11 @@ import (
 // reporting progress every step, then answers; what it does on a cancel is
 // its mode's.
 type fake struct {
-	mode string // "honour", "late", "ignore", "lose-race", "answer-cancels", "close-on-cancel"
+	// "honour", "late", "ignore", "lose-race", "answer-cancels",
+	// "close-on-cancel", "lose-first" (honours, but its first call fails at
+	// once, as a proxy's lost try did), "escapes" (honours, and names
+	// itself with a terminal's escape sequences)
+	mode string
 	work time.Duration
 	step time.Duration
 
@@ -56,13 +60,21 @@ func (f *fake) serve(r io.ReadCloser, w io.WriteCloser) {
 		json.Unmarshal(sc.Bytes(), &m)
 		switch m.Method {
 		case "initialize":
+			name := "fake"
+			if f.mode == "escapes" {
+				name = "fake\x1b]0;owned\x07\x1b[2J\u009b31m"
+			}
 			f.send(map[string]any{"id": m.ID, "result": map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
-				"serverInfo": map[string]any{"name": "fake", "version": "1"}}})
+				"serverInfo": map[string]any{"name": name, "version": "1"}}})
 		case "tools/list":
 			f.send(map[string]any{"id": m.ID, "result": map[string]any{"tools": []any{map[string]any{"name": "work"}}}})
 		case "ping":
 			f.send(map[string]any{"id": m.ID, "result": map[string]any{}})
 		case "tools/call":
+			if f.mode == "lose-first" && string(m.ID) == `"check-cancel-1"` {
+				f.send(map[string]any{"id": m.ID, "error": map[string]any{"code": -32603, "message": "the upstream could not be reached"}})
+				continue
+			}
 			stop := make(chan struct{})
 			f.mu.Lock()
 			f.stopped[string(m.ID)] = stop
@@ -161,11 +173,12 @@ func verdicts(r *Report) string {
 func TestVerdicts(t *testing.T) {
 	for _, c := range []struct{ mode, want string }{
 		{"honour", "cancel=pass late-answer=pass progress-after-cancel=pass silence=info race=pass cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
-		{"late", "cancel=fail/SHOULD late-answer=fail/SHOULD progress-after-cancel=pass silence=info race=pass cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
+		{"late", "cancel=pass late-answer=fail/SHOULD progress-after-cancel=pass silence=info race=pass cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
 		{"ignore", "cancel=fail/SHOULD late-answer=pass progress-after-cancel=fail/SHOULD silence=info race=skip cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
 		{"lose-race", "cancel=pass late-answer=pass progress-after-cancel=pass silence=info race=fail/SHOULD cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
 		{"answer-cancels", "cancel=pass late-answer=pass progress-after-cancel=pass silence=info race=pass cancel-finished=fail/MUST cancel-unknown=fail/MUST cancel-initialize=fail/MUST task-cancel=skip"},
 		{"close-on-cancel", "cancel=fail/MUST"},
+		{"lose-first", "tries=info cancel=pass late-answer=pass progress-after-cancel=pass silence=info race=pass cancel-finished=pass cancel-unknown=pass cancel-initialize=pass task-cancel=skip"},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			r := runFake(t, c.mode)
@@ -188,6 +201,36 @@ func TestSilenceIsMeasured(t *testing.T) {
 	for _, d := range r.Silence {
 		if d < 4800*time.Millisecond || d > 5*time.Second {
 			t.Errorf("silence %v, want 4.8 to 5 s (progress every 200 ms to the end of the 5 s watch)", d)
+		}
+	}
+}
+
+// TestReportSays: what the lines say, where words matter (issue 39, item
+// 6): a server that stops and only answers is not said to go on; progress
+// still coming when listening ended is "at least"; "no answer" is within
+// the listening window; a lost try is told; a server's own strings cannot
+// put escape sequences into the printed report.
+func TestReportSays(t *testing.T) {
+	printed := func(mode string) string {
+		var b strings.Builder
+		Print(&b, runFake(t, mode))
+		return b.String()
+	}
+	for mode, wants := range map[string][]string{
+		"late":       {"stopped: no progress after the cancel (2 of 2 tries), though it answered the cancelled call in 2 (late-answer)"},
+		"ignore":     {"progress went on for at least 5s after the cancel, still going when listening ended, in 2 of 2 tries"},
+		"honour":     {"no answer after the cancel within 5s", "no progress after the cancel within 5s (2 of 2 tries)"},
+		"lose-first": {`1 of 2 tries were answered before their cancel (the first with the error -32603 "the upstream could not be reached"`},
+		"escapes":    {`fake\x1b]0;owned\a\x1b[2J\u009b31m 1, protocol`},
+	} {
+		out := printed(mode)
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: the report lacks %q:\n%s", mode, want, out)
+			}
+		}
+		if strings.ContainsAny(out, "\x1b\x07\u009b") {
+			t.Errorf("%s: the report holds control characters:\n%q", mode, out)
 		}
 	}
 }

@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
@@ -81,12 +85,42 @@ func (m *msg) describe() string {
 // quote is id as a JSON string.
 func quote(id string) string { b, _ := json.Marshal(id); return string(b) }
 
-// clip shortens s for a report line.
+// clip shortens s, a server's words, for a report line, and makes it
+// Printable.
 func clip(s string) string {
-	if len(s) > 80 {
-		return s[:77] + "..."
+	if r := []rune(s); len(r) > 80 {
+		s = string(r[:77]) + "..."
 	}
-	return s
+	return Printable(s)
+}
+
+// Printable returns s, a string a server sent, with every control
+// character (C0, DEL, C1: what makes a terminal's escape sequences) and
+// every invalid byte written as a Go escape, so that a server cannot put
+// escape sequences into a report a person reads in a terminal.
+func Printable(s string) string {
+	ok := true
+	for _, r := range s {
+		ok = ok && r != utf8.RuneError && !unicode.IsControl(r)
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for i, w := 0, 0; i < len(s); i += w {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		w = n
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // client speaks JSON-RPC to the server over a stream of lines: the checker

@@ -9,14 +9,14 @@ import (
 // in plain words, and under each failing line what the proxy does about it.
 func Print(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "%s %s, protocol %s: cancelling %s %s (%d tries, cancel after %s, listening %s)\n\n",
-		r.Server.Name, r.Server.Version, r.Server.Protocol, r.Tool, r.Args, r.Runs, r.CancelAfter, r.Watch)
+		Printable(r.Server.Name), Printable(r.Server.Version), Printable(string(r.Server.Protocol)), r.Tool, r.Args, r.Runs, r.CancelAfter, r.Watch)
 	for _, l := range r.Lines {
 		mark := map[Verdict]string{Pass: "ok  ", Fail: "FAIL", Skip: "skip", Info: "    "}[l.Verdict]
 		rank := ""
 		if l.Verdict == Fail && l.Rank != "" {
 			rank = " [" + l.Rank + "]"
 		}
-		fmt.Fprintf(w, "%s %-22s %s%s\n", mark, l.Check, l.Says, rank)
+		fmt.Fprintf(w, "%s %-22s %s%s\n", mark, l.Check, Printable(l.Says), rank)
 		if l.Verdict == Fail && l.Proxy != "" {
 			fmt.Fprintf(w, "     %-22s %s\n", "", "with mcp-cancel-proxy: "+l.Proxy)
 		}

@@ -3,6 +3,7 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -51,7 +52,12 @@ func (s *session) checkCancels(r *Report) []run {
 			round(runs[0].answeredIn), s.o.CancelAfter)})
 		return runs
 	}
-	var late, progressed int
+	if lost := len(runs) - len(tried); lost > 0 { // said, not dropped: the lines below count the others only
+		first := runs[slices.IndexFunc(runs, func(u run) bool { return u.answered })]
+		r.add(Line{Check: "tries", Verdict: Info, Says: fmt.Sprintf("%d of %d tries were answered before their cancel (the first with %s, in %s) and are not counted below",
+			lost, len(runs), first.early.describe(), round(first.answeredIn))})
+	}
+	var late, progressed, wentOn, stillGoing int
 	var lateAfter, lastProgress []time.Duration
 	var lateSays string
 	for _, u := range tried {
@@ -64,6 +70,12 @@ func (s *session) checkCancels(r *Report) []run {
 		if u.lastProgress > inFlight {
 			progressed++
 			lastProgress = append(lastProgress, u.lastProgress)
+			if u.lastProgress >= s.o.Watch-s.o.Watch/10 {
+				stillGoing++
+			}
+		}
+		if u.lastProgress > inFlight || (u.late != nil && !u.late.isFailure()) { // working on, or done
+			wentOn++
 		}
 	}
 	n, gone := len(tried), tried[len(tried)-1].gone
@@ -73,20 +85,26 @@ func (s *session) checkCancels(r *Report) []run {
 	}
 	switch {
 	case late == 0 && progressed == 0:
-		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("honoured: no answer and no progress after the cancel (%d of %d tries)", n, n)})
+		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("honoured: no answer and no progress after the cancel within %s (%d of %d tries)", s.o.Watch, n, n)})
+	case wentOn == 0: // its answer is late-answer's to judge, not this line's
+		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("stopped: no progress after the cancel (%d of %d tries), though it answered the cancelled call in %d (late-answer)", n, n, late)})
 	default:
-		r.add(Line{Check: "cancel", Verdict: Fail, Rank: s.rankAfterCancel(), Says: fmt.Sprintf("the server went on after the cancel in %d of %d tries", max(late, progressed), n)})
+		r.add(Line{Check: "cancel", Verdict: Fail, Rank: s.rankAfterCancel(), Says: fmt.Sprintf("the server went on after the cancel in %d of %d tries", wentOn, n)})
 	}
 	if late > 0 {
 		r.add(Line{Check: "late-answer", Verdict: Fail, Rank: s.rankAfterCancel(), Proxy: proxyLate,
 			Says: fmt.Sprintf("answered %s after the cancel (median) with %s, in %d of %d tries", round(median(lateAfter)), lateSays, late, n)})
 	} else {
-		r.add(Line{Check: "late-answer", Verdict: Pass, Says: "no answer after the cancel"})
+		r.add(Line{Check: "late-answer", Verdict: Pass, Says: fmt.Sprintf("no answer after the cancel within %s", s.o.Watch)})
 	}
-	if progressed > 0 {
+	switch {
+	case stillGoing > 0:
+		r.add(Line{Check: "progress-after-cancel", Verdict: Fail, Rank: s.rankAfterCancel(), Proxy: proxyProgress,
+			Says: fmt.Sprintf("progress went on for at least %s after the cancel, still going when listening ended, in %d of %d tries", round(longest(lastProgress)), progressed, n)})
+	case progressed > 0:
 		r.add(Line{Check: "progress-after-cancel", Verdict: Fail, Rank: s.rankAfterCancel(), Proxy: proxyProgress,
 			Says: fmt.Sprintf("progress went on for %s after the cancel (median), in %d of %d tries", round(median(lastProgress)), progressed, n)})
-	} else {
+	default:
 		r.add(Line{Check: "progress-after-cancel", Verdict: Pass, Says: "no progress after the cancel"})
 	}
 	r.add(Line{Check: "silence", Verdict: Info, Says: fmt.Sprintf("from the cancel to the server's last word about the call: p50 %s, max %s over %d tries (listening %s each)",

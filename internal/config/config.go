@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/keepalive"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
@@ -225,6 +226,14 @@ type HTTP struct {
 	// stay open without the client POSTing initialize before it is closed.
 	// Default 10s.
 	LegacyInitWait time.Duration `yaml:"legacy_init_wait"`
+	// UpstreamIdle is how long a connection to the upstream (the sidecar's,
+	// the bridge's) or to a webhook is kept unused before the proxy closes
+	// it: below the 5 s after which Node's HTTP server and uvicorn close
+	// theirs, so that a call after a pause never goes on a connection the
+	// server is closing. A server's own Keep-Alive: timeout= shortens it,
+	// and a request that finds its connection closed before any of it is
+	// written goes on a new one. Default 4s.
+	UpstreamIdle time.Duration `yaml:"upstream_idle"`
 	// SessionIdle ends a session after this long without a request and
 	// with no stream open: a stdio session's child is stopped (whatever it
 	// still runs for a client that left), an upstream session is forgotten
@@ -306,7 +315,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -442,6 +451,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxRelayedSessions <= 0 {
 		bad("http.max_relayed_sessions", "must be positive, got %d", c.HTTP.MaxRelayedSessions)
+	}
+	if c.HTTP.UpstreamIdle <= 0 {
+		bad("http.upstream_idle", "must be positive, got %v", c.HTTP.UpstreamIdle)
 	}
 	if c.HTTP.LegacyInitWait <= 0 {
 		bad("http.legacy_init_wait", "must be positive, got %v", c.HTTP.LegacyInitWait)

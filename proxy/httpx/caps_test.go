@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
@@ -66,5 +67,76 @@ func TestLegacyStreamWithoutInitializeIsClosed(t *testing.T) {
 	fake.Advance(10 * time.Second)
 	if rest, err := io.ReadAll(rd); err != nil {
 		t.Fatalf("the stream after the wait: %v (%q)", err, rest)
+	}
+}
+
+// TestLegacyWaitEndsWithTheFirstMessage: a 2026-07-28 client on the old
+// HTTP+SSE transport never POSTs initialize (its first request is
+// server/discover); its stream was closed at http.legacy_init_wait in the
+// middle of its work (the go-sdk client over SSE lost its session after 10
+// s). Any first message ends the wait, on every upstream kind: after the
+// wait has passed, the stream still carries the answer to a ping.
+func TestLegacyWaitEndsWithTheFirstMessage(t *testing.T) {
+	kinds := map[string]func(fake *clock.Fake) string{
+		"stdio server": func(fake *clock.Fake) string {
+			url := childSidecar(t, &httpx.Children{}, func(sc *httpx.Sidecar) {
+				sc.Legacy, sc.Clock = &httpx.Legacy{InitWait: 10 * time.Second}, fake
+			})
+			return strings.TrimSuffix(url, "/mcp")
+		},
+	}
+	for _, sse := range []bool{true, false} {
+		name := map[bool]string{true: "HTTP+SSE upstream", false: "Streamable HTTP upstream"}[sse]
+		kinds[name] = func(fake *clock.Fake) string {
+			_, url := autoSidecar(t, sse, nil, zap.NewNop(), func(sc *httpx.Sidecar) {
+				sc.Legacy.InitWait, sc.Clock = 10*time.Second, fake
+			})
+			return strings.TrimSuffix(url, "/mcp")
+		}
+	}
+	for name, serve := range kinds {
+		t.Run(name, func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			fake := clock.NewFake(time.Now())
+			base := serve(fake)
+			resp, err := testClient.Get(base + "/sse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			rd := bufio.NewReader(resp.Body)
+			endpoint := ""
+			for endpoint == "" {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					t.Fatalf("no endpoint event: %v", err)
+				}
+				if data, ok := strings.CutPrefix(line, "data: "); ok {
+					endpoint = base + strings.TrimSpace(data)
+				}
+			}
+			post := func(body string) {
+				r, err := testClient.Post(endpoint, "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Body.Close()
+				if r.StatusCode != http.StatusAccepted {
+					t.Fatalf("POST %s: %d", body, r.StatusCode)
+				}
+			}
+			post(`{"jsonrpc":"2.0","id":"discover","method":"server/discover","params":{}}`)
+			fake.Advance(10 * time.Second)
+			post(`{"jsonrpc":"2.0","id":"after-the-wait","method":"ping"}`)
+			for {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					t.Fatalf("the stream ended after the wait, before the ping's answer: %v", err)
+				}
+				if strings.Contains(line, `"after-the-wait"`) {
+					return
+				}
+			}
+		})
 	}
 }

@@ -52,9 +52,11 @@ type Legacy struct {
 	Session stdio.Options
 	// (How many sessions at once is the Sidecar's MaxSessions.)
 	// InitWait is how long an old client's event stream may stay open
-	// without the client POSTing initialize: past it, the stream is
-	// closed, so that streams that never start a session cannot hold every
-	// slot. If zero, DefaultLegacyInitWait.
+	// without the client POSTing a message: past it, the stream is closed,
+	// so that streams that never start a session cannot hold every slot.
+	// Any first message ends the wait, whatever its method and era (a
+	// 2026-07-28 client sends server/discover first, never initialize).
+	// If zero, DefaultLegacyInitWait.
 	InitWait time.Duration
 
 	sessions sessiontable.Table[*legacySession] // set up by the Sidecar's Provision
@@ -69,8 +71,8 @@ type legacySession struct {
 	sessiontable.Usage                 // when the session last saw a request
 	st                 *stream.Events  // the event stream
 	retiring           *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
-	// initialized is set once the client has POSTed initialize.
-	initialized atomic.Bool
+	// started is set once the client has POSTed its first message.
+	started atomic.Bool
 }
 
 // DefaultLegacyInitWait is Legacy.InitWait's default.
@@ -80,9 +82,9 @@ const DefaultLegacyInitWait = 10 * time.Second
 // session lasts as long as its stream, so it never idles.
 func (ls *legacySession) Busy() bool { return !ls.st.Ended() }
 
-// started reports whether the client has POSTed initialize: at a cap, a
+// Started reports whether the client has POSTed a message: at a cap, a
 // stream that never did is evicted first.
-func (ls *legacySession) Started() bool { return ls.initialized.Load() }
+func (ls *legacySession) Started() bool { return ls.started.Load() }
 
 // retire ends a session the sidecar forgot.
 func (ls *legacySession) Retire(why string) {
@@ -167,8 +169,8 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 		return nil, err
 	}
 	uninitialized := lg.s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
-		if !ls.initialized.Load() {
-			log.Warn("HTTP+SSE client session closed: no initialize within the wait (http.legacy_init_wait)")
+		if !ls.started.Load() {
+			log.Warn("HTTP+SSE client session closed: no message within the wait (http.legacy_init_wait)")
 			ls.In.CloseWrite()
 			st.End()
 		}
@@ -204,19 +206,14 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return
 	}
-	// Parsed here only when something needs it (the session parses every
-	// line): the first messages, until initialize; a traceparent header to
-	// carry into the line, which is all its session reads.
+	// Parsed here only when a traceparent header is to be carried into
+	// the line, which is all its session reads (the session parses every
+	// line).
 	var f framing.Frame
-	traced := lg.s.NewTracer != nil && len(ctx.Request.Header.Peek("traceparent")) > 0
-	if (traced || !ls.initialized.Load()) && f.Parse(line) == nil {
-		if traced {
-			line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
-		}
-		if !ls.initialized.Load() && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize {
-			ls.initialized.Store(true)
-		}
+	if lg.s.NewTracer != nil && len(ctx.Request.Header.Peek("traceparent")) > 0 && f.Parse(line) == nil {
+		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
 	}
+	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
 	if err := ls.Send(line); err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)
 		return

@@ -86,6 +86,9 @@ type Sidecar struct {
 	// proxy HTTPS_PROXY or HTTP_PROXY names, as NO_PROXY allows (never to a
 	// loopback upstream): http.proxy: env.
 	ProxyFromEnv bool
+	// UpstreamIdle is how long a connection to the upstream is kept
+	// unused (keepalive.DefaultIdle if zero).
+	UpstreamIdle time.Duration
 	// CancelGrace is how long the response stream of a request cancelled by
 	// the client stays open, so that the server's cancels of its own nested
 	// requests reach the client, before the sidecar ends it. If zero,
@@ -256,6 +259,7 @@ func (s *Sidecar) Provision() error {
 			s.log = zap.NewNop()
 		}
 		client := upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)
+		client.MaxIdleConnDuration = cmp.Or(s.UpstreamIdle, client.MaxIdleConnDuration)
 		upstream.AddHeaders(client, s.UpstreamHeaders)
 		if s.ProxyFromEnv {
 			if s.initErr = upstream.UseProxyFromEnv(client, upstream.IsTLSURL(s.Upstream)); s.initErr != nil {

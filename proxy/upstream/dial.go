@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ type Options struct {
 	// ProxyFromEnv reaches the upstream through HTTPS_PROXY/HTTP_PROXY (as
 	// NO_PROXY allows; never for a loopback upstream).
 	ProxyFromEnv bool
+	// Idle is how long a connection is kept unused (keepalive.DefaultIdle
+	// if zero).
+	Idle time.Duration
 	// CAFile, if set, is a PEM file of CA certificates trusted for the
 	// upstream's TLS besides the system's.
 	CAFile string
@@ -66,6 +70,7 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 	}
 	maxBody, keepRevision := o.MaxBody, o.KeepRevision
 	client := NewClient(maxBody, o.MaxHeader)
+	client.MaxIdleConnDuration = cmp.Or(o.Idle, client.MaxIdleConnDuration)
 	AddHeaders(client, o.Headers)
 	if o.Auth != nil {
 		AddAuth(client, o.Auth)

@@ -14,7 +14,13 @@ func AddHeaders(c *fasthttp.Client, hs []Header) {
 	if len(hs) == 0 {
 		return
 	}
+	before := c.ConfigureClient
 	c.ConfigureClient = func(hc *fasthttp.HostClient) error {
+		if before != nil {
+			if err := before(hc); err != nil {
+				return err
+			}
+		}
 		hc.Transport = headerTransport{next: hc.Transport, hs: hs}
 		return nil
 	}

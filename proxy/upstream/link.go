@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/keepalive"
 )
 
 // upConn is a connection to the upstream that runs a function, once,
@@ -57,12 +59,13 @@ func dialUpstream(addr string, timeout time.Duration) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newUpConn(c), nil
+	return newUpConn(addr, c), nil
 }
 
-// newUpConn wraps an upstream connection as an upConn.
-func newUpConn(c net.Conn) *Link {
-	u := &Link{Conn: c}
+// newUpConn wraps a connection just dialled to addr as an upConn, watched
+// for the server's idle close (keepalive.Wrap).
+func newUpConn(addr string, c net.Conn) *Link {
+	u := &Link{Conn: keepalive.Wrap(addr, c)}
 	u.local = upAddr{Addr: c.LocalAddr(), c: u}
 	return u
 }

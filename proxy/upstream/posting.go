@@ -58,6 +58,21 @@ func (p *Posting) Read(b []byte) (int, error) { return p.body.Read(b) }
 // WriteTo implements io.WriterTo: the request's body, in one write.
 func (p *Posting) WriteTo(w io.Writer) (int64, error) { return p.body.WriteTo(w) }
 
+// Rewind implements keepalive.Rewinder: the body is to be written anew,
+// on another connection, since its bytes did not reach the server (they
+// were never written, or their write failed). It is sending again, as
+// after a challenge (hold), and a cancel waiting for it waits anew.
+func (p *Posting) Rewind() int {
+	p.body.Seek(0, io.SeekStart)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == postingWritten {
+		p.state = postingSending
+		p.wakeLocked()
+	}
+	return int(p.body.Size())
+}
+
 // Close implements io.Closer: fasthttp calls it once the body has been
 // written to the connection, or when the request is released unwritten.
 func (p *Posting) Close() error {
@@ -201,6 +216,8 @@ func (p *Posting) BeforeCancel(clk clock.Clock, hurry <-chan struct{}) {
 			due = make(chan struct{})
 			t := clock.Or(clk).AfterFunc(TakenInWait, func() { close(due) })
 			defer t.Stop()
+		case state == postingSending && due != nil: // rewound: it is to be written anew
+			due = nil
 		}
 		select {
 		case <-changed:

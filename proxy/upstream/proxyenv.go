@@ -29,7 +29,7 @@ func UseProxyFromEnv(c *fasthttp.Client, tlsUpstream bool) error {
 		if err != nil {
 			return nil, err
 		}
-		return newUpConn(conn), nil
+		return newUpConn(addr, conn), nil
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/keepalive"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -82,12 +83,16 @@ func parseUpstream(rawURL string) (*url.URL, error) {
 // and identity proxies (several KiB of cookies and policies) fits.
 const DefaultMaxResponseHeaderBytes = 64 << 10
 
-// upstreamClient returns a client for an upstream: bodies streamed, header
+// NewClient returns a client for an upstream: bodies streamed, header
 // names and paths as they are, responses up to maxBody and their headers
 // up to maxHeader (zero: the defaults). fasthttp's read buffer is the
-// header limit, held per connection while a response streams.
+// header limit, held per connection while a response streams. Its idle
+// connections are retired after keepalive.DefaultIdle (set
+// MaxIdleConnDuration to change that), and a request that did not reach
+// the server on a connection it had closed is sent again on another
+// (keepalive.Install).
 func NewClient(maxBody, maxHeader int) *fasthttp.Client {
-	return &fasthttp.Client{
+	c := &fasthttp.Client{
 		ReadBufferSize:                cmp.Or(maxHeader, DefaultMaxResponseHeaderBytes),
 		StreamResponseBody:            true,
 		DialTimeout:                   dialUpstream,
@@ -97,6 +102,8 @@ func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 		MaxConnsPerHost:               1 << 16,
 		MaxResponseBodySize:           cmp.Or(maxBody, framing.DefaultMaxFrameSize),
 	}
+	keepalive.Install(c, 0)
+	return c
 }
 
 // Dial opens the event stream, waits for its endpoint event, and returns

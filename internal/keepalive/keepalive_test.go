@@ -1,0 +1,243 @@
+package keepalive
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/goleak"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) }
+
+// idleClosingServer is a net/http server on loopback that closes a
+// connection unused for a second, as Node's and uvicorn's do after five,
+// and counts the requests it read; closed is told of each connection it
+// closes.
+type idleClosingServer struct {
+	srv      *http.Server
+	addr     string
+	requests atomic.Int32
+	closed   chan struct{}
+	done     chan struct{}
+}
+
+func newIdleClosingServer(t *testing.T, h http.HandlerFunc) *idleClosingServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &idleClosingServer{addr: ln.Addr().String(), closed: make(chan struct{}, 16), done: make(chan struct{})}
+	s.srv = &http.Server{
+		IdleTimeout: time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			s.requests.Add(1)
+			if h != nil {
+				h(w, r)
+				return
+			}
+			io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+		}),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				s.closed <- struct{}{}
+			}
+		},
+	}
+	go func() { defer close(s.done); s.srv.Serve(ln) }()
+	t.Cleanup(func() { s.srv.Close(); <-s.done })
+	return s
+}
+
+// newClient returns a client as the proxy makes its clients: Installed,
+// its connections Wrapped.
+func newClient() *fasthttp.Client {
+	c := &fasthttp.Client{Dial: Dial(nil), StreamResponseBody: true}
+	Install(c, 0)
+	return c
+}
+
+// post sends body to the server and returns the answer's body.
+func post(c *fasthttp.Client, addr string, body io.Reader) (string, error) {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + addr + "/mcp")
+	req.Header.SetMethod(fasthttp.MethodPost)
+	if r, ok := body.(*rewindable); ok {
+		req.SetBodyStream(r, r.Rewind())
+	} else {
+		b, _ := io.ReadAll(body)
+		req.SetBody(b)
+	}
+	if err := c.Do(req, resp); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(resp.BodyStream())
+	return string(b), err
+}
+
+// rewindable is a body stream that can be sent again.
+type rewindable struct {
+	strings.Reader
+	s       string
+	rewinds int
+}
+
+func (r *rewindable) Rewind() int { r.rewinds++; r.Reset(r.s); return len(r.s) }
+
+// TestRequestAfterTheServerClosedIdleConnection: the server closes the
+// connection the first request used; the second request, a POST whose
+// body is a stream (as the relay's and the bridge's are), goes on a new
+// connection and is read once. On fasthttp alone it fails with "the
+// server closed connection before returning the first response byte".
+func TestRequestAfterTheServerClosedIdleConnection(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bytes", true: "stream"}[stream], func(t *testing.T) {
+			s := newIdleClosingServer(t, nil)
+			c := newClient()
+			defer c.CloseIdleConnections()
+			body := func() io.Reader {
+				const msg = `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`
+				if stream {
+					return &rewindable{s: msg}
+				}
+				return strings.NewReader(msg)
+			}
+			if _, err := post(c, s.addr, body()); err != nil {
+				t.Fatal(err)
+			}
+			<-s.closed // the server closed the idle connection (after its second)
+			if _, err := post(c, s.addr, body()); err != nil {
+				t.Fatalf("the request after the server's idle close: %v", err)
+			}
+			if n := s.requests.Load(); n != 2 {
+				t.Fatalf("the server read %d requests, want 2", n)
+			}
+		})
+	}
+}
+
+// TestNeverSentAgainOnceWritten: a server that reads a request whole and
+// closes the connection without a byte of answer has the request: the
+// client gets the error, and the request is not sent again.
+func TestNeverSentAgainOnceWritten(t *testing.T) {
+	s := newIdleClosingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})
+	c := newClient()
+	defer c.CloseIdleConnections()
+	r := &rewindable{s: `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`}
+	if _, err := post(c, s.addr, r); err == nil {
+		t.Fatal("a request the server read and closed on without an answer succeeded")
+	}
+	if n := s.requests.Load(); n != 1 {
+		t.Fatalf("the server read the request %d times, want once", n)
+	}
+	if r.rewinds != 1 { // the one of post
+		t.Fatalf("the body was rewound %d times for sending again, want none", r.rewinds-1)
+	}
+}
+
+// TestKeepAliveTimeoutHonoured: a connection unused past what the server's
+// Keep-Alive: timeout= allows is not written to; one within it is.
+func TestKeepAliveTimeoutHonoured(t *testing.T) {
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	resp.Header.DisableNormalizing()
+	resp.Header.Set("keep-alive", "timeout=2, max=100")
+	const addr = "keepalive.test:80"
+	noteKeepAlive(addr, resp)
+	if got := time.Duration(hostOf(addr).limit.Load()); got != time.Second {
+		t.Fatalf("timeout=2 retires after %v, want 1s", got)
+	}
+	var clock atomic.Int64
+	c := Wrap(addr, nopConn{})
+	c.now = clock.Load
+	c.Read(make([]byte, 1)) // a response read at 0
+	clock.Store(int64(999 * time.Millisecond))
+	if _, err := c.Write([]byte("GET")); err != nil {
+		t.Fatalf("a connection unused for 999ms of 1s: %v", err)
+	}
+	c.Read(nil)
+	clock.Add(int64(time.Second))
+	_, err := c.Write([]byte("GET"))
+	if !IsNotSent(err) {
+		t.Fatalf("a connection unused for 1s of 1s: %v, want a NotSentError", err)
+	}
+	if _, err := c.Write([]byte("GET")); err != nil { // the rest of the same request
+		t.Fatalf("a second write of one request: %v", err)
+	}
+}
+
+// TestKeepAliveHeader parses the header's timeout as servers write it.
+func TestKeepAliveHeader(t *testing.T) {
+	for v, want := range map[string]int{"timeout=5": 5, "timeout=5, max=1000": 5, "max=3, Timeout = 7": 7,
+		`timeout="9"`: 9, "timeout=0": 0, "timeout=-1": 0, "timeout=x": 0, "max=5": 0, "": 0, "timeout=999999999": 0} {
+		if got, _ := keepAliveTimeout([]byte(v)); got != want {
+			t.Errorf("%q: %d, want %d", v, got, want)
+		}
+	}
+	if got := retireBy(5 * time.Second); got != 4*time.Second {
+		t.Errorf("timeout=5 retires after %v", got)
+	}
+	if got := retireBy(time.Second); got != 500*time.Millisecond {
+		t.Errorf("timeout=1 retires after %v", got)
+	}
+}
+
+// nopConn reads and writes nothing, at once.
+type nopConn struct{ net.Conn }
+
+func (nopConn) Read([]byte) (int, error)    { return 0, nil }
+func (nopConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// failingConn fails every write.
+type failingConn struct{ net.Conn }
+
+func (failingConn) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// TestFailedWriteIsNotSent: a write that fails is a request the server
+// cannot have read whole; a write that timed out is not (the server reads,
+// slowly).
+func TestFailedWriteIsNotSent(t *testing.T) {
+	c := Wrap("failing.test:80", failingConn{})
+	if _, err := c.Write([]byte("POST")); !IsNotSent(err) || !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("a failed write: %v", err)
+	}
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	client.SetWriteDeadline(time.Now().Add(-time.Second))
+	if _, err := Wrap("pipe.test:80", client).Write([]byte("POST")); IsNotSent(err) || err == nil {
+		t.Fatalf("a write past its deadline: %v", err)
+	}
+}
+
+// TestIdleConnectionsRetired: Install sets the client's idle time below
+// the 5 s of Node's and uvicorn's servers, unless told another.
+func TestIdleConnectionsRetired(t *testing.T) {
+	var c fasthttp.Client
+	Install(&c, 0)
+	if c.MaxIdleConnDuration != DefaultIdle || DefaultIdle >= 5*time.Second {
+		t.Fatalf("idle connections kept for %v", c.MaxIdleConnDuration)
+	}
+	Install(&c, 2*time.Second)
+	if c.MaxIdleConnDuration != 2*time.Second {
+		t.Fatalf("idle connections kept for %v, want 2s", c.MaxIdleConnDuration)
+	}
+}
