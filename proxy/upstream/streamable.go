@@ -333,12 +333,45 @@ func postRefused(resp *fasthttp.Response, err error, log *zap.Logger) (reply fun
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
 		head := ReadHead(resp)
+		if reply := serverError(head); reply != nil { // the server's own answer, as it wrote it
+			log.Debug("the upstream answered the message with an error status", zap.Int("status", status))
+			return reply, true
+		}
 		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
 	default:
 		return nil, false
 	}
 	log.Warn("posting to the upstream failed", zap.String("why", why))
 	return func(id framing.ID) []byte { return proxy.ErrorReply(id, framing.CodeInternalError, why) }, true
+}
+
+// serverError returns, when body is a JSON-RPC error response (a stateless
+// 2026-07-28 server answers an unknown method or bad params with one, under
+// an HTTP error status), the answer it makes for a request id: the
+// server's error object as it wrote it (code, message, data), under the
+// request's id (the server's may be null). Otherwise nil: the status is
+// the proxy's to explain.
+func serverError(body []byte) func(framing.ID) []byte {
+	var m struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Error   json.RawMessage `json:"error"`
+	}
+	var e struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.JSONRPC != "2.0" || json.Unmarshal(m.Error, &e) != nil || e.Code == nil || e.Message == nil {
+		return nil
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, m.Error) != nil {
+		return nil
+	}
+	return func(id framing.ID) []byte {
+		out := append([]byte(`{"jsonrpc":"2.0","id":`), id.AppendJSON(nil)...)
+		out = append(append(out, `,"error":`...), compact.Bytes()...)
+		return append(out, '}')
+	}
 }
 
 // relay hands a response's messages to the session, a JSON body or each

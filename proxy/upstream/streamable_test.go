@@ -118,3 +118,67 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 		t.Errorf("after the cancel the session got %s, want nothing before the ping's answer", got)
 	}
 }
+
+// TestServerErrorsReachTheClientAsWritten: a stateless server that answers
+// an unknown method or bad params with a JSON-RPC error under an HTTP
+// error status has its error reach the client as it wrote it (code,
+// message, data), under the request's id; the bridge answered -32603
+// "the upstream refused the message" for them. A refusal that is no
+// JSON-RPC error stays the proxy's own -32603.
+func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		switch m.Method {
+		case "initialize":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+		case "nope/unknown":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, "{\n  \"jsonrpc\": \"2.0\", \"id\": null,\n  \"error\": {\"code\": -32601, \"message\": \"Method not found\", \"data\": {\"method\": \"nope/unknown\"}}\n}")
+		case "tools/call":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32602,"message":"Invalid params: name"}}`)
+		case "ping":
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "upstream of the upstream down")
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/mcp")
+	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { b.Stop(); <-b.Exited() }()
+	conn := b.Conn()
+	lines := bufio.NewReader(conn.In)
+	ask := func(msg string) string {
+		t.Helper()
+		io.WriteString(conn.Out, msg+"\n")
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no answer to %s: %v", msg, err)
+		}
+		return strings.TrimSpace(line)
+	}
+	ask(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	for msg, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":2,"method":"nope/unknown"}`:                     `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"Method not found","data":{"method":"nope/unknown"}}}`,
+		`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":1}}`: `{"jsonrpc":"2.0","id":"c","error":{"code":-32602,"message":"Invalid params: name"}}`,
+	} {
+		if got := ask(msg); got != want {
+			t.Errorf("answer to %s:\n got %s\nwant %s", msg, got, want)
+		}
+	}
+	if got := ask(`{"jsonrpc":"2.0","id":3,"method":"ping"}`); !strings.Contains(got, `"code":-32603`) || !strings.Contains(got, "HTTP 502") {
+		t.Errorf("a refusal that is no JSON-RPC error: %s, want the proxy's -32603 naming the status", got)
+	}
+}
