@@ -275,6 +275,14 @@ func TestCommandLineSaysWhatIsWrong(t *testing.T) {
 		{args: nil, code: exitUsage, err: "no server command"},
 		{args: []string{"--upstream", "http://127.0.0.1:1/mcp", "--", "node", "server.js"}, code: exitUsage, err: "give either --upstream or a server command"},
 		{args: []string{"--help"}, code: 0, out: "requests without an Origin header are always accepted", notInError: "besides none"},
+		// issue 39, item 7: check in the usage, typos of check and auth,
+		// the size as given, the help of --upstream and --admin
+		{args: []string{"--help"}, code: 0, out: "mcp-cancel-proxy check [flags] --tool NAME"},
+		{args: []string{"--help"}, code: 0, out: "alone, the HTTP server the bridge relays its stdio client to"},
+		{args: []string{"--help"}, code: 0, out: "/healthz, /readyz, /metrics, /status, /events and /hooks"},
+		{args: []string{"chekc", "--tool", "x"}, code: exitUsage, err: "did you mean check?"},
+		{args: []string{"atuh", "list"}, code: exitUsage, err: "did you mean auth?"},
+		{args: []string{"--max-frame-size", "10XB", "--", "true"}, code: exitUsage, err: `invalid size "10XB"`},
 	}
 	for _, tt := range tests {
 		var stdout, stderr strings.Builder

@@ -48,6 +48,11 @@ func exitOf(help bool) int {
 // printUsage prints head, then fs's flags as GNU tools spell them
 // (--name; the single-dash spelling works too).
 func printUsage(w io.Writer, head string, fs *flag.FlagSet) {
+	flags := 0
+	fs.VisitAll(func(*flag.Flag) { flags++ })
+	if flags == 0 { // no heading over nothing
+		head = strings.TrimSuffix(strings.TrimSuffix(head, "flags:\n"), "\n")
+	}
 	fmt.Fprint(w, head)
 	fs.VisitAll(func(f *flag.Flag) {
 		name, text := flag.UnquoteUsage(f)
@@ -90,7 +95,7 @@ func (f durationFlag) Set(v string) error {
 }
 
 // subcommands are the first words that name a command of the proxy's.
-var subcommands = []string{"demo", "example-server", "validate", "hooks", "completion", "man", "help", "version"}
+var subcommands = []string{"demo", "example-server", "validate", "check", "hooks", "auth", "completion", "man", "help", "version"}
 
 // nearSubcommand returns the subcommand a first word that is not one, and
 // not a program either, seems to misspell (within two edits), or "".

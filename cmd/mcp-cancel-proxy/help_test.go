@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"strings"
 	"testing"
@@ -67,3 +68,13 @@ func TestCommandLineMistakes(t *testing.T) {
 type outCloser struct{ io.Writer }
 
 func (outCloser) Close() error { return nil }
+
+// TestNoFlagsNoHeading: a usage whose command has no flags ends without a
+// "flags:" heading over nothing (issue 39, item 7).
+func TestNoFlagsNoHeading(t *testing.T) {
+	var b bytes.Buffer
+	printUsage(&b, "usage: x\n\nflags:\n", flag.NewFlagSet("x", flag.ContinueOnError))
+	if got := b.String(); got != "usage: x\n" {
+		t.Errorf("usage %q, want no flags heading", got)
+	}
+}

@@ -240,6 +240,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --upstream URL [flags]
        mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
+       mcp-cancel-proxy check [flags] --tool NAME (-- COMMAND [ARGS...] | --url URL)
        mcp-cancel-proxy completion bash|zsh|fish|powershell | man
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]
        mcp-cancel-proxy auth login|list|logout [URL]
@@ -282,11 +283,11 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 	fs.Var(durationFlag{&over.Child.TermAfter}, "term-after", "wait after closing the server's stdin before SIGTERM (default 5s)")
 	fs.Var(durationFlag{&over.Child.KillAfter}, "kill-after", "wait after SIGTERM before SIGKILL (default 5s)")
 	fs.StringVar(&over.HTTP.Listen, "listen", "", "serve Streamable HTTP on this `address` (sidecar mode), e.g. 127.0.0.1:8080")
-	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP endpoint's `URL`, with --listen")
+	fs.StringVar(&over.HTTP.Upstream, "upstream", "", "the upstream MCP server's `URL`: with --listen, the server the sidecar fronts; alone, the HTTP server the bridge relays its stdio client to")
 	fs.StringVar(&over.HTTP.UpstreamTransport, "upstream-transport", "", "what the upstream speaks: auto (detected), streamable, or sse (the 2024-11-05 HTTP+SSE transport; --upstream is its event stream) (default auto)")
 	fs.Var(durationFlag{&over.HTTP.DisconnectCancelAfter}, "disconnect-cancel-after",
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
-	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve /healthz, /readyz and /metrics on this `address`")
+	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve the operations listener on this `address`: /healthz, /readyz, /metrics, /status, /events and /hooks")
 	fs.Var(durationFlag{&over.HTTP.CancelGrace}, "cancel-grace", "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("header", "a `Name: value` header for every request to the upstream (repeatable; ${VAR} takes VAR from the environment, $$ is a $)", func(v string) error {
 		if over.HTTP.UpstreamHeaders == nil {

@@ -594,7 +594,7 @@ var units = []struct {
 // ParseByteSize parses "64MiB", "1000000" or "4 KB".
 func ParseByteSize(s string) (ByteSize, error) {
 	s = strings.TrimSpace(s)
-	mult := int64(1)
+	given, mult := s, int64(1)
 	for _, u := range units {
 		if strings.HasSuffix(s, u.suffix) {
 			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
@@ -603,7 +603,7 @@ func ParseByteSize(s string) (ByteSize, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 || n > (1<<40)/mult {
-		return 0, fmt.Errorf("invalid size %q (want a number of bytes, optionally with B, KiB, MiB, GiB, KB, MB or GB)", s)
+		return 0, fmt.Errorf("invalid size %q (want a number of bytes, optionally with B, KiB, MiB, GiB, KB, MB or GB)", given)
 	}
 	return ByteSize(n * mult), nil
 }
