@@ -431,6 +431,16 @@ func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fa
 	}
 }
 
+// stopped reports whether Stop has been called.
+func (b *streamBackend) stopped() bool {
+	select {
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // maxResumes bounds how many times one request's stream is resumed; each
 // resumed stream must bring an event, or it is the last.
 const maxResumes = 100
@@ -531,12 +541,15 @@ func wantsAuthorization(challenge string) string {
 // short), or ended cleanly where nothing else can bring the answer (no
 // session to resume in; 2026-07-28, where a broken stream loses the
 // request; a stream whose events had no id, which nothing can resume; one
-// the upstream would not resume). A stream the proxy ended for a cancel
-// owes nothing. The sidecar answers a broken upstream stream the same way.
+// the upstream would not resume). A stream the proxy ended itself, for a
+// cancel or at the backend's stop (whatever error its read then returns,
+// such as a closed connection's), owes nothing: the session ends its
+// requests itself. The sidecar answers a broken upstream stream the same
+// way.
 func (b *streamBackend) unanswered(id framing.ID, err error) {
 	var why string
 	switch {
-	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped), b.wasCut(id):
+	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped), b.wasCut(id), b.stopped():
 		return
 	case !errors.Is(err, io.EOF):
 		why = "the upstream's stream broke: " + Brief(err)

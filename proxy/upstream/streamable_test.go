@@ -182,3 +182,58 @@ func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
 		t.Errorf("a refusal that is no JSON-RPC error: %s, want the proxy's -32603 naming the status", got)
 	}
 }
+
+// TestStopOwesNoAnswer: a call cancelled, its stream still open (the
+// server goes on with progress, as server-everything does), then the
+// client leaves: the backend's stop closes the stream, and gives the
+// session no -32000 for it. The bridge audited that error as the server's
+// answer after the cancel ("answered after the cancel (suppressed)", with
+// a WARN), an answer that never came.
+func TestStopOwesNoAnswer(t *testing.T) {
+	called := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&m) != nil {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", "s1")
+		switch m.Method {
+		case "initialize":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+		case "tools/call":
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n\n")
+			w.(http.Flusher).Flush()
+			close(called)
+			<-r.Context().Done() // the call runs on until the client leaves
+		default: // notifications, cancels, DELETE
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/mcp")
+	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := b.Conn()
+	lines := bufio.NewReader(conn.In)
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	lines.ReadString('\n')
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
+	<-called
+	lines.ReadString('\n') // the progress
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
+	b.Stop()
+	<-b.Exited()
+	rest, _ := io.ReadAll(lines) // to the end the stop makes
+	if strings.Contains(string(rest), `"id":2`) {
+		t.Errorf("after its stop the backend gave the session %s for the call it had ended itself", rest)
+	}
+}
