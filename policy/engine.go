@@ -97,7 +97,8 @@ type Engine struct {
 	governors map[*governor]bool
 	adopting  Timer // the next look for jobs of proxies that ended
 	stopped   bool
-	stopWork  func() // stops taking the fleet's jobs
+	stopWork  func()   // stops taking the fleet's jobs
+	leftJobs  sync.Map // ids of the jobs of other configurations left in the store, said once each
 }
 
 // New starts an Engine.
@@ -130,14 +131,14 @@ func New(o Options) (*Engine, error) {
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
+	e.m.Store(compile(&o.Policy, e.fleetSlots())) // before the store: what it adopts depends on the hooks
 	jobsKept := &durable{log: o.Logger, metrics: e.metrics, fleet: o.Fleet}
-	if jobsKept.store, err = openStore(o, StoreDamageReport(o.Logger, e.metrics)); err != nil {
+	if jobsKept.store, err = openStore(o, StoreDamageReport(o.Logger, e.metrics), e.wants); err != nil {
 		aw.close()
 		return nil, err
 	}
 	e.run = newRunner(o.Policy.Hooks.MaxRunning, jobsKept, o.PassEnv, o.MaxResponseHeaderBytes, o.WebhookIdle, dial, dialTLS)
 	e.run.metrics = e.metrics
-	e.m.Store(compile(&o.Policy, e.fleetSlots()))
 	e.startJobs()
 	return e, nil
 }
@@ -170,8 +171,27 @@ func StoreDamageReport(log *zap.Logger, m Metrics) func(jobs.Damage) {
 	}
 }
 
-// openStore opens the hook store the options name, if any.
-func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
+// wants reports whether the engine adopts a job a dead process left in the
+// hook store: one whose hook its configuration has (or in an earlier
+// version's format, to be refused and reported as before); with a fleet,
+// every job, forwarded to the replicas, whose configurations may have it.
+// A job of another configuration (the same server, another policy) stays
+// where it is, for a proxy that has its hook: not adopted and called
+// forged by a proxy that merely shares the server.
+func (e *Engine) wants(j jobs.Job) bool {
+	if e.opts.Fleet != nil || j.HookDigest == "" || e.m.Load().hooks[j.HookDigest] != nil {
+		return true
+	}
+	if _, said := e.leftJobs.LoadOrStore(j.ID, true); !said {
+		e.log.Info("hook store: a job of a hook this configuration does not have is left for a proxy that has it (hooks list shows it)",
+			zap.String("job", j.ID), zap.String("phase", j.Phase), zap.String("hook_digest", j.HookDigest))
+	}
+	return false
+}
+
+// openStore opens the hook store the options name, if any, adopting the
+// jobs wants accepts.
+func openStore(o Options, report func(jobs.Damage), wants func(jobs.Job) bool) (*jobs.Store, error) {
 	switch dir := o.Policy.Hooks.Store; dir {
 	case "off":
 		return nil, nil
@@ -179,7 +199,7 @@ func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 		if o.DefaultStore == "" {
 			return nil, nil
 		}
-		st, err := jobs.Open(o.DefaultStore, report)
+		st, err := jobs.OpenWanting(o.DefaultStore, report, wants)
 		if err != nil {
 			o.Logger.Warn("no hook store: hooks live in memory, and a restart loses those not done (set policy.hooks.store)",
 				zap.Error(err))
@@ -192,7 +212,7 @@ func openStore(o Options, report func(jobs.Damage)) (*jobs.Store, error) {
 		}
 		return st, nil
 	default:
-		st, err := jobs.Open(dir, report)
+		st, err := jobs.OpenWanting(dir, report, wants)
 		if err != nil { // a full disk, a read-only mount: serving MCP matters more
 			o.Logger.Warn("the hook store cannot be written: hooks live in memory, and a restart loses those not done",
 				zap.String("store", dir), zap.Error(err))

@@ -39,9 +39,10 @@ func hostileJobs(t *testing.T, mark string) []jobs.Job {
 
 // TestStoreRunsOnlyItsOwnHooks: the jobs of a store file left by another
 // process are run only with hooks of this proxy's configuration, named by
-// digest: a job carrying a definition (an earlier version's format) and a
-// job whose digest no hook has are kept as orphans, never run, while a job
-// of the proxy's own hook runs.
+// digest: a job carrying a definition (an earlier version's format) is kept
+// as an orphan, a job whose digest no hook has is left in its file (for a
+// proxy whose configuration has it; hooks list shows it), neither run,
+// while a job of the proxy's own hook runs.
 func TestStoreRunsOnlyItsOwnHooks(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	rc := &receiver{}
@@ -72,13 +73,65 @@ func TestStoreRunsOnlyItsOwnHooks(t *testing.T) {
 		t.Fatal("a job's own definition was run")
 	}
 	kept, _ := e.Jobs()
-	if len(kept) != 2 {
-		t.Fatalf("store: %+v, want the two hostile jobs as orphans", kept)
+	if len(kept) != 1 || kept[0].ID != "old-format" || kept[0].State != jobs.Orphaned || kept[0].LastError == "" {
+		t.Fatalf("store: %+v, want the earlier version's job as an orphan that says why", kept)
 	}
-	for _, j := range kept {
-		if j.State != jobs.Orphaned || j.LastError == "" {
-			t.Errorf("job %s: %+v, want an orphan that says why", j.ID, j)
+	left, _, _ := jobs.Read(dir, nil)
+	if len(left) != 1 || left[0].ID != "forged" || left[0].State != jobs.Pending {
+		t.Fatalf("jobs left in the directory: %+v, want the one of an unknown digest, pending, not adopted", left)
+	}
+}
+
+// TestStoreLeavesOtherConfigurationsJobs: a proxy with no policy (or
+// another one) sharing a server's hook store with a proxy that ended
+// leaves that proxy's pending job where it is: neither adopted nor
+// orphaned, nor logged as forged (issue 39, item 7); a proxy whose
+// configuration has the hook then adopts and runs it.
+func TestStoreLeavesOtherConfigurationsJobs(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	hook := &Hook{HTTP: &HTTPHook{URL: srv.URL}}
+	dir := t.TempDir()
+	dead, err := jobs.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := jobs.Job{ID: "theirs", Phase: "on_cancel", Target: "POST", HookDigest: hook.Digest(),
+		Event: json.RawMessage(`{"event":"cancel","tool":"job","idempotency_key":"theirs"}`), State: jobs.Pending, Created: time.Now()}
+	if err := dead.Put(&job); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+
+	core, logs := observer.New(zapcore.DebugLevel)
+	p := Defaults()
+	p.Hooks.Store = dir
+	bare, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, _ := bare.Jobs(); len(kept) != 0 {
+		t.Errorf("a proxy without the hook adopted %+v", kept)
+	}
+	bare.Shutdown()
+	for _, l := range logs.All() {
+		if l.Level >= zapcore.WarnLevel || strings.Contains(l.Message, "forged") {
+			t.Errorf("logged %s %q", l.Level, l.Message)
 		}
+	}
+	if logs.FilterMessageSnippet("left for a proxy that has it").Len() != 1 {
+		t.Error("the job left was not said once")
+	}
+	if left, _, _ := jobs.Read(dir, nil); len(left) != 1 || left[0].ID != "theirs" || left[0].State != jobs.Pending {
+		t.Fatalf("after the proxy without the hook: %+v, want the job pending, where it was", left)
+	}
+
+	p.Rules = []Rule{{Tool: "job", OnCancel: hook}}
+	_, recs := storeEngine(t, p, dir)
+	if r := waitRecord(t, recs); r.Status != StatusResumedOK {
+		t.Fatalf("the job, under a configuration with its hook: %+v", r)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/signin"
 )
 
 // bridge serves a stdio client (on stdin and stdout) in front of an HTTP
@@ -32,6 +33,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	defer feed.Close()
 	defer log.Sync()
 	actor.IgnoreSIGPIPE()
+	hup := hangup(stdin)
 	stdin, stdout = clientStdin(stdin), clientStdout(stdout)
 	headers, _ := headersOf(cfg) // checked with the flags
 	signIn, err := signInOf(cfg, headers, log)
@@ -39,6 +41,24 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		log.Error("cannot sign in to the upstream", zap.Error(err))
 		return 1
 	}
+	// From here on, a signal or the client's leaving ends a sign-in that
+	// waits for the user, even while the upstream is dialled: the bridge
+	// stops at once, leaving no process behind its client.
+	signalled := make(chan error, 1)
+	go func() { signalled <- sigs.Run() }()
+	stopSignIn := stopperOf(signIn)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case err := <-signalled:
+			stopSignIn()
+			signalled <- err // for the group's signal actor
+		case <-hup:
+			stopSignIn()
+		case <-done:
+		}
+	}()
 	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
 		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn, Idle: cfg.HTTP.UpstreamIdle}, log)
@@ -88,7 +108,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	sess := stdio.NewSession(stdio.Options{
 		Logger: log, LogPayloads: cfg.Log.Payloads, MaxFrameSize: int(cfg.Limits.MaxFrameSize),
 		RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax,
-		OnClientClosed: back.Stop, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
+		OnClientClosed: func() { stopSignIn(); back.Stop() }, DrainWait: cfg.Child.TermAfter, Governor: engine.Governor("stdio"),
 		NewTracer: tel.SessionFunc("pipe"), OnNotified: notified, Observer: observer(m), OnCancel: cancelCounter(m),
 		DeferCancels: true,
 	})
@@ -96,7 +116,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	code := 0
 	rl := newReloader(cfg.Path, sigs.Hangups(), engine, log)
 	var g actor.Group
-	g.Add(sigs.Run, sigs.Stop)
+	g.Add(func() error { return <-signalled }, sigs.Stop)
 	g.Add(func() error {
 		log.Info("bridging stdio to the upstream", zap.String("upstream", cfg.HTTP.Upstream))
 		runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, back.Conn())
@@ -114,6 +134,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		}
 		log.Info("stopping", zap.String("why", why.Error())) // SIGINT, SIGTERM, or the caller's end
 		asked.Store(true)
+		stopSignIn()
 		sess.CancelAll(proxy.SourceShutdown, "the proxy is shutting down")
 		back.Stop()
 	})
@@ -131,6 +152,15 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	}
 	g.Run()
 	return code
+}
+
+// stopperOf returns what ends a's sign-ins (signin.Client.Stop), or a
+// function that does nothing.
+func stopperOf(a upstream.Authorizer) func() {
+	if c, ok := a.(*signin.Client); ok {
+		return c.Stop
+	}
+	return func() {}
 }
 
 // upstreamName is the short name of an upstream URL the metrics label it

@@ -68,8 +68,9 @@ var bucket = []byte("jobs")
 // Store is one process's file of jobs in a store directory.
 type Store struct {
 	dir    string
-	from   []string     // more directories whose dead files are adopted (AdoptFrom)
-	report func(Damage) // nil: damaged files are set aside quietly
+	from   []string       // more directories whose dead files are adopted (AdoptFrom)
+	report func(Damage)   // nil: damaged files are set aside quietly
+	wants  func(Job) bool // which jobs of dead files to adopt; nil: all
 
 	mu   sync.Mutex // guards the fields below, and serialises the own file's transactions
 	path string     // the own file
@@ -84,10 +85,18 @@ type Store struct {
 // NAME.corrupt-TIMESTAMP) and reported to report, if set, never opened:
 // no file in the directory can stop the store from opening.
 func Open(dir string, report func(Damage)) (*Store, error) {
+	return OpenWanting(dir, report, nil)
+}
+
+// OpenWanting is Open for a process that adopts only the jobs wants
+// accepts (those whose hook its configuration has): the others stay in
+// their dead process's file, for a process that can run them, and for
+// hooks list to show.
+func OpenWanting(dir string, report func(Damage), wants func(Job) bool) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("hook store: %w", err)
 	}
-	s := &Store{dir: dir, report: report}
+	s := &Store{dir: dir, report: report, wants: wants}
 	if err := s.openOwn(); err != nil {
 		return nil, err
 	}
@@ -249,9 +258,9 @@ func (s *Store) AdoptFrom(dirs ...string) ([]Job, error) {
 }
 
 // Adopt moves into the store the jobs of every file of the directory (and
-// of those AdoptFrom named) that no process holds, removes those files, and
-// returns the jobs it took. A damaged file is set aside and reported, its
-// jobs not taken.
+// of those AdoptFrom named) that no process holds and that the store wants,
+// removes the files it emptied, and returns the jobs it took. A damaged
+// file is set aside and reported, its jobs not taken.
 func (s *Store) Adopt() ([]Job, error) {
 	var adopted []Job
 	own := s.Path()
@@ -263,7 +272,7 @@ func (s *Store) Adopt() ([]Job, error) {
 		if path == own {
 			continue
 		}
-		jobs, err := take(path, s.putAll, s.report)
+		jobs, left, err := take(path, s.wants, s.putAll, s.report)
 		switch {
 		case errors.Is(err, errBusy):
 			continue // a live process's, or one being created
@@ -271,7 +280,9 @@ func (s *Store) Adopt() ([]Job, error) {
 			return adopted, err
 		}
 		adopted = append(adopted, jobs...)
-		os.Remove(path) // emptied: should removing fail, the next adoption finds nothing in it
+		if !left {
+			os.Remove(path) // emptied: should removing fail, the next adoption finds nothing in it
+		}
 	}
 	return adopted, nil
 }
@@ -316,39 +327,56 @@ func openForeign(path string, report func(Damage)) (*bolt.DB, *os.File, error) {
 // be a process's new file still being written, before it counts as damaged.
 const creating = 10 * time.Second
 
-// take hands the jobs of a file no process holds to keep, then empties
-// the file, all under the file's lock, so that no other adopter takes
-// them too; or it returns errBusy if the file is not to be taken now.
-func take(path string, keep func([]Job) error, report func(Damage)) ([]Job, error) {
+// take hands the jobs of a file no process holds that wants accepts (nil:
+// all) to keep, then removes them from the file, all under the file's
+// lock, so that no other adopter takes them too; left says whether jobs
+// it did not want stay in the file. It returns errBusy if the file is not
+// to be taken now.
+func take(path string, wants func(Job) bool, keep func([]Job) error, report func(Damage)) (jobs []Job, left bool, err error) {
 	db, f, err := openForeign(path, report)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var jobs []Job
 	var kept error // keep's failure is the store's own, not the file's
 	err = guard(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
-			if err := each(tx, func(j Job) { jobs = append(jobs, j) }); err != nil {
+			jobs, left = nil, false
+			if err := each(tx, func(j Job) {
+				if wants == nil || wants(j) {
+					jobs = append(jobs, j)
+				} else {
+					left = true
+				}
+			}); err != nil {
 				return err
 			}
 			if kept = keep(jobs); kept != nil {
 				return kept
 			}
-			if tx.Bucket(bucket) == nil {
+			b := tx.Bucket(bucket)
+			switch {
+			case b == nil:
 				return nil
+			case !left:
+				return tx.DeleteBucket(bucket)
 			}
-			return tx.DeleteBucket(bucket)
+			for _, j := range jobs {
+				if err := b.Delete([]byte(j.ID)); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 	})
 	closeFile(db, f, err)
 	switch {
 	case kept != nil:
-		return nil, kept
+		return nil, false, kept
 	case err != nil:
 		setAside(path, err, report)
-		return nil, errBusy
+		return nil, false, errBusy
 	}
-	return jobs, nil
+	return jobs, left, nil
 }
 
 // putAll writes jobs to the store, in one transaction.

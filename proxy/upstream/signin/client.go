@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -93,22 +94,39 @@ type Client struct {
 	// Log, if set, says what sign-in does; it never holds a token.
 	Log *zap.Logger
 
-	mu      sync.Mutex // held through a sign-in, and a refresh
-	loaded  bool
-	opened  bool    // the last flow showed the user the authorization URL
-	rec     *Record // the registration and token in use; nil before the first sign-in
-	handler *auth.AuthorizationCodeHandler
-	port    int
+	mu sync.Mutex // held through a sign-in, and a refresh
+	// ended counts the sign-ins that have ended; failed is the last one's
+	// error if it failed, for the requests that waited for it (failedAt:
+	// its count), which get it too instead of each running a sign-in of
+	// their own in turn.
+	ended    atomic.Int64
+	failed   error
+	failedAt int64
+	// stopped is closed by Stop, which ends every sign-in, running or to
+	// come.
+	stopInit, stopOnce sync.Once
+	stopped            chan struct{}
+	queued             func() // tests: told when a challenge waits for a sign-in under way
+	loaded             bool
+	opened             bool    // the last flow showed the user the authorization URL
+	rec                *Record // the registration and token in use; nil before the first sign-in
+	handler            *auth.AuthorizationCodeHandler
+	port               int
 }
 
 // Token implements upstream.Authorizer: the access token in use (the one
-// the store keeps, at first), refreshed if it expires within a minute.
+// the store keeps, at first), refreshed if it expires within a minute. A
+// request that waited for a sign-in that failed gets its error.
 func (c *Client) Token(waiting func()) (string, error) {
+	before := c.ended.Load()
 	if !c.mu.TryLock() { // a sign-in or a refresh is under way
 		waiting()
 		c.mu.Lock()
 	}
 	defer c.mu.Unlock()
+	if err := c.failedSinceLocked(before); err != nil {
+		return "", err
+	}
 	if !c.loaded {
 		rec, err := c.Store.Load(c.Server)
 		if err != nil {
@@ -133,13 +151,94 @@ func (c *Client) Challenged(status int, challenges []string, sent string) (bool,
 	return c.challenged(context.Background(), status, challenges, sent)
 }
 
-// challenged is Challenged, a sign-in it runs ended by ctx too.
+// ErrStopped is a sign-in ended because the proxy stops (Stop).
+var ErrStopped = errors.New("the proxy is stopping")
+
+// Stop ends the sign-in under way, if any, and refuses every sign-in after
+// it (ErrStopped): a bridge that stops (a signal, its client gone) does not
+// wait for a user who will never come.
+func (c *Client) Stop() {
+	ch := c.stopCh()
+	c.stopOnce.Do(func() { close(ch) })
+}
+
+// stopCh returns the channel Stop closes.
+func (c *Client) stopCh() chan struct{} {
+	c.stopInit.Do(func() { c.stopped = make(chan struct{}) })
+	return c.stopped
+}
+
+// isStopped reports whether Stop has been called.
+func (c *Client) isStopped() bool {
+	select {
+	case <-c.stopCh():
+		return true
+	default:
+		return false
+	}
+}
+
+// failedSinceLocked returns the error of the last sign-in if it failed
+// after the count before (a request waited for it), else nil.
+func (c *Client) failedSinceLocked(before int64) error {
+	if c.failed != nil && c.failedAt > before {
+		return c.failed
+	}
+	return nil
+}
+
+// challenged is Challenged, a sign-in it runs ended by ctx too, and by
+// Stop. The requests challenged while it runs wait for it, and get its
+// error if it fails.
 func (c *Client) challenged(ctx context.Context, status int, challenges []string, sent string) (bool, error) {
-	c.mu.Lock()
+	before := c.ended.Load()
+	if !c.mu.TryLock() { // a sign-in or a refresh is under way
+		if c.queued != nil {
+			c.queued()
+		}
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
+	if err := c.failedSinceLocked(before); err != nil {
+		return false, err
+	}
+	if c.isStopped() {
+		return false, ErrStopped
+	}
 	if c.current() != sent { // signed in since the request was sent
 		return true, nil
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // Stop ends the sign-in
+		select {
+		case <-c.stopCh():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	again, err := c.signInLocked(ctx, status, challenges, sent)
+	if err != nil && c.isStopped() {
+		err = fmt.Errorf("signing in to %s: %w", c.Server, ErrStopped)
+	}
+	c.endedLocked(err)
+	return again, err
+}
+
+// endedLocked counts a sign-in's end, keeping its error, if it failed, for
+// the requests that waited for it.
+func (c *Client) endedLocked(err error) {
+	if err != nil && !errors.Is(err, upstream.ErrNoSignIn) {
+		c.failed, c.failedAt = err, c.ended.Add(1)
+		return
+	}
+	c.failed = nil
+	c.ended.Add(1)
+}
+
+// signInLocked meets a challenge: the token another process got, a
+// refresh, the client credentials grant, or the authorization flow.
+func (c *Client) signInLocked(ctx context.Context, status int, challenges []string, sent string) (bool, error) {
 	unlock, err := c.Store.Lock(c.Server)
 	if err != nil {
 		return false, err

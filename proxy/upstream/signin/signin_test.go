@@ -393,3 +393,73 @@ func TestSignInRegistersAnewOnTheSameRedirect(t *testing.T) {
 		t.Errorf("token %q after %d registrations; redirect URIs %q; want one new registration, both flows on one redirect", tok, as.registered.Load(), redirects)
 	}
 }
+
+// TestStopEndsTheSignIn: a sign-in that waits for a user who never comes
+// (no browser, or a client that does not pass BROWSER on) ends at once on
+// Stop, not when its five minutes are over; so does every request waiting
+// for it, and a sign-in after it is refused (issue 39, item 2).
+func TestStopEndsTheSignIn(t *testing.T) {
+	as := newAuthServer(t)
+	opened := make(chan struct{})
+	c := &Client{Server: as.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Open: func(string) { close(opened) }}
+	errs := make(chan error, 2)
+	go func() { _, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); errs <- err }()
+	<-opened // the user was shown the URL, and the flow waits
+	go func() { _, err := c.Token(func() {}); errs <- err }()
+	c.Stop()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrStopped) {
+			t.Errorf("after Stop: %v, want ErrStopped", err)
+		}
+	}
+	if _, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); !errors.Is(err, ErrStopped) {
+		t.Errorf("a sign-in after Stop: %v, want ErrStopped", err)
+	}
+}
+
+// TestRefusedSignInEndsEveryWaiter: a sign-in the proxy refuses (here,
+// authorization server metadata naming another issuer) fails every request
+// that waited for it with its error, naming what was refused: none runs a
+// sign-in of its own in turn (two browser tabs, each waiting its own five
+// minutes, before); a request after it tries anew (issue 39, item 3).
+func TestRefusedSignInEndsEveryWaiter(t *testing.T) {
+	as := newAuthServer(t)
+	as.meta = map[string]any{"issuer": "https://attacker.example"}
+	var fetched atomic.Int32
+	inner := as.Config.Handler
+	inMeta, release := make(chan struct{}), make(chan struct{})
+	as.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/.well-known/oauth-authorization-server" && fetched.Add(1) == 1 {
+			close(inMeta)
+			<-release // the first sign-in holds here while the others queue
+		}
+		inner.ServeHTTP(w, r)
+	})
+	queued := make(chan struct{}, 3)
+	c := &Client{Server: as.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Open: func(string) { t.Error("a browser opened") },
+		queued: func() { queued <- struct{}{} }}
+	errs := make(chan error, 4)
+	challenge := func() { _, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); errs <- err }
+	go challenge()
+	<-inMeta
+	go challenge()
+	go challenge()
+	go func() { _, err := c.Token(func() { queued <- struct{}{} }); errs <- err }()
+	for range 3 {
+		<-queued
+	}
+	close(release)
+	for range 4 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "attacker.example") {
+			t.Errorf("a request that waited: %v, want the refusal naming the issuer", err)
+		}
+	}
+	waited := fetched.Load()
+	if _, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); err == nil {
+		t.Error("a request after the refusal signed in")
+	}
+	if alone := fetched.Load() - waited; alone == 0 || waited != alone {
+		t.Errorf("the metadata was fetched %d times for the sign-in four requests waited for, %d for one request's alone: "+
+			"want one sign-in for the four, and one of its own for a request after the refusal", waited, alone)
+	}
+}

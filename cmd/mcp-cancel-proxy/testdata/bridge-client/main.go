@@ -103,12 +103,22 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-client", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, sessionOptions())
 	if err != nil {
 		return fmt.Errorf("connecting through the bridge: %w", err)
 	}
 	defer cs.Close()
 	return listAndCall(ctx, cs)
+}
+
+// sessionOptions has the client start as a real client of the scenario's
+// revision does (MCP_CONFORMANCE_PROTOCOL_VERSION): server/discover first
+// for 2026-07-28, initialize for the revisions before it.
+func sessionOptions() *mcp.ClientSessionOptions {
+	if v := os.Getenv("MCP_CONFORMANCE_PROTOCOL_VERSION"); v != "" {
+		return &mcp.ClientSessionOptions{ProtocolVersion: v}
+	}
+	return nil
 }
 
 // listAndCall lists the tools and calls test-tool, or add_numbers.
