@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -427,5 +428,36 @@ func TestWebhookTakesEnvironmentVariables(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "${HOOK_UNSET} is not set in the environment") {
 			t.Errorf("%+v: validation says %v, want the unset variable named", h, err)
 		}
+	}
+}
+
+// TestWebhookAfterTheServerClosedIdleConnection: a webhook whose server
+// closes a connection unused for a second (as Node's and uvicorn's do after
+// five) gets the next hook on a new connection, at its first attempt: the
+// POST went on the closed one and failed before (issue 39, item 1).
+func TestWebhookAfterTheServerClosedIdleConnection(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rc := &receiver{}
+	closed := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(rc)
+	srv.Config.IdleTimeout = time.Second
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: srv.URL}}}}
+	e, recs := hookEngine(t, p)
+	cancelled(t, e, 1, "job")
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Fatalf("the first hook: %+v", r.Hooks)
+	}
+	<-closed // the server closed the idle connection
+	cancelled(t, e, 2, "job")
+	if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK || r.Hooks[0].Attempts != 1 {
+		t.Fatalf("the hook after the server's idle close: %+v, want a success at its first attempt", r.Hooks)
 	}
 }
