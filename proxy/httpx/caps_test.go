@@ -2,9 +2,13 @@ package httpx_test
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +142,74 @@ func TestLegacyWaitEndsWithTheFirstMessage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRelayedSessionsCapUnderConcurrentInitializes: initializes that come
+// together at the relayed-session cap never overshoot it: each holds a
+// slot before it goes upstream, and those beyond get 503 with Retry-After
+// at once. Before, they all passed the cap's check while the upstream
+// answered, the table refused the ones past it, and the sidecar crashed
+// on the session it failed to register (issue 40, item 1).
+func TestRelayedSessionsCapUnderConcurrentInitializes(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	const most, clients = 3, 8
+	arrived, release := make(chan struct{}, clients), make(chan struct{})
+	var n atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		if m.Method != "initialize" {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		arrived <- struct{}{}
+		<-release // the initializes are all in before any is answered
+		w.Header().Set("Mcp-Session-Id", fmt.Sprintf("s%d", n.Add(1)))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"up","version":"1"}}}`)
+	}))
+	defer up.Close()
+	sc := &httpx.Sidecar{Upstream: up.URL, UpstreamTransport: httpx.TransportStreamable, MaxRelayedSessions: most}
+	url := serveSidecar(t, sc)
+	results := make(chan *http.Response, clients)
+	for i := range clients {
+		go func() {
+			results <- (&rawClient{t: t, url: url}).post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`, i))
+		}()
+	}
+	var got []*http.Response
+	for upstream := 0; upstream+len(got) < clients; {
+		select {
+		case <-arrived:
+			upstream++
+		case resp := <-results:
+			got = append(got, resp)
+		}
+	}
+	close(release)
+	for len(got) < clients {
+		got = append(got, <-results)
+	}
+	opened := 0
+	for _, resp := range got {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK:
+			opened++
+		case resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "":
+			t.Errorf("an initialize: %d, Retry-After %q; want 200, or 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	if opened != most || sc.Sessions() > most {
+		t.Errorf("%d sessions opened, %d kept; want the cap, %d", opened, sc.Sessions(), most)
 	}
 }

@@ -78,10 +78,19 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	if len(d.Strays) > 0 {
 		rl.s.askFleet(string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)), d.Strays)
 	}
-	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.Requests) == 1 && !rl.s.sessions.RoomFor(peerOf(ctx)) {
-		st.post().Headed() // never sent
-		rl.refuseFull(ctx, sess, d.Requests)
-		return
+	reserved := false // a slot held for the session the initialize opens, until the upstream names it
+	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.Requests) == 1 {
+		if !rl.s.sessions.Reserve(peerOf(ctx)) {
+			st.post().Headed() // never sent
+			rl.refuseFull(ctx, sess, d.Requests)
+			return
+		}
+		reserved = true
+		defer func() {
+			if reserved { // no session came of it
+				rl.s.sessions.Unreserve()
+			}
+		}()
 	}
 	if !known && !f.Batch && len(d.Requests) == 1 {
 		rl.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
@@ -114,7 +123,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		rl.failRequests(ctx, sess, d.Requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
-	sess = rl.noteSession(sess, known, resp)
+	sess = rl.noteSession(sess, known, resp, &reserved)
 	streaming = rl.respond(ctx, sess, st, resp, d)
 }
 
@@ -171,9 +180,10 @@ func (rl relay) admit(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *d
 	return true
 }
 
-// noteSession registers the session the upstream opened, or forgets one it
-// no longer knows, and returns the session the answer belongs to.
-func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) *session {
+// noteSession registers the session the upstream opened (in the slot
+// reserved, if it holds one: it is then taken), or forgets one it no
+// longer knows, and returns the session the answer belongs to.
+func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response, reserved *bool) *session {
 	id := upstream.Peek(resp.Header.All(), upstream.SessionHeader)
 	if len(id) == 0 && !known && sess.sessionID() != "" && resp.StatusCode() < 300 {
 		// A session the upstream knows and this sidecar did not (it runs
@@ -183,7 +193,7 @@ func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) 
 	}
 	switch {
 	case len(id) > 0 && !known:
-		if adopted := rl.adopt(string(id), sess); adopted != sess {
+		if adopted := rl.adopt(string(id), sess, reserved); adopted != sess {
 			sess.closeGovernor() // the id was known after all: this one is not kept
 			sess = adopted
 		}
@@ -200,14 +210,27 @@ func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response) 
 }
 
 // adopt registers sess under id, the session id the upstream assigned in
-// its answer to initialize, and returns the registered session.
-func (rl relay) adopt(id string, sess *session) *session {
+// its answer to initialize (in the slot reserved for it, which it takes),
+// or one it knows and this sidecar did not, and returns the registered
+// session. At the cap, with no slot reserved (a session of the upstream's
+// this sidecar never saw open), sess serves its request unregistered, and
+// the cap holds.
+func (rl relay) adopt(id string, sess *session, reserved *bool) *session {
 	sess.idMu.Lock()
 	sess.id = id
 	sess.idMu.Unlock()
 	sess.key = sessionKey(id) // before it is registered: read unlocked
 	sess.ownsSession()
-	adopted, _ := rl.s.sessions.Add(id, sess) // no cap: the upstream caps its sessions
+	if *reserved {
+		*reserved = false
+		return rl.s.sessions.AddReserved(id, sess)
+	}
+	adopted, err := rl.s.sessions.Add(id, sess)
+	if err != nil {
+		rl.s.log.Warn("a session of the upstream's is not kept: too many relayed sessions (http.max_relayed_sessions)",
+			zap.String("session", sess.scope))
+		return sess
+	}
 	return adopted
 }
 

@@ -72,6 +72,9 @@ type Table[S Member] struct {
 	idle  time.Duration // how long a session may go unused, not busy
 	max   int           // the cap on sessions; zero for none
 	clock clock.Clock
+	// reserved counts the slots Reserve holds for sessions about to be
+	// added (AddReserved): they count against the cap.
+	reserved int
 	// NoEvict, set before use, refuses a session at the cap rather than
 	// evicting an idle one.
 	NoEvict bool
@@ -121,6 +124,50 @@ func (t *Table[S]) Add(id string, s S) (S, error) {
 	return s, nil
 }
 
+// Reserve holds a slot for a session of peer about to be added with
+// AddReserved (the relay's, whose id comes with its initialize's answer),
+// making room as Add does; it reports false at the cap with none to evict.
+// Sessions started together can then never overshoot the cap. A slot not
+// used is given back with Unreserve.
+func (t *Table[S]) Reserve(peer string) bool {
+	t.mu.Lock()
+	evicted, ok := t.makeRoomLocked(peer)
+	if ok {
+		t.reserved++
+	}
+	t.mu.Unlock()
+	if evicted != *new(S) {
+		evicted.Retire(RetireEvicted)
+	}
+	return ok
+}
+
+// Unreserve gives back a slot Reserve held and no session took.
+func (t *Table[S]) Unreserve() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reserved > 0 {
+		t.reserved--
+	}
+}
+
+// AddReserved registers s under id in a slot Reserve held, and returns
+// the session registered: s, or the one already under id (the slot is
+// given back then).
+func (t *Table[S]) AddReserved(id string, s S) S {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reserved > 0 {
+		t.reserved--
+	}
+	if old, ok := t.m[id]; ok {
+		return old
+	}
+	s.Touch(t.clock.Now())
+	t.m[id] = s
+	return s
+}
+
 // RoomFor reports whether add would find room for a session of peer,
 // evicting as add does.
 func (t *Table[S]) RoomFor(peer string) bool {
@@ -142,7 +189,7 @@ func (t *Table[S]) RoomFor(peer string) bool {
 // session never initialized goes first, then the least recently used.
 // t.mu is held.
 func (t *Table[S]) makeRoomLocked(peer string) (evicted S, ok bool) {
-	if t.max <= 0 || len(t.m) < t.max {
+	if t.max <= 0 || len(t.m)+t.reserved < t.max {
 		return evicted, true
 	}
 	if t.NoEvict {
