@@ -17,6 +17,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/actor"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/connlimit"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -37,11 +38,15 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 	}
 	defer feed.Close()
 	defer log.Sync()
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	tcp, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		log.Error("cannot listen", zap.String("listen", cfg.HTTP.Listen), zap.Error(err))
 		return 1
 	}
+	// Accepts go on through a shortage of descriptors; the connections are
+	// bounded, in all and per client, the idlest idle closed for room.
+	ln := connlimit.New(tcp, connlimit.Options{Max: cfg.HTTP.MaxConnections, MaxPerClient: cfg.HTTP.MaxConnectionsPerClient,
+		Trusted: cfg.HTTP.TrustedPrefixes(), Log: log})
 	sc, m := newSidecar(cfg, isLoopback(ln.Addr()), log)
 	tel, stopTelemetry, err := startTelemetry(cfg, m, log)
 	if err != nil {
@@ -94,6 +99,7 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 		ErrorHandler:      requestError(log),
 		NoDefaultDate:     true,
 		CloseOnShutdown:   true,
+		ConnState:         ln.ConnState,
 	}
 	log.Info("sidecar listening", events.Mark(events.SidecarListening), zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/connlimit"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -131,10 +132,13 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", h.Admin)
+	tcp, err := net.Listen("tcp", h.Admin)
 	if err != nil {
 		return nil, err
 	}
+	// As the MCP listener's: accepts go on through a shortage of
+	// descriptors, and a few clients cannot hold every connection.
+	ln := connlimit.New(tcp, connlimit.Options{Max: adminMaxConns, MaxPerClient: adminMaxConnsPerClient, Trusted: h.TrustedPrefixes(), Log: log})
 	g := &adminGuard{loopback: onlyLoopback(ln.Addr()), token: token, origins: h.AllowedOrigins}
 	if !g.loopback {
 		log.Warn("the admin listener binds beyond loopback: /healthz, /readyz and /metrics are open to whoever reaches it; "+
@@ -142,7 +146,7 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 	}
 	follow := &followers{feed: feed, done: make(chan struct{})}
 	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second,
-		Handler: adminHandler(g, m, ready, engine, follow)}
+		Handler: adminHandler(g, m, ready, engine, follow), ConnState: ln.ConnState}
 	go srv.Serve(ln)
 	log.Info("admin listening", events.Mark(events.AdminListening), zap.String("admin", ln.Addr().String()))
 	return func() {
@@ -150,6 +154,13 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 		srv.Shutdown()
 	}, nil
 }
+
+// The admin listener's connection bounds: a scraper, a few status pages
+// and events feeds need far fewer.
+const (
+	adminMaxConns          = 1024
+	adminMaxConnsPerClient = 256
+)
 
 // adminHandler answers the admin endpoints that g allows.
 func adminHandler(g *adminGuard, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], follow *followers) fasthttp.RequestHandler {

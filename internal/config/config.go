@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -226,6 +227,20 @@ type HTTP struct {
 	// stay open without the client POSTing initialize before it is closed.
 	// Default 10s.
 	LegacyInitWait time.Duration `yaml:"legacy_init_wait"`
+	// MaxConnections bounds the connections the HTTP listener holds at
+	// once: at the bound the idlest idle connection (between requests) is
+	// closed for a new one, and with none idle the new one is. Default
+	// 16384.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerClient bounds one client address's connections the
+	// same way, but those of TrustedProxies. Default 4096.
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// TrustedProxies are the addresses (an IP or a CIDR prefix) of proxies
+	// in front of the sidecar, such as an ingress, through which every
+	// client shares one address: their connections are not bounded per
+	// client (MaxConnections still bounds them). Default none: every
+	// address is a client's own.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// UpstreamIdle is how long a connection to the upstream (the sidecar's,
 	// the bridge's) or to a webhook is kept unused before the proxy closes
 	// it: below the 5 s after which Node's HTTP server and uvicorn close
@@ -315,7 +330,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -451,6 +466,17 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxRelayedSessions <= 0 {
 		bad("http.max_relayed_sessions", "must be positive, got %d", c.HTTP.MaxRelayedSessions)
+	}
+	if c.HTTP.MaxConnections <= 0 {
+		bad("http.max_connections", "must be positive, got %d", c.HTTP.MaxConnections)
+	}
+	if c.HTTP.MaxConnectionsPerClient <= 0 {
+		bad("http.max_connections_per_client", "must be positive, got %d", c.HTTP.MaxConnectionsPerClient)
+	}
+	for i, p := range c.HTTP.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("http.trusted_proxies[%d]", i), "%v", err)
+		}
 	}
 	if c.HTTP.UpstreamIdle <= 0 {
 		bad("http.upstream_idle", "must be positive, got %v", c.HTTP.UpstreamIdle)
@@ -628,4 +654,28 @@ func (b *ByteSize) Set(s string) error {
 		*b = v
 	}
 	return err
+}
+
+// ParsePrefix reads an address of http.trusted_proxies: an IP (a prefix
+// of its whole length) or a CIDR prefix.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an IP address nor a CIDR prefix", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+// TrustedPrefixes returns http.trusted_proxies as prefixes (validated).
+func (h HTTP) TrustedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range h.TrustedProxies {
+		if p, err := ParsePrefix(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -49,6 +49,9 @@ func TestParseErrors(t *testing.T) {
 		{"client credentials without a client", "http:\n  oauth:\n    mode: client_credentials\n", []string{"f.yaml:3:5: http.oauth.mode: client_credentials needs client_id, and client_secret_file or client_key_file"}},
 		{"a client key without client credentials", "http:\n  oauth:\n    client_key_file: k.pem\n", []string{"f.yaml:3:5: http.oauth.client_key_file: only with mode client_credentials"}},
 		{"bad keyring", "http:\n  oauth:\n    keyring: maybe\n", []string{"f.yaml:3:5: http.oauth.keyring: \"maybe\" is not auto, on or off"}},
+		{"bad trusted proxy", "http:\n  trusted_proxies: [10.0.0.0/8, ingress]\n", []string{"http.trusted_proxies[1]: \"ingress\" is neither an IP address nor a CIDR prefix"}},
+		{"no connections", "http:\n  max_connections: 0\n", []string{"http.max_connections: must be positive"}},
+		{"no idle time", "http:\n  upstream_idle: 0s\n", []string{"http.upstream_idle: must be positive"}},
 		{"policy, every problem at once with its place", `policy:
   defaults:
     timeout: -1s

@@ -60,6 +60,9 @@ type Conn struct {
 	held []byte
 }
 
+// NetConn returns the connection c wraps.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // HoldNext holds the next write, up to maxHeld bytes, until the write
 // after it, Release, or Close.
 func (c *Conn) HoldNext() {
