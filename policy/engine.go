@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,12 @@ type Metrics interface {
 	AuditFailed()
 	// StoreDamaged counts a damaged hook store file set aside.
 	StoreDamaged()
+	// AnswersKept says how many suppressed answers reissue: join keeps
+	// for re-issues, and their bytes.
+	AnswersKept(bytes int64, n int)
+	// AnswerDropped counts a kept answer dropped, the oldest, to stay
+	// within Options.ReissueMemory and ReissueAnswers.
+	AnswerDropped()
 }
 
 // Options configures an Engine.
@@ -74,6 +81,12 @@ type Options struct {
 	// WebhookIdle is how long a connection to a webhook is kept unused
 	// (keepalive.DefaultIdle if zero).
 	WebhookIdle time.Duration
+	// ReissueMemory and ReissueAnswers bound the suppressed answers that
+	// reissue: join keeps for re-issues, across the process, in bytes and
+	// in entries, the oldest dropped first (DefaultReissueMemory,
+	// DefaultReissueAnswers if zero).
+	ReissueMemory  int64
+	ReissueAnswers int
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -93,7 +106,8 @@ type Engine struct {
 	// that several clients share (requests without a session), by a key
 	// that names the client's credential (reissue.go).
 	joins     joins
-	mu        sync.Mutex // guards governors and adopting
+	kept      *keptAnswers // the suppressed answers joins keep, bounded
+	mu        sync.Mutex   // guards governors and adopting
 	governors map[*governor]bool
 	adopting  Timer // the next look for jobs of proxies that ended
 	stopped   bool
@@ -131,6 +145,8 @@ func New(o Options) (*Engine, error) {
 	if e.metrics == nil {
 		e.metrics = noMetrics{}
 	}
+	e.kept = &keptAnswers{maxBytes: cmp.Or(o.ReissueMemory, DefaultReissueMemory), maxEntries: cmp.Or(o.ReissueAnswers, DefaultReissueAnswers),
+		metrics: e.metrics}
 	e.m.Store(compile(&o.Policy, e.fleetSlots())) // before the store: what it adopts depends on the hooks
 	jobsKept := &durable{log: o.Logger, metrics: e.metrics, fleet: o.Fleet}
 	if jobsKept.store, err = openStore(o, StoreDamageReport(o.Logger, e.metrics), e.wants); err != nil {
@@ -275,13 +291,15 @@ func (e *Engine) track(g *governor, live bool) {
 
 type noMetrics struct{}
 
-func (noMetrics) DeadlineFired()       {}
-func (noMetrics) HookRan(string, bool) {}
-func (noMetrics) Orphan()              {}
-func (noMetrics) Orphans(int)          {}
-func (noMetrics) Forwarded(bool)       {}
-func (noMetrics) Waiting(int)          {}
-func (noMetrics) HooksWaiting(int)     {}
-func (noMetrics) CancelSettled(bool)   {}
-func (noMetrics) AuditFailed()         {}
-func (noMetrics) StoreDamaged()        {}
+func (noMetrics) DeadlineFired()         {}
+func (noMetrics) HookRan(string, bool)   {}
+func (noMetrics) Orphan()                {}
+func (noMetrics) Orphans(int)            {}
+func (noMetrics) Forwarded(bool)         {}
+func (noMetrics) Waiting(int)            {}
+func (noMetrics) HooksWaiting(int)       {}
+func (noMetrics) CancelSettled(bool)     {}
+func (noMetrics) AuditFailed()           {}
+func (noMetrics) StoreDamaged()          {}
+func (noMetrics) AnswersKept(int64, int) {}
+func (noMetrics) AnswerDropped()         {}

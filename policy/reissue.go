@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"container/list"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -55,6 +56,7 @@ type waiter struct {
 
 // shared is a call that re-issues may join.
 type shared struct {
+	table   *joins // the table s is in
 	key     string
 	orig    *record  // the call the server runs; orig.g is its session's governor
 	waiters []waiter // re-issues waiting for its answer, held
@@ -68,6 +70,9 @@ type shared struct {
 	answer []byte
 	idSpan framing.Span
 	expiry Timer
+	// kept is the answer's place in the Engine's keptAnswers, nil unless
+	// it is counted there.
+	kept *list.Element
 }
 
 // reissueKey is what makes a call of tool the same as another for rule:
@@ -186,16 +191,20 @@ func (g *governor) shareLocked(j *joins, r *record, key string) {
 	if j.byKey == nil {
 		j.byKey, j.byCall = map[string]*shared{}, map[*proxy.Call]*shared{}
 	}
-	s := &shared{key: key, orig: r}
+	s := &shared{key: key, orig: r, table: j}
 	j.byKey[key] = s
 	j.byCall[r.c] = s
 }
 
-// unshareLocked forgets s.
+// unshareLocked forgets s, and its kept answer.
 func (j *joins) unshareLocked(s *shared) {
 	if j.byKey[s.key] == s {
 		delete(j.byKey, s.key)
 	}
+	if s.kept != nil {
+		s.orig.g.e.kept.remove(s)
+	}
+	s.answer = nil
 	delete(j.byCall, s.orig.c)
 	for _, w := range s.waiters {
 		delete(j.byCall, w.c)
@@ -209,15 +218,17 @@ func (j *joins) unshareLocked(s *shared) {
 
 // leaveAll ends g's part in j, as g's session ends: its waiters leave
 // the calls they joined, and its calls can be joined no more (their
-// waiters, of other sessions, are sent for real), except those whose
-// suppressed answer is kept, which serve re-issues to the end of their
-// window. It returns what to do once unlocked.
+// waiters, of other sessions, are sent for real), nor their kept answers
+// used (calls of two sessions are never joined), except in the Engine's
+// table of sessions several clients share, where a kept answer serves the
+// re-issues of the same client to the end of its window. It returns what
+// to do once unlocked.
 func (j *joins) leaveAll(g *governor) []func() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	var do []func()
 	for _, s := range j.byKey {
-		if s.orig.g == g && s.answer == nil {
+		if s.orig.g == g && (s.answer == nil || j == g.own) {
 			j.unshareLocked(s)
 			for _, w := range s.waiters {
 				if w.g != g {
@@ -279,6 +290,10 @@ func (j *joins) sharedAnsweredLocked(c *proxy.Call, m *framing.Message, late boo
 	}
 	s.answer, s.idSpan = bytes.Clone(m.Raw), m.IDSpan // m.Raw is the relay's buffer
 	j.forgetLaterLocked(s)
+	k := s.orig.g.e.kept
+	for _, old := range k.add(s) { // within the bound, the oldest dropped
+		do = append(do, old.table.dropKept(old, k))
+	}
 	return do
 }
 

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
 
 // TestReissueKey: two calls are the same when their tool and arguments
@@ -298,5 +301,93 @@ func TestReissueSessionlessCorrelated(t *testing.T) {
 	}
 	if !sessionless(t, e, "alice").client(call(3, "r1")).Hold {
 		t.Error("a re-issue of the same run did not join the call")
+	}
+}
+
+// payFor is a call of pay under id for an amount.
+func payFor(id, amount int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"pay","arguments":{"amount":%d}}}`, id, amount)
+}
+
+// reissueEngine is engine with the bounds on kept answers o sets.
+func reissueEngine(t *testing.T, o Options) *Engine {
+	t.Helper()
+	o.Policy = Defaults()
+	o.Policy.Rules = []Rule{{Tool: "pay", Reissue: "join"}}
+	o.Audit, o.Logger, o.Clock = Audit{Path: "off"}, zaptest.NewLogger(t), clock.NewFake(time.Now())
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
+}
+
+// keepAnswer makes ft's call of amount, cancels it, and has the server
+// answer it late with body: the answer is suppressed, and kept.
+func keepAnswer(t *testing.T, ft *fakeTransport, id, amount int, body string) {
+	t.Helper()
+	ft.client(payFor(id, amount))
+	ft.client(cancel(id))
+	ft.server(result(id, `{"content":[{"type":"text","text":"`+body+`"}]}`))
+	if a := ft.next(); a.kind != "forget-cancel" {
+		t.Fatalf("after the late answer: %s, want its held cancel forgotten", a.kind)
+	}
+}
+
+// TestReissueKeptAnswersBounded: the suppressed answers kept for re-issues
+// are bounded in entries and in bytes across the process, the oldest
+// dropped first: a re-issue of a dropped call runs anew, one of a kept
+// call gets its answer. 200 cancelled 8 MiB answers held 2.1 GB before
+// (issue 40, item 3).
+func TestReissueKeptAnswersBounded(t *testing.T) {
+	for name, o := range map[string]Options{
+		"entries": {ReissueAnswers: 2},
+		"bytes":   {ReissueMemory: 200}, // each answer about 90 bytes
+	} {
+		t.Run(name, func(t *testing.T) {
+			watchdog(t, 30*time.Second)
+			e := reissueEngine(t, o)
+			ft := newTransport(t, e)
+			for i := 1; i <= 3; i++ {
+				keepAnswer(t, ft, i, i, "paid")
+			}
+			if e.kept.order.Len() != 2 {
+				t.Errorf("%d answers kept, want 2", e.kept.order.Len())
+			}
+			if ft.client(payFor(10, 1)).Hold {
+				t.Error("a re-issue of the oldest call, dropped, joined it")
+			}
+			if !ft.client(payFor(11, 3)).Hold {
+				t.Fatal("a re-issue of a kept call did not join it")
+			}
+			if a := ft.next(); a.kind != "answer" || !strings.Contains(string(a.reply), `"id":11`) {
+				t.Errorf("%s %s, want the kept answer under id 11", a.kind, a.reply)
+			}
+		})
+	}
+}
+
+// TestReissueKeptAnswersEndWithTheSession: a session's kept answers are
+// dropped when it ends (calls of two sessions are never joined); those of
+// requests without a session, kept in the Engine's table for the re-issues
+// of the same credential, stay to the end of their window.
+func TestReissueKeptAnswersEndWithTheSession(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	e := reissueEngine(t, Options{})
+	ft := newTransport(t, e)
+	keepAnswer(t, ft, 1, 1, "paid")
+	alice := sessionless(t, e, "alice")
+	keepAnswer(t, alice, 2, 2, "paid")
+	if n := e.kept.order.Len(); n != 2 {
+		t.Fatalf("%d answers kept, want 2", n)
+	}
+	ft.gov.Close()
+	alice.gov.Close()
+	if n, b := e.kept.order.Len(), e.kept.bytes; n != 1 || b == 0 {
+		t.Errorf("after the sessions ended: %d answers, %d bytes kept; want the sessionless one alone", n, b)
+	}
+	if !sessionless(t, e, "alice").client(payFor(3, 2)).Hold {
+		t.Error("a sessionless re-issue of the same credential did not get the kept answer")
 	}
 }

@@ -300,6 +300,13 @@ type Limits struct {
 	// (sidecar, bridge) and of a webhook; beyond, the request fails with an
 	// error naming this setting. Default 64KiB.
 	MaxResponseHeaderBytes ByteSize `yaml:"max_response_header_bytes"`
+	// ReissueMemory and ReissueAnswers bound the suppressed answers that
+	// reissue: join keeps for re-issues (each for its reissue_window),
+	// across the process, in bytes and in entries: the oldest is dropped
+	// first (a re-issue of its call then runs anew), and a session's are
+	// dropped when it ends. Defaults 64MiB and 4096.
+	ReissueMemory  ByteSize `yaml:"reissue_memory"`
+	ReissueAnswers int      `yaml:"reissue_answers"`
 }
 
 // Ledger configures how long cancelled requests are remembered.
@@ -327,7 +334,7 @@ type Child struct {
 func Defaults() Config {
 	return Config{
 		Log:     Log{Level: "info", Format: "json"},
-		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10},
+		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10, ReissueMemory: policy.DefaultReissueMemory, ReissueAnswers: policy.DefaultReissueAnswers},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
@@ -466,6 +473,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxRelayedSessions <= 0 {
 		bad("http.max_relayed_sessions", "must be positive, got %d", c.HTTP.MaxRelayedSessions)
+	}
+	if c.Limits.ReissueMemory <= 0 {
+		bad("limits.reissue_memory", "must be positive, got %d", c.Limits.ReissueMemory)
+	}
+	if c.Limits.ReissueAnswers <= 0 {
+		bad("limits.reissue_answers", "must be positive, got %d", c.Limits.ReissueAnswers)
 	}
 	if c.HTTP.MaxConnections <= 0 {
 		bad("http.max_connections", "must be positive, got %d", c.HTTP.MaxConnections)

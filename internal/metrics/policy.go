@@ -20,6 +20,9 @@ type Policy struct {
 	settled       *prometheus.CounterVec
 	auditFailures prometheus.Counter
 	damaged       prometheus.Counter
+	keptBytes     prometheus.Gauge
+	keptAnswers   prometheus.Gauge
+	keptDropped   prometheus.Counter
 	notify        prometheus.Histogram
 	upstream      string
 }
@@ -53,13 +56,19 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
 		damaged: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hook_store_damaged_files_total",
 			Help: "Hook store files found damaged (cut short by a crash or a full disk, or not store files) and set aside as NAME.corrupt-TIMESTAMP."}),
+		keptBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "reissue_kept_bytes",
+			Help: "Bytes of the suppressed answers reissue: join keeps for re-issues (bounded by limits.reissue_memory)."}),
+		keptAnswers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "reissue_kept_answers",
+			Help: "Suppressed answers reissue: join keeps for re-issues (bounded by limits.reissue_answers)."}),
+		keptDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "reissue_answers_dropped_total",
+			Help: "Kept answers dropped, the oldest first, to stay within limits.reissue_memory and limits.reissue_answers."}),
 	}
 	p.notify = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "mcp_cancel_proxy", Name: "cancel_notify_seconds",
 		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
 			"server's stdin, or answered by an HTTP upstream.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
 	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.hooksWaiting, p.restarts, p.settled,
-		p.auditFailures, p.damaged, p.notify)
+		p.auditFailures, p.damaged, p.keptBytes, p.keptAnswers, p.keptDropped, p.notify)
 	return p
 }
 
@@ -86,6 +95,15 @@ func (p *Policy) Orphans(n int) { p.stored.Set(float64(n)) }
 
 // StoreDamaged counts a damaged hook store file set aside.
 func (p *Policy) StoreDamaged() { p.damaged.Inc() }
+
+// AnswersKept sets the gauges of the answers reissue: join keeps.
+func (p *Policy) AnswersKept(bytes int64, n int) {
+	p.keptBytes.Set(float64(bytes))
+	p.keptAnswers.Set(float64(n))
+}
+
+// AnswerDropped counts a kept answer dropped for the bound.
+func (p *Policy) AnswerDropped() { p.keptDropped.Inc() }
 
 // Forwarded counts a hook job forwarded to the fleet, or kept locally.
 func (p *Policy) Forwarded(ok bool) {
