@@ -55,7 +55,8 @@ func signInFor(url string, o config.OAuth, headers []upstream.Header, log *zap.L
 		return nil, err
 	}
 	c := &signin.Client{Server: url, Store: st, ClientID: o.ClientID,
-		ClientMetadataURL: o.ClientMetadataURL, CallbackPort: o.CallbackPort, Log: log, Machine: o.Mode == "client_credentials"}
+		ClientMetadataURL: o.ClientMetadataURL, CallbackPort: o.CallbackPort, Log: log, Machine: o.Mode == "client_credentials",
+		AllowPrivate: o.AllowedPrefixes()}
 	if o.ClientSecretFile != "" {
 		b, err := os.ReadFile(o.ClientSecretFile)
 		if err != nil {

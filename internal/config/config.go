@@ -148,6 +148,13 @@ type OAuth struct {
 	// The rest of each record (its server, client ID, expiry) stays in the
 	// file either way.
 	Keyring string `yaml:"keyring"`
+	// AllowPrivate are the non-public addresses (IPs or CIDR prefixes:
+	// private, link-local, carrier-grade NAT) the sign-in may fetch from
+	// besides the server's own host: an authorization server inside a
+	// cluster, for a machine bridge there. Every other fetch the sign-in
+	// makes for what the server names is HTTPS or loopback, to a public
+	// address, with no redirect into loopback or such space. Default none.
+	AllowPrivate []string `yaml:"allow_private"`
 }
 
 // HTTP configures the Streamable HTTP sidecar, which runs when Listen is set.
@@ -337,7 +344,7 @@ func Defaults() Config {
 		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10, ReissueMemory: policy.DefaultReissueMemory, ReissueAnswers: policy.DefaultReissueAnswers},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto"}},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto", AllowPrivate: []string{}}},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -485,6 +492,11 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.MaxConnectionsPerClient <= 0 {
 		bad("http.max_connections_per_client", "must be positive, got %d", c.HTTP.MaxConnectionsPerClient)
+	}
+	for i, p := range c.HTTP.OAuth.AllowPrivate {
+		if _, err := ParsePrefix(p); err != nil {
+			bad(fmt.Sprintf("http.oauth.allow_private[%d]", i), "%v", err)
+		}
 	}
 	for i, p := range c.HTTP.TrustedProxies {
 		if _, err := ParsePrefix(p); err != nil {
@@ -683,9 +695,16 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 // TrustedPrefixes returns http.trusted_proxies as prefixes (validated).
-func (h HTTP) TrustedPrefixes() []netip.Prefix {
+func (h HTTP) TrustedPrefixes() []netip.Prefix { return prefixes(h.TrustedProxies) }
+
+// AllowedPrefixes returns http.oauth.allow_private as prefixes
+// (validated).
+func (o OAuth) AllowedPrefixes() []netip.Prefix { return prefixes(o.AllowPrivate) }
+
+// prefixes parses validated addresses (ParsePrefix).
+func prefixes(all []string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, s := range h.TrustedProxies {
+	for _, s := range all {
 		if p, err := ParsePrefix(s); err == nil {
 			out = append(out, p)
 		}

@@ -152,7 +152,7 @@ func (c *Client) tokenRequest(ctx context.Context, endpoint string, form url.Val
 		pw, _ := basic.Password()
 		req.SetBasicAuth(url.QueryEscape(basic.Username()), url.QueryEscape(pw))
 	}
-	resp, err := c.http().Do(req)
+	resp, err := c.tokenHTTP().Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("the token endpoint cannot be reached: %w", err)
 	}

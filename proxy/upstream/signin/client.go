@@ -30,6 +30,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -91,6 +92,11 @@ type Client struct {
 	HTTP *http.Client
 	// Wait bounds a sign-in's wait for the user; DefaultWait if zero.
 	Wait time.Duration
+	// AllowPrivate are the non-public addresses (private, link-local,
+	// carrier-grade NAT) the sign-in may fetch from besides the server's
+	// own host (http.oauth.allow_private: an authorization server inside a
+	// cluster); by default none (guard.go).
+	AllowPrivate []netip.Prefix
 	// Log, if set, says what sign-in does; it never holds a token.
 	Log *zap.Logger
 
@@ -107,6 +113,8 @@ type Client struct {
 	stopInit, stopOnce sync.Once
 	stopped            chan struct{}
 	queued             func() // tests: told when a challenge waits for a sign-in under way
+	guardOnce          sync.Once
+	discovery, tokens  *http.Client // HTTP with the guard's rules; tokens follows no redirect
 	loaded             bool
 	opened             bool    // the last flow showed the user the authorization URL
 	rec                *Record // the registration and token in use; nil before the first sign-in
@@ -464,10 +472,24 @@ func (c *Client) open(u string) {
 }
 
 func (c *Client) http() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
+	c.guardOnce.Do(c.guardClients)
+	return c.discovery
+}
+
+// tokenHTTP is http for token requests: it follows no redirect.
+func (c *Client) tokenHTTP() *http.Client {
+	c.guardOnce.Do(c.guardClients)
+	return c.tokens
+}
+
+// guardClients makes the clients every fetch of the sign-in goes through,
+// with the go-sdk discovery's rules (guard.go).
+func (c *Client) guardClients() {
+	g := guard{allowed: c.AllowPrivate}
+	if u, err := url.Parse(c.Server); err == nil {
+		g.server = u.Hostname()
 	}
-	return defaultHTTP
+	c.discovery, c.tokens = g.client(c.HTTP, false), g.client(c.HTTP, true)
 }
 
 // defaultHTTP reaches authorization servers when Client.HTTP is nil: the
