@@ -1,10 +1,14 @@
 package signin
 
 import (
+	"encoding/json"
 	"fmt"
+	"html"
 	"io"
+	neturl "net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 )
@@ -15,14 +19,48 @@ import (
 // stands for the URL, which is otherwise its last argument), the first that
 // starts; else with the OS's opener. It writes the URL to w either way, so
 // that a user without a browser on this machine can open it elsewhere.
-func OpenBrowser(url string, w io.Writer) error {
+//
+// The browser is given not url but a page that sends it on to url, in a
+// directory only the user can read: an authorization URL (its state, code
+// challenge and redirect port) in a process's arguments is readable by
+// every local user. done removes the page; call it once the sign-in ends.
+func OpenBrowser(url string, w io.Writer) (done func(), err error) {
 	fmt.Fprintf(w, "mcp-cancel-proxy: sign in to the MCP server in your browser: %s\n", url)
-	cmd, err := startBrowser(url, w)
+	page, done, err := launcher(url)
 	if err != nil {
-		return err
+		return func() {}, fmt.Errorf("no page could be written for the browser (%w): open the URL above", err)
+	}
+	cmd, err := startBrowser(page, w)
+	if err != nil {
+		return done, err
 	}
 	go cmd.Wait() // reaped whenever the browser returns (xdg-open at once)
-	return nil
+	return done, nil
+}
+
+// launcherName is the page launcher writes.
+const launcherName = "sign-in.html"
+
+// launcher writes a page that sends the browser on to url, in a new
+// directory only the user can read (0700, the page 0600), and returns the
+// page's file URL and what removes it.
+func launcher(url string) (page string, done func(), err error) {
+	dir, err := os.MkdirTemp("", "mcp-cancel-proxy-sign-in-")
+	if err != nil {
+		return "", nil, err
+	}
+	done = func() { os.RemoveAll(dir) }
+	js, _ := json.Marshal(url)
+	body := fmt.Sprintf(`<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">`+
+		`<meta http-equiv="refresh" content="0;url=%s"><title>Sign in</title>`+
+		`<p><a id="sign-in" href="%s">Sign in to the MCP server</a></p><script>location.replace(%s)</script>`,
+		html.EscapeString(url), html.EscapeString(url), js)
+	path := filepath.Join(dir, launcherName)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		done()
+		return "", nil, err
+	}
+	return (&neturl.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String(), done, nil
 }
 
 // startBrowser starts the first browser command that starts, with url.

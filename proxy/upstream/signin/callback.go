@@ -2,11 +2,13 @@ package signin
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"html"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -56,12 +58,24 @@ func (e *DeniedError) Error() string {
 	return msg
 }
 
+// stateOf returns the state parameter of an authorization URL.
+func stateOf(authURL string) string {
+	u, err := url.Parse(authURL)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("state")
+}
+
 // awaitCode serves the redirect URI on ln until the authorization
-// server's redirect comes to it, once open has shown the user the
-// authorization URL (in a browser), and returns what the redirect
-// carried; ctx bounds the wait (the user may never finish). ln stays
-// open: the flow that holds it closes it.
-func awaitCode(ctx context.Context, ln *net.TCPListener, open func()) (*auth.AuthorizationResult, error) {
+// server's redirect for this flow (one that carries state) comes to it,
+// once open has shown the user the authorization URL (in a browser), and
+// returns what the redirect carried; ctx bounds the wait (the user may
+// never finish). A request without the flow's exact state is answered 400
+// and ignored: another local process that found the port cannot end the
+// flow, nor sign the bridge in to an account of its own, nor put its words
+// in the client's error. ln stays open: the flow that holds it closes it.
+func awaitCode(ctx context.Context, ln *net.TCPListener, state string, open func()) (*auth.AuthorizationResult, error) {
 	if err := ln.SetDeadline(time.Time{}); err != nil { // lent before, its deadline past
 		return nil, err
 	}
@@ -73,6 +87,10 @@ func awaitCode(ctx context.Context, ln *net.TCPListener, open func()) (*auth.Aut
 	mux := http.NewServeMux()
 	mux.HandleFunc(callbackPath, func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
+		if state == "" || subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(state)) != 1 {
+			http.Error(w, "not the redirect of this sign-in", http.StatusBadRequest)
+			return
+		}
 		o := outcome{res: &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}}
 		switch {
 		case q.Get("error") != "":

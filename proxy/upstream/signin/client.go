@@ -113,6 +113,7 @@ type Client struct {
 	stopInit, stopOnce sync.Once
 	stopped            chan struct{}
 	queued             func() // tests: told when a challenge waits for a sign-in under way
+	closePage          func() // removes the browser's launcher page (OpenBrowser), under the flow's lock
 	guardOnce          sync.Once
 	discovery, tokens  *http.Client // HTTP with the guard's rules; tokens follows no redirect
 	loaded             bool
@@ -372,7 +373,13 @@ func (c *Client) handlerLocked(ln *net.TCPListener, reuse bool) (*auth.Authoriza
 	cfg := &auth.AuthorizationCodeHandlerConfig{
 		RedirectURL: redirect,
 		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
-			return awaitCode(ctx, ln, func() { c.open(args.URL) })
+			defer func() {
+				if c.closePage != nil {
+					c.closePage()
+					c.closePage = nil
+				}
+			}()
+			return awaitCode(ctx, ln, stateOf(args.URL), func() { c.open(args.URL) })
 		},
 		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
 			RedirectURIs: []string{redirect}, ClientName: "mcp-cancel-proxy", TokenEndpointAuthMethod: "none",
@@ -466,7 +473,9 @@ func (c *Client) open(u string) {
 		c.Open(u)
 		return
 	}
-	if err := OpenBrowser(u, os.Stderr); err != nil {
+	done, err := OpenBrowser(u, os.Stderr)
+	c.closePage = done // removed once the flow's redirect came, or the flow ended
+	if err != nil {
 		c.log().Warn("no browser opened: open the URL written above", zap.Error(err))
 	}
 }

@@ -3,11 +3,15 @@ package signin
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -83,5 +87,85 @@ func TestSignInFetchesOnlyWhatTheRulesAllow(t *testing.T) {
 		if err := g.checkURL(u); (err == nil) != ok {
 			t.Errorf("%s: %v, want allowed %v", raw, err, ok)
 		}
+	}
+}
+
+// TestRedirectWithoutTheStateIsIgnored: a local process that reads the
+// redirect's port and sends the loopback listener a redirect of its own
+// (a forged error, or a code of its own account, without the flow's exact
+// state) is answered 400 and ignored: the flow goes on, and ends with the
+// user's own redirect (issue 40, item 5). Before, the first request with a
+// code or an error ended the flow, its words in the client's error.
+func TestRedirectWithoutTheStateIsIgnored(t *testing.T) {
+	as := newAuthServer(t)
+	var forged []int
+	c := &Client{Server: as.URL + "/mcp", Store: &Store{Dir: t.TempDir()}, Open: func(authURL string) {
+		u, _ := url.Parse(authURL)
+		back := u.Query().Get("redirect_uri")
+		for _, q := range []string{"error=access_denied&error_description=forged", "code=attackers-code&state=guessed", "code=attackers-code"} {
+			resp, err := http.Get(back + "?" + q)
+			if err != nil {
+				t.Errorf("the forged redirect: %v", err)
+				continue
+			}
+			resp.Body.Close()
+			forged = append(forged, resp.StatusCode)
+		}
+		follow(t)(authURL) // the user's own
+	}}
+	if again, err := c.Challenged(http.StatusUnauthorized, as.challenge(), ""); !again || err != nil {
+		t.Fatalf("the sign-in after forged redirects: %v, %v", again, err)
+	}
+	for _, code := range forged {
+		if code != http.StatusBadRequest {
+			t.Errorf("a forged redirect was answered %d, want 400", code)
+		}
+	}
+	if tok, _ := c.Token(func() {}); tok != "access-1" {
+		t.Errorf("token %q, want the user's own", tok)
+	}
+}
+
+// TestBrowserGetsAPageNotTheURL: the browser's command line holds the path
+// of a page only the user can read, which sends it on to the authorization
+// URL: the URL itself (its state and code challenge) is in no process's
+// arguments, which every local user can read; the page goes once done.
+func TestBrowserGetsAPageNotTheURL(t *testing.T) {
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	script := filepath.Join(dir, "browser.sh")
+	os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" > "+args+".tmp && mv "+args+".tmp "+args+"\n"), 0o700)
+	t.Setenv("BROWSER", script)
+	const authURL = "https://as.example/authorize?state=s3cret-state&code_challenge=c&redirect_uri=http%3A%2F%2F127.0.0.1%3A9%2Fcallback"
+	done, err := OpenBrowser(authURL, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for got == nil { // the script writes it whole, by a rename
+		got, _ = os.ReadFile(args)
+		runtime.Gosched()
+	}
+	if strings.Contains(string(got), "s3cret-state") {
+		t.Fatalf("the browser's arguments hold the URL: %s", got)
+	}
+	page, err := url.Parse(strings.TrimSpace(string(got)))
+	if err != nil || page.Scheme != "file" {
+		t.Fatalf("the browser got %q, want a file URL", got)
+	}
+	st, err := os.Stat(page.Path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the page: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	if d, _ := os.Stat(filepath.Dir(page.Path)); d.Mode().Perm() != 0o700 {
+		t.Errorf("the page's directory has mode %v, want 0700", d.Mode().Perm())
+	}
+	body, _ := os.ReadFile(page.Path)
+	if !strings.Contains(string(body), `href="https://as.example/authorize?state=s3cret-state&amp;code_challenge=c`) {
+		t.Errorf("the page does not lead to the URL:\n%s", body)
+	}
+	done()
+	if _, err := os.Stat(page.Path); !os.IsNotExist(err) {
+		t.Errorf("the page is still there after done: %v", err)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net"
 	"net/http"
 	neturl "net/url"
@@ -57,13 +58,21 @@ func run() error {
 	}
 	if os.Args[1] == "browse-once" && len(os.Args) == 4 {
 		if _, err := os.Stat(os.Args[2]); err == nil {
-			return os.WriteFile(os.Args[2]+".fifo", []byte(os.Args[3]), 0o600)
+			u, err := authorizationURL(os.Args[3])
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(os.Args[2]+".fifo", []byte(u), 0o600)
 		}
 		os.WriteFile(os.Args[2], nil, 0o600)
 		os.Args = []string{os.Args[0], "browse", os.Args[3]}
 	}
 	if os.Args[1] == "browse" && len(os.Args) == 3 {
-		resp, err := http.Get(os.Args[2]) // redirects followed
+		u, err := authorizationURL(os.Args[2])
+		if err != nil {
+			return err
+		}
+		resp, err := http.Get(u) // redirects followed
 		if err != nil {
 			return err
 		}
@@ -119,6 +128,26 @@ func sessionOptions() *mcp.ClientSessionOptions {
 		return &mcp.ClientSessionOptions{ProtocolVersion: v}
 	}
 	return nil
+}
+
+// authorizationURL returns the URL a browser is given to open: the bridge
+// gives the file URL of a page that sends the browser on to the
+// authorization URL (its link's href), which a headless browser reads.
+func authorizationURL(given string) (string, error) {
+	u, err := neturl.Parse(given)
+	if err != nil || u.Scheme != "file" {
+		return given, nil
+	}
+	page, err := os.ReadFile(u.Path)
+	if err != nil {
+		return "", err
+	}
+	_, rest, ok := strings.Cut(string(page), `id="sign-in" href="`)
+	href, _, ok2 := strings.Cut(rest, `"`)
+	if !ok || !ok2 {
+		return "", fmt.Errorf("the sign-in page %s has no link", u.Path)
+	}
+	return html.UnescapeString(href), nil
 }
 
 // listAndCall lists the tools and calls test-tool, or add_numbers.
