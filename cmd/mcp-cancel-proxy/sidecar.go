@@ -286,7 +286,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cfg.HTTP.CancelGrace, DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true, UpstreamIdle: cfg.HTTP.UpstreamIdle,
+		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true, UpstreamIdle: cfg.HTTP.UpstreamIdle, TrustedProxies: cfg.HTTP.TrustedPrefixes(),
 		SessionIdle: cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}

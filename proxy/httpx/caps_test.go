@@ -213,3 +213,58 @@ func TestRelayedSessionsCapUnderConcurrentInitializes(t *testing.T) {
 		t.Errorf("%d sessions opened, %d kept; want the cap, %d", opened, sc.Sessions(), most)
 	}
 }
+
+// TestLegacyStreamsStartNoServerUntilTheyPost: an old client's event stream
+// starts its server at the client's first POST, not at the GET: streams
+// that never POST start none (64 of them started 64 server-everything
+// processes, 4.5 GB, while mcp_cancel_proxy_children said 0), and Count
+// says how many processes run (issue 40, item 7).
+func TestLegacyStreamsStartNoServerUntilTheyPost(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	cs := &httpx.Children{}
+	url := childSidecar(t, cs, func(sc *httpx.Sidecar) { sc.Legacy = &httpx.Legacy{} })
+	sse := strings.TrimSuffix(url, "/mcp") + "/sse"
+	var streams []*bufio.Reader
+	endpoint := ""
+	for range 3 {
+		resp, err := testClient.Get(sse)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rd := bufio.NewReader(resp.Body)
+		for endpoint == "" || len(streams) < 3 {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no endpoint event: %v", err)
+			}
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				endpoint = strings.TrimSuffix(url, "/mcp") + strings.TrimSpace(data)
+				break
+			}
+		}
+		streams = append(streams, rd)
+	}
+	if n := cs.Count(); n != 0 {
+		t.Fatalf("%d servers run for 3 streams that never POSTed, want 0", n)
+	}
+	r, err := testClient.Post(endpoint, "application/json", strings.NewReader(
+		`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	last := streams[len(streams)-1]
+	for {
+		line, err := last.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the initialize's answer never came: %v", err)
+		}
+		if strings.Contains(line, `"id":"init"`) {
+			break
+		}
+	}
+	if n := cs.Count(); n != 1 {
+		t.Errorf("%d servers run after one stream's first POST, want 1", n)
+	}
+}

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,6 +42,7 @@ type Children struct {
 	sessions sessiontable.Table[*childSession] // set up by the Sidecar's Provision
 	mu       sync.Mutex                        // guards shared; held while a session starts
 	shared   *childSession                     // serves every sessionless request
+	running  atomic.Int64                      // stdio processes started and not yet ended
 	// principals holds, by the id it is sent under, the principal of each
 	// request on the shared child until it is decided (principalOf).
 	principals sync.Map
@@ -126,7 +128,13 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 	if cs.Dial != nil {
 		return cs.Dial(copts.Logger)
 	}
-	return upstream.StartChild(cs.Argv, copts)
+	back, err := upstream.StartChild(cs.Argv, copts)
+	if err != nil {
+		return nil, err
+	}
+	cs.running.Add(1) // counted while the process runs (Count)
+	go func() { <-back.Exited(); cs.running.Add(-1) }()
+	return back, nil
 }
 
 // route delivers what the session sends the client to the HTTP streams.

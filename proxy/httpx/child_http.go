@@ -149,7 +149,7 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 	}
 	cs.mu.Lock() // one session starts at a time: the cap holds
 	defer cs.mu.Unlock()
-	peer := peerOf(ctx)
+	peer := lu.s.peerOf(ctx)
 	if !cs.sessions.RoomFor(peer) {
 		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.Len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
@@ -198,8 +198,14 @@ func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 
-// Count returns how many children run: one per session, and the shared one.
+// Count returns how many servers run behind the sidecar: the stdio
+// processes started and not yet ended, for every kind of session (each
+// Streamable HTTP client's, the shared one of sessionless requests, old
+// clients'); with Dial (an HTTP+SSE upstream), the sessions dialled.
 func (cs *Children) Count() int {
+	if cs.Dial == nil {
+		return int(cs.running.Load())
+	}
 	n := cs.sessions.Len()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

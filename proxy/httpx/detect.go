@@ -65,6 +65,8 @@ func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Dur
 	return d.now().dialLines(log)
 }
 
+func (d *detecting) lineOptions() (stdio.Options, time.Duration) { return d.now().lineOptions() }
+
 // now returns the target requests go to: the one detected, or the relay
 // while the upstream cannot be reached.
 func (d *detecting) now() target {

@@ -1,10 +1,10 @@
 package httpx
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
+	"net/netip"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,7 +14,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // The sidecar's front keeps every client session in a sessionTable, one per
@@ -40,6 +39,9 @@ type target interface {
 	// and returns it with the options of the session between them and the
 	// grace its stop allows the server.
 	dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error)
+	// lineOptions returns what dialLines returns besides the server: the
+	// session's options and the grace of its stop, without starting one.
+	lineOptions() (stdio.Options, time.Duration)
 	// ready reports whether the upstream can take requests: /readyz.
 	ready() error
 }
@@ -68,8 +70,11 @@ func (rl relay) servesLines() bool { return rl.s.Legacy.Dial != nil }
 
 func (rl relay) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
 	back, err := rl.s.Legacy.Dial(log)
-	return back, rl.s.Legacy.Session, 0, err
+	sopts, grace := rl.lineOptions()
+	return back, sopts, grace, err
 }
+
+func (rl relay) lineOptions() (stdio.Options, time.Duration) { return rl.s.Legacy.Session, 0 }
 
 func (lu lineUpstream) post(ctx *fasthttp.RequestCtx)   { lu.childPost(ctx) }
 func (lu lineUpstream) get(ctx *fasthttp.RequestCtx)    { lu.childGet(ctx) }
@@ -105,7 +110,12 @@ func (lu lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.
 	copts := cs.Child
 	copts.Logger = log
 	back, err := cs.backend(copts)
-	return back, cs.Session, copts.TermAfter, err
+	sopts, grace := lu.lineOptions()
+	return back, sopts, grace, err
+}
+
+func (lu lineUpstream) lineOptions() (stdio.Options, time.Duration) {
+	return lu.s.Children.Session, lu.s.Children.Child.TermAfter
 }
 
 // table is what the sidecar does with each of its session tables.
@@ -196,16 +206,51 @@ func streamLeft(log *zap.Logger, n int, then string) {
 		zap.Int("requests", n), zap.String("then", then))
 }
 
-// peerOf names who sent a request, for fairness at a session cap: the
-// client's credential when it sends one (a hash of its Authorization
-// header: never the header itself), else its address.
-func peerOf(ctx *fasthttp.RequestCtx) string {
-	if a := upstream.Peek(ctx.Request.Header.All(), "Authorization"); len(a) > 0 {
-		sum := sha256.Sum256(a)
-		return "credential:" + hex.EncodeToString(sum[:8])
+// peerOf names who sent a request, for fairness at a session cap: its
+// address, or behind a trusted proxy its client's (X-Forwarded-For). Not a
+// credential the request carries, which the sidecar cannot verify: one
+// client inventing one per session would buy a share each (20 of a
+// victim's idle sessions evicted so).
+func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string {
+	addr := remoteAddr(ctx)
+	if !s.trusts(addr) {
+		return "address:" + addr.String()
 	}
-	if tcp, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
-		return "address:" + tcp.IP.String()
+	// A trusted proxy's request: its client is the last address of
+	// X-Forwarded-For that is not a trusted proxy's (RFC 7239's rule for
+	// the header it replaces), else the proxy itself.
+	var hops []string
+	for k, v := range ctx.Request.Header.All() {
+		if strings.EqualFold(string(k), "X-Forwarded-For") {
+			hops = append(hops, strings.Split(string(v), ",")...)
+		}
 	}
-	return "address:" + ctx.RemoteAddr().String()
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // a hop that is no address: nothing before it is to be trusted
+		}
+		if a = a.Unmap(); !s.trusts(a) {
+			return "address:" + a.String()
+		}
+	}
+	return "address:" + addr.String()
+}
+
+// remoteAddr is the address a request came from.
+func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	if ap, err := netip.ParseAddrPort(ctx.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// trusts reports whether a is one of the TrustedProxies.
+func (s *Sidecar) trusts(a netip.Addr) bool {
+	for _, p := range s.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

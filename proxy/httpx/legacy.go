@@ -127,22 +127,26 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 		lg.s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.Len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
 	}
-	peer := peerOf(ctx)
+	peer := lg.s.peerOf(ctx)
 	if !l.sessions.RoomFor(peer) {
 		full()
 		return
 	}
 	log := lg.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
-	back, sopts, grace, err := up.dialLines(log)
+	// The server starts (or is dialled) at the client's first POST: a
+	// stream that never POSTs costs no process.
+	back := newLazyBackend(func() (Backend, error) {
+		b, _, _, err := up.dialLines(log)
+		if err != nil {
+			log.Error("cannot start the server", zap.Error(err))
+		}
+		return b, err
+	})
+	sopts, grace := up.lineOptions()
 	// An old client's one event stream carries every answer, as a stdio
 	// client's pipe does: the session keeps a cancel the policy defers
 	// (reissue: join) as the bridge does, and reads the server's answer on.
 	sopts.DeferCancels = true
-	if err != nil {
-		log.Error("cannot start the server", zap.Error(err))
-		ctx.Error("cannot start the MCP server", fasthttp.StatusBadGateway)
-		return
-	}
 	ls, err := lg.startLegacy(back, sopts, grace, peer, log)
 	if err != nil { // another session took the room meanwhile
 		full()

@@ -80,7 +80,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	reserved := false // a slot held for the session the initialize opens, until the upstream names it
 	if !known && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize && len(d.Requests) == 1 {
-		if !rl.s.sessions.Reserve(peerOf(ctx)) {
+		if !rl.s.sessions.Reserve(rl.s.peerOf(ctx)) {
 			st.post().Headed() // never sent
 			rl.refuseFull(ctx, sess, d.Requests)
 			return

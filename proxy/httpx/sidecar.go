@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -86,6 +87,12 @@ type Sidecar struct {
 	// proxy HTTPS_PROXY or HTTP_PROXY names, as NO_PROXY allows (never to a
 	// loopback upstream): http.proxy: env.
 	ProxyFromEnv bool
+	// TrustedProxies are the addresses of proxies in front of the sidecar
+	// (an ingress): a request from one is its X-Forwarded-For client's,
+	// for the fair share of sessions each client has at the caps. Every
+	// other request is its address's: a credential it sends, which the
+	// sidecar cannot verify, buys no share of its own.
+	TrustedProxies []netip.Prefix
 	// UpstreamIdle is how long a connection to the upstream is kept
 	// unused (keepalive.DefaultIdle if zero).
 	UpstreamIdle time.Duration
