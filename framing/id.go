@@ -131,6 +131,12 @@ func unquote(raw []byte) (string, bool) {
 	return string(inner), true
 }
 
+// LoneSurrogate reports whether JSON text (a string literal's content, or
+// a whole value: escapes occur in strings only) escapes a UTF-16
+// surrogate that is not half of a pair, which encoding/json decodes as
+// U+FFFD, as it decodes "\ufffd".
+func LoneSurrogate(text []byte) bool { return loneSurrogate(text) }
+
 // loneSurrogate reports whether a JSON string literal's content escapes a
 // UTF-16 surrogate that is not half of a pair.
 func loneSurrogate(inner []byte) bool {

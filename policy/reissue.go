@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,11 +84,16 @@ type shared struct {
 func reissueKey(rule *Effective, tool, scope string, m *framing.Message) (string, bool) {
 	var doc any
 	if m.ParamsSpan.Found() {
-		d := json.NewDecoder(bytes.NewReader(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End]))
+		params := m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End]
+		if framing.LoneSurrogate(params) {
+			return "", false // "\ud800" decodes as "\ufffd" does: such a call is never joined
+		}
+		d := json.NewDecoder(bytes.NewReader(params))
 		d.UseNumber() // numbers as written: 2^53+1 is not 2^53
 		if d.Decode(&doc) != nil {
 			return "", false
 		}
+		doc = canonicalNumbers(doc)
 	}
 	var canon json.RawMessage
 	if rule.ReissueKey != nil {
@@ -432,4 +439,54 @@ func (g *governor) observeShared(j *joins, ev proxy.Change) {
 	for _, f := range do {
 		f()
 	}
+}
+
+// canonicalNumbers returns v with every number written one way: 1, 1.0,
+// 1e0 and 10e-1 alike, -0 as 0, every digit kept (2^53+1 is not 2^53).
+func canonicalNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonicalNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonicalNumbers(e)
+		}
+	case json.Number:
+		return canonicalNumber(string(x))
+	}
+	return v
+}
+
+// canonicalNumber writes a JSON number as D[.DDD]eN, its significant
+// digits with no leading or trailing zero; zero as 0.
+func canonicalNumber(n string) json.Number {
+	neg := strings.HasPrefix(n, "-")
+	n = strings.TrimPrefix(n, "-")
+	mant, exp := n, 0
+	if i := strings.IndexAny(n, "eE"); i >= 0 {
+		mant = n[:i]
+		e, err := strconv.Atoi(strings.TrimPrefix(n[i+1:], "+"))
+		if err != nil {
+			return json.Number(n) // an exponent beyond int: as written
+		}
+		exp = e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	exp += len(whole) - (len(whole) + len(frac) - len(digits)) - 1 // the first significant digit's place
+	digits = strings.TrimRight(digits, "0")
+	if digits == "" {
+		return "0"
+	}
+	out := digits[:1]
+	if len(digits) > 1 {
+		out += "." + digits[1:]
+	}
+	out += "e" + strconv.Itoa(exp)
+	if neg {
+		out = "-" + out
+	}
+	return json.Number(out)
 }

@@ -48,6 +48,27 @@ func TestReissueKey(t *testing.T) {
 	if key(all, "pay", `{"name":"pay","arguments":{"amount":9007199254740993}}`) == key(all, "pay", `{"name":"pay","arguments":{"amount":9007199254740992}}`) {
 		t.Error("numbers that differ past 2^53 got one key")
 	}
+	// The way a number is written does not count (issue 40, item 8): 1,
+	// 1.0, 1e0, 10e-1 and 0.1e1 are one number, -0 is 0; and a lone
+	// surrogate ("\ud800", decoded as "\ufffd" is) makes no key at all.
+	one := key(all, "pay", `{"name":"pay","arguments":{"amount":1,"fee":0}}`)
+	for _, written := range []string{`1.0,"fee":-0`, `1e0,"fee":0.0`, `10e-1,"fee":0e5`, `0.1e1,"fee":-0.0`, `1E+0,"fee":0`} {
+		if k := key(all, "pay", `{"name":"pay","arguments":{"amount":`+written+`}}`); k != one {
+			t.Errorf("amount %s: another key than 1 and 0's", written)
+		}
+	}
+	if key(all, "pay", `{"name":"pay","arguments":{"amount":1.5}}`) != key(all, "pay", `{"name":"pay","arguments":{"amount":15e-1}}`) {
+		t.Error("1.5 and 15e-1 got two keys")
+	}
+	if key(all, "pay", `{"name":"pay","arguments":{"amount":1.5}}`) == key(all, "pay", `{"name":"pay","arguments":{"amount":1.05}}`) {
+		t.Error("1.5 and 1.05 got one key")
+	}
+	if k := key(all, "pay", `{"name":"pay","arguments":{"to":"\ud800"}}`); k != "none" {
+		t.Errorf("a lone surrogate got key %s, want none (it would join \ufffd's calls)", k)
+	}
+	if key(all, "pay", `{"name":"pay","arguments":{"to":"\ud83d\ude00"}}`) == "none" {
+		t.Error("a surrogate pair (an emoji) got no key")
+	}
 	o1 := key(byOrder, "pay", `{"name":"pay","arguments":{"order":"o-1","nonce":"n1"}}`)
 	o2 := key(byOrder, "pay", `{"name":"pay","arguments":{"nonce":"n2","order":"o-1"}}`)
 	if o1 != o2 || o1 == "none" {
