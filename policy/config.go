@@ -13,10 +13,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net/url"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -427,14 +425,11 @@ func pointers(d, r map[string]Pointers) map[string][]pointer {
 	return out
 }
 
-// credential matches the keys correlate never copies.
-var credential = regexp.MustCompile(`(?i)token|secret|passw|auth|credential|api[-_]?key|cookie|bearer`)
-
-// credentialSoon matches more keys that name credentials: a correlate
-// pointer ending in one is a warning in this release (working
-// configurations keep starting, and the value is still copied) and becomes
-// an error, as credential is, in the next.
-var credentialSoon = regexp.MustCompile(`(?i)pwd|jwt|private[-_]?key|passphrase|access[-_]?key|signature`)
+// credential matches the keys correlate never copies: a correlate pointer
+// ending in one is an error. Those of the last release's warnings (pwd,
+// jwt, private_key...) are refused now, and a session id, which in MCP is
+// the session's bearer, with them.
+var credential = regexp.MustCompile(`(?i)token|secret|passw|auth|credential|api[-_]?key|cookie|bearer|pwd|jwt|private[-_]?key|passphrase|access[-_]?key|signature|session[-_]?id`)
 
 func firstHook(a, b *Hook) *Hook {
 	if a != nil {
@@ -538,33 +533,16 @@ func (r *Rule) programs(at string) []*Problem {
 	return out
 }
 
-// credentialWarnings reports the correlate pointers of r that name what
-// credentialSoon matches.
-func (r *Rule) credentialWarnings(at string) []*Problem {
-	var out []*Problem
-	for _, name := range slices.Sorted(maps.Keys(r.Correlate)) {
-		for _, ptr := range r.Correlate[name] {
-			if p, err := parsePointer(ptr); err == nil && len(p) > 0 && credentialSoon.MatchString(p[len(p)-1]) && !credential.MatchString(p[len(p)-1]) {
-				out = append(out, &Problem{Path: at + ".correlate." + name, Msg: ptr + " names what looks like a credential: copied for now, " +
-					"refused from the next release (correlate copies ids, never secrets)"})
-			}
-		}
-	}
-	return out
-}
-
 // Warnings reports rules that are valid but can never apply (shadowed by
-// an earlier rule, or naming only what rules never see) and correlate
-// pointers that look like credentials (see credentialSoon). Each is a
+// an earlier rule, or naming only what rules never see). Each is a
 // *Problem. Shadowing is found in time near-linear in the rules: literal
 // names by lookup, and wildcard rules compared at most shadowBudget times
 // in all.
 func (p *Policy) Warnings(prefix string) []*Problem {
-	out := p.Defaults.credentialWarnings(prefix + ".defaults")
+	var out []*Problem
 	sh := shadows{first: map[shadowKey]int{}, methodOverTools: -1, budget: shadowBudget}
 	for j := range p.Rules {
 		r, at := &p.Rules[j], fmt.Sprintf("%s.rules[%d]", prefix, j)
-		out = append(out, r.credentialWarnings(at)...)
 		g, _ := compileGlob(cmp.Or(r.Tool, r.Method))
 		if g == nil {
 			continue // invalid: Validate says so

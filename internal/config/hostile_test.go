@@ -26,24 +26,18 @@ func TestHugeValuesAreNotEchoed(t *testing.T) {
 	}
 }
 
-// TestCorrelateCredentialNamesWarn: correlate pointers ending in a name
-// newly known as a credential's (pwd, jwt, private_key...) are warnings,
-// not errors, for one release; today's names stay errors.
-func TestCorrelateCredentialNamesWarn(t *testing.T) {
-	cfg, err := Parse("f.yaml", strings.NewReader("policy:\n  rules:\n    - tool: x\n      correlate:\n        a: /_meta/db_pwd\n        b: /_meta/jwt\n        c: /_meta/runId\n"))
-	if err != nil {
-		t.Fatalf("newly denied names refused the start: %v", err)
-	}
-	all := strings.Join(cfg.Warnings, "\n")
-	for _, want := range []string{"correlate.a: warning: /_meta/db_pwd names what looks like a credential", "correlate.b: warning: /_meta/jwt"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("warnings lack %q:\n%s", want, all)
+// TestCorrelateCredentialNamesRefused: correlate pointers ending in a
+// credential's name are refused, those this release only warned of (pwd,
+// jwt, private_key...) and a session id among them (issue 40, item 8); a
+// run id is not.
+func TestCorrelateCredentialNamesRefused(t *testing.T) {
+	for _, name := range []string{"db_pwd", "jwt", "private_key", "api_key", "sessionId", "session_id"} {
+		_, err := Parse("f.yaml", strings.NewReader("policy:\n  rules:\n    - tool: x\n      correlate:\n        a: /_meta/"+name+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "names a credential") {
+			t.Errorf("a pointer to %s: %v, want it refused", name, err)
 		}
 	}
-	if strings.Contains(all, "runId") {
-		t.Errorf("a run id is warned of:\n%s", all)
-	}
-	if _, err := Parse("f.yaml", strings.NewReader("policy:\n  rules:\n    - tool: x\n      correlate:\n        a: /_meta/api_key\n")); err == nil {
-		t.Error("a pointer to an API key was accepted")
+	if _, err := Parse("f.yaml", strings.NewReader("policy:\n  rules:\n    - tool: x\n      correlate:\n        c: /_meta/runId\n")); err != nil {
+		t.Errorf("a run id was refused: %v", err)
 	}
 }
