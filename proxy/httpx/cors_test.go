@@ -83,3 +83,29 @@ func TestBrowserClientsGetCORS(t *testing.T) {
 		t.Errorf("allowed_origins *: %v", h)
 	}
 }
+
+// TestBrowserClientsGetCORSOnTheMetadata: a browser client reads the
+// sidecar's OAuth protected resource metadata before it signs in; its
+// preflight there is answered for an allowed origin as on the MCP endpoint
+// (it was answered 404, and the client could not sign in), and refused for
+// another origin (issue 40, item 8). In front of a stdio server there is
+// no metadata to read, nor a preflight answered for it.
+func TestBrowserClientsGetCORSOnTheMetadata(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	const app = "https://app.example"
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true})
+	base := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Upstream: up.url, AllowedOrigins: []string{app}}), "/mcp")
+	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
+		code, h, _ := corsRequest(t, "OPTIONS", base+path, app, "Access-Control-Request-Method", "GET")
+		if code != 204 || h.Get("Access-Control-Allow-Origin") != app || !strings.Contains(h.Get("Access-Control-Allow-Methods"), "GET") {
+			t.Errorf("%s: a preflight from an allowed origin: %d, %v", path, code, h)
+		}
+		if code, _, _ := corsRequest(t, "OPTIONS", base+path, "https://evil.example", "Access-Control-Request-Method", "GET"); code != 403 {
+			t.Errorf("%s: a preflight from another origin: %d, want 403", path, code)
+		}
+	}
+	stdio := strings.TrimSuffix(childSidecar(t, &httpx.Children{}, func(sc *httpx.Sidecar) { sc.AllowedOrigins = []string{app} }), "/mcp")
+	if code, _, _ := corsRequest(t, "OPTIONS", stdio+"/.well-known/oauth-protected-resource/mcp", app, "Access-Control-Request-Method", "GET"); code != 404 {
+		t.Errorf("a stdio server's front answered a metadata preflight %d, want 404", code)
+	}
+}

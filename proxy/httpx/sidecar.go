@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/origin"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/resourcemeta"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -476,8 +477,12 @@ func (s *Sidecar) cancelled(source proxy.Source) {
 // fewer writes; serve the sidecar's Handler on it.
 func Listener(ln net.Listener) net.Listener { return joinwrite.Listener(ln) }
 
-// servedPath reports whether the sidecar serves path: the MCP endpoint,
-// or an old client's.
+// servedPath reports whether the sidecar serves path: the MCP endpoint, an
+// old client's, or, in front of an HTTP upstream, the OAuth protected
+// resource metadata that a browser client reads before it signs in.
 func (s *Sidecar) servedPath(path string) bool {
+	if rest, ok := strings.CutPrefix(path, resourcemeta.WellKnown); ok && s.Upstream != "" && (rest == "" || rest[0] == '/') {
+		return true
+	}
 	return path == s.path || (s.Legacy != nil && (path == s.Legacy.sseRoute() || path == s.Legacy.msgRoute()))
 }
