@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -92,6 +93,24 @@ func TestE2EHeaderLimits(t *testing.T) {
 	sc2.events.waitFor(t, events.SidecarListening)
 	if _, body := postWith(t, front2, 10, initialize); !strings.Contains(body, "limits.max_response_header_bytes") {
 		t.Errorf("an upstream with 80 KiB of headers: %q, want an error naming the setting", body)
+	} else if strings.Contains(body, "pppppppp") {
+		t.Errorf("the client's error quotes the upstream's headers: %q", body)
+	}
+	// Neither the client's error nor the log quotes the headers: sizes
+	// only (issue 40, item 8), on the bridge too.
+	b2 := startWrapped(t, "--upstream", huge, "--upstream-transport", "streamable", "--log-level", "debug")
+	b2.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	if m := b2.recvUntil(isResponse("init")); !strings.Contains(fmt.Sprint(m[len(m)-1]["error"]), "limits.max_response_header_bytes") {
+		t.Errorf("the bridge's answer: %v, want an error naming the setting", m[len(m)-1])
+	} else if strings.Contains(fmt.Sprint(m), "pppppppp") {
+		t.Errorf("the bridge's error quotes the upstream's headers: %v", m)
+	}
+	b2.stdin.Close()
+	b2.wait()
+	for name, logs := range map[string]string{"sidecar": sc2.logs.all(), "bridge": b2.logs.all()} {
+		if strings.Contains(logs, "pppppppp") {
+			t.Errorf("the %s's log quotes the upstream's headers", name)
+		}
 	}
 
 	b := startWrapped(t, "--upstream", upstream, "--log-level", "debug")

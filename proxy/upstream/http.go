@@ -20,10 +20,14 @@ const (
 // bytes it could not read ("..., contents: ..."): an upstream's headers
 // may hold anything, and they go neither to the client nor to the log.
 func Brief(err error) string {
-	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
-		return "its response headers are larger than limits.max_response_header_bytes allows (" + err.Error() + ")"
-	}
 	msg := err.Error()
+	if _, ok := errors.AsType[*fasthttp.ErrSmallBuffer](err); ok {
+		size := ""
+		if i := strings.Index(msg, "buffer size="); i >= 0 {
+			size = " (" + strings.TrimRight(strings.Fields(msg[i:])[0], ",") + ")"
+		}
+		return "its response headers are larger than limits.max_response_header_bytes allows" + size
+	}
 	if i := strings.Index(msg, "contents:"); i >= 0 {
 		msg = strings.TrimRight(msg[:i], " ,:")
 	}

@@ -101,6 +101,9 @@ func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 		DisablePathNormalizing:        true,
 		MaxConnsPerHost:               1 << 16,
 		MaxResponseBodySize:           cmp.Or(maxBody, framing.DefaultMaxFrameSize),
+		// Its errors quote no byte of what the upstream sent (an oversized
+		// header's contents): sizes only, in the log and the client's error.
+		ConfigureClient: func(hc *fasthttp.HostClient) error { hc.SecureErrorLogMessage = true; return nil },
 	}
 	keepalive.Install(c, 0)
 	return c
