@@ -288,16 +288,36 @@ func (s *Store) Adopt() ([]Job, error) {
 }
 
 // errBusy says a file is not to be taken now: a live process holds it, it
-// is being created, or it was damaged and has been set aside.
-var errBusy = errors.New("hook store file busy")
+// is being created, or it was damaged and has been set aside. errYoung
+// and errGone are files no process holds that are not taken either: one
+// too new to judge (damaged, or a process's about to lock it), one gone.
+var (
+	errBusy  = errors.New("hook store file busy")
+	errYoung = fmt.Errorf("%w: too new to judge", errBusy)
+	errGone  = fmt.Errorf("%w: gone", errBusy)
+)
+
+// locked reports whether a process holds path's lock.
+func locked(path string) bool {
+	db, f, err := openFile(path, time.Nanosecond, true)
+	if db != nil {
+		closeFile(db, f, err)
+	}
+	return errors.Is(err, bolterrors.ErrTimeout)
+}
 
 // openForeign opens a file of the directory other than the own one,
 // checked first (see checkFile); a damaged one is set aside and reported,
 // and errBusy returned, as for one a process holds.
 func openForeign(path string, report func(Damage)) (*bolt.DB, *os.File, error) {
 	if err := checkFile(path); err != nil {
-		if st, serr := os.Stat(path); serr != nil || time.Since(st.ModTime()) < creating {
-			return nil, nil, errBusy // gone, or perhaps a process creating its file
+		if st, serr := os.Stat(path); serr != nil {
+			return nil, nil, errGone
+		} else if time.Since(st.ModTime()) < creating {
+			if locked(path) {
+				return nil, nil, errBusy // a process creating its file
+			}
+			return nil, nil, errYoung // perhaps one about to lock it: judged at a later look
 		} else if st.Size() == 0 {
 			os.Remove(path) // an empty file a process left at its start: nothing in it
 			return nil, nil, errBusy
@@ -481,8 +501,8 @@ func EditDir(dir string, f func(Job) *Job, report func(Damage)) (held int, err e
 	for _, path := range files(dir) {
 		db, file, err := openForeign(path, report)
 		if errors.Is(err, errBusy) {
-			if _, serr := os.Stat(path); serr == nil {
-				held++ // (a file set aside is gone from its place)
+			if _, serr := os.Stat(path); serr == nil && !errors.Is(err, errYoung) && !errors.Is(err, errGone) {
+				held++ // a live process's (a file set aside is gone from its place)
 			}
 			continue
 		}
