@@ -268,3 +268,49 @@ func TestLegacyStreamsStartNoServerUntilTheyPost(t *testing.T) {
 		t.Errorf("%d servers run after one stream's first POST, want 1", n)
 	}
 }
+
+// TestSessionForgottenUpstreamLeavesTheCap: a session the upstream answers
+// 404 for (it restarted, and forgot it) is forgotten by the sidecar too, on
+// the client's GET stream as on a POST, and counts against
+// http.max_relayed_sessions no more; a connection error forgets nothing
+// (1,551 forgotten sessions held slots after a load run with upstream
+// crashes, issue 40, item 8).
+func TestSessionForgottenUpstreamLeavesTheCap(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	var forgot atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Session-Id") != "" && forgot.Load() {
+			http.Error(w, "unknown session", http.StatusNotFound)
+			return
+		}
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.NewDecoder(r.Body).Decode(&m)
+		w.Header().Set("Mcp-Session-Id", "s1")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"up","version":"1"}}}`)
+	}))
+	defer up.Close()
+	sc := &httpx.Sidecar{Upstream: up.URL, UpstreamTransport: httpx.TransportStreamable}
+	c := &rawClient{t: t, url: serveSidecar(t, sc)}
+	c.initialize()
+	if sc.Sessions() != 1 {
+		t.Fatalf("%d sessions after initialize, want 1", sc.Sessions())
+	}
+	forgot.Store(true) // the upstream restarted
+	req := c.request("")
+	req.Method = http.MethodGet
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || sc.Sessions() != 0 {
+		t.Errorf("GET of a session the upstream forgot: %d, %d sessions kept; want 404 and none", resp.StatusCode, sc.Sessions())
+	}
+}

@@ -201,12 +201,21 @@ func (rl relay) noteSession(sess *session, known bool, resp *fasthttp.Response, 
 	case !known && resp.StatusCode() >= 300:
 		rl.s.sessions.RemoveIf(sess.sessionID(), sess) // registered on sight; refused
 	case known && resp.StatusCode() == fasthttp.StatusNotFound:
-		// The upstream has forgotten the session; the client will start anew.
-		rl.s.sessions.Remove(sess.sessionID())
+		rl.expired(sess)
+	}
+	return sess
+}
+
+// expired forgets a session the upstream answered 404 for: it no longer
+// knows it (it restarted, or let it expire), and the client will start
+// anew; it counts against the cap no more. A connection error says no such
+// thing, and forgets nothing.
+func (rl relay) expired(sess *session) {
+	if rl.s.sessions.Holds(sess.sessionID(), sess) {
+		rl.s.sessions.RemoveIf(sess.sessionID(), sess)
 		sess.closeGovernor()
 		rl.s.log.Info("session expired upstream", zap.String("session", sess.scope))
 	}
-	return sess
 }
 
 // adopt registers sess under id, the session id the upstream assigned in
@@ -496,7 +505,7 @@ func (rl relay) failRequests(ctx *fasthttp.RequestCtx, sess *session, calls []*p
 // get relays the standalone event stream that carries the server's own
 // requests and notifications.
 func (rl relay) get(ctx *fasthttp.RequestCtx) {
-	sess, _ := rl.sessionFor(ctx, false)
+	sess, known := rl.sessionFor(ctx, false)
 	if len(upstream.Peek(ctx.Request.Header.All(), "Last-Event-ID")) > 0 {
 		sess.resumed(rl.s.clock.Now())
 	}
@@ -505,6 +514,9 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 		rl.s.log.Error("upstream unreachable", zap.String("error", upstream.Brief(err)))
 		ctx.Error("upstream unreachable", fasthttp.StatusBadGateway)
 		return
+	}
+	if known && resp.StatusCode() == fasthttp.StatusNotFound {
+		rl.expired(sess)
 	}
 	rl.s.copyResponseHeaders(ctx, resp)
 	ctx.SetStatusCode(resp.StatusCode())
