@@ -116,6 +116,7 @@ type Client struct {
 	closePage          func() // removes the browser's launcher page (OpenBrowser), under the flow's lock
 	guardOnce          sync.Once
 	discovery, tokens  *http.Client // HTTP with the guard's rules; tokens follows no redirect
+	reads              flowReads    // what a flow's GETs read: each metadata document once per flow
 	loaded             bool
 	opened             bool    // the last flow showed the user the authorization URL
 	rec                *Record // the registration and token in use; nil before the first sign-in
@@ -308,6 +309,9 @@ func (c *Client) flowLocked(ctx context.Context, status int, challenges []string
 	defer ln.Close() // held from the choice of its port to the flow's end: no other socket takes it
 	port := ln.Addr().(*net.TCPAddr).Port
 	redirect := redirectURL(port)
+	c.http()            // the clients, and with them reads, made
+	c.reads.begin()     // every metadata document read once in the flow:
+	defer c.reads.end() // the look below and the go-sdk's are of the same
 	// A client registered at another authorization server is no client
 	// at this one (the server moved): it registers anew there.
 	_, as := c.published(challenges)
@@ -498,7 +502,7 @@ func (c *Client) guardClients() {
 	if u, err := url.Parse(c.Server); err == nil {
 		g.server = u.Hostname()
 	}
-	c.discovery, c.tokens = g.client(c.HTTP, false), g.client(c.HTTP, true)
+	c.discovery, c.tokens = g.client(c.HTTP, false, &c.reads), g.client(c.HTTP, true, nil)
 }
 
 // defaultHTTP reaches authorization servers when Client.HTTP is nil: the

@@ -1,13 +1,16 @@
 package signin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -117,22 +120,97 @@ func (g guard) checkRedirect(req *http.Request, via []*http.Request) error {
 // redacted is u as the logs show it: scheme, host and path.
 func redacted(u *url.URL) string { return u.Scheme + "://" + u.Host + u.Path }
 
-// guardTransport checks each request's URL, then sends it with next.
+// guardTransport checks each request's URL, then sends it with next; a
+// GET during a flow is answered from the flow's reads, once read.
 type guardTransport struct {
-	next http.RoundTripper
-	g    guard
+	next  http.RoundTripper
+	g     guard
+	reads *flowReads
 }
 
 func (t guardTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.g.checkURL(req.URL); err != nil {
 		return nil, err
 	}
-	return t.next.RoundTrip(req)
+	if req.Method != http.MethodGet || t.reads == nil {
+		return t.next.RoundTrip(req)
+	}
+	return t.reads.get(req, t.next)
 }
 
-// guarded returns base (nil: the default client) with g's rules; tokens,
-// with no redirect followed at all.
-func (g guard) client(base *http.Client, tokens bool) *http.Client {
+// flowReads keeps what the GETs of one sign-in flow read (the server's
+// resource metadata, the authorization server's), so that each is read
+// once per flow: the flow's own look (which authorization server, so
+// whether the registration kept may be used there) and the go-sdk's are of
+// the same document. A server that changed its metadata between two reads
+// had the kept registration's secret presented to another authorization
+// server.
+type flowReads struct {
+	mu     sync.Mutex
+	active bool
+	got    map[string]*read
+}
+
+// read is one GET's answer, kept.
+type read struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// maxRead bounds a metadata document kept.
+const maxRead = 1 << 20
+
+// begin starts keeping reads, for a flow; end forgets them.
+func (f *flowReads) begin() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active, f.got = true, map[string]*read{}
+}
+
+func (f *flowReads) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active, f.got = false, nil
+}
+
+// get answers req from the flow's reads, or reads it with next and keeps
+// it (outside a flow it only reads).
+func (f *flowReads) get(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+	key := req.URL.String()
+	f.mu.Lock()
+	r, active := f.got[key], f.active
+	f.mu.Unlock()
+	if r == nil {
+		if !active {
+			return next.RoundTrip(req)
+		}
+		resp, err := next.RoundTrip(req)
+		if err != nil {
+			return nil, err
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxRead))
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		r = &read{status: resp.StatusCode, header: resp.Header.Clone(), body: body}
+		if resp.StatusCode/100 == 2 { // a failure may be read again
+			f.mu.Lock()
+			if f.active {
+				f.got[key] = r
+			}
+			f.mu.Unlock()
+		}
+	}
+	return &http.Response{StatusCode: r.status, Status: http.StatusText(r.status), Header: r.header.Clone(),
+		Body: io.NopCloser(bytes.NewReader(r.body)), ContentLength: int64(len(r.body)), Request: req,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
+// client returns base (nil: the default client) with g's rules, its GETs
+// kept by reads during a flow; tokens, with no redirect followed at all.
+func (g guard) client(base *http.Client, tokens bool, reads *flowReads) *http.Client {
 	if base == nil {
 		base = defaultHTTP
 	}
@@ -145,7 +223,7 @@ func (g guard) client(base *http.Client, tokens bool) *http.Client {
 		t.DialContext = g.dial
 		next = t
 	}
-	c := &http.Client{Transport: guardTransport{next: next, g: g}, Timeout: base.Timeout, Jar: base.Jar, CheckRedirect: g.checkRedirect}
+	c := &http.Client{Transport: guardTransport{next: next, g: g, reads: reads}, Timeout: base.Timeout, Jar: base.Jar, CheckRedirect: g.checkRedirect}
 	if tokens {
 		c.CheckRedirect = func(*http.Request, []*http.Request) error { return errTokenRedirect }
 	}

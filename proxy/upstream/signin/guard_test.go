@@ -169,3 +169,48 @@ func TestBrowserGetsAPageNotTheURL(t *testing.T) {
 		t.Errorf("the page is still there after done: %v", err)
 	}
 }
+
+// TestMetadataReadOncePerFlow: a server whose resource metadata names one
+// authorization server at the flow's first read and another at the next
+// cannot have the registration kept for the first presented to the second:
+// the flow reads each document once, so its own look and the go-sdk's are
+// of the same (issue 40, item 8).
+func TestMetadataReadOncePerFlow(t *testing.T) {
+	first, second := newAuthServer(t), newAuthServer(t)
+	var leaked atomic.Bool
+	inner := second.Config.Handler
+	second.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		if _, pw, _ := r.BasicAuth(); pw == "kept-secret" || r.Form.Get("client_secret") == "kept-secret" || r.Form.Get("client_id") == "kept" {
+			leaked.Store(true)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	var reads atomic.Int32
+	var rs *httptest.Server
+	rs = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		as := first.URL
+		if reads.Add(1) > 1 {
+			as = second.URL // the document changed between two reads
+		}
+		writeJSON(w, map[string]any{"resource": rs.URL + "/mcp", "authorization_servers": []string{as}})
+	}))
+	defer rs.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	st := &Store{Dir: t.TempDir()}
+	st.Save(&Record{Server: rs.URL + "/mcp", ClientID: "kept", ClientSecret: "kept-secret", AuthServer: first.URL,
+		RedirectURL: redirectURL(port), TokenURL: first.URL + "/token"})
+	c := &Client{Server: rs.URL + "/mcp", Store: st, CallbackPort: port, Open: follow(t)}
+	challenge := []string{`Bearer resource_metadata="` + rs.URL + `/.well-known/oauth-protected-resource/mcp"`}
+	if again, err := c.Challenged(http.StatusUnauthorized, challenge, ""); !again || err != nil {
+		t.Fatalf("the sign-in: %v, %v", again, err)
+	}
+	if leaked.Load() {
+		t.Error("the registration kept for the first authorization server was presented to the second")
+	}
+	if reads.Load() != 1 {
+		t.Errorf("the resource metadata was read %d times in one flow, want once", reads.Load())
+	}
+}
