@@ -100,10 +100,16 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	}
 	sopts := cs.Session
 	sopts.DeferCancels = true
+	var c *childSession
 	if !own {
 		sopts.Principal = cs.principal
+		if newTracer := sopts.NewTracer; newTracer != nil {
+			// The shared child's requests are renamed: their spans name
+			// the client's ids, as the client knows them.
+			sopts.NewTracer = func() proxy.Tracer { return clientIDs{newTracer(), func(id framing.ID) framing.ID { return c.ClientID(id) }} }
+		}
 	}
-	c := &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),
+	c = &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),
 		retiring: &cs.retiring}
 	clk := c.clock
 	c.New = func(ids []framing.ID) *stream.Events {
@@ -113,6 +119,23 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	}
 	c.Start(c.route, nil)
 	return c, nil
+}
+
+// clientIDs is a tracer whose spans of the client's requests name their
+// ids as the client sent them, not as the shared child's router renamed
+// them.
+type clientIDs struct {
+	proxy.Tracer
+	of func(framing.ID) framing.ID
+}
+
+func (t clientIDs) Start(from proxy.Peer, m *framing.Message, parent proxy.TraceContext) proxy.Span {
+	if from == proxy.Client && m.ID.IsValid() {
+		named := *m
+		named.ID = t.of(m.ID)
+		m = &named
+	}
+	return t.Tracer.Start(from, m, parent)
 }
 
 // principal returns the principal of a request on the shared child, and

@@ -5,11 +5,13 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
@@ -127,5 +129,43 @@ func TestSharedIDsKeptApartOnAStdioServer(t *testing.T) {
 		if body := <-hang; strings.Contains(body, `"result"`) || strings.Contains(body, `"error"`) {
 			t.Errorf("a cancelled call's stream carried %s", body)
 		}
+	}
+}
+
+// idTracer records the ids of the requests whose spans start.
+type idTracer struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *idTracer) Start(from proxy.Peer, m *framing.Message, _ proxy.TraceContext) proxy.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if from == proxy.Client {
+		r.ids = append(r.ids, m.ID.String())
+	}
+	return proxy.NoSpan
+}
+
+// TestSharedChildSpansNameTheClientsIDs: the child shared by sessionless
+// requests gets each request under an id of the proxy's own (h1, h2...),
+// but the request's span names the id the client sent (issue 40, item 8:
+// the spans showed the renamed ids).
+func TestSharedChildSpansNameTheClientsIDs(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	rec := &idTracer{}
+	cs := &httpx.Children{}
+	cs.Session.NewTracer = func() proxy.Tracer { return rec }
+	c := &childClient{t: t, url: childSidecar(t, cs)}
+	for _, id := range []string{`7`, `"seven"`} {
+		if status, body := c.post(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+			"MCP-Protocol-Version", "2026-07-28"); status != 200 || !strings.Contains(body, `"id":`+id) {
+			t.Fatalf("ping %s on the shared child: %d %s", id, status, body)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.Equal(rec.ids, []string{`7`, `"seven"`}) {
+		t.Errorf("the spans name %v, want the client's ids 7 and \"seven\"", rec.ids)
 	}
 }

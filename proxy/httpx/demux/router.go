@@ -187,6 +187,14 @@ func (r *Router[R]) End() {
 	}
 }
 
+// ClientID is the client's id of a request the server knows as id: the one
+// it was renamed from, or id itself.
+func (r *Router[R]) ClientID(id framing.ID) framing.ID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clientIDLocked(id)
+}
+
 // clientIDLocked is the client's id of a request the server knows as id
 // (renamed when requests share an id). r.mu is held.
 func (r *Router[R]) clientIDLocked(id framing.ID) framing.ID {
