@@ -106,7 +106,9 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 		if newTracer := sopts.NewTracer; newTracer != nil {
 			// The shared child's requests are renamed: their spans name
 			// the client's ids, as the client knows them.
-			sopts.NewTracer = func() proxy.Tracer { return clientIDs{newTracer(), func(id framing.ID) framing.ID { return c.ClientID(id) }} }
+			sopts.NewTracer = func() proxy.Tracer {
+				return clientIDs{newTracer(), func(id framing.ID) framing.ID { return c.ClientID(id) }}
+			}
 		}
 	}
 	c = &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),

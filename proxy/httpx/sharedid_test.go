@@ -158,7 +158,7 @@ func TestSharedChildSpansNameTheClientsIDs(t *testing.T) {
 	cs.Session.NewTracer = func() proxy.Tracer { return rec }
 	c := &childClient{t: t, url: childSidecar(t, cs)}
 	for _, id := range []string{`7`, `"seven"`} {
-		if status, body := c.post(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		if status, body := c.post(`{"jsonrpc":"2.0","id":`+id+`,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
 			"MCP-Protocol-Version", "2026-07-28"); status != 200 || !strings.Contains(body, `"id":`+id) {
 			t.Fatalf("ping %s on the shared child: %d %s", id, status, body)
 		}
