@@ -112,6 +112,16 @@ func (c *Conn) Close() error {
 // NetConn returns the connection Conn wraps.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
 
+// SyscallConn gives the wrapped connection's own, for what watches the
+// socket itself (the front's close watcher: in 2026-07-28 a client's close
+// of its stream is the cancel, seen by the kernel).
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
 // Close stops accepting.
 func (l *Listener) Close() error {
 	select {

@@ -150,6 +150,36 @@ func (f *flaky) Accept() (net.Conn, error) {
 	return <-f.next, nil
 }
 
+// TestConnIsTheSocket: a Conn gives its socket to what watches it (the
+// front's close watcher, which sees a client's close of its stream, the
+// cancel of 2026-07-28): without it, no such close was seen behind the
+// bounded listener.
+func TestConnIsTheSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(ln, Options{})
+	defer l.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		t.Fatal("a Conn is no syscall.Conn")
+	}
+	if _, err := sc.SyscallConn(); err != nil {
+		t.Errorf("SyscallConn: %v", err)
+	}
+}
+
 // TestAcceptGoesOnThroughShortages: accepts that fail for want of
 // descriptors (EMFILE, ENFILE), memory or a client that left are tried
 // again, and the next connection is served: fasthttp's Serve returned on
