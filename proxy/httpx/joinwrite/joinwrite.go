@@ -86,13 +86,27 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	bufs := net.Buffers{c.held, p}
-	n, err := bufs.WriteTo(c.Conn)
+	n, err := bufs.WriteTo(socketOf(c.Conn)) // one writev on the socket itself
 	n -= int64(len(c.held))
 	c.held = shrink(c.held)
 	if err != nil {
 		return max(int(n), 0), err
 	}
 	return len(p), nil
+}
+
+// socketOf returns the connection under wrappers that give theirs
+// (NetConn, as the front's bounded listener's do, whose writes pass
+// through): net.Buffers writes to a socket in one writev, to anything else
+// buffer by buffer.
+func socketOf(c net.Conn) net.Conn {
+	for {
+		n, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = n.NetConn()
+	}
 }
 
 // Release writes what is held, and holds nothing more.
