@@ -110,6 +110,11 @@ func reissueThroughSidecar(t *testing.T, node, dir, url string, args ...string) 
 		t.Fatalf("script said %q, want REISSUED", out.Text())
 	}
 	sc.events.waitFor(t, events.ReissueJoined) // held by the sidecar, never sent
+	// The SDK sends the first call's cancel and the re-issue as two POSTs
+	// at once: the call is released only once the cancel is in too, or its
+	// answer could reach the client, which had timed it out (as an answer
+	// already on its way when the cancel comes is: no proxy can recall it).
+	sc.events.waitFor(t, events.CancelAccepted, "tool", "block")
 	io.WriteString(stdin, "GO\n")
 	if !out.Scan() {
 		t.Fatalf("no summary from the script: %v", out.Err())
