@@ -493,14 +493,14 @@ func (c *Config) Validate() error {
 	if c.HTTP.MaxConnectionsPerClient <= 0 {
 		bad("http.max_connections_per_client", "must be positive, got %d", c.HTTP.MaxConnectionsPerClient)
 	}
-	for i, p := range c.HTTP.OAuth.AllowPrivate {
-		if _, err := ParsePrefix(p); err != nil {
-			bad(fmt.Sprintf("http.oauth.allow_private[%d]", i), "%v", err)
-		}
-	}
-	for i, p := range c.HTTP.TrustedProxies {
-		if _, err := ParsePrefix(p); err != nil {
-			bad(fmt.Sprintf("http.trusted_proxies[%d]", i), "%v", err)
+	for _, addrs := range []struct {
+		setting string
+		list    []string
+	}{{"http.oauth.allow_private", c.HTTP.OAuth.AllowPrivate}, {"http.trusted_proxies", c.HTTP.TrustedProxies}} {
+		for i, p := range addrs.list {
+			if _, err := ParsePrefix(p); err != nil {
+				bad(fmt.Sprintf("%s[%d]", addrs.setting, i), "%v", err)
+			}
 		}
 	}
 	if c.HTTP.UpstreamIdle <= 0 {

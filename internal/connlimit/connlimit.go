@@ -179,7 +179,7 @@ func outOfDescriptors(err error) bool {
 // (of c's address, for its bound) to make room; it returns nil, having
 // closed c, if there is none.
 func (l *Listener) admit(c net.Conn) *Conn {
-	wc := &Conn{Conn: c, l: l, addr: addrOf(c)}
+	wc := &Conn{Conn: c, l: l, addr: AddrOf(c.RemoteAddr())}
 	wc.count = l.o.MaxPerClient > 0 && !l.trusted(wc.addr)
 	wc.idleSince.Store(time.Now().UnixNano())
 	for {
@@ -289,8 +289,10 @@ func (l *Listener) trusted(a netip.Addr) bool {
 	return false
 }
 
-func addrOf(c net.Conn) netip.Addr {
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+// AddrOf returns the IP of a peer's address (IPv4 in IPv6 unmapped), or
+// the zero Addr.
+func AddrOf(a net.Addr) netip.Addr {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
 		return ap.Addr().Unmap()
 	}
 	return netip.Addr{}

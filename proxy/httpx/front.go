@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/connlimit"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
@@ -212,7 +213,7 @@ func streamLeft(log *zap.Logger, n int, then string) {
 // client inventing one per session would buy a share each (20 of a
 // victim's idle sessions evicted so).
 func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string {
-	addr := remoteAddr(ctx)
+	addr := connlimit.AddrOf(ctx.RemoteAddr())
 	if !s.trusts(addr) {
 		return "address:" + addr.String()
 	}
@@ -235,14 +236,6 @@ func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string {
 		}
 	}
 	return "address:" + addr.String()
-}
-
-// remoteAddr is the address a request came from.
-func remoteAddr(ctx *fasthttp.RequestCtx) netip.Addr {
-	if ap, err := netip.ParseAddrPort(ctx.RemoteAddr().String()); err == nil {
-		return ap.Addr().Unmap()
-	}
-	return netip.Addr{}
 }
 
 // trusts reports whether a is one of the TrustedProxies.

@@ -119,6 +119,48 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	}
 }
 
+// rpcOf decodes the id and method of a request's JSON-RPC message; ok is
+// false for a request that is no POST of one.
+func rpcOf(r *http.Request) (id json.RawMessage, method string, ok bool) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&m) != nil {
+		return nil, "", false
+	}
+	return m.ID, m.Method, true
+}
+
+// initialized answers an initialize with id as a 2025-11-25 server.
+func initialized(w http.ResponseWriter, id json.RawMessage) {
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(id)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+}
+
+// dialScripted dials the scripted server h as the bridge does (its 2025
+// requests kept as they are), sends initialize, and returns the backend
+// (stopped when the test ends), where to write the session's lines, and
+// the lines it gets back.
+func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer, *bufio.Reader) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL + "/mcp")
+	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop(); <-b.Exited() })
+	conn := b.Conn()
+	lines := bufio.NewReader(conn.In)
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if _, err := lines.ReadString('\n'); err != nil {
+		t.Fatalf("no answer to initialize: %v", err)
+	}
+	return b, conn.Out, lines
+}
+
 // TestServerErrorsReachTheClientAsWritten: a stateless server that answers
 // an unknown method or bad params with a JSON-RPC error under an HTTP
 // error status has its error reach the client as it wrote it (code,
@@ -126,16 +168,11 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 // "the upstream refused the message" for them. A refusal that is no
 // JSON-RPC error stays the proxy's own -32603.
 func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.NewDecoder(r.Body).Decode(&m)
-		switch m.Method {
+	_, out, lines := dialScripted(t, func(w http.ResponseWriter, r *http.Request) {
+		id, method, _ := rpcOf(r)
+		switch method {
 		case "initialize":
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+			initialized(w, id)
 		case "nope/unknown":
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
@@ -143,33 +180,23 @@ func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
 		case "tools/call":
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32602,"message":"Invalid params: name"}}`)
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(id)+`,"error":{"code":-32602,"message":"Invalid params: name"}}`)
 		case "ping":
 			w.WriteHeader(http.StatusBadGateway)
 			io.WriteString(w, "upstream of the upstream down")
 		default:
 			w.WriteHeader(http.StatusAccepted)
 		}
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL + "/mcp")
-	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { b.Stop(); <-b.Exited() }()
-	conn := b.Conn()
-	lines := bufio.NewReader(conn.In)
+	})
 	ask := func(msg string) string {
 		t.Helper()
-		io.WriteString(conn.Out, msg+"\n")
+		io.WriteString(out, msg+"\n")
 		line, err := lines.ReadString('\n')
 		if err != nil {
 			t.Fatalf("no answer to %s: %v", msg, err)
 		}
 		return strings.TrimSpace(line)
 	}
-	ask(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	for msg, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":2,"method":"nope/unknown"}`:                     `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"Method not found","data":{"method":"nope/unknown"}}}`,
 		`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":1}}`: `{"jsonrpc":"2.0","id":"c","error":{"code":-32602,"message":"Invalid params: name"}}`,
@@ -191,20 +218,16 @@ func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
 // a WARN), an answer that never came.
 func TestStopOwesNoAnswer(t *testing.T) {
 	called := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&m) != nil {
+	b, out, lines := dialScripted(t, func(w http.ResponseWriter, r *http.Request) {
+		id, method, ok := rpcOf(r)
+		if !ok {
 			w.WriteHeader(http.StatusMethodNotAllowed)
 			return
 		}
 		w.Header().Set("Mcp-Session-Id", "s1")
-		switch m.Method {
+		switch method {
 		case "initialize":
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}`)
+			initialized(w, id)
 		case "tools/call":
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
@@ -215,21 +238,11 @@ func TestStopOwesNoAnswer(t *testing.T) {
 		default: // notifications, cancels, DELETE
 			w.WriteHeader(http.StatusAccepted)
 		}
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL + "/mcp")
-	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := b.Conn()
-	lines := bufio.NewReader(conn.In)
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
-	lines.ReadString('\n')
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
+	})
+	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
 	<-called
 	lines.ReadString('\n') // the progress
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
+	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
 	b.Stop()
 	<-b.Exited()
 	rest, _ := io.ReadAll(lines) // to the end the stop makes
