@@ -7,6 +7,8 @@ const (
 	MethodCancelled   = "notifications/cancelled"
 	MethodProgress    = "notifications/progress"
 	MethodTasksCancel = "tasks/cancel"
+	// MethodTaskStatus (2025-11-25) tells a task's issuer its new status.
+	MethodTaskStatus = "notifications/tasks/status"
 	// MethodSubscriptionsListen (2026-07-28) opens a stream of a client's
 	// subscriptions; on stdio the server ends it with notifications/cancelled.
 	MethodSubscriptionsListen = "subscriptions/listen"
@@ -39,7 +41,7 @@ var knownMethods = func() map[string]string {
 		"notifications/message", "notifications/roots/list_changed",
 		"notifications/tools/list_changed", "notifications/resources/list_changed",
 		"notifications/resources/updated", "notifications/prompts/list_changed",
-		"notifications/tasks/status", "notifications/elicitation/complete",
+		MethodTaskStatus, "notifications/elicitation/complete",
 	}
 	m := make(map[string]string, len(names))
 	for _, n := range names {

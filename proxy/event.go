@@ -30,6 +30,10 @@ const (
 	// own (reset_on_progress), which the proxy keeps. An event only: no
 	// counter or metric moves for it.
 	ActTaken Action = "taken by the proxy"
+	// ActSilenced: a message about a request that has ended (a second
+	// answer, progress after the answer) or progress under a token no
+	// request in flight carries, kept from its issuer.
+	ActSilenced Action = "silenced after the end"
 )
 
 // feed is the name of the events feed's event for the action.
@@ -47,6 +51,8 @@ func (a Action) feed() zap.Field {
 		return events.Mark(events.Withdrawn)
 	case ActJoined:
 		return events.Mark(events.Joined)
+	case ActSilenced:
+		return events.Mark(events.Silenced)
 	}
 	return events.Mark(events.Dropped)
 }
@@ -73,6 +79,7 @@ type Stats struct {
 	ProxyErrors         int64 // error responses the proxy wrote itself
 	Withdrawn           int64 // requests cancelled while still queued in the proxy, never sent
 	Joined              int64 // re-issues answered with the answer of the call they joined, never sent
+	Silenced            int64 // messages about a request that had ended: second answers, progress after the end or for no request
 }
 
 // Add adds o's counts to s.
@@ -86,6 +93,7 @@ func (s *Stats) Add(o Stats) {
 	s.ProxyErrors += o.ProxyErrors
 	s.Withdrawn += o.Withdrawn
 	s.Joined += o.Joined
+	s.Silenced += o.Silenced
 }
 
 // Counters is a set of counters that several trackers add to besides their
@@ -109,6 +117,7 @@ const (
 	cProxyErrors
 	cWithdrawn
 	cJoined
+	cSilenced
 	nCounters
 )
 
@@ -125,5 +134,6 @@ func (s *stats) snapshot() Stats {
 		ProxyErrors:         s[cProxyErrors].Load(),
 		Withdrawn:           s[cWithdrawn].Load(),
 		Joined:              s[cJoined].Load(),
+		Silenced:            s[cSilenced].Load(),
 	}
 }

@@ -35,6 +35,9 @@ const (
 	stateInFlight callState = iota
 	stateAnswered
 	stateCancelled
+	// stateTask: answered with a CreateTaskResult (2025-11-25); its
+	// progress token lives on until the task ends (see taskLocked).
+	stateTask
 )
 
 // call is one forwarded request. Its fields are set when the call is created
@@ -53,7 +56,8 @@ type call struct {
 	deferCancel bool
 	started     time.Time
 	state       callState
-	retireAt    time.Time // when a cancelled call is forgotten
+	retireAt    time.Time // when a cancelled call, or a task's token (zero: no ttl), is forgotten
+	taskID      string    // the task a CreateTaskResult answered it with (stateTask)
 	// Transport is the transport's own handle on the request's frame (the
 	// stdio relay keeps its outbox ticket there). The tracker never reads it;
 	// the transport sets and reads it on the issuer's side only.
@@ -85,6 +89,10 @@ const (
 	Forward  Verdict = iota // pass it on
 	Suppress                // a late response or progress of a cancelled request
 	Drop                    // invalid in this state (the reason says why)
+	// Silence: a message about a request that has ended (answered, or
+	// cancelled and forgotten), or progress under a token no request in
+	// flight carries: its issuer must hear nothing more of it.
+	Silence
 )
 
 // Reasons for Drop.
@@ -128,7 +136,19 @@ type ledger struct {
 	// tools interns the tool names seen, so that a tools/call costs no
 	// allocation for its name; at most maxTools (clients choose them).
 	tools map[string]string
+	// tasks lists, oldest first, the calls in stateTask: their tokens
+	// stay in tokens until their task ends, its ttl passes, or the
+	// ledger goes with its session.
+	tasks []*call
+	// ended remembers the receiver-side ids of the calls answered last
+	// (a ring of endedMemory), so that a second answer is told from an
+	// answer to a request never sent.
+	ended     []framing.ID
+	endedNext int
 }
+
+// endedMemory is how many answered calls a ledger remembers by id.
+const endedMemory = 64
 
 // maxTools bounds the tool names a ledger keeps; calls of others log none.
 const maxTools = 256
@@ -302,26 +322,86 @@ func (l *ledger) aliasLocked(kind string) framing.ID {
 
 // complete settles the call that a response with receiver-side id upID
 // answers: Forward if it was in flight, Suppress if it was cancelled (a late
-// response), Drop if no such call is known.
-func (l *ledger) complete(upID framing.ID) (c *call, v Verdict) {
+// response), Silence if it was answered lately (a second answer), Drop if
+// no such call is known. task, when not nil, is what the response says of
+// a task it created (a CreateTaskResult): the call's progress token then
+// lives on until that task ends.
+func (l *ledger) complete(upID framing.ID, task *TaskAnswer) (c *call, v Verdict) {
 	l.update(func() {
 		c = l.byUp.At(upID)
 		switch {
 		case c == nil:
 			v = Drop
+			if slices.Contains(l.ended, upID) {
+				v = Silence
+			}
 		case c.onAnswer != nil: // the proxy's own request
 			c.state = stateAnswered
 			l.dropLocked(c)
 		case c.state == stateInFlight:
 			c.state = stateAnswered
 			l.removeLocked(c)
+			if task != nil && c.hasTask && task.ID != "" && c.token.IsValid() {
+				l.taskLocked(c, task)
+				return
+			}
 			l.dropLocked(c)
+			l.endedLocked(c.upID)
 		default: // cancelled: absorb the late response; progress stays suppressed until expiry
 			v = Suppress
 			l.byUp.Delete(upID)
 		}
 	})
 	return c, v
+}
+
+// TaskAnswer is what a CreateTaskResult says of the task it created: its
+// id, and how long the receiver keeps it (TTL zero: no bound given).
+type TaskAnswer struct {
+	ID  string
+	TTL time.Duration
+}
+
+// taskLocked keeps c's progress token for its task, which the answer to
+// c created: progress under it goes on to the issuer until the task ends.
+func (l *ledger) taskLocked(c *call, task *TaskAnswer) {
+	c.state, c.taskID, c.retireAt = stateTask, task.ID, time.Time{}
+	if task.TTL > 0 {
+		c.retireAt = l.now().Add(task.TTL)
+	}
+	if l.byUp.At(c.upID) == c {
+		l.byUp.Delete(c.upID)
+	}
+	l.tasks = append(l.tasks, c)
+	if len(l.tasks) > l.retireMax {
+		l.dropLocked(l.tasks[0])
+		l.tasks = l.tasks[1:]
+	}
+}
+
+// taskEnded forgets the progress token of the call that created task id,
+// now terminal, and reports whether one was kept.
+func (l *ledger) taskEnded(id string) (ok bool) {
+	l.update(func() {
+		i := slices.IndexFunc(l.tasks, func(c *call) bool { return c.taskID == id })
+		if i < 0 {
+			return
+		}
+		l.dropLocked(l.tasks[i])
+		l.tasks = slices.Delete(l.tasks, i, i+1)
+		ok = true
+	})
+	return ok
+}
+
+// endedLocked remembers upID, just answered, for a second answer.
+func (l *ledger) endedLocked(upID framing.ID) {
+	if len(l.ended) < endedMemory {
+		l.ended = append(l.ended, upID)
+		return
+	}
+	l.ended[l.endedNext] = upID
+	l.endedNext = (l.endedNext + 1) % endedMemory
 }
 
 // teardown accepts the receiver's cancel of an issuer's
@@ -430,17 +510,25 @@ func (l *ledger) dropLocked(c *call) {
 }
 
 // progress looks up the receiver-side token of a progress notification. It
-// reports Suppress for a cancelled request's progress, and Forward otherwise
-// (unknown tokens included: a task's token outlives the request that
-// created it).
+// reports Forward for a request in flight (or a task it created, until the
+// task ends), Suppress for a cancelled request, and Silence for a token
+// that no request in flight carries: its request has ended, or none ever
+// carried it.
 func (l *ledger) progress(token framing.ID) (c *call, v Verdict) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c = l.tokens.At(token)
-	if c != nil && c.state == stateCancelled {
+	switch {
+	case c == nil:
+		return nil, Silence
+	case c.state == stateCancelled:
 		return c, Suppress
+	case c.state == stateInFlight:
+		return c, Forward
+	case c.state == stateTask && (c.retireAt.IsZero() || l.now().Before(c.retireAt)):
+		return c, Forward
 	}
-	return c, Forward
+	return c, Silence // answered (its server gone), or its task's ttl passed
 }
 
 // retireLocked marks an in-flight call cancelled: its issuer's id is free
@@ -476,7 +564,7 @@ func (l *ledger) failAll() []*call {
 		for _, c := range l.allInFlightLocked() {
 			calls = append(calls, c)
 			c.state = stateAnswered
-			l.byUp.Delete(c.upID)
+			l.dropLocked(c)
 		}
 		l.inFlight.Clear()
 		clear(l.shared)
@@ -496,6 +584,15 @@ func (l *ledger) expireLocked() {
 		n++
 	}
 	l.retired = l.retired[n:]
+	if len(l.tasks) > 0 {
+		l.tasks = slices.DeleteFunc(l.tasks, func(c *call) bool {
+			past := !c.retireAt.IsZero() && !now.Before(c.retireAt)
+			if past {
+				l.dropLocked(c)
+			}
+			return past
+		})
+	}
 }
 
 // counts returns the number of calls in flight and retired.

@@ -23,7 +23,7 @@ func TestLedgerCompleteCancelRace(t *testing.T) {
 		var completed, cancelled bool
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); _, v := l.complete(m.ID); completed = v == Forward }()
+		go func() { defer wg.Done(); _, v := l.complete(m.ID, nil); completed = v == Forward }()
 		go func() { defer wg.Done(); _, r := l.cancel(m.ID); cancelled = r == "" }()
 		wg.Wait()
 		if completed == cancelled {
@@ -33,7 +33,7 @@ func TestLedgerCompleteCancelRace(t *testing.T) {
 			wins[0]++
 		} else {
 			wins[1]++
-			l.complete(m.ID) // absorb the late response, as the relay would
+			l.complete(m.ID, nil) // absorb the late response, as the relay would
 		}
 	}
 	t.Logf("complete won %d, cancel won %d", wins[0], wins[1])
@@ -53,7 +53,7 @@ func TestLedgerRetiresCancelledCalls(t *testing.T) {
 	if _, retired := l.counts(); retired != 2 {
 		t.Errorf("retired = %d, want 2 (the count bound)", retired)
 	}
-	if _, v := l.complete(framing.IntID(0)); v != Drop {
+	if _, v := l.complete(framing.IntID(0), nil); v != Drop {
 		t.Errorf("late response of a forgotten call: %v, want Drop (still never forwarded)", v)
 	}
 	if _, v := l.progress(framing.IntID(101)); v != Suppress {
@@ -115,7 +115,7 @@ func TestLedgerSharedIDs(t *testing.T) {
 	if n, _ := l.counts(); n != 3 {
 		t.Fatalf("%d in flight, want 3", n)
 	}
-	if c, v := l.complete(calls[0].upID); v != Forward || c != calls[0] {
+	if c, v := l.complete(calls[0].upID, nil); v != Forward || c != calls[0] {
 		t.Fatalf("the first's answer: %v %v", c, v)
 	}
 	if !l.cancelExact(calls[2]) {

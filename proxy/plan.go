@@ -47,6 +47,8 @@ type Plan struct {
 	// their cancels.
 	Strays    [][]byte
 	Withdrawn int
+	// WithdrawnCalls are the requests of Withdrawn.
+	WithdrawnCalls []*Call
 	// Timed says a request has a deadline; WantsLate that a request's
 	// late answer is wanted after a cancel (see Admission).
 	Timed, WantsLate bool
@@ -105,6 +107,7 @@ func (p *Plan) add(from Peer, m *framing.Message, o Outcome, s *Session, hold fu
 	if o.Withdrawn { // held, never sent, and neither is its cancel
 		p.Same = false
 		p.Withdrawn++
+		p.WithdrawnCalls = append(p.WithdrawnCalls, o.Cancelled)
 		return
 	}
 	switch {

@@ -157,6 +157,12 @@ type Outcome struct {
 	// (Admission.DeferCancel): the transport must read its answer on after
 	// a cancel until the governor sends the cancel (Carrier.Cancel).
 	DeferCancel bool
+	// For is the request a forwarded message about a request of the
+	// other peer's belongs to (an answer, progress, the server's end of a
+	// subscription), for a transport that routes each to where its
+	// request came from; Last says it is that request's last message.
+	For  *Call
+	Last bool
 }
 
 // NewTracker returns a Tracker configured by opts.
@@ -241,6 +247,8 @@ func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) O
 		return t.cancel(from, m)
 	case framing.MethodProgress:
 		return t.progress(from, m)
+	case framing.MethodTaskStatus:
+		t.endTask(from, taskStatusOver(m))
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	return Outcome{}
@@ -362,8 +370,11 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		return Outcome{}
 	}
 	p := &t.peers[from]
-	c, v := p.answers.complete(m.ID)
+	c, v := p.answers.complete(m.ID, taskCreated(m))
 	switch v {
+	case Silence:
+		t.silenced(from, p.answers.dir, m, m.ID, "second answer to a request already answered")
+		return Outcome{Verdict: Drop}
 	case Drop:
 		t.dropped(from, p.answers.dir, m, m.ID, reasonUnknownReply, zapcore.WarnLevel)
 		return Outcome{Verdict: Drop}
@@ -384,6 +395,9 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	if c.span != nil {
 		c.span.Answered(m, 0, "")
 	}
+	if c.method == "tasks/get" || c.method == "tasks/cancel" || c.method == "tasks/result" {
+		t.endTask(from, taskOver(c.method, m))
+	}
 	if g := t.opts.Governor; g != nil && from == Server {
 		if c.method == framing.MethodInitialize {
 			g.Observe(Change{Kind: ChangeServerReady, Msg: m})
@@ -392,9 +406,9 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 	}
 	t.forwarded(from, m.Kind, c.method, c.id) // the event comes after Observe, as a cancel's
 	if c.aliased() {
-		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id)}
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id), For: c, Last: true}
 	}
-	return Outcome{}
+	return Outcome{For: c, Last: true}
 }
 
 // tornDown forwards the server's cancel that ends a subscriptions/listen
@@ -409,9 +423,9 @@ func (t *Tracker) tornDown(m *framing.Message, c *call) Outcome {
 		g.Observe(Change{Kind: ChangeAnswered, Call: c})
 	}
 	if c.aliased() {
-		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.RequestIDSpan, c.id)}
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.RequestIDSpan, c.id), For: c, Last: true}
 	}
-	return Outcome{}
+	return Outcome{For: c, Last: true}
 }
 
 // MaxReason is the most of a cancel's reason the proxy writes anywhere
@@ -489,6 +503,14 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 	if c != nil && c.ownToken || c == nil && from == Server && m.Token.HasPrefix(ownTokenPrefix) {
 		return t.ownProgress(from, m, c)
 	}
+	if v == Silence {
+		why := "progress for a token no request in flight carries"
+		if c != nil {
+			why = "progress after its request ended"
+		}
+		t.silenced(from, p.answers.dir, m, m.Token, why)
+		return Outcome{Verdict: Drop}
+	}
 	if v == Suppress {
 		c.Span().Event(EventProgressDropped)
 		t.count(cProgressSuppressed, 1)
@@ -498,18 +520,14 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		t.note(from, p.answers.dir, ActSuppressed, m.Kind, m.Method, c.id, "progress for a cancelled request", zapcore.DebugLevel)
 		return Outcome{Verdict: Suppress}
 	}
-	id := m.Token // progress for no known request is reported by its token
-	if c != nil {
-		id = c.id // the request it reports on, as every other event names it
-	}
-	t.forwarded(from, m.Kind, m.Method, id)
-	if g := t.opts.Governor; g != nil && c != nil && from == Server {
+	t.forwarded(from, m.Kind, m.Method, c.id) // the request it reports on, as every other event names it
+	if g := t.opts.Governor; g != nil && from == Server {
 		g.Observe(Change{Kind: ChangeProgress, Call: c, Msg: m})
 	}
-	if c != nil && c.tokenAliased() {
-		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token)}
+	if c.tokenAliased() {
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.TokenSpan, c.token), For: c}
 	}
-	return Outcome{}
+	return Outcome{For: c}
 }
 
 // ownProgress takes progress sent under a token of the proxy's own (see
@@ -582,8 +600,8 @@ func (t *Tracker) Invalid(from Peer, err error, raw []byte) []byte {
 // TooLarge accounts for a frame over the size limit, which was skipped, and
 // returns what is owed so that nobody waits for it forever: an error for the
 // sender of a request it held (or any client), and an error for the issuer
-// of the request a response it held answered.
-func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender, toOther []byte) {
+// of the request a response it held answered, which is about.
+func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender, toOther []byte, about *Call) {
 	t.count(cDropped, 1)
 	id, isResponse, ok := framing.PeekID(tl.Head)
 	t.log(from, zapcore.ErrorLevel, "frame over the size limit dropped", zap.Int64("size", tl.Size), zap.Int("limit", tl.Limit),
@@ -592,27 +610,34 @@ func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender,
 	t.emit(from, ActDropped, framing.KindInvalid, "", id, tl.Error())
 	switch {
 	case ok && isResponse:
-		if c, v := t.peers[from].answers.complete(id); v == Forward {
+		if c, v := t.peers[from].answers.complete(id, nil); v == Forward {
 			return nil, t.ErrorReply(c.id, framing.CodeInternalError,
-				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from, tl))
+				fmt.Sprintf("Internal error: the %s's response was dropped: %v", from, tl)), c
 		}
 	case ok || from == Client:
-		return t.ErrorReply(id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error()), nil
+		return t.ErrorReply(id, framing.CodeInvalidRequest, "Invalid Request: "+tl.Error()), nil, nil
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // FailInFlight ends every client request still in flight and returns an
 // error response for each, with CodeServerGone and the message why.
-func (t *Tracker) FailInFlight(why string) [][]byte {
-	var replies [][]byte
+func (t *Tracker) FailInFlight(why string) []Reply {
+	var replies []Reply
 	for _, c := range t.peers[Client].issued.failAll() {
 		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
-		replies = append(replies, t.ErrorReply(c.id, CodeServerGone, why))
+		replies = append(replies, Reply{c, t.ErrorReply(c.id, CodeServerGone, why)})
 		c.Span().Answered(nil, CodeServerGone, why)
 		t.ended(c)
 	}
 	return replies
+}
+
+// Reply is an answer of the proxy's own to the issuer of a request, in
+// the server's place.
+type Reply struct {
+	To    *Call
+	Frame []byte
 }
 
 // ErrorReply builds the proxy's own error response, and counts it.
@@ -664,6 +689,23 @@ func (t *Tracker) forwarded(from Peer, k framing.Kind, method string, id framing
 	if t.opts.OnEvent != nil {
 		t.emit(from, ActForwarded, k, method, id, "")
 	}
+}
+
+// silenced accounts for a message about a request whose issuer must hear
+// nothing more of it (Silence), which is not passed on: counted, in the
+// events, and logged at debug with its size only (a server may send
+// thousands).
+func (t *Tracker) silenced(from Peer, dir Direction, m *framing.Message, id framing.ID, why string) {
+	t.count(cSilenced, 1)
+	if t.opts.Observer != nil {
+		t.opts.Observer.Observe(ActSilenced, from)
+	}
+	if ce := t.opts.Logger.Check(zapcore.DebugLevel, string(ActSilenced)); ce != nil {
+		ce.Write(ActSilenced.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()),
+			zap.String("kind", m.Kind.String()), zap.String("method", m.Method), zap.Stringer("id", id),
+			zap.Int("bytes", len(m.Raw)), zap.String("reason", why))
+	}
+	t.emit(from, ActSilenced, m.Kind, m.Method, id, why)
 }
 
 func (t *Tracker) dropped(from Peer, dir Direction, m *framing.Message, id framing.ID, why string, lvl zapcore.Level) {
@@ -749,7 +791,7 @@ func (t *Tracker) payload(from Peer, raw []byte) {
 // it cannot get (the upstream is unreachable, or failed), and returns the
 // error response for the client; nil if the request was no longer in flight.
 func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
-	if _, v := t.peers[Server].answers.complete(c.upID); v != Forward {
+	if _, v := t.peers[Server].answers.complete(c.upID, nil); v != Forward {
 		return nil
 	}
 	c.Span().Answered(nil, code, msg)
@@ -769,7 +811,7 @@ func (t *Tracker) ended(c *Call) {
 // answer it), so that it does not stay in flight for ever. The client got
 // the upstream's answer, whatever it was; nothing is sent.
 func (t *Tracker) Abandon(c *Call) {
-	if _, v := t.peers[Server].answers.complete(c.upID); v == Forward {
+	if _, v := t.peers[Server].answers.complete(c.upID, nil); v == Forward {
 		c.Span().End("abandoned: the upstream's answer did not answer it", true)
 		t.ended(c)
 	}

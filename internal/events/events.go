@@ -66,6 +66,10 @@ const (
 	Answered       Name = "answered"   // the proxy answered a request itself
 	Withdrawn      Name = "withdrawn"  // a held request cancelled before it was sent
 	Joined         Name = "joined"     // a re-issue answered with the answer of the call it joined (reissue: join)
+	// Silenced: a message about a request that had ended (a second answer,
+	// progress after the answer) or progress for no request in flight,
+	// kept from the issuer; also bytes.
+	Silenced Name = "silenced"
 
 	// DeadlinePassed: a rule's timeout passed; the request is cancelled as
 	// a client's cancel would (method, tool, id, timeout).

@@ -44,7 +44,8 @@ func New(g Gauges) *Metrics {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcp_cancel_proxy", Name: "messages_total",
 			Help: "Messages by what the proxy did with them: forwarded, cancel accepted (forwarded), cancel dropped, " +
-				"suppressed (late responses and progress of cancelled requests), dropped, answered by proxy, withdrawn before dispatch.",
+				"suppressed (late responses and progress of cancelled requests), dropped, answered by proxy, withdrawn before dispatch, " +
+				"silenced after the end (second answers, progress after the answer or under a token no request in flight carries).",
 		}, []string{"action", "from"}),
 		UpstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "mcp_cancel_proxy", Name: "upstream_errors_total",
@@ -64,7 +65,7 @@ func New(g Gauges) *Metrics {
 	}
 	m.byAction = make(map[proxy.Action][2]prometheus.Counter)
 	for _, a := range []proxy.Action{proxy.ActForwarded, proxy.ActCancelAccepted, proxy.ActCancelDropped,
-		proxy.ActSuppressed, proxy.ActDropped, proxy.ActReplied, proxy.ActWithdrawn} {
+		proxy.ActSuppressed, proxy.ActDropped, proxy.ActReplied, proxy.ActWithdrawn, proxy.ActSilenced} {
 		m.byAction[a] = [2]prometheus.Counter{
 			m.decisions.WithLabelValues(string(a), proxy.Client.String()),
 			m.decisions.WithLabelValues(string(a), proxy.Server.String()),

@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
@@ -43,11 +42,8 @@ type Children struct {
 	mu       sync.Mutex                        // guards shared; held while a session starts
 	shared   *childSession                     // serves every sessionless request
 	running  atomic.Int64                      // stdio processes started and not yet ended
-	// principals holds, by the id it is sent under, the principal of each
-	// request on the shared child until it is decided (principalOf).
-	principals sync.Map
-	retiring   sync.WaitGroup  // the sessions idle or evicted, stopping
-	totals     *proxy.Counters // the Sidecar's, set by its Provision (kind)
+	retiring sync.WaitGroup                    // the sessions idle or evicted, stopping
+	totals   *proxy.Counters                   // the Sidecar's, set by its Provision (kind)
 }
 
 func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
@@ -100,53 +96,22 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	}
 	sopts := cs.Session
 	sopts.DeferCancels = true
-	var c *childSession
+	sopts.AllowSharedIDs = true // each request's answer goes to its own stream: claude.ai's ids 1 are kept apart
 	if !own {
-		sopts.Principal = cs.principal
-		if newTracer := sopts.NewTracer; newTracer != nil {
-			// The shared child's requests are renamed: their spans name
-			// the client's ids, as the client knows them.
-			sopts.NewTracer = func() proxy.Tracer {
-				return clientIDs{newTracer(), func(id framing.ID) framing.ID { return c.ClientID(id) }}
-			}
-		}
+		sopts.Principal = sharedPrincipal
 	}
-	c = &childSession{Session: lines.New(proc, sopts, copts.TermAfter, cs.totals, log), clock: cs.clock(),
-		retiring: &cs.retiring}
+	c := &childSession{clock: cs.clock(), retiring: &cs.retiring}
+	sopts.Deliver = c.deliver
+	c.Session = lines.New(proc, sopts, copts.TermAfter, cs.totals, log)
 	clk := c.clock
-	c.New = func(ids []framing.ID) *stream.Events {
-		st := stream.NewEvents(clk, len(ids))
-		st.IDs = ids
-		return st
-	}
+	c.New = func(n int) *stream.Events { return stream.NewEvents(clk, n) }
 	c.Start(c.route, nil)
 	return c, nil
 }
 
-// clientIDs is a tracer whose spans of the client's requests name their
-// ids as the client sent them, not as the shared child's router renamed
-// them.
-type clientIDs struct {
-	proxy.Tracer
-	of func(framing.ID) framing.ID
-}
-
-func (t clientIDs) Start(from proxy.Peer, m *framing.Message, parent proxy.TraceContext) proxy.Span {
-	if from == proxy.Client && m.ID.IsValid() {
-		named := *m
-		named.ID = t.of(m.ID)
-		m = &named
-	}
-	return t.Tracer.Start(from, m, parent)
-}
-
-// principal returns the principal of a request on the shared child, and
-// forgets it: the request is decided.
-func (cs *Children) principal(c *proxy.Call) (string, bool) {
-	p, _ := cs.principals.LoadAndDelete(c.ID())
-	s, _ := p.(string)
-	return s, true
-}
+// sharedPrincipal marks the shared child's session as several clients':
+// each request's principal is the one its POST gave Submit.
+func sharedPrincipal(*proxy.Call) (string, bool) { return "", true }
 
 // backend starts a session's server: dials it, or starts the command.
 func (cs *Children) backend(copts child.Options) (Backend, error) {
@@ -162,25 +127,25 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 	return back, nil
 }
 
-// route delivers what the session sends the client to the HTTP streams.
+// deliver routes what the session sends the client to the HTTP streams
+// (stdio.Options.Deliver).
+func (c *childSession) deliver(frame []byte, about *proxy.Call, last bool) {
+	switch c.Deliver(frame, about, last) {
+	case demux.NoRoute:
+		c.Log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(frame)))
+	case demux.Dropped:
+		c.Log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
+			zap.Int("backlog_bytes", stream.Backlog))
+	}
+}
+
+// route waits for the session's end (every message for the client went
+// through deliver), then ends every stream.
 func (c *childSession) route() {
-	var f framing.Frame
 	for {
-		line, err := c.Out.Next(nil)
-		if err != nil {
+		if _, err := c.Out.Next(nil); err != nil {
 			c.End()
 			return
-		}
-		var m *framing.Message
-		if f.Parse(line) == nil && !f.Batch {
-			m = &f.Msgs[0]
-		}
-		switch c.Deliver(m, line) {
-		case demux.NoRoute:
-			c.Log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(line)))
-		case demux.Dropped:
-			c.Log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
-				zap.Int("backlog_bytes", stream.Backlog))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -31,7 +32,6 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, lu.childInvalid(ctx, err))
 		return
 	}
-	body = lu.headerTraceInto(ctx, &f, body)
 	if len(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)) == 0 {
 		switch m := &f.Msgs[0]; {
 		case f.Batch:
@@ -40,7 +40,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 				"Invalid Request: a batch needs a session: initialize first"))
 			return
 		case m.Kind != framing.KindRequest || m.Method != framing.MethodInitialize:
-			lu.sharedPost(ctx, m)
+			lu.sharedPost(ctx, body, &f)
 			return
 		}
 	}
@@ -49,41 +49,43 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error(why, status)
 		return
 	}
-	body, st, requests := c.Admit(&f, body)
-	for i := range f.Msgs { // after open: a batch may cancel a request of its own
-		if m := &f.Msgs[i]; m.Method == framing.MethodCancelled && m.RequestID.IsValid() && !c.IsInitialize(m.RequestID) {
-			c.Cancelled(m.RequestID, lu.s.grace)
-			// Requests kept apart under the same id: the cancel names each.
-			if more := c.RenamedOf(m.RequestID); len(more) > 0 {
-				lu.s.log.Warn("ambiguous cancel: requests in flight share its id; each is cancelled", zap.Int("requests", len(more)+1))
-				for _, id := range more {
-					c.Cancelled(id, lu.s.grace)
-					c.Send(framing.AppendCancelled(nil, id, m.Reason))
-				}
-			}
+	body = lu.headerTraceInto(ctx, &f, body)
+	var sub *stdio.Submitted
+	var st *stream.Events
+	err = c.Sess.Submit(body, proxy.TraceContext{}, "", func(s *stdio.Submitted) {
+		sub = s
+		if len(s.Requests) > 0 {
+			st = c.Open(s.Requests)
 		}
-	}
-	if body != nil {
-		if err := c.Send(body); err != nil {
-			lu.s.log.Warn("the server's session has ended", zap.Error(err))
-			if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
-				// A new session's server already gone: its client gets the
-				// proxy's error, as for a request in flight when it went.
-				writeJSON(ctx, fasthttp.StatusOK, demux.ServerGone(m.ID))
-				return
-			}
-			ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
+		for _, e := range s.Ended { // after Open: a batch may cancel a request of its own
+			c.Cancelled(e, lu.s.grace)
+		}
+	})
+	if err != nil {
+		lu.s.log.Warn("the server's session has ended", zap.Error(err))
+		if m := &f.Msgs[0]; !f.Batch && m.Method == framing.MethodInitialize {
+			// A new session's server already gone: its client gets the
+			// proxy's error, as for a request in flight when it went.
+			writeJSON(ctx, fasthttp.StatusOK, demux.ServerGone(m.ID))
 			return
 		}
-	}
-	if !requests { // notifications and answers only
-		relay{lu.s}.relayReplies(ctx, nil, false)
+		ctx.Error("the MCP server has exited", fasthttp.StatusNotFound) // the client starts a new session
 		return
 	}
+	if st == nil { // notifications and answers only, or requests refused
+		relay{lu.s}.relayReplies(ctx, sub.Replies, false)
+		return
+	}
+	for _, r := range sub.Replies { // refusals of other messages of the batch
+		st.Send(r, false)
+	}
+	calls := sub.Requests
 	// With the disconnect grace, a client that leaves the stream and never
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
-	st.OnAbort = func() { lu.s.afterDisconnect(c.Log, len(st.IDs), nil, func() { lu.cancelAbandoned(c, st) }) }
+	st.OnAbort = func() {
+		lu.s.afterDisconnect(c.Log, len(calls), nil, func() { c.cancelAbandoned(st, calls, "client disconnected") })
+	}
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
 	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
@@ -126,12 +128,11 @@ func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Fram
 }
 
 // cancelAbandoned cancels, on the client's behalf, the requests of a
-// stream the client left that are still unanswered: the cancel goes into
-// the session as the client's own would.
-func (lu lineUpstream) cancelAbandoned(c *childSession, st *stream.Events) {
-	for _, id := range st.IDs {
-		if c.Abandon(id, st) {
-			c.Send(framing.AppendCancelled(nil, id, "client disconnected"))
+// stream the client left that are still unanswered.
+func (c *childSession) cancelAbandoned(st *stream.Events, calls []*proxy.Call, reason string) {
+	for _, call := range calls {
+		if c.Abandon(call, st) {
+			c.Sess.Cancel(call, proxy.SourceDisconnect, reason)
 		}
 	}
 }
@@ -247,13 +248,14 @@ func (cs *Children) stopAll(reason string) {
 }
 
 // sharedPost serves a request without a session (protocol 2026-07-28) on the
-// child shared by all such requests: its id and progress token are renamed
-// so that clients never collide, and a client that closes the stream before
-// the answer has the child sent notifications/cancelled for it, which on
-// stdio is how 2026-07-28 cancels. Notifications get 202 and go nowhere: a
-// client-chosen id must never cancel another client's request.
-func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) {
-	if m.Kind != framing.KindRequest {
+// child shared by all such requests: the session's core renames its id and
+// progress token where another client's request in flight holds them, and
+// a client that closes the stream before the answer has the child sent
+// notifications/cancelled for it, which on stdio is how 2026-07-28
+// cancels. Notifications get 202 and go nowhere: a client-chosen id must
+// never cancel another client's request.
+func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *framing.Frame) {
+	if f.Msgs[0].Kind != framing.KindRequest {
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
@@ -263,33 +265,29 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, m *framing.Message) 
 		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
 		return
 	}
-	line, id, tok := c.Rename(m)
-	st := c.Open([]framing.ID{id}, tokens(tok))
-	st.OnAbort = func() {
-		c.Forget(id, tok)
-		c.Send(framing.AppendCancelled(nil, id, "the client closed the stream"))
-		streamLeft(c.Log, 1, leftCancelled)
-	}
-	principals := &lu.s.Children.principals
-	principals.Store(id, principalOf(&ctx.Request)) // whose it is: a re-issue joins only its own
-	if err := c.Send(line); err != nil {
-		principals.Delete(id)
+	var sub *stdio.Submitted
+	var st *stream.Events
+	// The principal says whose it is: a re-issue joins only its own.
+	line = lu.headerTraceInto(ctx, f, line)
+	err = c.Sess.Submit(line, proxy.TraceContext{}, principalOf(&ctx.Request), func(s *stdio.Submitted) {
+		if sub = s; len(s.Requests) > 0 {
+			st = c.Open(s.Requests)
+		}
+	})
+	if err != nil {
 		ctx.Error("the MCP server has exited", fasthttp.StatusBadGateway)
 		return
 	}
-	stop := closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
-	st.StopWatch = func() {
-		stop()
-		principals.Delete(id) // decided long since, unless no rule asked
+	if st == nil { // refused
+		relay{lu.s}.relayReplies(ctx, sub.Replies, false)
+		return
 	}
+	st.OnAbort = func() {
+		c.cancelAbandoned(st, sub.Requests, "the client closed the stream")
+		streamLeft(c.Log, 1, leftCancelled)
+	}
+	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
 	stream.Serve(ctx, st)
-}
-
-func tokens(tok framing.ID) []framing.ID {
-	if tok.IsValid() {
-		return []framing.ID{tok}
-	}
-	return nil
 }
 
 // sharedChild returns the child that serves sessionless requests, starting

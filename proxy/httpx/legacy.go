@@ -165,6 +165,13 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := stream.NewEvents(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
+	// The one event stream carries everything for the client, answers
+	// (never dropped) and all, as the session's core decided it.
+	sopts.Deliver = func(frame []byte, _ *proxy.Call, last bool) {
+		if len(frame) > 0 {
+			st.Send(frame, last)
+		}
+	}
 	ls := &legacySession{Session: lines.New(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.Owner = peer
 	st.OnAbort = func() { ls.In.CloseWrite() }
@@ -179,16 +186,12 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 			st.End()
 		}
 	})
-	ls.Start(func() { // the session's lines to the client, as message events
-		var f framing.Frame
+	ls.Start(func() { // the stream ends with the session (what it sends the client goes through Deliver)
 		for {
-			line, err := ls.Out.Next(nil)
-			if err != nil {
+			if _, err := ls.Out.Next(nil); err != nil {
 				st.End()
 				return
 			}
-			answer := f.Parse(line) == nil && !f.Batch && f.Msgs[0].Kind == framing.KindResponse
-			st.Send(line, answer)
 		}
 	}, func() { // forget the session once it has ended
 		uninitialized.Stop()
@@ -211,14 +214,18 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	// Parsed here only when a traceparent header is to be carried into
-	// the line, which is all its session reads (the session parses every
-	// line).
+	// the line, which is all its session reads.
 	var f framing.Frame
 	if lg.s.NewTracer != nil && len(ctx.Request.Header.Peek("traceparent")) > 0 && f.Parse(line) == nil {
 		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
 	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
-	if err := ls.Send(line); err != nil {
+	err = ls.Sess.Submit(line, proxy.TraceContext{}, "", func(sub *stdio.Submitted) {
+		for _, r := range sub.Replies { // refusals go where every answer goes
+			ls.st.Send(r, true)
+		}
+	})
+	if err != nil {
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)
 		return
 	}

@@ -102,7 +102,7 @@ func TestSharedIDsKeptApartOnAStdioServer(t *testing.T) {
 	}
 	renamed := 0
 	for _, line := range got {
-		if strings.Contains(line, `"id":"h`) {
+		if strings.Contains(line, `"id":"mcp-cancel-proxy-`) {
 			renamed++
 		}
 	}
@@ -122,7 +122,7 @@ func TestSharedIDsKeptApartOnAStdioServer(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(strings.Join(cancels, " "), `"requestId":"h`) {
+	if !strings.Contains(strings.Join(cancels, " "), `"requestId":"mcp-cancel-proxy-`) {
 		t.Errorf("cancels the server got: %q, want one for the renamed call too", cancels)
 	}
 	for range 2 {
@@ -167,5 +167,76 @@ func TestSharedChildSpansNameTheClientsIDs(t *testing.T) {
 	defer rec.mu.Unlock()
 	if !slices.Equal(rec.ids, []string{`7`, `"seven"`}) {
 		t.Errorf("the spans name %v, want the client's ids 7 and \"seven\"", rec.ids)
+	}
+}
+
+// TestClaudeIDsOnLineSessions: claude.ai's connector sends initialize with
+// id 1 and then every call with id 1. On a session of lines (a stdio
+// server, an HTTP+SSE server), three calls in flight with id 1 and then a
+// cancel of id 1 cancel each of the three on the server, and each call's
+// stream ends without an answer, as over a Streamable HTTP upstream. On
+// the code before, the router took the cancel for one of initialize's
+// (long answered) and dropped it: the first call's stream never ended,
+// and the other two were answered after the cancel.
+func TestClaudeIDsOnLineSessions(t *testing.T) {
+	t.Run("stdio", func(t *testing.T) {
+		watchdog(t, 30*time.Second)
+		c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}
+		claudeIDs(t, c, "hang", func() {
+			for n := 0; n < 3; {
+				n += len(c.received())
+			}
+		}, func() {
+			for n := 0; n < 3; {
+				for _, line := range c.received() {
+					if strings.Contains(line, "notifications/cancelled") {
+						n++
+					}
+				}
+			}
+		})
+	})
+	t.Run("sse", func(t *testing.T) {
+		watchdog(t, 30*time.Second)
+		up, _, url := sseUpstream(t)
+		c := &childClient{t: t, url: url}
+		claudeIDs(t, c, "wait_cancel", func() {
+			for range 3 {
+				<-up.started
+			}
+		}, func() {
+			for range 3 {
+				<-up.sawCancel
+			}
+		})
+	})
+}
+
+// claudeIDs initializes c's session with id 1, makes three calls of tool
+// with id 1, waits until started says the server has them, cancels id 1,
+// waits until cancelled says the server saw three cancels, and checks that
+// each call's stream ended without an answer.
+func claudeIDs(t *testing.T, c *childClient, tool string, started, cancelled func()) {
+	t.Helper()
+	if status, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"claude-ai","version":"0.1.0"}}}`); status != 200 || c.session == "" {
+		t.Fatalf("initialize: %d %s", status, body)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	bodies := make(chan string, 3)
+	for range 3 {
+		go func() {
+			_, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"key":"k"}}}`)
+			bodies <- body
+		}()
+	}
+	started()
+	if status, _ := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"stop"}}`); status != 202 {
+		t.Fatalf("the cancel got %d", status)
+	}
+	cancelled()
+	for range 3 {
+		if body := <-bodies; strings.Contains(body, `"result"`) || strings.Contains(body, `"error"`) {
+			t.Errorf("a cancelled call's stream carried %s", body)
+		}
 	}
 }

@@ -252,7 +252,7 @@ func (r *sseRelay) next() bool {
 // answered gets the proxy's error in its place on this stream, and a request
 // of the server's it carried is refused to the server.
 func (r *sseRelay) tooLarge(tl *framing.EventTooLargeError) []byte {
-	toServer, toClient := r.sess.t.TooLarge(proxy.Server, &framing.FrameTooLargeError{Size: tl.Size, Limit: r.s.maxBody, Head: tl.Head})
+	toServer, toClient, _ := r.sess.t.TooLarge(proxy.Server, &framing.FrameTooLargeError{Size: tl.Size, Limit: r.s.maxBody, Head: tl.Head})
 	if toServer != nil {
 		outbound{r.s}.goNotify(r.sess, toServer, nil)
 	}

@@ -23,6 +23,11 @@ type buf struct {
 	// done, if set, is called once b has been written whole (a cancel's
 	// notification: the upstream is told); never when b is dropped.
 	done func()
+	// about and last, on a frame for the client, are the request it is
+	// about and whether it is that request's last message (see
+	// Options.Deliver); nil for other traffic.
+	about *proxy.Call
+	last  bool
 }
 
 const (
@@ -119,7 +124,7 @@ func written(b *buf) {
 
 // putBuf recycles b under a new generation.
 func putBuf(b *buf) {
-	b.done = nil
+	b.done, b.about, b.last = nil, nil, false
 	gen := b.st.Load() >> 2
 	b.st.Store((gen + 1) << 2)
 	b.sent = 0

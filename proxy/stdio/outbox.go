@@ -1,6 +1,7 @@
 package stdio
 
 import (
+	"bytes"
 	"io"
 	"sync"
 	"syscall"
@@ -45,6 +46,11 @@ type outbox struct {
 	stopped              bool      // the writer has returned; sends are refused
 	space                sync.Cond // signalled when frames are taken, or on stop
 
+	// deliver, when set, takes each frame whole, with the request it is
+	// about, in place of w (Options.Deliver): written by the goroutine
+	// alone, as on the portable path.
+	deliver Deliver
+
 	kick chan struct{} // 1-buffered: wakes the writer goroutine
 	dead chan struct{} // closed when run returns
 	err  error         // the write error that stopped run, if any; read after dead
@@ -77,13 +83,27 @@ func (o *outbox) sendUrgent(b *buf) ticket {
 	return t
 }
 
-func (o *outbox) enqueue(b *buf, urgent bool) ticket {
+// sendNow queues a frame, in order, without waiting for space: for a
+// front's frames (Session.Submit), decided under the session's lock,
+// which a peer that does not read must not hold for ever; what an HTTP
+// body brings is bounded by its size.
+func (o *outbox) sendNow(b *buf) ticket {
+	t := o.put(b, false, false)
+	o.wake()
+	return t
+}
+
+func (o *outbox) enqueue(b *buf, urgent bool) ticket { return o.put(b, urgent, !urgent) }
+
+// put queues b, ahead of the queue if urgent, first waiting for space if
+// wait.
+func (o *outbox) put(b *buf, urgent, wait bool) ticket {
 	b.b = append(b.b, '\n')
 	gen := b.st.Load() >> 2
 	b.st.Store(gen<<2 | bufQueued)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for !urgent && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
+	for wait && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
 		o.wakeLocked()
 		o.space.Wait()
 	}
@@ -227,6 +247,17 @@ func (o *outbox) stop() {
 
 // writeAll writes a batch, waiting for the peer as long as it takes.
 func (o *outbox) writeAll(batch []*buf) error {
+	if o.deliver != nil {
+		for _, b := range batch {
+			if !claim(b) {
+				putBuf(b)
+				continue
+			}
+			o.deliver(bytes.Clone(b.b[b.sent:len(b.b)-1]), b.about, b.last) // without its newline
+			written(b)
+		}
+		return nil
+	}
 	if o.raw != nil {
 		_, err := o.writev(batch, true)
 		return err

@@ -30,7 +30,12 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		s.handleBatch(from, f, b)
 		return
 	}
-	o := s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{})
+	s.carry(from, s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{}), b)
+}
+
+// carry carries out what the core decided of one message from a peer,
+// whose bytes b holds.
+func (s *Session) carry(from *side, o proxy.Outcome, b *buf) {
 	s.reply(from, o.Reply)
 	if o.Verdict != proxy.Forward {
 		putBuf(b)
@@ -38,6 +43,12 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 	}
 	if o.Rewritten != nil {
 		b.b = append(b.b[:0], o.Rewritten...)
+	}
+	b.about, b.last = o.For, o.Last
+	for _, mc := range o.More { // requests in flight under the cancel's id (AllowSharedIDs): each is told
+		nb := getBuf()
+		nb.b = append(nb.b, mc.Notice...)
+		s.sendNotice(from, mc.Call, nb)
 	}
 	switch {
 	case o.Cancelled != nil:
@@ -96,6 +107,10 @@ func (s *Session) timeNotice(from *side, c *proxy.Call, b *buf) {
 // batch is rebuilt from the elements that pass. A request in a batch is
 // never held: it goes with the batch.
 func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
+	if from.peer == proxy.Server && s.opts.Deliver != nil {
+		s.splitBatch(from, f, b)
+		return
+	}
 	p := s.core.DecideFrame(from.peer, f, proxy.TraceContext{}, nil)
 	for _, r := range p.Replies {
 		s.reply(from, r)
@@ -111,22 +126,72 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 	}
 }
 
+// splitBatch passes on a batch of the server's as the core decided each
+// message of it, saying which requests it is about (Options.Deliver): the
+// batch goes as about its first such message, and an empty frame follows
+// for each other request it ends. It takes ownership of b.
+func (s *Session) splitBatch(from *side, f *framing.Frame, b *buf) {
+	var kept [][]byte
+	var ends []*buf
+	b.about = nil
+	for i := range f.Msgs {
+		m := &f.Msgs[i]
+		if f.Errs[i] != nil {
+			s.t.Invalid(from.peer, f.Errs[i], m.Raw)
+			continue
+		}
+		o := s.core.Decide(from.peer, m, proxy.TraceContext{})
+		s.reply(from, o.Reply)
+		if o.Verdict != proxy.Forward {
+			continue
+		}
+		raw := m.Raw
+		if o.Rewritten != nil {
+			raw = o.Rewritten
+		}
+		kept = append(kept, raw)
+		switch {
+		case o.For == nil:
+		case b.about == nil:
+			b.about, b.last = o.For, o.Last
+		case o.Last:
+			end := getBuf()
+			end.about, end.last = o.For, true
+			ends = append(ends, end)
+		}
+	}
+	if len(kept) == 0 {
+		putBuf(b)
+		return
+	}
+	b.b = append(b.b[:0], proxy.JoinFrame(kept, true)...)
+	from.out.sendDeferred(b)
+	for _, end := range ends {
+		from.out.sendDeferred(end)
+	}
+}
+
 // tooLarge answers for a frame over the size limit.
 func (s *Session) tooLarge(from *side, tl *framing.FrameTooLargeError) {
-	toSender, toOther := s.t.TooLarge(from.peer, tl)
+	toSender, toOther, about := s.t.TooLarge(from.peer, tl)
 	s.reply(from, toSender)
 	if toOther != nil {
-		s.reply(s.sides[from.peer.Other()], toOther)
+		s.replyAbout(s.sides[from.peer.Other()], toOther, about, true)
 	}
 }
 
 // reply sends the proxy's own message, if any, to a peer.
-func (s *Session) reply(to *side, msg []byte) {
+func (s *Session) reply(to *side, msg []byte) { s.replyAbout(to, msg, nil, false) }
+
+// replyAbout sends the proxy's own message, if any, to a peer: about the
+// request about, and that request's last when last (see Deliver).
+func (s *Session) replyAbout(to *side, msg []byte, about *proxy.Call, last bool) {
 	if msg == nil {
 		return
 	}
 	b := getBuf()
 	b.b = append(b.b, msg...)
+	b.about, b.last = about, last
 	to.back.send(b)
 }
 
@@ -140,9 +205,9 @@ func (k carrier) Dispatch(c *proxy.Call, held any) {
 }
 
 // Withdrawn implements proxy.Carrier.
-func (k carrier) Withdrawn(_ *proxy.Call, held any, reply []byte) {
+func (k carrier) Withdrawn(c *proxy.Call, held any, reply []byte) {
 	putBuf(held.(*buf))
-	k.s.reply(k.s.sides[proxy.Client], reply)
+	k.s.replyAbout(k.s.sides[proxy.Client], reply, c, true)
 }
 
 // Cancel implements proxy.Carrier: the cancel goes ahead of what is
@@ -154,12 +219,12 @@ func (k carrier) Cancel(c *proxy.Call, notice, reply []byte) {
 	b.b = append(b.b, notice...)
 	k.s.sendNotice(from, c, b)
 	from.out.flush()
-	k.s.reply(from, reply)
+	k.s.replyAbout(from, reply, c, true)
 }
 
 // Notify implements proxy.Carrier: the client gets frame.
-func (k carrier) Notify(_ *proxy.Call, _ any, frame []byte) {
-	k.s.reply(k.s.sides[proxy.Client], frame)
+func (k carrier) Notify(c *proxy.Call, _ any, frame []byte) {
+	k.s.replyAbout(k.s.sides[proxy.Client], frame, c, false)
 }
 
 // SendOwn implements proxy.Carrier.
@@ -193,7 +258,7 @@ func (s *Session) Restarted(why string) {
 	s.core.Lock()
 	defer s.core.Unlock()
 	for _, r := range s.t.FailInFlight(why) {
-		s.reply(s.sides[proxy.Client], r)
+		s.replyAbout(s.sides[proxy.Client], r.Frame, r.To, true)
 	}
 	s.t.ForgetServerRequests()
 }

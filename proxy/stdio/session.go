@@ -81,7 +81,26 @@ type Options struct {
 	// HTTP front's, for all its sessions).
 	Totals   *proxy.Counters
 	OnCancel func(proxy.Source)
+	// Deliver, if set, takes every frame for the client in place of the
+	// client's Out, with the request it is about (see Deliver); the
+	// client's frames then come through Submit, which says what each
+	// opened and ended, while In serves only to end the session (an HTTP
+	// front that routes each answer to the stream its request came on).
+	// The wrapper leaves it unset.
+	Deliver Deliver
+	// AllowSharedIDs: see proxy.TrackerOptions (requests that share an id,
+	// each on a stream of its own: Deliver).
+	AllowSharedIDs bool
 }
+
+// Deliver takes one frame for the client (its own copy, without a newline)
+// with the request of the client's it is about, and whether it is that
+// request's last message: the server's answer, or the proxy's in its
+// place; about is nil for other traffic (the server's own requests and
+// notifications). An empty frame says only that about has ended: the
+// server's batch that ended it went as about another request. It is called
+// on one goroutine, in order, and must not block.
+type Deliver func(frame []byte, about *proxy.Call, last bool)
 
 // Conn is one peer's pair of byte streams.
 type Conn struct {
@@ -105,22 +124,30 @@ type Session struct {
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
 	readerDone               chan struct{} // see ReaderDone
+	// principal is the credential of the client whose frame Submit
+	// decides (Options.Principal); set under the core's lock.
+	principal string
+	running   chan struct{} // closed once Run has set sides up
 }
 
 // NewSession returns a Session configured by opts.
 func NewSession(opts Options) *Session {
-	s := &Session{opts: opts, readerDone: make(chan struct{})}
+	s := &Session{opts: opts, readerDone: make(chan struct{}), running: make(chan struct{})}
 	var tracer proxy.Tracer
 	if opts.NewTracer != nil {
 		tracer = opts.NewTracer()
+	}
+	principal := opts.Principal
+	if principal != nil && opts.Deliver != nil {
+		principal = func(*proxy.Call) (string, bool) { return s.principal, true } // Submit's
 	}
 	s.core = proxy.NewSession(proxy.SessionOptions{
 		Tracker: proxy.TrackerOptions{
 			Logger: opts.Logger, RetireAfter: opts.RetireAfter, RetireMax: opts.RetireMax,
 			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
-			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals},
+			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals, AllowSharedIDs: opts.AllowSharedIDs},
 		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart, DeferCancels: opts.DeferCancels,
-		Principal: opts.Principal})
+		Principal: principal})
 	s.t = s.core.Tracker()
 	return s
 }
@@ -151,10 +178,12 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
 	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
+	toClient.deliver = s.opts.Deliver
 	s.core.Lock() // CancelAll may come at once (a session stopped as it starts)
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	s.core.Unlock()
+	close(s.running)
 	go toClient.run()
 	go toServer.run()
 	go func() {
@@ -180,7 +209,7 @@ func (s *Session) Run(client, server Conn) error {
 	if !s.clientClosed.Load() {
 		err = ErrServerGone
 		for _, r := range s.t.FailInFlight("the MCP server exited before answering") {
-			s.reply(s.sides[proxy.Client], r)
+			s.replyAbout(s.sides[proxy.Client], r.Frame, r.To, true)
 		}
 	}
 	toServer.close()

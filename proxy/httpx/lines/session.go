@@ -31,8 +31,10 @@ type Session struct {
 	Back upstream.Backend
 	// Sess decides each message.
 	Sess *stdio.Session
-	// In takes the client's messages toward the session (see Send); Out
-	// gives what the session sends the client.
+	// In takes the client's messages toward the session, one line each
+	// without its newline (a front whose session delivers, Deliver,
+	// submits them through Sess.Submit, and closes In to end the session);
+	// Out gives what the session sends the client, unless it delivers.
 	In, Out *stdio.Frames
 	// Log is the session's logger.
 	Log  *zap.Logger
@@ -89,10 +91,6 @@ func (ls *Session) InFlight() int {
 	n, _ := ls.Sess.InFlight()
 	return n
 }
-
-// Send hands the session one message of the client's, one line without
-// its newline, which the session now owns.
-func (ls *Session) Send(line []byte) error { return ls.In.Put(line) }
 
 // Stop ends the session: its requests in flight are cancelled first (on
 // the server, with their hooks and audit, as from source; the client gets

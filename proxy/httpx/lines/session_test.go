@@ -56,7 +56,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 			routed <- string(line)
 		}
 	}, nil)
-	ls.Send([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`))
+	ls.In.Put([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`))
 	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"id":1`) {
 		t.Fatalf("the server got %s", line)
 	}
@@ -64,7 +64,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 	if got := <-routed; !strings.Contains(got, `"result"`) {
 		t.Fatalf("the client got %s", got)
 	}
-	ls.Send([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`))
+	ls.In.Put([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`))
 	srv.got.Next(nil)
 	if n := ls.InFlight(); n != 1 {
 		t.Fatalf("%d in flight, want 1", n)

@@ -29,11 +29,10 @@ const Backlog = 8 << 20
 // late answer reaches the tracker without one: Events never linger.
 type Events struct {
 	Stream // its wake is signalled when an event is queued or the stream ends
-	// IDs are the requests whose answers the stream carries; OnAbort, if
-	// set, is called once when the client leaves before every one of them
-	// is answered; StopWatch, if set, stops watching the client's
-	// connection. All are set before the stream is shared.
-	IDs       []framing.ID
+	// OnAbort, if set, is called once when the client leaves before every
+	// request whose answer the stream carries is answered; StopWatch, if
+	// set, stops watching the client's connection. Both are set before
+	// the stream is shared.
 	OnAbort   func()
 	StopWatch func()
 

@@ -17,7 +17,7 @@
 //	stats K=N  the session's counters, as many as named (forwarded,
 //	           cancels_forwarded, cancels_dropped, withdrawn,
 //	           responses_suppressed, progress_suppressed, dropped,
-//	           proxy_errors, joined)
+//	           proxy_errors, joined, silenced)
 //	clock +D   the fake clock every transport runs on moves by D (a Go
 //	           duration): deadlines and graces that end within it end
 //	era REV    the session speaks protocol revision REV; first if at all
@@ -213,7 +213,8 @@ func ForEach(t *testing.T, transport string, f func(t *testing.T, tr *Transcript
 	}
 }
 
-// All returns every transcript, in the order of their names.
+// All returns every transcript, in the order of their names, and then
+// the strict-client soak (Soak).
 func All() ([]Transcript, error) {
 	names, err := files.ReadDir("testdata")
 	if err != nil {
@@ -231,7 +232,7 @@ func All() ([]Transcript, error) {
 		}
 		all = append(all, tr)
 	}
-	return all, nil
+	return append(all, Soak(SoakCalls)), nil
 }
 
 func parse(name string, a *txtar.Archive) (Transcript, error) {
@@ -313,7 +314,7 @@ func parseSteps(name, data string) ([]Step, error) {
 func CheckStats(st proxy.Stats, arg string) error {
 	have := map[string]int64{"forwarded": st.Forwarded, "cancels_forwarded": st.CancelsForwarded,
 		"cancels_dropped": st.CancelsDropped, "withdrawn": st.Withdrawn, "responses_suppressed": st.ResponsesSuppressed,
-		"progress_suppressed": st.ProgressSuppressed, "dropped": st.Dropped, "proxy_errors": st.ProxyErrors, "joined": st.Joined}
+		"progress_suppressed": st.ProgressSuppressed, "dropped": st.Dropped, "proxy_errors": st.ProxyErrors, "joined": st.Joined, "silenced": st.Silenced}
 	for _, kv := range strings.Fields(arg) {
 		k, v, _ := strings.Cut(kv, "=")
 		want, err := strconv.ParseInt(v, 10, 64)
