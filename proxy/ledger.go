@@ -141,14 +141,15 @@ type ledger struct {
 	// ledger goes with its session.
 	tasks []*call
 	// ended remembers the receiver-side ids of the calls answered last
-	// (a ring of endedMemory), so that a second answer is told from an
-	// answer to a request never sent.
-	ended     []framing.ID
+	// (a ring), so that a second answer is told from an answer to a
+	// request never sent; in the ledger itself, so that remembering costs
+	// no allocation.
+	ended     [endedMemory]framing.ID
 	endedNext int
 }
 
 // endedMemory is how many answered calls a ledger remembers by id.
-const endedMemory = 64
+const endedMemory = 8
 
 // maxTools bounds the tool names a ledger keeps; calls of others log none.
 const maxTools = 256
@@ -332,7 +333,7 @@ func (l *ledger) complete(upID framing.ID, task *TaskAnswer) (c *call, v Verdict
 		switch {
 		case c == nil:
 			v = Drop
-			if slices.Contains(l.ended, upID) {
+			if upID.IsValid() && slices.Contains(l.ended[:], upID) {
 				v = Silence
 			}
 		case c.onAnswer != nil: // the proxy's own request
@@ -396,10 +397,6 @@ func (l *ledger) taskEnded(id string) (ok bool) {
 
 // endedLocked remembers upID, just answered, for a second answer.
 func (l *ledger) endedLocked(upID framing.ID) {
-	if len(l.ended) < endedMemory {
-		l.ended = append(l.ended, upID)
-		return
-	}
 	l.ended[l.endedNext] = upID
 	l.endedNext = (l.endedNext + 1) % endedMemory
 }

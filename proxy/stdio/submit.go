@@ -20,6 +20,7 @@ type Submitted struct {
 	// Replies are the proxy's own answers for the sender: refusals of
 	// what the frame held, in order.
 	Replies [][]byte
+	one     [1]*proxy.Call // Requests' array for a lone request
 }
 
 // ErrEnded is Submit's error once the session has ended.
@@ -31,68 +32,118 @@ var ErrEnded = errors.New("the session has ended")
 // is called with the decision before anything of the frame can reach the
 // server, so that the front routes the answers before they can come.
 // parent is the trace context the frame came in, if any; principal, the
-// credential of its client (Options.Principal).
+// credential of its client (Options.Principal). Submit never waits for a
+// server that does not read (its frames queue, as the HTTP bodies that
+// brought them were bounded); it waits for Run to have started.
 func (s *Session) Submit(frame []byte, parent proxy.TraceContext, principal string, open func(*Submitted)) error {
-	<-s.running // Run is under way (lines.Session.Start runs it as it starts)
+	<-s.running
 	s.core.Lock()
 	defer s.core.Unlock()
 	if s.clientClosed.Load() || s.serverGone.Load() {
 		return ErrEnded
 	}
-	to := s.sides[proxy.Client].out
 	var f framing.Frame
 	if err := f.Parse(frame); err != nil {
 		open(&Submitted{Replies: [][]byte{s.t.Invalid(proxy.Client, err, frame)}})
 		return nil
 	}
-	held := map[*proxy.Call]*buf{}
 	s.principal = principal
-	p := s.core.DecideFrame(proxy.Client, &f, parent, func(c *proxy.Call) any {
+	defer func() { s.principal = "" }()
+	if f.Batch {
+		s.submitBatch(&f, parent, open)
+	} else {
+		s.submitOne(&f.Msgs[0], parent, open)
+	}
+	s.sides[proxy.Client].out.flush()
+	return nil
+}
+
+// submitOne is Submit of a frame of one message, as the core decides it.
+func (s *Session) submitOne(m *framing.Message, parent proxy.TraceContext, open func(*Submitted)) {
+	o := s.core.Decide(proxy.Client, m, parent)
+	var sub Submitted
+	if o.Reply != nil {
+		sub.Replies = [][]byte{o.Reply}
+	}
+	if o.Request != nil {
+		sub.one[0] = o.Request
+		sub.Requests = sub.one[:]
+	}
+	if o.Cancelled != nil { // accepted, kept for the governor, or withdrawn
+		sub.Ended = append(sub.Ended, o.Cancelled)
+	}
+	for _, mc := range o.More {
+		sub.Ended = append(sub.Ended, mc.Call)
+	}
+	open(&sub)
+	b := getBuf()
+	b.b = append(b.b, m.Raw...)
+	s.carryNow(o, b)
+}
+
+// carryNow carries out what the core decided of a message of the
+// client's that Submit took, whose bytes b holds: as carry does, without
+// waiting for room toward the server.
+func (s *Session) carryNow(o proxy.Outcome, b *buf) {
+	from := s.sides[proxy.Client]
+	if o.Verdict != proxy.Forward {
+		putBuf(b)
+		return
+	}
+	if o.Rewritten != nil {
+		b.b = append(b.b[:0], o.Rewritten...)
+	}
+	for _, mc := range o.More {
+		nb := getBuf()
+		nb.b = append(nb.b, mc.Notice...)
+		s.sendNotice(from, mc.Call, nb)
+	}
+	switch {
+	case o.Cancelled != nil:
+		s.sendNotice(from, o.Cancelled, b)
+	case o.Hold:
+		s.core.Hold(o.Request, b)
+	case o.Request != nil:
+		from.out.sendNow(b).keep(o.Request)
+	default:
+		from.out.sendNow(b)
+	}
+}
+
+// submitBatch is Submit of a batch, decided as a whole (DecideFrame): a
+// request in it that the governor holds waits in a buffer of its own.
+func (s *Session) submitBatch(f *framing.Frame, parent proxy.TraceContext, open func(*Submitted)) {
+	var held map[*proxy.Call]*buf
+	p := s.core.DecideFrame(proxy.Client, f, parent, func(c *proxy.Call) any {
+		if held == nil {
+			held = map[*proxy.Call]*buf{}
+		}
 		b := getBuf()
 		held[c] = b
 		return b
 	})
-	s.principal = ""
 	sub := &Submitted{Requests: p.Requests, Replies: p.Replies}
 	sub.Ended = append(append(append(sub.Ended, p.Cancels...), p.Deferred...), p.WithdrawnCalls...)
 	for _, mc := range p.More {
 		sub.Ended = append(sub.Ended, mc.Call)
 	}
 	open(sub)
-	for i, c := range p.KeptCalls { // a held request waits in its buffer for the governor
-		if b := held[c]; b != nil {
-			b.b = append(b.b, p.Kept[i]...)
-		}
-	}
 	data := p.Data
 	if len(held) > 0 {
 		gone := make(map[*proxy.Call]bool, len(held))
-		for c := range held {
-			gone[c] = true
+		for i, c := range p.KeptCalls {
+			if b := held[c]; b != nil {
+				b.b = append(b.b, p.Kept[i]...)
+				gone[c] = true
+			}
 		}
 		data = p.Rebuild(gone)
 	}
-	s.queue(to, &f, &p, data)
-	to.flush()
-	return nil
-}
-
-// queue queues what is left of a client's frame for the server: a lone
-// cancel ahead of what waits (or withdrawing its request, still queued),
-// a lone request with its ticket kept, anything else as it comes; then
-// the cancels of the other requests under a cancelled id.
-func (s *Session) queue(to *outbox, f *framing.Frame, p *proxy.Plan, data []byte) {
+	to := s.sides[proxy.Client].out
 	if data != nil {
 		b := getBuf()
 		b.b = append(b.b, data...)
-		switch {
-		case !f.Batch && len(p.Cancels) == 1:
-			s.sendNotice(s.sides[proxy.Client], p.Cancels[0], b)
-		case !f.Batch && len(p.Requests) == 1:
-			to.sendNow(b).keep(p.Requests[0])
-		default:
-			to.sendNow(b)
-		}
+		to.sendNow(b)
 	}
 	for _, mc := range p.More {
 		b := getBuf()

@@ -1,0 +1,140 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+)
+
+// strictCalls is how many calls TestE2EStrictClientRandomCancels makes on
+// each transport, strictWindow how many at once.
+const (
+	strictCalls  = 1000
+	strictWindow = 16
+)
+
+// TestE2EStrictClientRandomCancels: a client as strict as Claude Code (it
+// would close its connection over an answer it cannot place, a second
+// answer, or progress under a token it does not hold) makes 1,000 calls of
+// the go-sdk example server's slow_honour, 16 at a time, and cancels about
+// a third of them at random (at once, or at their first progress), through
+// the wrapper and through the bridge. Every call ends with one answer or
+// one cancel; nothing else comes, but for an answer or progress already on
+// its way when the cancel reached the proxy, counted apart; and the proxy
+// says so at its end: it accepted each cancel but those whose call it had
+// answered already (the raced ones), and dropped those.
+func TestE2EStrictClientRandomCancels(t *testing.T) {
+	t.Run("wrapper", func(t *testing.T) {
+		t.Parallel()
+		strictClient(t, startWrapped(t, "--", proxyBin, "example-server"))
+	})
+	t.Run("bridge", func(t *testing.T) {
+		t.Parallel()
+		up := freePort(t)
+		startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
+		waitListening(t, up)
+		strictClient(t, startWrapped(t, "--upstream", "http://"+up+"/mcp"))
+	})
+}
+
+// strictCall is one call of strictClient's, as the client sees it.
+type strictCall struct {
+	cancelled, answered, cancelOnProgress bool
+}
+
+// strictClient plays TestE2EStrictClientRandomCancels's calls through w.
+func strictClient(t *testing.T, w *wrapped) {
+	w.initialize(`{}`)
+	rng := rand.New(rand.NewPCG(41, 7))
+	calls := map[int]*strictCall{}
+	next, open, ended, cancels, raced, racedProgress := 100, 0, 0, 0, 0, 0
+	cancel := func(id int) {
+		calls[id].cancelled = true
+		cancels++
+		open--
+		ended++
+		w.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"strict"}}`, id))
+	}
+	fill := func() {
+		for open < strictWindow && next < 100+strictCalls {
+			id := next
+			next++
+			open++
+			calls[id] = &strictCall{}
+			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.02,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id))
+			switch rng.IntN(6) {
+			case 0:
+				cancel(id)
+			case 1:
+				calls[id].cancelOnProgress = true
+			}
+		}
+	}
+	fill()
+	for ended < strictCalls {
+		m := w.recv()
+		switch {
+		case m["method"] == "notifications/progress":
+			tok, _ := m["params"].(map[string]any)["progressToken"].(string)
+			id, err := strconv.Atoi(strings.TrimPrefix(tok, "t"))
+			c := calls[id]
+			switch {
+			case err != nil || c == nil || c.answered:
+				t.Fatalf("progress under a token the client does not hold: %v", m)
+			case c.cancelled:
+				racedProgress++
+			case c.cancelOnProgress:
+				cancel(id)
+				fill()
+			}
+		case m["id"] != nil && m["method"] == nil:
+			id, _ := m["id"].(float64)
+			c := calls[int(id)]
+			switch {
+			case c == nil || c.answered:
+				t.Fatalf("an answer the client cannot place: %v", m)
+			case c.cancelled:
+				c.answered = true
+				raced++
+			default:
+				c.answered = true
+				open--
+				ended++
+				fill()
+			}
+		}
+	}
+	// Nothing more comes: a ping's answer is the last frame, on a pipe
+	// that keeps the order the proxy wrote in.
+	w.send(`{"jsonrpc":"2.0","id":"last","method":"ping"}`)
+	for m := w.recv(); m["id"] != "last"; m = w.recv() {
+		if m["id"] != nil && m["method"] == nil { // an answer to a cancelled call, raced
+			id, _ := m["id"].(float64)
+			c := calls[int(id)]
+			if c == nil || c.answered || !c.cancelled {
+				t.Fatalf("after the last call: %v", m)
+			}
+			c.answered = true
+			raced++
+			continue
+		}
+		if m["method"] != "notifications/progress" {
+			t.Fatalf("after the last call: %v", m)
+		}
+		racedProgress++
+	}
+	w.events.waitCount(t, cancels-raced, events.CancelAccepted, "from", "client")
+	if n := w.events.count(events.CancelAccepted, "from", "client"); n != cancels-raced {
+		t.Errorf("the proxy accepted %d cancels, want %d: %d cancels, %d of them after the answer was on its way",
+			n, cancels-raced, cancels, raced)
+	}
+	t.Logf("%d calls: %d cancelled (%d of them answered all the same, on the way before the cancel; %d progress notifications likewise)",
+		strictCalls, cancels, raced, racedProgress)
+}
