@@ -177,3 +177,8 @@ func (c *Call) Token() framing.ID { return c.token }
 
 // HasTask reports whether the request was task-augmented.
 func (c *Call) HasTask() bool { return c.hasTask }
+
+// TaskID is the task the request's answer created (a CreateTaskResult),
+// whose progress goes on under the request's token; "" for none. Set
+// before that answer is passed on.
+func (c *Call) TaskID() string { return c.taskID }

@@ -3,11 +3,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
@@ -25,7 +29,9 @@ const (
 // answer, or progress under a token it does not hold) makes 1,000 calls of
 // the go-sdk example server's slow_honour, 16 at a time, and cancels about
 // a third of them at random (at once, or at their first progress), through
-// the wrapper and through the bridge. Every call ends with one answer or
+// the wrapper, through the bridge, and as a Streamable HTTP client of the
+// sidecar in front of the server over Streamable HTTP and over stdio (a
+// session of lines). Every call ends with one answer or
 // one cancel; nothing else comes, but for an answer or progress already on
 // its way when the cancel reached the proxy, counted apart; and the proxy
 // says so at its end: it accepted each cancel but those whose call it had
@@ -41,6 +47,19 @@ func TestE2EStrictClientRandomCancels(t *testing.T) {
 		startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 		waitListening(t, up)
 		strictClient(t, startWrapped(t, "--upstream", "http://"+up+"/mcp"))
+	})
+	t.Run("sidecar-to-streamable", func(t *testing.T) {
+		t.Parallel()
+		run := startSidecarSession(t, nil, "--cancel-grace", "50ms")
+		strictHTTPClient(t, run.url, run.session, run.sc.events)
+	})
+	t.Run("sidecar-to-stdio", func(t *testing.T) {
+		t.Parallel()
+		front := freePort(t)
+		sc := startWrapped(t, "--listen", front, "--cancel-grace", "50ms", "--", proxyBin, "example-server")
+		sc.events.waitFor(t, events.SidecarListening)
+		url := "http://" + front + "/mcp"
+		strictHTTPClient(t, url, openSession(t, url, "strict"), sc.events)
 	})
 }
 
@@ -68,7 +87,7 @@ func strictClient(t *testing.T, w *wrapped) {
 			next++
 			open++
 			calls[id] = &strictCall{}
-			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.02,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id))
+			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id))
 			switch rng.IntN(6) {
 			case 0:
 				cancel(id)
@@ -137,4 +156,118 @@ func strictClient(t *testing.T, w *wrapped) {
 	}
 	t.Logf("%d calls: %d cancelled (%d of them answered all the same, on the way before the cancel; %d progress notifications likewise)",
 		strictCalls, cancels, raced, racedProgress)
+}
+
+// strictHTTPClient plays TestE2EStrictClientRandomCancels's calls as a
+// Streamable HTTP client of url's session, 16 at a time, each call on a
+// stream of its own, whose every message must be about that call; feed is
+// the sidecar's events feed.
+func strictHTTPClient(t *testing.T, url, session string, feed *eventTail) {
+	ids := make(chan int)
+	go func() {
+		for i := range strictCalls {
+			ids <- 100 + i
+		}
+		close(ids)
+	}()
+	var mu sync.Mutex
+	var total strictTally
+	var wg sync.WaitGroup
+	for w := range strictWindow {
+		rng := rand.New(rand.NewPCG(41, uint64(w)))
+		wg.Go(func() {
+			for id := range ids {
+				got, bad := strictHTTPCall(url, session, id, rng.IntN(6))
+				mu.Lock()
+				total.add(got)
+				mu.Unlock()
+				if bad != "" {
+					t.Error(bad)
+					for range ids { // the others' calls go on
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	feed.waitCount(t, total.cancels-total.raced, events.CancelAccepted, "from", "client")
+	if n := feed.count(events.CancelAccepted, "from", "client"); n != total.cancels-total.raced {
+		t.Errorf("the proxy accepted %d cancels, want %d: %d cancels, %d of them after the answer was on its way",
+			n, total.cancels-total.raced, total.cancels, total.raced)
+	}
+	t.Logf("%d calls: %d cancelled (%d of them answered all the same, on the way before the cancel; %d progress notifications likewise)",
+		strictCalls, total.cancels, total.raced, total.racedProgress)
+}
+
+// strictTally counts what a strict client's calls saw.
+type strictTally struct{ cancels, raced, racedProgress int }
+
+func (s *strictTally) add(o strictTally) {
+	s.cancels += o.cancels
+	s.raced += o.raced
+	s.racedProgress += o.racedProgress
+}
+
+// strictHTTPCall makes one call of strictHTTPClient's and reads its
+// stream to the end: mode 0 cancels it at once, 1 at its first progress.
+// It returns what it saw, and why a strict client would have closed its
+// connection, if it would have.
+func strictHTTPCall(url, session string, id, mode int) (got strictTally, bad string) {
+	call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id)
+	resp, err := http.DefaultClient.Do(mcpRequest(url, session, call))
+	if err != nil {
+		return got, fmt.Sprintf("call %d: %v", id, err)
+	}
+	cancelled := false
+	cancel := func() {
+		cancelled = true
+		got.cancels++
+		r, err := http.DefaultClient.Do(mcpRequest(url, session,
+			fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d,"reason":"strict"}}`, id)))
+		if err == nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+	}
+	if mode == 0 {
+		cancel()
+	}
+	answered := false
+	for data := range sseMessages(resp) {
+		var m struct {
+			ID     *float64
+			Method string
+			Params struct{ ProgressToken any }
+		}
+		if err := json.Unmarshal([]byte(data), &m); err != nil {
+			return got, fmt.Sprintf("call %d: %q", id, data)
+		}
+		switch {
+		case m.Method == "notifications/progress":
+			if m.Params.ProgressToken != fmt.Sprintf("t%d", id) || answered {
+				return got, fmt.Sprintf("call %d: progress under a token the client does not hold: %s", id, data)
+			}
+			if cancelled {
+				got.racedProgress++
+			} else if mode == 1 {
+				cancel()
+			}
+		case m.ID != nil && m.Method == "":
+			if int(*m.ID) != id || answered {
+				return got, fmt.Sprintf("call %d: an answer the client cannot place: %s", id, data)
+			}
+			answered = true
+			if cancelled {
+				got.raced++
+			}
+		}
+	}
+	if !answered && !cancelled {
+		return got, fmt.Sprintf("call %d: its stream ended without its answer", id)
+	}
+	return got, ""
 }

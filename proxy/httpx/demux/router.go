@@ -3,9 +3,10 @@
 // core decided each message) to the stream of the request it is about: the
 // core names that request (stdio.Options.Deliver), and the router keeps
 // only which stream each request of the client's came on. Traffic about no
-// open request (the server's own requests, its notifications, a task's
-// progress after its call was answered) goes to the newest open stream or
-// the standalone one. Ids that requests share, and the renaming that keeps
+// request (the server's own requests, its notifications) goes to the
+// newest open stream or the standalone one, a task's progress after its
+// call was answered to the standalone one, and what is about a request
+// the client cancelled or left nowhere. Ids that requests share, and the renaming that keeps
 // them apart on the server, are the core's (its ledger's aliases). A
 // Streamable HTTP front keeps one Router per session of lines.
 package demux
@@ -94,8 +95,13 @@ func (r *Router[R]) Deliver(line []byte, about *proxy.Call, last bool) Delivery 
 	case r.shared, len(line) == 0:
 		// 2026-07-28 has no stream for unrelated server traffic, and nothing
 		// may go to another client's stream.
-	default:
+	case about == nil:
 		rt = r.otherLocked()
+	case about.TaskID() != "":
+		rt = r.listen // a task's progress, after the answer that made the task
+	default:
+		// About a request whose stream the client left or cancelled, decided
+		// before it did: no other request's stream may carry it.
 	}
 	r.mu.Unlock()
 	if rt == zero {

@@ -79,9 +79,11 @@ func TestRouterRoutes(t *testing.T) {
 	if len(post.got) != 3 || !strings.Contains(post.got[2], "answer answer=true") || !post.ended {
 		t.Errorf("the POST's route got %q (ended %v): want progress, the nested request, the answer, then its end", post.got, post.ended)
 	}
-	r.Deliver([]byte("task progress"), c, false) // after its answer: about no open request
+	if d := r.Deliver([]byte("late progress"), c, false); d != NoRoute { // decided before its answer went
+		t.Errorf("progress about an answered call: %v, want NoRoute", d)
+	}
 	r.Deliver([]byte("note"), nil, false)
-	if len(get.got) != 2 {
+	if len(get.got) != 1 {
 		t.Errorf("the standalone stream got %q, want what came after the POST's end", get.got)
 	}
 	if !r.Streaming() {
@@ -137,5 +139,35 @@ func TestRouterCancelAndShare(t *testing.T) {
 	shared.Deliver([]byte("answer"), c, true)
 	if d := shared.Deliver([]byte("progress"), c, false); d != NoRoute {
 		t.Errorf("traffic about an ended request on the shared router: %v, want NoRoute", d)
+	}
+}
+
+// TestRouterKeepsStrays: what is about a request the client cancelled,
+// decided before the cancel, reaches no other request's stream (a strict
+// client closes its connection over progress for a token it does not
+// hold); a task's progress after the answer that made the task goes to
+// the standalone stream, never to another request's.
+func TestRouterKeepsStrays(t *testing.T) {
+	r := newRouter()
+	get := &fakeRoute{name: "get"}
+	r.Listen(get)
+	cs := calls(t, 1, 2)
+	first, second := r.Open(cs[:1]), r.Open(cs[1:])
+	r.Cancelled(cs[0], time.Second)
+	if d := r.Deliver([]byte("progress of 1"), cs[0], false); d != NoRoute || len(second.got)+len(first.got)+len(get.got) != 0 {
+		t.Errorf("progress of a cancelled call: %v; streams got %q %q %q", d, first.got, second.got, get.got)
+	}
+
+	tr := proxy.NewTracker(proxy.TrackerOptions{})
+	var f framing.Frame
+	f.Parse([]byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","task":{},"_meta":{"progressToken":"p"}}}`))
+	task := tr.Decide(proxy.Client, &f.Msgs[0]).Request
+	f.Parse([]byte(`{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"T","status":"working"}}}`))
+	tr.Decide(proxy.Server, &f.Msgs[0])
+	r.Open([]*proxy.Call{task})
+	r.Deliver([]byte("created"), task, true)
+	r.Deliver([]byte("task progress"), task, false)
+	if len(get.got) != 1 || len(second.got) != 0 {
+		t.Errorf("a task's progress: the standalone stream got %q, another call's %q", get.got, second.got)
 	}
 }
