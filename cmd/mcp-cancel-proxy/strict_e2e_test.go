@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,8 @@ const (
 // TestE2EStrictClientRandomCancels: a client as strict as Claude Code (it
 // would close its connection over an answer it cannot place, a second
 // answer, or progress under a token it does not hold) makes 1,000 calls of
-// the go-sdk example server's slow_honour, 16 at a time, and cancels about
+// the go-sdk example server's slow_honour (and of server-everything's
+// long-running operation, through the wrapper), 16 at a time, and cancels about
 // a third of them at random (at once, or at their first progress), through
 // the wrapper, through the bridge, and as a Streamable HTTP client of the
 // sidecar in front of the server over Streamable HTTP and over stdio (a
@@ -39,14 +41,22 @@ const (
 func TestE2EStrictClientRandomCancels(t *testing.T) {
 	t.Run("wrapper", func(t *testing.T) {
 		t.Parallel()
-		strictClient(t, startWrapped(t, "--", proxyBin, "example-server"))
+		strictClient(t, startWrapped(t, "--", proxyBin, "example-server"), slowHonour)
+	})
+	t.Run("wrapper-to-server-everything", func(t *testing.T) {
+		// Node's server-everything ignores cancels: its call runs on,
+		// reporting progress, and answers.
+		t.Parallel()
+		node, dir := nodePeers(t)
+		everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+		strictClient(t, startWrapped(t, "--", node, everything, "stdio"), longRunning)
 	})
 	t.Run("bridge", func(t *testing.T) {
 		t.Parallel()
 		up := freePort(t)
 		startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 		waitListening(t, up)
-		strictClient(t, startWrapped(t, "--upstream", "http://"+up+"/mcp"))
+		strictClient(t, startWrapped(t, "--upstream", "http://"+up+"/mcp"), slowHonour)
 	})
 	t.Run("sidecar-to-streamable", func(t *testing.T) {
 		t.Parallel()
@@ -63,13 +73,22 @@ func TestE2EStrictClientRandomCancels(t *testing.T) {
 	})
 }
 
+// The calls of TestE2EStrictClientRandomCancels, given their id: the go-sdk
+// example server's slow_honour, and server-everything's long-running
+// operation, each 10 ms long in two steps of progress.
+const (
+	slowHonour  = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`
+	longRunning = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"trigger-long-running-operation","arguments":{"duration":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`
+)
+
 // strictCall is one call of strictClient's, as the client sees it.
 type strictCall struct {
 	cancelled, answered, cancelOnProgress bool
 }
 
-// strictClient plays TestE2EStrictClientRandomCancels's calls through w.
-func strictClient(t *testing.T, w *wrapped) {
+// strictClient plays TestE2EStrictClientRandomCancels's calls through w:
+// call, given an id twice, is the call.
+func strictClient(t *testing.T, w *wrapped, call string) {
 	w.initialize(`{}`)
 	rng := rand.New(rand.NewPCG(41, 7))
 	calls := map[int]*strictCall{}
@@ -87,7 +106,7 @@ func strictClient(t *testing.T, w *wrapped) {
 			next++
 			open++
 			calls[id] = &strictCall{}
-			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id))
+			w.send(fmt.Sprintf(call, id, id))
 			switch rng.IntN(6) {
 			case 0:
 				cancel(id)
@@ -217,7 +236,7 @@ func (s *strictTally) add(o strictTally) {
 // It returns what it saw, and why a strict client would have closed its
 // connection, if it would have.
 func strictHTTPCall(url, session string, id, mode int) (got strictTally, bad string) {
-	call := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.01,"steps":2},"_meta":{"progressToken":"t%d"}}}`, id, id)
+	call := fmt.Sprintf(slowHonour, id, id)
 	resp, err := http.DefaultClient.Do(mcpRequest(url, session, call))
 	if err != nil {
 		return got, fmt.Sprintf("call %d: %v", id, err)
