@@ -22,9 +22,10 @@ import (
 // 2025-03-26 to 2025-11-25, with sessions): each session that initialize
 // opens gets its own child process, and a stdio.Session between the child
 // and the HTTP side, so cancellation works exactly as in the stdio wrapper.
-// This side only routes: each POST's messages go to the session as lines,
-// and what the session sends back goes to the response stream of the
-// request it answers (by id, or by progress token), or to the GET stream.
+// This side only routes: each POST's frame goes to the session
+// (stdio.Session.Submit), and what the session sends back goes to the
+// response stream of the request its core says it is about
+// (stdio.Options.Deliver), or to the GET stream.
 type Children struct {
 	// Argv is the server command. Required, unless Dial is set.
 	Argv []string

@@ -58,8 +58,8 @@ func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals
 }
 
 // Start runs the session, and route beside it: route reads what the
-// session sends the client (Out) until it ends, which it does once the
-// session has. Then onEnd, if not nil, runs, and Done is closed: the
+// session sends the client (Out; with Deliver, nothing comes there) until
+// it ends, which it does once the session has. Then onEnd, if not nil, runs, and Done is closed: the
 // session's goroutines have all ended.
 func (ls *Session) Start(route, onEnd func()) {
 	go func() {
