@@ -93,6 +93,14 @@ func (o *outbox) sendNow(b *buf) ticket {
 	return t
 }
 
+// sendAs is sendNow when now, else sendDeferred.
+func (o *outbox) sendAs(b *buf, now bool) ticket {
+	if now {
+		return o.sendNow(b)
+	}
+	return o.sendDeferred(b)
+}
+
 func (o *outbox) enqueue(b *buf, urgent bool) ticket { return o.put(b, urgent, !urgent) }
 
 // put queues b, ahead of the queue if urgent, first waiting for space if

@@ -30,13 +30,15 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		s.handleBatch(from, f, b)
 		return
 	}
-	s.carry(from, s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{}), b)
+	o := s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{})
+	s.reply(from, o.Reply)
+	s.carry(from, o, b, false)
 }
 
 // carry carries out what the core decided of one message from a peer,
-// whose bytes b holds.
-func (s *Session) carry(from *side, o proxy.Outcome, b *buf) {
-	s.reply(from, o.Reply)
+// whose bytes b holds (its reply is the caller's). now says the frame is a
+// front's (Submit): queued without waiting for room, and sent at once.
+func (s *Session) carry(from *side, o proxy.Outcome, b *buf, now bool) {
 	if o.Verdict != proxy.Forward {
 		putBuf(b)
 		return
@@ -56,11 +58,11 @@ func (s *Session) carry(from *side, o proxy.Outcome, b *buf) {
 	case o.Hold:
 		s.core.Hold(o.Request, b)
 	case o.Request != nil:
-		// Only the issuer's relay goroutine, this one, reads the ticket:
-		// cancels come from the same peer as their request.
-		from.out.sendDeferred(b).keep(o.Request)
+		// Only the issuer's side reads the ticket, under the session's
+		// lock: cancels come from the same peer as their request.
+		from.out.sendAs(b, now).keep(o.Request)
 	default:
-		from.out.sendDeferred(b)
+		from.out.sendAs(b, now)
 	}
 }
 

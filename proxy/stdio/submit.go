@@ -78,36 +78,7 @@ func (s *Session) submitOne(m *framing.Message, parent proxy.TraceContext, open 
 	open(&sub)
 	b := getBuf()
 	b.b = append(b.b, m.Raw...)
-	s.carryNow(o, b)
-}
-
-// carryNow carries out what the core decided of a message of the
-// client's that Submit took, whose bytes b holds: as carry does, without
-// waiting for room toward the server.
-func (s *Session) carryNow(o proxy.Outcome, b *buf) {
-	from := s.sides[proxy.Client]
-	if o.Verdict != proxy.Forward {
-		putBuf(b)
-		return
-	}
-	if o.Rewritten != nil {
-		b.b = append(b.b[:0], o.Rewritten...)
-	}
-	for _, mc := range o.More {
-		nb := getBuf()
-		nb.b = append(nb.b, mc.Notice...)
-		s.sendNotice(from, mc.Call, nb)
-	}
-	switch {
-	case o.Cancelled != nil:
-		s.sendNotice(from, o.Cancelled, b)
-	case o.Hold:
-		s.core.Hold(o.Request, b)
-	case o.Request != nil:
-		from.out.sendNow(b).keep(o.Request)
-	default:
-		from.out.sendNow(b)
-	}
+	s.carry(s.sides[proxy.Client], o, b, true)
 }
 
 // submitBatch is Submit of a batch, decided as a whole (DecideFrame): a
