@@ -161,6 +161,7 @@ type sseBackend struct {
 	prev     *Posting                // the last POST's: the next waits for it (Write)
 	postings map[framing.ID]*Posting // each request's, until its POST is answered
 	running  sync.WaitGroup          // the POSTs under way
+	ended    bool                    // the event stream ended: no POST starts
 
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called: the stream's end is no news
@@ -244,6 +245,9 @@ func (b *sseBackend) pump() {
 		b.log.Warn("the upstream's event stream broke", zap.Error(err))
 	}
 	b.body.CloseWithError(err)
+	b.mu.Lock()
+	b.ended = true // so that no POST starts while running is waited for
+	b.mu.Unlock()
 	b.running.Wait() // their refusals go to in first
 	b.in.CloseWrite()
 }
@@ -283,6 +287,10 @@ func (b *sseBackend) start(line []byte) {
 	parsed := f.Parse(line) == nil && !f.Batch
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.ended { // the session fails what is in flight as it ends
+		b.log.Debug("a message for an upstream whose event stream ended is not sent", zap.Int("bytes", len(line)))
+		return
+	}
 	if parsed && f.Msgs[0].Method == framing.MethodCancelled && b.postings[f.Msgs[0].RequestID].Withdraw() {
 		b.log.Debug("a request waiting for a sign-in was cancelled: withdrawn", zap.Stringer("id", f.Msgs[0].RequestID))
 		return
