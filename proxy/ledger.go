@@ -146,6 +146,10 @@ type ledger struct {
 	// no allocation.
 	ended     [endedMemory]framing.ID
 	endedNext int
+	// tasksOver remembers the ids of the tasks last seen terminal (a
+	// ring), so that a message still tagged with one is kept back.
+	tasksOver     [endedMemory]string
+	tasksOverNext int
 }
 
 // endedMemory is how many answered calls a ledger remembers by id.
@@ -380,10 +384,11 @@ func (l *ledger) taskLocked(c *call, task *TaskAnswer) {
 	}
 }
 
-// taskEnded forgets the progress token of the call that created task id,
-// now terminal, and reports whether one was kept.
+// taskEnded remembers task id, now terminal, and forgets the progress
+// token of the call that created it, reporting whether one was kept.
 func (l *ledger) taskEnded(id string) (ok bool) {
 	l.update(func() {
+		l.taskOverLocked(id)
 		i := slices.IndexFunc(l.tasks, func(c *call) bool { return c.taskID == id })
 		if i < 0 {
 			return
@@ -393,6 +398,28 @@ func (l *ledger) taskEnded(id string) (ok bool) {
 		ok = true
 	})
 	return ok
+}
+
+// taskOverLocked remembers that task id has ended.
+func (l *ledger) taskOverLocked(id string) {
+	if !slices.Contains(l.tasksOver[:], id) {
+		l.tasksOver[l.tasksOverNext] = id
+		l.tasksOverNext = (l.tasksOverNext + 1) % endedMemory
+	}
+}
+
+// taskIsOver reports whether task id was seen terminal lately, or its ttl
+// passed.
+func (l *ledger) taskIsOver(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id == "" {
+		return false
+	}
+	now := l.now()
+	return slices.Contains(l.tasksOver[:], id) || slices.ContainsFunc(l.tasks, func(c *call) bool {
+		return c.taskID == id && !c.retireAt.IsZero() && !now.Before(c.retireAt) // its ttl passed
+	})
 }
 
 // endedLocked remembers upID, just answered, for a second answer.
@@ -584,7 +611,8 @@ func (l *ledger) expireLocked() {
 	if len(l.tasks) > 0 {
 		l.tasks = slices.DeleteFunc(l.tasks, func(c *call) bool {
 			past := !c.retireAt.IsZero() && !now.Before(c.retireAt)
-			if past {
+			if past { // its receiver may forget the task: so is it over
+				l.taskOverLocked(c.taskID)
 				l.dropLocked(c)
 			}
 			return past

@@ -90,7 +90,8 @@ func TestNothingFollowsAnAnswer(t *testing.T) {
 // TestATasksTokenLivesUntilTheTaskEnds: a task-augmented request answered
 // with a CreateTaskResult keeps its progress token until a message says
 // the task is terminal (tasks/get, tasks/result, tasks/cancel,
-// notifications/tasks/status), or its ttl passes.
+// notifications/tasks/status), or its ttl passes; from then on, a
+// notification tied to the task (related-task _meta) is kept back too.
 func TestATasksTokenLivesUntilTheTaskEnds(t *testing.T) {
 	call := func(id int, tok string) string {
 		return `{"jsonrpc":"2.0","id":` + itoa(id) + `,"method":"tools/call","params":{"name":"x","task":{"ttl":60000},"_meta":{"progressToken":"` + tok + `"}}}`
@@ -100,6 +101,9 @@ func TestATasksTokenLivesUntilTheTaskEnds(t *testing.T) {
 	}
 	progress := func(tok string) string {
 		return `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"` + tok + `","progress":1}}`
+	}
+	tagged := func(task string) string {
+		return `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"` + task + `"}}}}`
 	}
 	ends := map[string]func(st *silenceTracker){
 		"tasks/get": func(st *silenceTracker) {
@@ -134,8 +138,11 @@ func TestATasksTokenLivesUntilTheTaskEnds(t *testing.T) {
 			st.passes(t, Client, call(1, "p"))
 			st.passes(t, Server, created(1, "T", "60000"))
 			st.passes(t, Server, progress("p")) // the task runs on: its token lives
+			st.passes(t, Server, tagged("T"))
 			end(st)
 			st.silenced(t, Server, progress("p"))
+			st.silenced(t, Server, tagged("T")) // a message about the ended task
+			st.passes(t, Server, tagged("U"))   // about another
 		})
 	}
 	t.Run("null ttl", func(t *testing.T) {

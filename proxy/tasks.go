@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -87,6 +88,40 @@ func taskStatusOver(m *framing.Message) string {
 		return r.Params.TaskID
 	}
 	return ""
+}
+
+// relatedTaskBytes is relatedTaskKey, for a look at a message's bytes
+// before it is parsed.
+var relatedTaskBytes = []byte(relatedTaskKey)
+
+// relatedTask returns the id of the task a message's params._meta ties it
+// to, or "".
+func relatedTask(m *framing.Message) string {
+	if !bytes.Contains(m.Raw, relatedTaskBytes) {
+		return ""
+	}
+	var r struct {
+		Params struct {
+			Meta map[string]struct {
+				TaskID string `json:"taskId"`
+			} `json:"_meta"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(m.Raw, &r) != nil {
+		return ""
+	}
+	return r.Params.Meta[relatedTaskKey].TaskID
+}
+
+// afterTask reports whether a notification from a peer is tied to a task
+// of the peer's that has ended: its issuer must hear nothing more of it.
+func (t *Tracker) afterTask(from Peer, m *framing.Message) bool {
+	id := relatedTask(m)
+	if id == "" || !t.peers[from].answers.taskIsOver(id) {
+		return false
+	}
+	t.silenced(from, t.peers[from].answers.dir, m, framing.StringID(id), "a message about a task that has ended")
+	return true
 }
 
 // endTask forgets the progress token kept for a task of the issuer that

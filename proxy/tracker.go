@@ -249,6 +249,10 @@ func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) O
 		return t.progress(from, m)
 	case framing.MethodTaskStatus:
 		t.endTask(from, taskStatusOver(m))
+	default:
+		if t.afterTask(from, m) {
+			return Outcome{Verdict: Drop}
+		}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	return Outcome{}
