@@ -15,6 +15,7 @@
 //	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -procs -proxy /tmp/mcp-cancel-proxy -strace 2000
 //	go run ./bench/httpload -sessions       # Streamable HTTP against HTTP+SSE upstreams, with sessions
 //	go build -o /tmp/httpload ./bench/httpload && /tmp/httpload -peers -proxy /tmp/mcp-cancel-proxy -rounds 3   # against mcp-proxy and supergateway
+//	go run ./bench/httpload -strict -proxy /tmp/mcp-cancel-proxy -n 10000   # a strict client's random cancels on every transport
 package main
 
 import (
@@ -49,6 +50,7 @@ func main() {
 	straceN := flag.Int("strace", 0, "with -procs: also count the sidecar's system calls over this many round trips")
 	sessions := flag.Bool("sessions", false, "instead: clients with a session each, through the sidecar to Streamable HTTP and to HTTP+SSE upstreams")
 	peers := flag.Bool("peers", false, "instead: a stdio server served over HTTP by the proxy binary (-proxy), mcp-proxy and supergateway, each a process, with a session per client")
+	strictMode := flag.Bool("strict", false, "instead: a strict client's n calls with random cancels through every transport of the proxy binary (-proxy), counting what it could not place")
 	nodeModules := flag.String("node-modules", "test/node_modules", "with -peers: where the test command installed the npm peers")
 	role := flag.String("role", "", "internal to -procs: serve as upstream or reverseproxy")
 	addr := flag.String("addr", "", "internal to -procs: the address to serve on")
@@ -77,6 +79,8 @@ func main() {
 		err = idleStreams(*proxyBin, *idle)
 	case *sessions:
 		err = runSessions(*n, *rounds)
+	case *strictMode:
+		err = runStrict(*proxyBin, *n)
 	case *peers:
 		err = runPeers(*proxyBin, *nodeModules, *n, *rounds)
 	case *procs:

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/strict"
 )
 
 // proxyBin is the mcp-cancel-proxy binary built for these tests; the example
@@ -145,6 +147,9 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 	}()
 	t.Cleanup(func() {
 		stdin.Close()
+		if serves(cmd.Args[1:]) { // a sidecar does not end with its stdin
+			cmd.Process.Signal(syscall.SIGTERM)
+		}
 		select {
 		case <-w.exited:
 		case <-time.After(20 * time.Second):
@@ -156,6 +161,20 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 		}
 	})
 	return w
+}
+
+// serves says whether the proxy's arguments make it serve HTTP (--listen
+// before any "--"), a process that runs until it is stopped.
+func serves(args []string) bool {
+	for _, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "--listen", strings.HasPrefix(a, "--listen="):
+			return true
+		}
+	}
+	return false
 }
 
 func (w *wrapped) send(frame string) {
@@ -366,13 +385,7 @@ func openSession(t testing.TB, url, client string) string {
 
 // mcpRequest is the POST of one JSON-RPC message, as an MCP client sends it.
 func mcpRequest(url, session, body string) *http.Request {
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-	}
-	return req
+	return strict.Request(url, session, body)
 }
 
 // sseMessages returns the data of each event of a response, in order,

@@ -3,7 +3,8 @@
 // call is cancelled, mcp-go cancels the handler's context but still writes
 // a response, which the proxy must keep from the client. With -http ADDR it
 // serves Streamable HTTP at /mcp instead of stdio; with -sse ADDR, the
-// 2024-11-05 HTTP+SSE transport (GET /sse, POST /message).
+// 2024-11-05 HTTP+SSE transport (GET /sse, POST /message). Its tools are
+// wait_for_cancel and slow.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -24,6 +26,10 @@ func main() {
 	s.AddTool(mcp.NewTool("wait_for_cancel",
 		mcp.WithDescription("Reports progress once, then waits until the call is cancelled, and answers anyway.")),
 		waitForCancel)
+	s.AddTool(mcp.NewTool("slow",
+		mcp.WithDescription("Reports progress at each of its steps over its seconds, then answers; when cancelled, it stops and answers anyway."),
+		mcp.WithNumber("seconds", mcp.DefaultNumber(10)), mcp.WithNumber("steps", mcp.DefaultNumber(10))),
+		slow)
 	if *sseAddr != "" {
 		if err := server.NewSSEServer(s, server.WithBaseURL("http://"+*sseAddr)).Start(*sseAddr); err != nil {
 			fmt.Fprintln(os.Stderr, "mcpgoserver:", err)
@@ -42,6 +48,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mcpgoserver:", err)
 		os.Exit(1)
 	}
+}
+
+func slow(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	seconds, steps := req.GetFloat("seconds", 10), req.GetInt("steps", 10)
+	steps = max(steps, 1)
+	tick := time.NewTicker(time.Duration(seconds * float64(time.Second) / float64(steps)))
+	defer tick.Stop()
+	for i := range steps {
+		select {
+		case <-ctx.Done():
+			return mcp.NewToolResultError("stopped: " + ctx.Err().Error()), nil
+		case <-tick.C:
+		}
+		if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+			server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": req.Params.Meta.ProgressToken, "progress": i + 1, "total": steps})
+		}
+	}
+	return mcp.NewToolResultText(fmt.Sprintf("slow done after %gs", seconds)), nil
 }
 
 func waitForCancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
