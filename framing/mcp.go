@@ -12,6 +12,10 @@ const (
 	// MethodSubscriptionsListen (2026-07-28) opens a stream of a client's
 	// subscriptions; on stdio the server ends it with notifications/cancelled.
 	MethodSubscriptionsListen = "subscriptions/listen"
+	// SubscriptionIDKey (2026-07-28) is the _meta key that ties a
+	// notification to the subscriptions/listen request it belongs to: its
+	// value is that request's id.
+	SubscriptionIDKey = "io.modelcontextprotocol/subscriptionId"
 )
 
 // Revision is an MCP protocol revision, named by its date ("2025-11-25"):
@@ -95,6 +99,8 @@ func parseMeta(sc *scanner, m *Message) error {
 			return scanValue(sc, &m.TraceParentSpan)
 		case "tracestate":
 			return scanValue(sc, &m.TraceStateSpan)
+		case SubscriptionIDKey:
+			return scanID(sc, &m.SubscriptionID, &m.SubscriptionIDSpan)
 		}
 		return sc.skip()
 	})

@@ -66,7 +66,12 @@ type Message struct {
 	// TraceParentSpan and TraceStateSpan are where params._meta.traceparent
 	// and tracestate are in Raw, whatever their kind (W3C trace context).
 	TraceParentSpan, TraceStateSpan Span
-	tokens                          int // progressToken keys seen, top level and under _meta
+	// SubscriptionID is params._meta's io.modelcontextprotocol/subscriptionId
+	// (2026-07-28): the id of the subscriptions/listen request a
+	// notification belongs to; SubscriptionIDSpan is where it is in Raw.
+	SubscriptionID     ID
+	SubscriptionIDSpan Span
+	tokens             int // progressToken keys seen, top level and under _meta
 }
 
 // NameBytes returns params.name's bytes when the string has no escapes

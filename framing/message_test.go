@@ -291,3 +291,26 @@ func TestErrorIDOfARefusedRequest(t *testing.T) {
 		t.Error("the reason is no longer framing.ErrTwoTokens")
 	}
 }
+
+// TestParseSubscriptionID: a notification's _meta names the
+// subscriptions/listen request it belongs to, a string or a number, and
+// where the value is, for the proxy to put the client's id back.
+func TestParseSubscriptionID(t *testing.T) {
+	for raw, want := range map[string]framing.ID{
+		`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"s-1"}}}`:                              framing.StringID("s-1"),
+		`{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{},"_meta":{"x":1,"io.modelcontextprotocol/subscriptionId":7}}}`: framing.IntID(7),
+		`{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"subscriptionId":"s-1"}}`:                                                                {},
+	} {
+		var f framing.Frame
+		if err := f.Parse([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		m := &f.Msgs[0]
+		if m.SubscriptionID != want {
+			t.Errorf("%s: SubscriptionID %v, want %v", raw, m.SubscriptionID, want)
+		}
+		if want.IsValid() && string(m.Raw[m.SubscriptionIDSpan.Start:m.SubscriptionIDSpan.End]) != string(want.AppendJSON(nil)) {
+			t.Errorf("%s: span %v", raw, m.SubscriptionIDSpan)
+		}
+	}
+}

@@ -447,6 +447,18 @@ func (l *ledger) teardown(upID framing.ID) (c *call) {
 	return c
 }
 
+// listening returns the issuer's subscriptions/listen in flight that the
+// receiver knows as upID, or nil.
+func (l *ledger) listening(upID framing.ID) *call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.byUp.At(upID)
+	if c == nil || c.state != stateInFlight || c.method != framing.MethodSubscriptionsListen || c.onAnswer != nil {
+		return nil
+	}
+	return c
+}
+
 // cancel accepts a cancel for the issuer's id if that request is in flight
 // and is not initialize. The issuer's id is free again at once.
 func (l *ledger) cancel(id framing.ID) (c *call, reason string) {

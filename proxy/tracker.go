@@ -253,6 +253,9 @@ func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) O
 		if t.afterTask(from, m) {
 			return Outcome{Verdict: Drop}
 		}
+		if m.SubscriptionID.IsValid() {
+			return t.subscribed(from, m)
+		}
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID)
 	return Outcome{}
@@ -413,6 +416,23 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id), For: c, Last: true}
 	}
 	return Outcome{For: c, Last: true}
+}
+
+// subscribed forwards a notification of a subscription (2026-07-28: its
+// _meta names the subscriptions/listen request it belongs to) as about that
+// request, so that it goes where the request's answer would, and under the
+// issuer's id where the request was renamed for its receiver.
+func (t *Tracker) subscribed(from Peer, m *framing.Message) Outcome {
+	c := t.peers[from].answers.listening(m.SubscriptionID)
+	if c == nil {
+		t.forwarded(from, m.Kind, m.Method, m.ID)
+		return Outcome{}
+	}
+	t.forwarded(from, m.Kind, m.Method, c.id)
+	if c.aliased() {
+		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.SubscriptionIDSpan, c.id), For: c}
+	}
+	return Outcome{For: c}
 }
 
 // tornDown forwards the server's cancel that ends a subscriptions/listen

@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -85,8 +83,6 @@ func waitListening(t *testing.T, addr string) {
 	}
 }
 
-var totalLine = regexp.MustCompile(`Total: (\d+) passed, (\d+) failed`)
-
 // conformance runs the official suite's server mode, from the npm package
 // pkg, against url and returns its passed and failed counts.
 func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (passed, failed int) {
@@ -94,12 +90,9 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 	cmd := exec.Command(node, args...)
 	cmd.Dir = t.TempDir()
 	out, _ := cmd.CombinedOutput() // exits non-zero when a check fails; the counts say which
-	m := totalLine.FindSubmatch(out)
-	if m == nil {
+	if passed, failed = conformanceTotals(out); failed < 0 {
 		t.Fatalf("conformance against %s printed no total:\n%s", url, out)
 	}
-	passed, _ = strconv.Atoi(string(m[1]))
-	failed, _ = strconv.Atoi(string(m[2]))
 	if failed > 0 {
 		t.Logf("conformance against %s:\n%s", url, out)
 	}
@@ -114,7 +107,8 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 // in front of it over HTTP and with it on stdio behind the sidecar (a child
 // per session), and 0.2.0-alpha.12 with --spec-version 2026-07-28 against
 // the stateless one, over HTTP and on stdio behind the sidecar (one shared
-// child).
+// child), with the scenarios of the 2026-07-28 header checks besides (in
+// front of a stdio server the sidecar makes them itself).
 func TestConformanceThroughSidecar(t *testing.T) {
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
@@ -144,11 +138,19 @@ func TestConformanceThroughSidecar(t *testing.T) {
 			}
 			waitListening(t, up)
 			waitListening(t, front)
-			directPassed, directFailed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", up), tc.extra...)
-			passed, failed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", front), tc.extra...)
-			t.Logf("direct: %d passed, %d failed; through the sidecar: %d passed, %d failed", directPassed, directFailed, passed, failed)
-			if passed != directPassed || failed != 0 || directPassed == 0 {
-				t.Errorf("through the sidecar %d passed and %d failed; directly %d passed", passed, failed, directPassed)
+			runs := [][]string{tc.extra}
+			if tc.stateless { // the header checks (SEP-2243), which the suite runs only when asked
+				for _, sc := range []string{"http-header-validation", "http-custom-header-server-validation"} {
+					runs = append(runs, append([]string{"--scenario", sc}, tc.extra...))
+				}
+			}
+			for _, extra := range runs {
+				directPassed, directFailed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", up), extra...)
+				passed, failed := conformance(t, node, dir, tc.pkg, fmt.Sprintf("http://%s/mcp", front), extra...)
+				t.Logf("%v: direct: %d passed, %d failed; through the sidecar: %d passed, %d failed", extra, directPassed, directFailed, passed, failed)
+				if passed != directPassed || failed != 0 || directPassed == 0 {
+					t.Errorf("%v: through the sidecar %d passed and %d failed; directly %d passed", extra, passed, failed, directPassed)
+				}
 			}
 		})
 	}

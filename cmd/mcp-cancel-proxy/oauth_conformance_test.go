@@ -27,7 +27,8 @@ var authScenarios = map[string][]string{
 // be judged by: what it sends on the wire (headers, _meta, the version of
 // its transport probe's initialize) and how it resumes a stream (the SSE
 // retry field).
-var clientScenarios = []string{"initialize", "tools_call", "http-standard-headers", "request-metadata", "sse-retry"}
+var clientScenarios = []string{"initialize", "tools_call", "http-standard-headers", "request-metadata", "sse-retry",
+	"http-custom-headers", "http-invalid-tool-headers"}
 
 // TestConformanceClientThroughTheBridge: the bridge is the client of the
 // official conformance suite's client auth scenarios (0.2.0-alpha.12):

@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/lines"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -45,6 +46,10 @@ type Children struct {
 	running  atomic.Int64                      // stdio processes started and not yet ended
 	retiring sync.WaitGroup                    // the sessions idle or evicted, stopping
 	totals   *proxy.Counters                   // the Sidecar's, set by its Provision (kind)
+	// tools is what the servers' tools/list answers said of their tools'
+	// mirrored parameters: a 2026-07-28 tools/call's Mcp-Param-* headers
+	// are checked against them (refuseMismatch).
+	tools mcpheader.Tools
 }
 
 func (cs *Children) provision(idle time.Duration, most int, clk clock.Clock, totals *proxy.Counters) {
@@ -78,8 +83,9 @@ type childSession struct {
 	*lines.Session
 	sessiontable.Usage // when the session last saw a request
 	demux.Router[*stream.Events]
-	clock    clock.Clock     // the Children's
-	retiring *sync.WaitGroup // the Children's: counts the session while it stops, once retired
+	clock    clock.Clock      // the Children's
+	retiring *sync.WaitGroup  // the Children's: counts the session while it stops, once retired
+	tools    *mcpheader.Tools // the Children's: learns from tools/list answers
 }
 
 // start opens a session: the child, the stdio.Session and its router.
@@ -101,7 +107,7 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	if !own {
 		sopts.Principal = sharedPrincipal
 	}
-	c := &childSession{clock: cs.clock(), retiring: &cs.retiring}
+	c := &childSession{clock: cs.clock(), retiring: &cs.retiring, tools: &cs.tools}
 	sopts.Deliver = c.deliver
 	c.Session = lines.New(proc, sopts, copts.TermAfter, cs.totals, log)
 	clk := c.clock
@@ -131,6 +137,9 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 // deliver routes what the session sends the client to the HTTP streams
 // (stdio.Options.Deliver).
 func (c *childSession) deliver(frame []byte, about *proxy.Call, last bool) {
+	if last && about != nil && about.Method() == "tools/list" {
+		c.tools.Learn(frame) // what is checked; the client leaves invalid tools out itself
+	}
 	switch c.Deliver(frame, about, last) {
 	case demux.NoRoute:
 		c.Log.Debug("message for the client dropped: no stream is open", zap.Int("bytes", len(frame)))

@@ -32,6 +32,9 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, lu.childInvalid(ctx, err))
 		return
 	}
+	if refuseMismatch(ctx, &f, &lu.s.Children.tools) {
+		return
+	}
 	if len(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader)) == 0 {
 		switch m := &f.Msgs[0]; {
 		case f.Batch:

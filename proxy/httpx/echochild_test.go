@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,13 +51,17 @@ var processWide = leaktest.ProcessWide
 // echoChildArg) that reports exactly what it received: it keeps every line
 // read from stdin, and answers a ping whose params say "marker" with those
 // lines, then forgets them. Other requests, batched or not, get an empty
-// result, except a tools/call of "hang", which is never answered. It exits
+// result, except a tools/call of "hang", which is never answered, and a
+// subscriptions/listen, which is acknowledged (its subscriptionId the
+// request's id) and stays open until cancelled; a tools/call of "notify"
+// sends notifications/tools/list_changed to every listen open. It exits
 // at stdin's end. With MCP_ECHO_RECORD set, it also appends every line to
 // that file.
 func echoChild(in io.Reader, out io.Writer) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	var lines []string
+	var listens []json.RawMessage     // the ids of the subscriptions/listen open
 	var record io.Writer = io.Discard // every line read, for tests that look after the child is gone
 	if path := os.Getenv("MCP_ECHO_RECORD"); path != "" {
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
@@ -81,6 +86,16 @@ func echoChild(in io.Reader, out io.Writer) {
 			var m echoMessage
 			json.Unmarshal(raw, &m)
 			switch {
+			case m.Method == "notifications/cancelled":
+				listens = slices.DeleteFunc(listens, func(id json.RawMessage) bool { return string(id) == string(m.Params.RequestID) })
+			case m.Method == "subscriptions/listen":
+				listens = append(listens, m.ID)
+				subscriptionNote(out, "notifications/subscriptions/acknowledged", m.ID)
+			case m.Method == "tools/call" && m.Params.Name == "notify":
+				for _, id := range listens {
+					subscriptionNote(out, "notifications/tools/list_changed", id)
+				}
+				m.answer(out, struct{}{})
 			case !m.isRequest() || m.Method == "tools/call" && m.Params.Name == "hang":
 			case m.Method == "initialize":
 				m.answer(out, map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
@@ -97,9 +112,16 @@ type echoMessage struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
 	Params struct {
-		Marker bool   `json:"marker"`
-		Name   string `json:"name"`
+		Marker    bool            `json:"marker"`
+		Name      string          `json:"name"`
+		RequestID json.RawMessage `json:"requestId"`
 	} `json:"params"`
+}
+
+// subscriptionNote writes a notification of the subscription whose
+// listen request had id.
+func subscriptionNote(out io.Writer, method string, id json.RawMessage) {
+	fmt.Fprintf(out, `{"jsonrpc":"2.0","method":%q,"params":{"_meta":{"io.modelcontextprotocol/subscriptionId":%s}}}`+"\n", method, id)
 }
 
 func (m *echoMessage) isRequest() bool { return len(m.ID) > 0 && m.Method != "" }

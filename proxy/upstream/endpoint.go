@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 )
 
 // Endpoint is a Streamable HTTP server's MCP endpoint as the proxy reaches
@@ -46,6 +47,10 @@ type Request struct {
 	// requires to mirror it are set (MirrorHeaders), and the revision its
 	// _meta names, if any, replaces Version.
 	Msg *framing.Message
+	// Tools, if not nil, is what the client learned of the server's
+	// tools: a 2026-07-28 tools/call gets its mirrored parameters'
+	// Mcp-Param-* headers from it.
+	Tools *mcpheader.Tools
 	// LastEventID, if not empty, resumes a stream after that event.
 	LastEventID string
 }
@@ -85,6 +90,9 @@ func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
 	version := r.Version
 	if r.Msg != nil {
 		MirrorHeaders(req, r.Msg, &version)
+		if r.Tools != nil && r.Msg.Method == "tools/call" && r.Msg.ParamsSpan.Found() && framing.Revision(version).CancelsByClose() {
+			r.Tools.Mirror(r.Msg.Name(), r.Msg.Raw[r.Msg.ParamsSpan.Start:r.Msg.ParamsSpan.End], req.Header.Set)
+		}
 	}
 	if version != "" {
 		req.Header.Set(VersionHeader, version)

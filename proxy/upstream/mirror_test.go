@@ -9,15 +9,17 @@ import (
 )
 
 // TestMirrorHeaders: the headers a 2026-07-28 server matches against the
-// body name its method, its tool, prompt, resource or task, and the
-// protocol version its _meta names.
+// body name its method, its tool, prompt, resource or task (in the Base64
+// sentinel form where the name is not plain header text: before, it went as
+// it was), and the protocol version its _meta names.
 func TestMirrorHeaders(t *testing.T) {
 	for _, tc := range []struct{ body, method, name, version string }{
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, "tools/call", "echo", "2026-07-28"},
-		{`{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"gr\u00fc\u00dfe"}}`, "prompts/get", "grüße", "old"},
+		{`{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"gr\u00fc\u00dfe"}}`, "prompts/get", "=?base64?Z3LDvMOfZQ==?=", "old"}, // not ASCII: the sentinel form
 		{`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"_meta":{"x":1},"uri":"file:///a b"}}`, "resources/read", "file:///a b", "old"},
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":7}}}`, "tools/list", "", "old"},
 		{`{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"taskId":"t-42"}}`, "tasks/cancel", "t-42", "old"},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":" echo"}}`, "tools/call", "=?base64?IGVjaG8=?=", "old"},
 		{`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t-\u0041"}}`, "tasks/get", "t-A", "old"},
 		{`{"jsonrpc":"2.0","id":1,"method":"tasks/update","params":{"taskId":"u"}}`, "tasks/update", "u", "old"},
 	} {

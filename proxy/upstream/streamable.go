@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -74,6 +75,11 @@ type streamBackend struct {
 	clientInfo  json.RawMessage
 	modern      bool
 	initialized bool // the first initialize was answered: later ones name no session
+	// tools is what the 2026-07-28 answers to tools/list said of the
+	// tools' mirrored parameters (Mcp-Param-*); rejected, the tools left
+	// out for invalid annotations, each warned of once.
+	tools    mcpheader.Tools
+	rejected map[string]bool
 	// postings are the requests whose answers have no headers yet, by
 	// id: where a cancel of one waits (Posting.BeforeCancel).
 	postings map[framing.ID]*Posting
@@ -270,7 +276,7 @@ func (b *streamBackend) post(o *outgoing) {
 	if parsed {
 		m = &f.Msgs[0]
 	}
-	resp, err := b.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m}, 0)
+	resp, err := b.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m, Tools: &b.tools}, 0)
 	b.headed(o)
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
@@ -289,10 +295,37 @@ func (b *streamBackend) post(o *outgoing) {
 		b.noteInitialized(resp)
 	}
 	var id *framing.ID
+	of := answersOther
 	if isRequest {
 		id = &f.Msgs[0].ID
+		of = b.answering(m)
 	}
-	b.relay(resp, initialize, id)
+	b.relay(resp, of, id)
+}
+
+// answering is what a request's answer tells the backend.
+type answering uint8
+
+const (
+	answersOther      answering = iota
+	answersInitialize           // the protocol version, and the session's GET stream
+	answersToolsList            // in 2026-07-28, the tools' mirrored parameters
+)
+
+// answering returns what the answer to a request m tells the backend.
+func (b *streamBackend) answering(m *framing.Message) answering {
+	switch m.Method {
+	case framing.MethodInitialize:
+		return answersInitialize
+	case "tools/list":
+		b.mu.Lock()
+		version := cmp.Or(MetaVersion(m), b.version)
+		b.mu.Unlock()
+		if framing.Revision(version).CancelsByClose() {
+			return answersToolsList
+		}
+	}
+	return answersOther
 }
 
 // noteInitialized takes the session the upstream's answer to the first
@@ -377,7 +410,7 @@ func serverError(body []byte) func(framing.ID) []byte {
 // relay hands a response's messages to the session, a JSON body or each
 // message event of an event stream, and releases the response. id, if not
 // nil, is the request the stream answers.
-func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *framing.ID) {
+func (b *streamBackend) relay(resp *fasthttp.Response, of answering, id *framing.ID) {
 	defer fasthttp.ReleaseResponse(resp)
 	body := BodyOf(resp)
 	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
@@ -385,22 +418,22 @@ func (b *streamBackend) relay(resp *fasthttp.Response, initialize bool, id *fram
 		data, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 		body.CloseWithError(nil)
 		if err == nil && len(data) <= limit && len(bytes.TrimSpace(data)) > 0 {
-			b.answer(data, initialize)
+			b.answer(data, of)
 		}
 		return
 	}
-	b.relayStream(body, resp, limit, initialize, id)
+	b.relayStream(body, resp, limit, of, id)
 }
 
 // relayStream relays an event stream (body, of first) until the answer to
 // id, if not nil, has come; a stream that ends before it is resumed while
 // its events carry ids, each resumed stream's response released once read.
-func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fasthttp.Response, limit int, initialize bool, id *framing.ID) {
+func (b *streamBackend) relayStream(body fasthttp.ReadCloserWithError, first *fasthttp.Response, limit int, of answering, id *framing.ID) {
 	resp := first
 	lastID := ""
 	var retry time.Duration // the stream's retry field: how long to wait before resuming it
 	for resumes := 0; ; resumes++ {
-		answered, last, events, err := b.relayEvents(body, limit, initialize, id, &retry)
+		answered, last, events, err := b.relayEvents(body, limit, of, id, &retry)
 		if resumes > 0 {
 			fasthttp.ReleaseResponse(resp) // a resumed stream's, read to its end
 		}
@@ -469,7 +502,7 @@ func (b *streamBackend) waitRetry(d time.Duration) bool {
 // until it ends (err, io.EOF at its clean end); id, if not nil, is the
 // request it answers. It reports whether the answer came, the last event
 // id, and how many events there were; retry is set to the last retry field.
-func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, initialize bool, id *framing.ID, retry *time.Duration) (answered bool, last string, events int, err error) {
+func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int, of answering, id *framing.ID, retry *time.Duration) (answered bool, last string, events int, err error) {
 	if err := b.track(body, id); err != nil {
 		return false, "", 0, err
 	}
@@ -490,7 +523,7 @@ func (b *streamBackend) relayEvents(body fasthttp.ReadCloserWithError, limit int
 		}
 		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
 			answered = answered || id != nil && answers(ev.Data, *id) // scanned until the answer came
-			b.answer(ev.Data, initialize)
+			b.answer(ev.Data, of)
 		}
 	}
 }
@@ -574,9 +607,14 @@ func answers(data []byte, id framing.ID) bool {
 }
 
 // answer hands one message to the session; an initialize result names the
-// protocol version, and opens the session's GET stream.
-func (b *streamBackend) answer(data []byte, initialize bool) {
-	if initialize {
+// protocol version, and opens the session's GET stream; a 2026-07-28
+// tools/list result names the tools' mirrored parameters, and loses the
+// tools whose annotations are invalid, which a client must leave out.
+func (b *streamBackend) answer(data []byte, of answering) {
+	switch of {
+	case answersToolsList:
+		data = b.learnTools(data)
+	case answersInitialize:
 		var r struct {
 			Result struct {
 				ProtocolVersion string `json:"protocolVersion"`
@@ -593,6 +631,28 @@ func (b *streamBackend) answer(data []byte, initialize bool) {
 	b.in.Put(eventLine(data))
 }
 
+// learnTools learns a tools/list answer's mirrored parameters, and returns
+// it without the tools whose annotations are invalid (each warned of
+// once).
+func (b *streamBackend) learnTools(data []byte) []byte {
+	kept, rejected := b.tools.Learn(data)
+	if kept == nil {
+		return data
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rejected == nil {
+		b.rejected = map[string]bool{}
+	}
+	for _, r := range rejected {
+		if !b.rejected[r.Tool] {
+			b.rejected[r.Tool] = true
+			b.log.Warn("a tool with an invalid x-mcp-header annotation is left out of tools/list", zap.String("tool", r.Tool), zap.Error(r.Why))
+		}
+	}
+	return kept
+}
+
 // listen reads the session's GET stream, if the upstream offers one.
 func (b *streamBackend) listen() {
 	defer b.running.Done()
@@ -605,7 +665,7 @@ func (b *streamBackend) listen() {
 	case resp.StatusCode() != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()):
 		ReadHead(resp) // the upstream has no stream for other traffic
 	default:
-		b.relay(resp, false, nil)
+		b.relay(resp, answersOther, nil)
 	}
 }
 
@@ -659,43 +719,59 @@ func (b *streamBackend) request(r Request, timeout time.Duration) (*fasthttp.Res
 	return b.u.Do(r, timeout)
 }
 
-// mirrorHeaders sets the headers a 2026-07-28 server requires to match the
+// MirrorHeaders sets the headers a 2026-07-28 server requires to match the
 // body: Mcp-Method, Mcp-Name (the tool, prompt or resource named, or the
-// task of a tasks/* request), and the
-// protocol version the message's _meta names, which replaces *version.
+// task of a tasks/* request; in the Base64 sentinel form where it is not
+// plain header text), and the protocol version the message's _meta names,
+// which replaces *version.
 func MirrorHeaders(req *fasthttp.Request, m *framing.Message, version *string) {
 	if m.Method == "" {
 		return
 	}
 	req.Header.Set("Mcp-Method", m.Method)
+	if name, ok := MirroredName(m); ok {
+		req.Header.Set("Mcp-Name", mcpheader.Encode(name))
+	}
+	if v := MetaVersion(m); v != "" {
+		*version = v
+	}
+}
+
+// MirroredName returns the value Mcp-Name mirrors for a request, before
+// encoding: the tool or prompt named, the resource read, or the task of a
+// tasks/* request (the tasks extension routes by it); ok is false for a
+// method without one.
+func MirroredName(m *framing.Message) (name string, ok bool) {
+	var p struct {
+		URI    string `json:"uri"`
+		TaskID string `json:"taskId"`
+	}
+	params := func() bool {
+		return m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil
+	}
 	switch m.Method {
 	case "tools/call", "prompts/get":
-		req.Header.Set("Mcp-Name", m.Name())
+		return m.Name(), true
 	case "resources/read":
-		var p struct {
-			URI string `json:"uri"`
-		}
-		if m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil {
-			req.Header.Set("Mcp-Name", p.URI)
-		}
+		return p.URI, params()
 	case "tasks/get", "tasks/update", "tasks/cancel", "tasks/result":
-		// The tasks extension routes these to the instance that holds the
-		// task by Mcp-Name: <taskId>.
-		var p struct {
-			TaskID string `json:"taskId"`
-		}
-		if m.ParamsSpan.Found() && json.Unmarshal(m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], &p) == nil && p.TaskID != "" {
-			req.Header.Set("Mcp-Name", p.TaskID)
-		}
+		return p.TaskID, params() && p.TaskID != ""
 	}
+	return "", false
+}
+
+// MetaVersion returns the protocol version a message's params._meta names
+// (2026-07-28's io.modelcontextprotocol/protocolVersion), or "".
+func MetaVersion(m *framing.Message) string {
 	meta := m.MetaSpan
 	if !meta.Found() || !bytes.Contains(m.Raw[meta.Start:meta.End], []byte("protocolVersion")) {
-		return
+		return ""
 	}
 	var v struct {
 		Version string `json:"io.modelcontextprotocol/protocolVersion"`
 	}
-	if json.Unmarshal(m.Raw[meta.Start:meta.End], &v) == nil && v.Version != "" {
-		*version = v.Version
+	if json.Unmarshal(m.Raw[meta.Start:meta.End], &v) != nil {
+		return ""
 	}
+	return v.Version
 }

@@ -161,6 +161,20 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer
 	return b, conn.Out, lines
 }
 
+// asker returns a function that writes a message to the session's out and
+// returns the next line it gets back, trimmed.
+func asker(t *testing.T, out io.Writer, lines *bufio.Reader) func(msg string) string {
+	return func(msg string) string {
+		t.Helper()
+		io.WriteString(out, msg+"\n")
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no answer to %s: %v", msg, err)
+		}
+		return strings.TrimSpace(line)
+	}
+}
+
 // TestServerErrorsReachTheClientAsWritten: a stateless server that answers
 // an unknown method or bad params with a JSON-RPC error under an HTTP
 // error status has its error reach the client as it wrote it (code,
@@ -188,15 +202,7 @@ func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 		}
 	})
-	ask := func(msg string) string {
-		t.Helper()
-		io.WriteString(out, msg+"\n")
-		line, err := lines.ReadString('\n')
-		if err != nil {
-			t.Fatalf("no answer to %s: %v", msg, err)
-		}
-		return strings.TrimSpace(line)
-	}
+	ask := asker(t, out, lines)
 	for msg, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":2,"method":"nope/unknown"}`:                     `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"Method not found","data":{"method":"nope/unknown"}}}`,
 		`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":1}}`: `{"jsonrpc":"2.0","id":"c","error":{"code":-32602,"message":"Invalid params: name"}}`,

@@ -150,11 +150,30 @@ func authorizationURL(given string) (string, error) {
 	return html.UnescapeString(href), nil
 }
 
-// listAndCall lists the tools and calls test-tool, or add_numbers.
+// listAndCall lists the tools and makes the calls the scenario names
+// (its context's toolCalls); without them, it calls test-tool, or
+// add_numbers, or, when neither is listed, every tool listed.
 func listAndCall(ctx context.Context, cs *mcp.ClientSession) error {
 	tools, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("tools/list: %w", err)
+	}
+	var scenario struct {
+		ToolCalls []mcp.CallToolParams `json:"toolCalls"`
+	}
+	json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &scenario)
+	if len(scenario.ToolCalls) == 0 && !slices.ContainsFunc(tools.Tools, func(t *mcp.Tool) bool { return t.Name == "test-tool" || t.Name == "add_numbers" }) {
+		for _, t := range tools.Tools {
+			scenario.ToolCalls = append(scenario.ToolCalls, mcp.CallToolParams{Name: t.Name, Arguments: map[string]any{}})
+		}
+	}
+	for _, call := range scenario.ToolCalls {
+		if _, err := cs.CallTool(ctx, &call); err != nil {
+			return fmt.Errorf("tools/call %s: %w", call.Name, err)
+		}
+	}
+	if len(scenario.ToolCalls) > 0 {
+		return nil
 	}
 	name := "test-tool"
 	if slices.ContainsFunc(tools.Tools, func(t *mcp.Tool) bool { return t.Name == "add_numbers" }) {
