@@ -163,6 +163,13 @@ func (u *scriptedUpstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, u.r.initAnswer)
 		return
+	case bytes.Contains(body, []byte(`"mcp-cancel-proxy-tools"`)):
+		// The bridge's own tools/list, before a 2026-07-28 call when it
+		// has read none (for the tools' Mcp-Param headers): answered out
+		// of the steps' sight, as the harness's initialize is.
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-tools","result":{"tools":[]}}`)
+		return
 	}
 	var f framing.Frame
 	st := newUpStream()

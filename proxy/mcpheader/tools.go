@@ -13,6 +13,24 @@ import (
 type Tools struct {
 	mu     sync.Mutex
 	params map[string][]Param // by tool name; a tool without annotations has none
+	read   bool               // a tools/list answer was read since the last Forget
+}
+
+// Forget forgets every tool: what it read is stale (the server's list
+// changed, or it refused a call's headers).
+func (t *Tools) Forget() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.params)
+	t.read = false
+}
+
+// Read reports whether a tools/list answer was read since the last Forget
+// (or ever): with none, a client reads tools/list before a call.
+func (t *Tools) Read() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.read
 }
 
 // Rejected is a tool left out of a tools/list answer: its x-mcp-header
@@ -43,6 +61,7 @@ func (t *Tools) Learn(answer []byte) (kept []byte, rejected []Rejected) {
 	if t.params == nil {
 		t.params = map[string][]Param{}
 	}
+	t.read = true
 	for _, raw := range tools {
 		var tool struct {
 			Name        string          `json:"name"`

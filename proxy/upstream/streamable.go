@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -80,6 +81,8 @@ type streamBackend struct {
 	// out for invalid annotations, each warned of once.
 	tools    mcpheader.Tools
 	rejected map[string]bool
+	listed   atomic.Bool // tools has learned from an answer: a list_changed makes it forget
+	listing  sync.Mutex  // held while the backend reads tools/list itself
 	// postings are the requests whose answers have no headers yet, by
 	// id: where a cancel of one waits (Posting.BeforeCancel).
 	postings map[framing.ID]*Posting
@@ -276,8 +279,13 @@ func (b *streamBackend) post(o *outgoing) {
 	if parsed {
 		m = &f.Msgs[0]
 	}
+	b.toolsFirst(m, session)
 	resp, err := b.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m, Tools: &b.tools}, 0)
 	b.headed(o)
+	if reply := b.retryMismatch(m, msg, session, &resp, &err); reply != nil {
+		b.in.Put(reply(f.Msgs[0].ID))
+		return
+	}
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
 	}
@@ -365,17 +373,25 @@ func postRefused(resp *fasthttp.Response, err error, log *zap.Logger) (reply fun
 		return func(id framing.ID) []byte { return unauthorized(id, challenge) }, true
 	case resp.StatusCode() >= 300:
 		status := resp.StatusCode()
-		head := ReadHead(resp)
-		if reply := serverError(head); reply != nil { // the server's own answer, as it wrote it
-			log.Debug("the upstream answered the message with an error status", zap.Int("status", status))
-			return reply, true
-		}
-		why = fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
+		return refusal(status, ReadHead(resp), log), true
 	default:
 		return nil, false
 	}
 	log.Warn("posting to the upstream failed", zap.String("why", why))
 	return func(id framing.ID) []byte { return proxy.ErrorReply(id, framing.CodeInternalError, why) }, true
+}
+
+// refusal returns the answer to a request the upstream refused with an
+// error status and the body head: the server's own error, as it wrote it,
+// where it is a JSON-RPC one, else the proxy's naming the status.
+func refusal(status int, head []byte, log *zap.Logger) func(framing.ID) []byte {
+	if reply := serverError(head); reply != nil {
+		log.Debug("the upstream answered the message with an error status", zap.Int("status", status))
+		return reply
+	}
+	why := fmt.Sprintf("the upstream refused the message: HTTP %d %s", status, bytes.TrimSpace(head[:min(len(head), 200)]))
+	log.Warn("posting to the upstream failed", zap.String("why", why))
+	return func(id framing.ID) []byte { return proxy.ErrorReply(id, framing.CodeInternalError, why) }
 }
 
 // serverError returns, when body is a JSON-RPC error response (a stateless
@@ -611,6 +627,9 @@ func answers(data []byte, id framing.ID) bool {
 // tools/list result names the tools' mirrored parameters, and loses the
 // tools whose annotations are invalid, which a client must leave out.
 func (b *streamBackend) answer(data []byte, of answering) {
+	if b.listed.Load() && bytes.Contains(data, listChanged) {
+		b.tools.Forget() // read again before the next call
+	}
 	switch of {
 	case answersToolsList:
 		data = b.learnTools(data)
@@ -636,6 +655,7 @@ func (b *streamBackend) answer(data []byte, of answering) {
 // once).
 func (b *streamBackend) learnTools(data []byte) []byte {
 	kept, rejected := b.tools.Learn(data)
+	b.listed.Store(true)
 	if kept == nil {
 		return data
 	}

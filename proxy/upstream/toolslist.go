@@ -1,0 +1,165 @@
+package upstream
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// A 2026-07-28 client mirrors a tools/call's annotated arguments into
+// Mcp-Param-* headers, from the tool's definition in tools/list. The bridge
+// learns the definitions from the tools/list answers its client reads
+// (learnTools); where it has read none (its client never listed the tools,
+// or their list changed since), it reads tools/list itself before the call, and when the server refuses a call's headers
+// (HeaderMismatch, -32020) it reads it again and sends the call once more,
+// as the spec asks a client to.
+
+// codeHeaderMismatch is 2026-07-28's HeaderMismatch error code.
+const codeHeaderMismatch = -32020
+
+// listChanged is what a message of the server's that makes the tools read
+// stale contains.
+var listChanged = []byte(`"notifications/tools/list_changed"`)
+
+// maxToolPages bounds the pages of tools/list the backend reads itself.
+const maxToolPages = 16
+
+// ownWait bounds the wait for the answer to a tools/list of the backend's.
+const ownWait = 30 * time.Second
+
+// toolsFirst reads tools/list, before m goes, where m is a 2026-07-28
+// tools/call and the backend has read no tools/list (since the last one
+// went stale). A tool the list does not name is called as it is: its
+// server's answer says what it thinks of the call.
+func (b *streamBackend) toolsFirst(m *framing.Message, session string) {
+	if !b.modernCall(m) || b.tools.Read() {
+		return
+	}
+	b.listing.Lock()
+	defer b.listing.Unlock()
+	if !b.tools.Read() { // unless a call of the same moment read it
+		b.relist(m, session)
+	}
+}
+
+// modernCall reports whether m is a tools/call of revision 2026-07-28.
+func (b *streamBackend) modernCall(m *framing.Message) bool {
+	if m == nil || m.Method != "tools/call" {
+		return false
+	}
+	b.mu.Lock()
+	version := cmp.Or(MetaVersion(m), b.version)
+	b.mu.Unlock()
+	return framing.Revision(version).CancelsByClose()
+}
+
+// retryMismatch sends m (its bytes msg) once more when the server refused
+// its headers (400, HeaderMismatch), after reading tools/list again; resp
+// and err become the second answer's. It returns the answer to give the
+// client instead when the refusal was another one (its body is read).
+func (b *streamBackend) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) func(framing.ID) []byte {
+	if *err != nil || (*resp).StatusCode() != fasthttp.StatusBadRequest || !b.modernCall(m) {
+		return nil
+	}
+	head := ReadHead(*resp)
+	var e struct {
+		Error struct{ Code int } `json:"error"`
+	}
+	if json.Unmarshal(head, &e) != nil || e.Error.Code != codeHeaderMismatch {
+		return refusal(fasthttp.StatusBadRequest, head, b.log)
+	}
+	b.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
+	b.listing.Lock()
+	b.relist(m, session)
+	b.listing.Unlock()
+	*resp, *err = b.request(Request{Body: msg, Session: session, Msg: m, Tools: &b.tools}, 0)
+	return nil
+}
+
+// relist reads the server's tools/list afresh, every page, as the client
+// whose request m is (its _meta), into b.tools.
+func (b *streamBackend) relist(m *framing.Message, session string) {
+	b.tools.Forget()
+	meta := []byte(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`)
+	if m.MetaSpan.Found() {
+		meta = m.Raw[m.MetaSpan.Start:m.MetaSpan.End]
+	}
+	cursor := ""
+	for range maxToolPages {
+		params := map[string]any{"_meta": json.RawMessage(meta)}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": ownToolsID, "method": "tools/list", "params": params})
+		answer := b.ownRequest(body, session)
+		if answer == nil {
+			return
+		}
+		b.learnTools(answer)
+		var page struct {
+			Result struct {
+				NextCursor string `json:"nextCursor"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(answer, &page) != nil || page.Result.NextCursor == "" {
+			return
+		}
+		cursor = page.Result.NextCursor
+	}
+}
+
+// errOwnWait ends the read of an answer the backend waited for too long.
+var errOwnWait = errors.New("no answer to the proxy's tools/list in time")
+
+// ownToolsID is the id of the backend's own tools/list requests.
+const ownToolsID = "mcp-cancel-proxy-tools"
+
+// ownRequest POSTs a request of the backend's own and returns its answer
+// (the response under ownToolsID, JSON or from an event stream), or nil.
+func (b *streamBackend) ownRequest(body []byte, session string) []byte {
+	var f framing.Frame
+	if f.Parse(body) != nil {
+		return nil
+	}
+	resp, err := b.request(Request{Body: body, Session: session, Msg: &f.Msgs[0]}, ownWait)
+	if err != nil {
+		b.log.Debug("reading tools/list failed", zap.Error(err))
+		return nil
+	}
+	defer fasthttp.ReleaseResponse(resp)
+	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
+	stream := BodyOf(resp)
+	defer stream.CloseWithError(nil)
+	if resp.StatusCode() != fasthttp.StatusOK || b.track(stream, nil) != nil {
+		return nil
+	}
+	defer b.untrack(stream, nil)                                                       // Stop closes it
+	defer time.AfterFunc(ownWait, func() { stream.CloseWithError(errOwnWait) }).Stop() // and so does a server that never answers
+	if !IsEventStream(resp.Header.ContentType()) {
+		data, err := io.ReadAll(io.LimitReader(stream, int64(limit)))
+		if err != nil {
+			return nil
+		}
+		return data
+	}
+	rd := framing.NewSSEReader(stream, limit)
+	defer rd.Release()
+	id := framing.StringID(ownToolsID)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return nil
+		}
+		if ev.HasData && answers(ev.Data, id) {
+			return bytes.Clone(ev.Data)
+		}
+	}
+}
