@@ -1,12 +1,16 @@
 package httpx_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +66,101 @@ func answer(c *rawClient, req string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestUpgradedCallsMirrorToolParams: a 2025 client's tools/call, sent as a
+// 2026-07-28 one to a stateless go-sdk server whose tool marks a parameter
+// with x-mcp-header, carries its Mcp-Param header: the sidecar read the
+// server's tools/list itself first (the client listed nothing), and the
+// server, which checks the header, runs the call. Then a tools/list the
+// client makes comes back without the tool whose annotation is invalid.
+// Before, the server refused the call (-32020: the header missing).
+func TestUpgradedCallsMirrorToolParams(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	s := mcp.NewServer(&mcp.Implementation{Name: "regions", Version: "1"}, nil)
+	s.AddTool(&mcp.Tool{Name: "where", InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ran"}}}, nil
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if !bytes.Contains(body, []byte(`"tools/list"`)) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// The go-sdk refuses to serve a tool with an invalid annotation:
+		// one is added to its list, as a server that does not check would.
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.WriteHeader(rec.Code)
+		w.Write(bytes.Replace(rec.Body.Bytes(), []byte(`"tools":[`),
+			[]byte(`"tools":[{"name":"bad","inputSchema":{"type":"object","properties":{"x":{"type":"number","x-mcp-header":"X"}}}},`), 1))
+	}))
+	defer srv.Close()
+	via := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	if code, body := answer(via, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"where","arguments":{"region":"Zürich"}}}`); code != 200 || !strings.Contains(body, `"ran"`) {
+		t.Errorf("the call: HTTP %d %s", code, body)
+	}
+	if code, body := answer(via, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`); code != 200 || !strings.Contains(body, `"where"`) || strings.Contains(body, `"bad"`) {
+		t.Errorf("tools/list: HTTP %d %s, want where without bad", code, body)
+	}
+}
+
+// TestUpgradedCallRetriedAfterHeaderMismatch: when the upstream's tools
+// change (here the annotation's name), an upgraded call carrying the old
+// headers is refused with -32020; the sidecar reads tools/list again and
+// sends the call once more, with the new header alone, and the client gets
+// the tool's answer. Before, the client got the refusal.
+func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	var mu sync.Mutex
+	header := "Region"
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(body, &m)
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch m.Method {
+		case "server/discover":
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}}`)
+		case "tools/list":
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"resultType":"complete","tools":[{"name":"where","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"`+header+`"}}}}]}}`)
+		case "tools/call":
+			calls++
+			if r.Header.Get("Mcp-Param-"+header) != "eu" || len(r.Header.Values("Mcp-Param-Region")) > 0 && header != "Region" {
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"error":{"code":-32020,"message":"Header mismatch"}}`)
+				return
+			}
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"resultType":"complete","content":[{"type":"text","text":"ran"}]}}`)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	via := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	const call = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{"region":"eu"}}}`
+	if code, body := answer(via, fmt.Sprintf(call, 1)); code != 200 || !strings.Contains(body, `"ran"`) {
+		t.Fatalf("the first call: HTTP %d %s", code, body)
+	}
+	mu.Lock()
+	header = "Zone"
+	mu.Unlock()
+	if code, body := answer(via, fmt.Sprintf(call, 2)); code != 200 || !strings.Contains(body, `"ran"`) {
+		t.Errorf("the call after the tools changed: HTTP %d %s", code, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 3 {
+		t.Errorf("the upstream saw %d calls, want 3 (the second refused once, then sent again)", calls)
+	}
 }

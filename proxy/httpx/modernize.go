@@ -1,7 +1,12 @@
 package httpx
 
 import (
+	"bytes"
+	"io"
+	"strings"
+
 	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
@@ -43,6 +48,7 @@ func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m 
 	d.Data, d.upgraded = modern, true
 	version := string(framing.RevisionStateless)
 	upstream.MirrorHeaders(&ctx.Request, &f.Msgs[0], &version)
+	rl.mirrorParams(&ctx.Request, &f.Msgs[0])
 	ctx.Request.Header.Set(upstream.VersionHeader, version)
 	sess.setVersion([]byte(version))
 }
@@ -68,3 +74,85 @@ func (ob outbound) upstreamModern() bool {
 	}
 	return m.yes
 }
+
+// mirrorParams sets the Mcp-Param-* headers of an upgraded tools/call, m,
+// from the tools/list the sidecar read: the upgraded tools/list answers
+// its clients got (learnTools), or, with none read since the list went
+// stale, its own read of it, first.
+func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
+	if m.Method != "tools/call" || !m.ParamsSpan.Found() {
+		return
+	}
+	s := rl.s
+	if !s.tools.Read() {
+		s.listing.Lock()
+		if !s.tools.Read() { // unless a call of the same moment read it
+			s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, Log: s.log})
+		}
+		s.listing.Unlock()
+	}
+	s.tools.Mirror(m.Name(), m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], req.Header.Set)
+}
+
+// downgrade returns an upgraded request's answer (st's) in its client's
+// revision's shape (upstream.Downgrade). An upgraded tools/list's answer
+// first teaches the sidecar its tools' mirrored parameters, and loses the
+// tools whose annotations are invalid, as a 2026-07-28 client must leave
+// them out; an answer that refuses a call's headers (-32020) makes the
+// sidecar read tools/list again before the next call.
+func (rl relay) downgrade(st *relayed, data []byte) []byte {
+	switch {
+	case st.toolsList:
+		kept, rejected := rl.s.tools.Learn(data)
+		upstream.WarnRejected(rl.s.log, rl.s.tools.Unwarned(rejected))
+		if kept != nil {
+			data = kept
+		}
+	case bytes.Contains(data, headerMismatchCode):
+		rl.s.tools.Forget()
+	}
+	return upstream.Downgrade(data)
+}
+
+// headerMismatchCode is how an answer of HeaderMismatch reads.
+var headerMismatchCode = []byte(`"code":-32020`)
+
+// retryMismatch sends an upgraded tools/call (data) once more when the
+// upstream refused its headers (400, HeaderMismatch: its tools changed),
+// after reading tools/list again, as a 2026-07-28 client does. It returns
+// the response to relay: the second one, or the first, its body read and
+// put back, when it was another answer (or the second could not be had).
+func (rl relay) retryMismatch(ctx *fasthttp.RequestCtx, st *relayed, data []byte, resp *fasthttp.Response) *fasthttp.Response {
+	var f framing.Frame
+	if resp.StatusCode() != fasthttp.StatusBadRequest || st.toolsList || f.Parse(data) != nil || f.Batch || f.Msgs[0].Method != "tools/call" {
+		return resp
+	}
+	body, _ := io.ReadAll(io.LimitReader(upstream.BodyOf(resp), int64(rl.s.maxBody)+1))
+	resp.CloseBodyStream()
+	resp.SetBodyStream(bytes.NewReader(body), len(body))
+	if !bytes.Contains(body, headerMismatchCode) {
+		return resp
+	}
+	rl.s.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", f.Msgs[0].Name()))
+	rl.s.tools.Forget()
+	var stale []string // the first try's Mcp-Param-* headers
+	for k := range ctx.Request.Header.All() {
+		if len(k) > len(paramPrefix) && strings.EqualFold(string(k[:len(paramPrefix)]), paramPrefix) {
+			stale = append(stale, string(k))
+		}
+	}
+	for _, k := range stale {
+		ctx.Request.Header.Del(k)
+	}
+	rl.mirrorParams(&ctx.Request, &f.Msgs[0])
+	again, err := rl.s.endpoint.Do(upstream.Request{Body: data, From: &ctx.Request}, 0)
+	if err != nil {
+		return resp
+	}
+	fasthttp.ReleaseResponse(resp)
+	return again
+}
+
+// paramPrefix begins the name of each header that mirrors a tool's
+// parameter.
+const paramPrefix = "Mcp-Param-"

@@ -95,6 +95,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	if !known && !f.Batch && len(d.Requests) == 1 {
 		rl.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
 		st.downgrade = d.upgraded
+		st.toolsList = d.upgraded && f.Msgs[0].Method == "tools/list"
 	}
 	if d.Trace.Parent != "" {
 		setTraceHeaders(&ctx.Request, d.Trace)
@@ -122,6 +123,9 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("error", upstream.Brief(err)))
 		rl.failRequests(ctx, sess, d.Requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
+	}
+	if st.downgrade {
+		resp = rl.retryMismatch(ctx, st, d.Data, resp)
 	}
 	sess = rl.noteSession(sess, known, resp, &reserved)
 	streaming = rl.respond(ctx, sess, st, resp, d)
@@ -335,7 +339,7 @@ func (ob outbound) readAnswer(sess *session, resp *fasthttp.Response, send func(
 		if err != nil {
 			break
 		}
-		if out := rl.filterEvent(sess, ev, &f, false); len(out) > 0 && send != nil {
+		if out := rl.filterEvent(sess, ev, &f, nil); len(out) > 0 && send != nil {
 			send(out, true)
 		}
 	}
@@ -423,7 +427,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
 		// no resultType.
-		d.Data = upstream.Downgrade(d.Data)
+		d.Data = rl.downgrade(st, d.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	}
 	out := append(replies, d.Data)

@@ -25,6 +25,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/resourcemeta"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -183,8 +184,14 @@ type Sidecar struct {
 	initErr       error
 	// target is what the front hands a checked request to, chosen once,
 	// by Provision (targetOf).
-	target   target
-	modern   modernity
+	target target
+	modern modernity
+	// tools is what the sidecar, as the 2026-07-28 client of a stateless
+	// upstream for its 2025 clients' requests (modernize.go), read of the
+	// upstream's tools' mirrored parameters (Mcp-Param-*); listing is held
+	// while it reads tools/list itself.
+	tools    mcpheader.Tools
+	listing  sync.Mutex
 	endpoint upstream.Endpoint            // the upstream's URL, and the client that reaches it
 	sessions sessiontable.Table[*session] // the sessions relayed upstream
 	own      requestSessions              // the sessions that are a request's own, while it runs

@@ -37,6 +37,9 @@ type relayed struct {
 	// were sent upgraded to 2026-07-28 for a client of the 2025 revisions,
 	// whose answers go back in that client's shape (see upstream.Downgrade).
 	downgrade bool
+	// toolsList, set with downgrade, says its request is a tools/list,
+	// whose answer teaches the sidecar the tools' Mcp-Param-* headers.
+	toolsList bool
 	// posting is how far the stream's POST has gone, when it carries
 	// requests (posts, set before the stream is shared): a cancel of one
 	// of them waits on it (upstream.Posting.BeforeCancel).
@@ -291,7 +294,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 		return nil, false
 	default:
 		r.resumable = r.resumable || ev.HasID && len(ev.ID) > 0
-		return relay{r.s}.filterEvent(r.sess, ev, &r.f, r.st.downgrade), true
+		return relay{r.s}.filterEvent(r.sess, ev, &r.f, r.st), true
 	}
 	if r.broken != nil && !r.st.WasCut() {
 		out = r.failOpen()
@@ -437,7 +440,7 @@ func (rl relay) clientGone(sess *session, st *relayed) {
 // (priming events, keep-alive comments) pass as they are. An event whose
 // lines end in a lone "\r" goes with "\n" instead, so that a client that
 // splits lines only on "\n" reads the event the sidecar read.
-func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, downgrade bool) []byte {
+func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, st *relayed) []byte {
 	if !ev.HasData || len(ev.Data) == 0 {
 		return framing.NormalizeLineEnds(ev.Raw)
 	}
@@ -447,8 +450,8 @@ func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, 
 	}
 	d := rl.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
 	data := d.Data
-	if downgrade && data != nil {
-		if down := upstream.Downgrade(data); len(down) != len(data) {
+	if st != nil && st.downgrade && data != nil {
+		if down := rl.downgrade(st, data); len(down) != len(data) || st.toolsList {
 			data, d.Same = down, false
 		}
 	}

@@ -14,6 +14,7 @@ type Tools struct {
 	mu     sync.Mutex
 	params map[string][]Param // by tool name; a tool without annotations has none
 	read   bool               // a tools/list answer was read since the last Forget
+	warned map[string]bool    // the tools whose rejection was reported (Unwarned)
 }
 
 // Forget forgets every tool: what it read is stale (the server's list
@@ -38,6 +39,24 @@ func (t *Tools) Read() bool {
 type Rejected struct {
 	Tool string
 	Why  error
+}
+
+// Unwarned returns the rejections of rs not returned before: a tool left
+// out is reported once, however often its list is read.
+func (t *Tools) Unwarned(rs []Rejected) []Rejected {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.warned == nil {
+		t.warned = map[string]bool{}
+	}
+	var fresh []Rejected
+	for _, r := range rs {
+		if !t.warned[r.Tool] {
+			t.warned[r.Tool] = true
+			fresh = append(fresh, r)
+		}
+	}
+	return fresh
 }
 
 // Learn reads a tools/list answer (a JSON-RPC response): it remembers each

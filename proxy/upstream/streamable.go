@@ -77,12 +77,10 @@ type streamBackend struct {
 	modern      bool
 	initialized bool // the first initialize was answered: later ones name no session
 	// tools is what the 2026-07-28 answers to tools/list said of the
-	// tools' mirrored parameters (Mcp-Param-*); rejected, the tools left
-	// out for invalid annotations, each warned of once.
-	tools    mcpheader.Tools
-	rejected map[string]bool
-	listed   atomic.Bool // tools has learned from an answer: a list_changed makes it forget
-	listing  sync.Mutex  // held while the backend reads tools/list itself
+	// tools' mirrored parameters (Mcp-Param-*).
+	tools   mcpheader.Tools
+	listed  atomic.Bool // tools has learned from an answer: a list_changed makes it forget
+	listing sync.Mutex  // held while the backend reads tools/list itself
 	// postings are the requests whose answers have no headers yet, by
 	// id: where a cancel of one waits (Posting.BeforeCancel).
 	postings map[framing.ID]*Posting
@@ -656,19 +654,9 @@ func (b *streamBackend) answer(data []byte, of answering) {
 func (b *streamBackend) learnTools(data []byte) []byte {
 	kept, rejected := b.tools.Learn(data)
 	b.listed.Store(true)
+	WarnRejected(b.log, b.tools.Unwarned(rejected))
 	if kept == nil {
 		return data
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.rejected == nil {
-		b.rejected = map[string]bool{}
-	}
-	for _, r := range rejected {
-		if !b.rejected[r.Tool] {
-			b.rejected[r.Tool] = true
-			b.log.Warn("a tool with an invalid x-mcp-header annotation is left out of tools/list", zap.String("tool", r.Tool), zap.Error(r.Why))
-		}
 	}
 	return kept
 }

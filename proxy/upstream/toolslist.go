@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 )
 
 // A 2026-07-28 client mirrors a tools/call's annotated arguments into
@@ -85,12 +86,43 @@ func (b *streamBackend) retryMismatch(m *framing.Message, msg []byte, session st
 }
 
 // relist reads the server's tools/list afresh, every page, as the client
-// whose request m is (its _meta), into b.tools.
+// whose request m is (its _meta), into b.tools; Stop ends the read.
 func (b *streamBackend) relist(m *framing.Message, session string) {
-	b.tools.Forget()
+	watch := func(body fasthttp.ReadCloserWithError) func() {
+		if b.track(body, nil) != nil {
+			return nil
+		}
+		return func() { b.untrack(body, nil) }
+	}
+	b.u.ReadTools(ToolsRead{Tools: &b.tools, Of: m, Session: session, MaxBody: b.u.MaxBodySize, Watch: watch, Log: b.log})
+	b.listed.Store(true)
+}
+
+// ToolsRead is a client's own read of a 2026-07-28 server's tools/list.
+type ToolsRead struct {
+	// Tools learns what the answers say, afresh. Required.
+	Tools *mcpheader.Tools
+	// Of is the client's request whose _meta (version, client info and
+	// capabilities) the read carries. Required.
+	Of *framing.Message
+	// Session names the session, if any; MaxBody bounds an answer.
+	Session string
+	MaxBody int
+	// Watch, if set, holds each answer's stream while it is read, and
+	// returns what to call after (nil: do not read it); closing the
+	// stream ends the read.
+	Watch func(fasthttp.ReadCloserWithError) func()
+	// Log warns once of each tool left out for invalid annotations.
+	Log *zap.Logger
+}
+
+// ReadTools reads the server's tools/list itself, every page (up to 16),
+// into r.Tools: for a client with nothing read, or whose read is stale.
+func (e *Endpoint) ReadTools(r ToolsRead) {
+	r.Tools.Forget()
 	meta := []byte(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`)
-	if m.MetaSpan.Found() {
-		meta = m.Raw[m.MetaSpan.Start:m.MetaSpan.End]
+	if r.Of.MetaSpan.Found() {
+		meta = r.Of.Raw[r.Of.MetaSpan.Start:r.Of.MetaSpan.End]
 	}
 	cursor := ""
 	for range maxToolPages {
@@ -99,11 +131,12 @@ func (b *streamBackend) relist(m *framing.Message, session string) {
 			params["cursor"] = cursor
 		}
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": ownToolsID, "method": "tools/list", "params": params})
-		answer := b.ownRequest(body, session)
+		answer := e.ownRequest(body, r)
 		if answer == nil {
 			return
 		}
-		b.learnTools(answer)
+		_, rejected := r.Tools.Learn(answer)
+		WarnRejected(r.Log, r.Tools.Unwarned(rejected))
 		var page struct {
 			Result struct {
 				NextCursor string `json:"nextCursor"`
@@ -116,33 +149,47 @@ func (b *streamBackend) relist(m *framing.Message, session string) {
 	}
 }
 
-// errOwnWait ends the read of an answer the backend waited for too long.
+// WarnRejected logs each tool left out of a tools/list for its invalid
+// x-mcp-header annotations.
+func WarnRejected(log *zap.Logger, rejected []mcpheader.Rejected) {
+	for _, rj := range rejected {
+		log.Warn("a tool with an invalid x-mcp-header annotation is left out of tools/list", zap.String("tool", rj.Tool), zap.Error(rj.Why))
+	}
+}
+
+// errOwnWait ends the read of an answer the client waited for too long.
 var errOwnWait = errors.New("no answer to the proxy's tools/list in time")
 
-// ownToolsID is the id of the backend's own tools/list requests.
+// ownToolsID is the id of the proxy's own tools/list requests.
 const ownToolsID = "mcp-cancel-proxy-tools"
 
-// ownRequest POSTs a request of the backend's own and returns its answer
+// ownRequest POSTs a request of the proxy's own and returns its answer
 // (the response under ownToolsID, JSON or from an event stream), or nil.
-func (b *streamBackend) ownRequest(body []byte, session string) []byte {
+func (e *Endpoint) ownRequest(body []byte, r ToolsRead) []byte {
 	var f framing.Frame
 	if f.Parse(body) != nil {
 		return nil
 	}
-	resp, err := b.request(Request{Body: body, Session: session, Msg: &f.Msgs[0]}, ownWait)
+	resp, err := e.Do(Request{Body: body, Session: r.Session, Msg: &f.Msgs[0]}, ownWait)
 	if err != nil {
-		b.log.Debug("reading tools/list failed", zap.Error(err))
+		r.Log.Debug("reading tools/list failed", zap.Error(err))
 		return nil
 	}
 	defer fasthttp.ReleaseResponse(resp)
-	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
+	limit := cmp.Or(r.MaxBody, framing.DefaultMaxFrameSize)
 	stream := BodyOf(resp)
 	defer stream.CloseWithError(nil)
-	if resp.StatusCode() != fasthttp.StatusOK || b.track(stream, nil) != nil {
+	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil
 	}
-	defer b.untrack(stream, nil)                                                       // Stop closes it
-	defer time.AfterFunc(ownWait, func() { stream.CloseWithError(errOwnWait) }).Stop() // and so does a server that never answers
+	if r.Watch != nil {
+		done := r.Watch(stream)
+		if done == nil {
+			return nil
+		}
+		defer done()
+	}
+	defer time.AfterFunc(ownWait, func() { stream.CloseWithError(errOwnWait) }).Stop() // a server that never answers
 	if !IsEventStream(resp.Header.ContentType()) {
 		data, err := io.ReadAll(io.LimitReader(stream, int64(limit)))
 		if err != nil {
@@ -159,7 +206,9 @@ func (b *streamBackend) ownRequest(body []byte, session string) []byte {
 			return nil
 		}
 		if ev.HasData && answers(ev.Data, id) {
-			return bytes.Clone(ev.Data)
+			answer := bytes.Clone(ev.Data)
+			io.Copy(io.Discard, io.LimitReader(stream, int64(limit))) // the stream ends with its answer: read to its end, the connection is kept
+			return answer
 		}
 	}
 }
