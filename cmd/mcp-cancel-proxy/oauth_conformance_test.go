@@ -134,12 +134,12 @@ func TestConformanceAuthThroughSidecar(t *testing.T) {
 		passed, _ = conformanceTotals(out)
 		files, _ := filepath.Glob(filepath.Join(results, "auth", "*", "checks.json"))
 		for _, f := range files {
-			var checks []struct{ ID, Status string }
+			var checks []struct{ ID, Status, ErrorMessage string }
 			b, _ := os.ReadFile(f)
 			json.Unmarshal(b, &checks)
 			for _, c := range checks {
 				if c.Status == "FAILURE" {
-					failures = append(failures, filepath.Base(filepath.Dir(f))+": "+c.ID)
+					failures = append(failures, filepath.Base(filepath.Dir(f))+": "+c.ID+" ("+c.ErrorMessage+")")
 				}
 			}
 		}

@@ -28,9 +28,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
-	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -195,29 +195,11 @@ func ownOAuth(mode, url string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if mode == "sidecar" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, stop, err := startSidecar(ctx, url)
 		if err != nil {
 			return err
 		}
-		addr := ln.Addr().String()
-		ln.Close()
-		sidecar := exec.Command(os.Getenv("PROXY_BIN"), "--listen", addr, "--upstream", url, "--log-level", "warn")
-		sidecar.Stderr = os.Stderr
-		if err := sidecar.Start(); err != nil {
-			return err
-		}
-		defer func() { sidecar.Process.Kill(); sidecar.Wait() }()
-		for { // until it listens, or the deadline
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				c.Close()
-				break
-			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("the sidecar does not listen: %w", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		defer stop()
 		url = "http://" + addr + "/mcp"
 	}
 	var conf struct {
@@ -268,4 +250,54 @@ func codeFromRedirect(ctx context.Context, args *auth.AuthorizationArgs) (*auth.
 	}
 	q := loc.Query()
 	return &auth.AuthorizationResult{Code: q.Get("code"), State: q.Get("state"), Iss: q.Get("iss")}, nil
+}
+
+// startSidecar starts the sidecar in front of url on a port of its own
+// choosing, and returns the address it listens on, from its events feed:
+// a port picked here and closed before the sidecar binds it may be another
+// scenario's sidecar's by then (the suite runs scenarios at once), and a
+// client that found something listening there talked to another
+// scenario's server.
+func startSidecar(ctx context.Context, url string) (addr string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "bridge-client-sidecar")
+	if err != nil {
+		return "", nil, err
+	}
+	feed := filepath.Join(dir, "events.jsonl")
+	sidecar := exec.Command(os.Getenv("PROXY_BIN"), "--listen", "127.0.0.1:0", "--events", feed, "--upstream", url, "--log-level", "warn")
+	sidecar.Stderr = os.Stderr
+	if err := sidecar.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	exited := make(chan struct{})
+	go func() { sidecar.Wait(); close(exited) }()
+	stop = func() { sidecar.Process.Kill(); <-exited; os.RemoveAll(dir) }
+	for { // until its feed says where it listens, it exits, or the deadline
+		if addr := listeningAt(feed); addr != "" {
+			return addr, stop, nil
+		}
+		select {
+		case <-exited:
+			stop()
+			return "", nil, errors.New("the sidecar exited before it listened")
+		case <-ctx.Done():
+			stop()
+			return "", nil, fmt.Errorf("the sidecar does not listen: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond): // another program's feed: polled, bounded by ctx
+		}
+	}
+}
+
+// listeningAt returns the address the sidecar_listening event of the
+// events feed at path names, or "".
+func listeningAt(path string) string {
+	b, _ := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		var e struct{ Event, Listen string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Event == "sidecar_listening" {
+			return e.Listen
+		}
+	}
+	return ""
 }
