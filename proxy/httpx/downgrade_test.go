@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,5 +163,58 @@ func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 3 {
 		t.Errorf("the upstream saw %d calls, want 3 (the second refused once, then sent again)", calls)
+	}
+}
+
+// TestUpgradedCallsReadToolsAsTheirClient: the sidecar's own read of
+// tools/list, before an upgraded call, carries the call's client's
+// credentials (an upstream that wants them answers nothing without), and a
+// read that failed is not made again before every call.
+func TestUpgradedCallsReadToolsAsTheirClient(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	var lists, unauthorized atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		json.Unmarshal(body, &m)
+		if r.Header.Get("Authorization") != "Bearer t" && m.Method != "server/discover" { // the revision probe goes without
+			unauthorized.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch m.Method {
+		case "server/discover":
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}}`)
+		case "tools/list":
+			lists.Add(1)
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"resultType":"complete","content":[{"type":"text","text":"ran"}]}}`)
+		}
+	}))
+	defer srv.Close()
+	url := startSidecar(t, srv.URL, proxy.TrackerOptions{})
+	for i := range 2 {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{}}}`, i)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `"ran"`) {
+			t.Fatalf("call %d: %s", i, b)
+		}
+	}
+	if n, u := lists.Load(), unauthorized.Load(); n != 1 || u != 0 {
+		t.Errorf("the upstream saw %d tools/list with the client's credentials (want 1) and %d requests without", n, u)
 	}
 }

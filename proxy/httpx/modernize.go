@@ -77,8 +77,9 @@ func (ob outbound) upstreamModern() bool {
 
 // mirrorParams sets the Mcp-Param-* headers of an upgraded tools/call, m,
 // from the tools/list the sidecar read: the upgraded tools/list answers
-// its clients got (learnTools), or, with none read since the list went
-// stale, its own read of it, first.
+// its clients got (downgrade), or, with none read since the list went
+// stale, its own read of it, first, with the call's client's headers (its
+// credentials), as the relay sends the call with them.
 func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
 	if m.Method != "tools/call" || !m.ParamsSpan.Found() {
 		return
@@ -87,7 +88,7 @@ func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
 	if !s.tools.Read() {
 		s.listing.Lock()
 		if !s.tools.Read() { // unless a call of the same moment read it
-			s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, Log: s.log})
+			s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, From: req, Log: s.log})
 		}
 		s.listing.Unlock()
 	}

@@ -26,6 +26,15 @@ func (t *Tools) Forget() {
 	t.read = false
 }
 
+// MarkRead notes that a client's own read of tools/list was made, whatever
+// it found: a read that failed is not made again before each call (a
+// HeaderMismatch answer makes it stale, Forget).
+func (t *Tools) MarkRead() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.read = true
+}
+
 // Read reports whether a tools/list answer was read since the last Forget
 // (or ever): with none, a client reads tools/list before a call.
 func (t *Tools) Read() bool {

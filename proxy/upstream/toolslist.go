@@ -108,6 +108,9 @@ type ToolsRead struct {
 	// Session names the session, if any; MaxBody bounds an answer.
 	Session string
 	MaxBody int
+	// From, if not nil, is the client's request whose headers (its
+	// credentials) the read carries, as the relay's requests do.
+	From *fasthttp.Request
 	// Watch, if set, holds each answer's stream while it is read, and
 	// returns what to call after (nil: do not read it); closing the
 	// stream ends the read.
@@ -120,6 +123,7 @@ type ToolsRead struct {
 // into r.Tools: for a client with nothing read, or whose read is stale.
 func (e *Endpoint) ReadTools(r ToolsRead) {
 	r.Tools.Forget()
+	defer r.Tools.MarkRead()
 	meta := []byte(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`)
 	if r.Of.MetaSpan.Found() {
 		meta = r.Of.Raw[r.Of.MetaSpan.Start:r.Of.MetaSpan.End]
@@ -170,7 +174,11 @@ func (e *Endpoint) ownRequest(body []byte, r ToolsRead) []byte {
 	if f.Parse(body) != nil {
 		return nil
 	}
-	resp, err := e.Do(Request{Body: body, Session: r.Session, Msg: &f.Msgs[0]}, ownWait)
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	e.Build(req, Request{Body: body, Session: r.Session, Msg: &f.Msgs[0], From: r.From})
+	req.Header.Del("Mcp-Name") // the client's request's, if From: tools/list has none
+	resp, err := e.Send(req, ownWait)
 	if err != nil {
 		r.Log.Debug("reading tools/list failed", zap.Error(err))
 		return nil
