@@ -121,12 +121,7 @@ func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
 	header := "Region"
 	calls := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.Unmarshal(body, &m)
+		m := rpcOf(r)
 		mu.Lock()
 		defer mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
@@ -174,12 +169,7 @@ func TestUpgradedCallsReadToolsAsTheirClient(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	var lists, unauthorized atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		json.Unmarshal(body, &m)
+		m := rpcOf(r)
 		if r.Header.Get("Authorization") != "Bearer t" && m.Method != "server/discover" { // the revision probe goes without
 			unauthorized.Add(1)
 			w.WriteHeader(http.StatusUnauthorized)
@@ -217,4 +207,18 @@ func TestUpgradedCallsReadToolsAsTheirClient(t *testing.T) {
 	if n, u := lists.Load(), unauthorized.Load(); n != 1 || u != 0 {
 		t.Errorf("the upstream saw %d tools/list with the client's credentials (want 1) and %d requests without", n, u)
 	}
+}
+
+// rpcMessage is what a scripted server reads of a request's JSON-RPC
+// message: its id and method.
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+// rpcOf reads a request's JSON-RPC message.
+func rpcOf(r *http.Request) rpcMessage {
+	var m rpcMessage
+	json.NewDecoder(r.Body).Decode(&m)
+	return m
 }

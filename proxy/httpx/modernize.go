@@ -85,13 +85,9 @@ func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
 		return
 	}
 	s := rl.s
-	if !s.tools.Read() {
-		s.listing.Lock()
-		if !s.tools.Read() { // unless a call of the same moment read it
-			s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, From: req, Log: s.log})
-		}
-		s.listing.Unlock()
-	}
+	s.tools.ReadOnce(func() {
+		s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, From: req, Log: s.log})
+	})
 	s.tools.Mirror(m.Name(), m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], req.Header.Set)
 }
 

@@ -188,10 +188,8 @@ type Sidecar struct {
 	modern modernity
 	// tools is what the sidecar, as the 2026-07-28 client of a stateless
 	// upstream for its 2025 clients' requests (modernize.go), read of the
-	// upstream's tools' mirrored parameters (Mcp-Param-*); listing is held
-	// while it reads tools/list itself.
+	// upstream's tools' mirrored parameters (Mcp-Param-*).
 	tools    mcpheader.Tools
-	listing  sync.Mutex
 	endpoint upstream.Endpoint            // the upstream's URL, and the client that reaches it
 	sessions sessiontable.Table[*session] // the sessions relayed upstream
 	own      requestSessions              // the sessions that are a request's own, while it runs

@@ -15,6 +15,31 @@ type Tools struct {
 	params map[string][]Param // by tool name; a tool without annotations has none
 	read   bool               // a tools/list answer was read since the last Forget
 	warned map[string]bool    // the tools whose rejection was reported (Unwarned)
+	// reading is held while a client reads tools/list itself (ReadOnce,
+	// Reread): one read at a time, the others wait for it.
+	reading sync.Mutex
+}
+
+// ReadOnce runs read, which reads tools/list into t, unless an answer was
+// read since the last Forget; callers of the same moment wait for one
+// read instead of making their own.
+func (t *Tools) ReadOnce(read func()) {
+	if t.Read() {
+		return
+	}
+	t.reading.Lock()
+	defer t.reading.Unlock()
+	if !t.Read() {
+		read()
+	}
+}
+
+// Reread runs read, which reads tools/list into t afresh (what was read is
+// stale), one read at a time.
+func (t *Tools) Reread(read func()) {
+	t.reading.Lock()
+	defer t.reading.Unlock()
+	read()
 }
 
 // Forget forgets every tool: what it read is stale (the server's list

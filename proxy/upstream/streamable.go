@@ -78,9 +78,8 @@ type streamBackend struct {
 	initialized bool // the first initialize was answered: later ones name no session
 	// tools is what the 2026-07-28 answers to tools/list said of the
 	// tools' mirrored parameters (Mcp-Param-*).
-	tools   mcpheader.Tools
-	listed  atomic.Bool // tools has learned from an answer: a list_changed makes it forget
-	listing sync.Mutex  // held while the backend reads tools/list itself
+	tools  mcpheader.Tools
+	listed atomic.Bool // tools has learned from an answer: a list_changed makes it forget
 	// postings are the requests whose answers have no headers yet, by
 	// id: where a cancel of one waits (Posting.BeforeCancel).
 	postings map[framing.ID]*Posting

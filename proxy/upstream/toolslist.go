@@ -41,13 +41,8 @@ const ownWait = 30 * time.Second
 // went stale). A tool the list does not name is called as it is: its
 // server's answer says what it thinks of the call.
 func (b *streamBackend) toolsFirst(m *framing.Message, session string) {
-	if !b.modernCall(m) || b.tools.Read() {
-		return
-	}
-	b.listing.Lock()
-	defer b.listing.Unlock()
-	if !b.tools.Read() { // unless a call of the same moment read it
-		b.relist(m, session)
+	if b.modernCall(m) {
+		b.tools.ReadOnce(func() { b.relist(m, session) })
 	}
 }
 
@@ -78,9 +73,7 @@ func (b *streamBackend) retryMismatch(m *framing.Message, msg []byte, session st
 		return refusal(fasthttp.StatusBadRequest, head, b.log)
 	}
 	b.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
-	b.listing.Lock()
-	b.relist(m, session)
-	b.listing.Unlock()
+	b.tools.Reread(func() { b.relist(m, session) })
 	*resp, *err = b.request(Request{Body: msg, Session: session, Msg: m, Tools: &b.tools}, 0)
 	return nil
 }
