@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
@@ -49,7 +50,21 @@ type StreamableUpstream struct {
 	// revision, even when the server speaks 2026-07-28 (see modernize.go);
 	// a cancel then may not reach it.
 	KeepRevision bool
+	// Clock times the wait for the session's GET stream (StreamWait); if
+	// nil, the real clock.
+	Clock clock.Clock
 }
+
+// StreamWait bounds how long the line that follows the answer to
+// initialize (the client's notifications/initialized) waits for the
+// session's GET stream to have its headers: a server that sends something
+// unrelated to a request (a roots/list, a list_changed) as soon as the
+// client is initialized finds the stream open, and a server that counts a
+// GET after a request's stream ended as its resumption (SEP-1699's
+// retry) sees it as such only when it is one. A server that holds the
+// GET's headers until it has something to send costs the session this
+// much, once.
+const StreamWait = TakenInWait
 
 // Dial returns a session's backend; nothing is sent until its first line.
 func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
@@ -66,6 +81,10 @@ type streamBackend struct {
 
 	lines framing.LineSplitter // only Write uses it
 	prev  *Posting             // the previous POST's; Write's
+	// opening is the session's GET stream's while it has no headers yet
+	// (StreamWait): the next line waits for it. Set before the answer to
+	// initialize reaches the client; Write clears it.
+	opening atomic.Pointer[Posting]
 
 	mu      sync.Mutex // guards the fields below
 	session string
@@ -141,9 +160,24 @@ func (b *streamBackend) Stop() {
 // (Posting.BeforeCancel). No POST waits for another's answer.
 func (b *streamBackend) Write(p []byte) (int, error) {
 	b.lines.Split(p, func(line []byte) bool {
-		return b.prev.waitWritten(b.stop) && b.start(bytes.Clone(line))
+		return b.prev.waitWritten(b.stop) && b.opened() && b.start(bytes.Clone(line))
 	})
 	return len(p), nil
+}
+
+// opened waits until the session's GET stream, if it is being opened, has
+// its headers or StreamWait has passed, or the backend stops: then it
+// reports false.
+func (b *streamBackend) opened() bool {
+	p := b.opening.Load()
+	if p == nil {
+		return true
+	}
+	if !p.waitFor(postingHeaded, b.stop) {
+		return false
+	}
+	b.opening.CompareAndSwap(p, nil)
+	return true
 }
 
 // outgoing is one line on its way upstream.
@@ -640,8 +674,10 @@ func (b *streamBackend) answer(data []byte, of answering) {
 			b.mu.Lock()
 			b.version = r.Result.ProtocolVersion
 			b.mu.Unlock()
+			opening := NewPosting()
+			b.opening.Store(opening)
 			b.running.Add(1)
-			go b.listen()
+			go b.listen(opening)
 		}
 	}
 	b.in.Put(eventLine(data))
@@ -660,13 +696,18 @@ func (b *streamBackend) learnTools(data []byte) []byte {
 	return kept
 }
 
-// listen reads the session's GET stream, if the upstream offers one.
-func (b *streamBackend) listen() {
+// listen reads the session's GET stream, if the upstream offers one;
+// opening is told once its headers have come, the GET has failed, or
+// StreamWait has passed.
+func (b *streamBackend) listen(opening *Posting) {
 	defer b.running.Done()
 	b.mu.Lock()
 	session := b.session
 	b.mu.Unlock()
+	t := clock.Or(b.u.Clock).AfterFunc(StreamWait, opening.Headed)
 	resp, err := b.request(Request{Method: fasthttp.MethodGet, Session: session}, 0)
+	t.Stop()
+	opening.Headed()
 	switch {
 	case err != nil:
 	case resp.StatusCode() != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()):

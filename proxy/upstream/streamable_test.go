@@ -2,17 +2,23 @@ package upstream_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -254,5 +260,101 @@ func TestStopOwesNoAnswer(t *testing.T) {
 	rest, _ := io.ReadAll(lines) // to the end the stop makes
 	if strings.Contains(string(rest), `"id":2`) {
 		t.Errorf("after its stop the backend gave the session %s for the call it had ended itself", rest)
+	}
+}
+
+// heldGET is a connection whose writes of a GET request wait until
+// release closes: a GET stream slow to leave the proxy.
+type heldGET struct {
+	net.Conn
+	release <-chan struct{}
+}
+
+func (c heldGET) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, []byte("GET ")) {
+		<-c.release
+	}
+	return c.Conn.Write(p)
+}
+
+// TestInitializedWaitsForTheGETStream: the line that follows the answer
+// to initialize goes once the session's GET stream has its headers (or
+// StreamWait has passed), so that the server has the stream before it
+// learns that the client is initialized. Before, the GET raced the
+// client's next lines: the conformance suite's sse-retry server, which
+// counts any GET after a call's stream as its resumption, failed the
+// bridge when its GET came after the call. Here the GET is held in its
+// write until the POST of notifications/initialized has reached the
+// server (as before) or the backend has armed its wait (as now); the
+// server must see the GET first.
+func TestInitializedWaitsForTheGETStream(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	initializedCame := make(chan struct{})
+	bothCame := make(chan struct{}, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			order = append(order, "GET")
+			mu.Unlock()
+			bothCame <- struct{}{}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		id, method, _ := rpcOf(r)
+		switch method {
+		case "initialize":
+			w.Header().Set(upstream.SessionHeader, "s1")
+			initialized(w, id)
+		case "notifications/initialized":
+			mu.Lock()
+			order = append(order, method)
+			mu.Unlock()
+			close(initializedCame)
+			bothCame <- struct{}{}
+			w.WriteHeader(http.StatusAccepted)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL + "/mcp")
+	release := make(chan struct{})
+	client := upstream.NewClient(0, 0)
+	client.Dial = func(addr string) (net.Conn, error) {
+		c, err := fasthttp.Dial(addr)
+		if err != nil {
+			return nil, err
+		}
+		return heldGET{Conn: c, release: release}, nil
+	}
+	clk := clock.NewFake(time.Unix(0, 0))
+	armed := clk.Armed()
+	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}, Clock: clk}).Dial(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { b.Stop(); <-b.Exited() }()
+	conn := b.Conn()
+	lines := bufio.NewReader(conn.In)
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	if _, err := lines.ReadString('\n'); err != nil {
+		t.Fatalf("no answer to initialize: %v", err)
+	}
+	go io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	select {
+	case <-initializedCame: // it did not wait
+	case <-armed: // it waits for the GET
+	}
+	close(release)
+	<-bothCame
+	<-bothCame
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, []string{"GET", "notifications/initialized"}) {
+		t.Errorf("the server saw %v, want the GET stream before notifications/initialized", order)
 	}
 }
