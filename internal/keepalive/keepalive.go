@@ -110,6 +110,10 @@ type Conn struct {
 	// clock), set by Read and cleared by the first Write after it: a
 	// Write that finds it set begins a new request on a used connection.
 	readAt atomic.Int64
+	// reading counts the Reads in progress: a Write meanwhile is no new
+	// request (fasthttp sends none while it reads an answer), but the
+	// stream's own (a TLS close_notify), and is not checked.
+	reading atomic.Int32
 	// now returns nanoseconds on a monotonic clock; tests replace it.
 	now func() int64
 }
@@ -127,8 +131,10 @@ func Wrap(addr string, c net.Conn) *Conn {
 
 // Read reads from the connection, noting when.
 func (c *Conn) Read(p []byte) (int, error) {
+	c.reading.Add(1)
 	n, err := c.Conn.Read(p)
 	c.readAt.Store(c.now())
+	c.reading.Add(-1)
 	return n, err
 }
 
@@ -139,7 +145,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 // fails (but for a timeout: a server that reads too slowly is no reason
 // to send again).
 func (c *Conn) Write(p []byte) (int, error) {
-	if last := c.readAt.Swap(0); last != 0 {
+	if last := c.readAt.Swap(0); last != 0 && c.reading.Load() == 0 {
 		if err := c.check(time.Duration(c.now() - last)); err != nil {
 			return 0, err
 		}

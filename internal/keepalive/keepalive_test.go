@@ -1,10 +1,14 @@
 package keepalive
 
 import (
+	"bufio"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -240,4 +244,89 @@ func TestIdleConnectionsRetired(t *testing.T) {
 	if c.MaxIdleConnDuration != 2*time.Second {
 		t.Fatalf("idle connections kept for %v, want 2s", c.MaxIdleConnDuration)
 	}
+}
+
+// TestTLSCloseWhileReading: closing a TLS connection writes its
+// close_notify; while another goroutine is blocked reading the connection
+// (an idle event stream, which the bridge closes when its client leaves,
+// or the relay closes to cancel a 2026-07-28 call), that write must not
+// wait for the read. Before, it peeked at the socket under the read's own
+// lock, and Close waited until the server next sent something: the bridge
+// to an HTTPS server never exited.
+func TestTLSCloseWhileReading(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // silent until the client leaves
+	}))
+	srv.StartTLS()
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clock atomic.Int64
+	clock.Store(int64(time.Second)) // readAt 0 means no read
+	kc := Wrap(addr, raw)
+	kc.now = clock.Load
+	conf := srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	conf.ServerName = "example.com" // httptest's certificate's
+	tc := tls.Client(kc, conf)
+	defer tc.Close()
+	if _, err := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(tc)
+	for line := ""; line != "\r\n"; {
+		if line, err = br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Add(int64(time.Second)) // past peekAfter: a write after this read would be checked
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		br.ReadByte() // blocks: the stream is silent
+	}()
+	waitBlockedIn(t, "keepalive.(*Conn).Read", "runtime_pollWait")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		tc.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Error("Close waited for the blocked Read")
+		srv.CloseClientConnections() // lets both go
+		<-closed
+	}
+	<-readDone
+}
+
+// waitBlockedIn waits until a goroutine's stack names every one of frames.
+func waitBlockedIn(t *testing.T, frames ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 1<<20)
+	for time.Now().Before(deadline) {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if containsAll(g, frames) {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("no goroutine blocked in %v", frames)
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }
