@@ -10,6 +10,7 @@ import (
 // usage, lists an empty store as no server, and refuses a client key
 // without the client credentials grant before it reaches any server.
 func TestAuthCommandArguments(t *testing.T) {
+	t.Parallel()
 	store := t.TempDir()
 	for _, c := range []struct {
 		args     []string

@@ -51,6 +51,7 @@ func cuttingUpstream(t *testing.T) string {
 // mid-call: the bridge answers the call -32000 at once, as the sidecar
 // does (the client waited for ever), and the session goes on.
 func TestE2EBridgeCutStreamAnswersTheRequest(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60e9)
 	w := startWrapped(t, "--upstream", cuttingUpstream(t), "--upstream-transport", "streamable", "--log-level", "debug")
 	w.initialize(`{}`)

@@ -24,6 +24,7 @@ import (
 // that are theirs to give; a line that depends on timing alone (mcp-go's
 // race, which it may lose or win) is not compared.
 func TestE2ECheckKnownServers(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	pyEnv, pyArgv := fastMCP(t)
@@ -67,6 +68,7 @@ func TestE2ECheckKnownServers(t *testing.T) {
 // ones and cancels by closing their streams: no late answer can come, and
 // a cancel that comes before the call's headers still stops it (the race).
 func TestE2ECheckOverHTTP(t *testing.T) {
+	t.Parallel()
 	call := []string{"--tool", "slow_honour", "--args", `{"seconds":20,"steps":40}`}
 	stdioLike := map[string]string{"cancel": "pass", "late-answer": "fail/SHOULD", "progress-after-cancel": "pass", "race": "pass",
 		"cancel-finished": "pass", "cancel-unknown": "pass", "cancel-initialize": "pass"}
@@ -146,6 +148,7 @@ func compareChecks(t *testing.T, got, want map[string]string, code, wantCode int
 // Authorization header) answers 401 without it: check says so and exits
 // 1; with it, check lists the tools.
 func TestE2ECheckHeader(t *testing.T) {
+	t.Parallel()
 	s := exampleserver.New()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -56,6 +56,7 @@ func allFlags() (out []string) {
 // as a user would expect: flags, a flag's values, subcommands, the verbs
 // of hooks and auth, and after -- the server's own command line.
 func TestBashCompletion(t *testing.T) {
+	t.Parallel()
 	bash := tool(t, "bash")
 	path, script := generated(t, "mcp-cancel-proxy.bash", "completion", "bash")
 	if out, err := exec.Command(bash, "-n", path).CombinedOutput(); err != nil {
@@ -111,6 +112,7 @@ func hasWords(got, want string) bool {
 
 // TestZshCompletion: the script parses and names every flag.
 func TestZshCompletion(t *testing.T) {
+	t.Parallel()
 	zsh := tool(t, "zsh")
 	path, script := generated(t, "_mcp-cancel-proxy", "completion", "zsh")
 	if out, err := exec.Command(zsh, "-n", path).CombinedOutput(); err != nil {
@@ -126,6 +128,7 @@ func TestZshCompletion(t *testing.T) {
 // TestFishCompletion: the script parses, and fish's own completer
 // (complete -C) offers what it should from it.
 func TestFishCompletion(t *testing.T) {
+	t.Parallel()
 	fish := tool(t, "fish")
 	path, _ := generated(t, "mcp-cancel-proxy.fish", "completion", "fish")
 	if out, err := exec.Command(fish, "--no-execute", path).CombinedOutput(); err != nil {
@@ -160,6 +163,7 @@ func TestFishCompletion(t *testing.T) {
 // TestPowerShellCompletion: generated (no pwsh here to run it), naming
 // every flag.
 func TestPowerShellCompletion(t *testing.T) {
+	t.Parallel()
 	_, script := generated(t, "mcp-cancel-proxy.ps1", "completion", "powershell")
 	for _, f := range allFlags() {
 		if !strings.Contains(script, "'"+f+"'") {
@@ -171,6 +175,7 @@ func TestPowerShellCompletion(t *testing.T) {
 // TestManPage: the manual page renders with man, draws no warning from
 // groff, and holds every flag of every command and every command.
 func TestManPage(t *testing.T) {
+	t.Parallel()
 	man := tool(t, "man")
 	path, _ := generated(t, "mcp-cancel-proxy.1", "man")
 	cmd := exec.Command(man, "-l", path)

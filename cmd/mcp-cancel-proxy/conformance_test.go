@@ -110,6 +110,7 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 // child), with the scenarios of the 2026-07-28 header checks besides (in
 // front of a stdio server the sidecar makes them itself).
 func TestConformanceThroughSidecar(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
 	server := filepath.Join(t.TempDir(), "everything-server")

@@ -20,6 +20,7 @@ import (
 // Serve returned on it before, and the sidecar exited ("serving failed")
 // (issue 40, item 2).
 func TestE2ESidecarServesThroughRunningOutOfDescriptors(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	cmd := exec.Command("bash", "-c", fmt.Sprintf("ulimit -n 256 && exec %s --listen %s -- %s example-server", proxyBin, front, proxyBin))
 	w := startCommand(t, cmd)

@@ -15,6 +15,7 @@ import (
 // server (it showed the binary's path, a build cache's under go run), and
 // a server given as a whole command, with --server or after --, runs.
 func TestDemoNamesItsServer(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		head string
@@ -35,6 +36,7 @@ func TestDemoNamesItsServer(t *testing.T) {
 // draws both: a well-formed SVG whose first lane has the late progress and
 // answer the client got, and whose second has none.
 func TestDemoDrawsTheTimeline(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "timeline.svg")
 	out, err := exec.Command(proxyBin, "demo", "--svg", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "0 with it") {

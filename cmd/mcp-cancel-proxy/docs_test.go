@@ -32,6 +32,7 @@ var foreignFlags = map[string]string{
 // and only configuration keys it accepts. A renamed flag, key, page or
 // heading fails here until the docs follow.
 func TestDocs(t *testing.T) {
+	t.Parallel()
 	pages := docPages(t)
 	flags := knownFlags(t)
 	for _, p := range pages {
@@ -55,6 +56,7 @@ func TestDocs(t *testing.T) {
 // TestDocsCheckCatches: the checks find what they are for, so that
 // TestDocs cannot pass by finding nothing.
 func TestDocsCheckCatches(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	page := filepath.Join(dir, "p.md")
 	text := "# Title\n\n## A section\n\n[ok](#a-section) [gone](#no-such) [missing](nowhere.md) [web](https://example.com)\n" +
@@ -344,6 +346,7 @@ func knownKey(key string) bool {
 // docs (a code span, or a YAML example); a setting of a block that recurs
 // (a rule, a hook) counts once. The example itself is valid.
 func TestEveryKeyShown(t *testing.T) {
+	t.Parallel()
 	example := readDoc(t, filepath.Join("..", "..", "config.example.yaml"))
 	if _, err := config.Load(filepath.Join("..", "..", "config.example.yaml")); err != nil {
 		t.Fatalf("config.example.yaml: %v", err)

@@ -46,7 +46,8 @@ func TestMain(m *testing.M) {
 	proxyBin = filepath.Join(dir, "mcp-cancel-proxy")
 	// The proxies under test keep their hook stores here, not in the
 	// user's state directory.
-	os.Setenv("XDG_STATE_HOME", filepath.Join(dir, "state"))
+	sharedState = filepath.Join(dir, "state")
+	os.Setenv("XDG_STATE_HOME", sharedState)
 	// Nor do they reach the user's own credential store: no session bus
 	// (TestE2EBridgeKeepsTokensInTheKeyring gives its bridges a bus of
 	// its own).
@@ -104,6 +105,7 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 	if cmd.Path == proxyBin {
 		cmd.Args = append(cmd.Args[:1:1], withEvents(t, cmd.Args[1:])...)
 	}
+	ownState(t, cmd)
 	watchdog(t, 60*time.Second)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -152,15 +154,53 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 		}
 		select {
 		case <-w.exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-w.exited
+		case <-time.After(20 * time.Second): // a proxy that outlives its client is a bug: its goroutines say where
+			cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-w.exited:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-w.exited
+			}
+			t.Errorf("%v did not exit within 20 s of its input's end", cmd.Args)
 		}
 		if t.Failed() {
 			t.Logf("proxy stderr:\n%s", w.logs.all())
 		}
 	})
 	return w
+}
+
+// states are the state directories (XDG_STATE_HOME) of the tests running,
+// by test: the proxies of one test share one, and so their hook stores,
+// while tests that run in parallel never see each other's.
+var states sync.Map
+
+// sharedState is the state directory TestMain gives every process the
+// tests start; ownState replaces it with the test's own.
+var sharedState string
+
+// ownState gives cmd the state directory of t's own, unless its
+// environment names one.
+func ownState(t testing.TB, cmd *exec.Cmd) {
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	for _, kv := range cmd.Env {
+		if strings.HasPrefix(kv, "XDG_STATE_HOME=") && kv != "XDG_STATE_HOME="+sharedState {
+			return // the test's own choice
+		}
+	}
+	cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+stateDir(t))
+}
+
+// stateDir returns t's own state directory (see states).
+func stateDir(t testing.TB) string {
+	dir, loaded := states.LoadOrStore(t, filepath.Join(t.TempDir(), "state"))
+	if !loaded {
+		t.Cleanup(func() { states.Delete(t) })
+	}
+	return dir.(string)
 }
 
 // serves says whether the proxy's arguments make it serve HTTP (--listen

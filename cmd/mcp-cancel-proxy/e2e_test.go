@@ -44,6 +44,7 @@ func assertNothingAfter(t *testing.T, got []map[string]any, id any, token string
 // cancellation, reports progress again and answers once released. The proxy
 // forwards the cancel and the client sees neither the progress nor the answer.
 func TestE2EServerIgnoresCancel(t *testing.T) {
+	t.Parallel()
 	serverIgnoresCancel(t, wrapExample(t))
 }
 
@@ -51,6 +52,7 @@ func TestE2EServerIgnoresCancel(t *testing.T) {
 // bridge (--upstream without --listen), to the example server over
 // Streamable HTTP.
 func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
+	t.Parallel()
 	up := freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)
 	waitListening(t, up)
@@ -67,6 +69,7 @@ func TestE2EStdioClientToHTTPUpstream(t *testing.T) {
 // cancel closes the request's stream, and the server's tool sees its
 // request cancelled. Nothing late reaches the client; the session goes on.
 func TestE2EStdioClient2025ToStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	up := freePort(t)
 	server := startExampleStateless(t, up)
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")
@@ -127,6 +130,7 @@ func serverIgnoresCancel(t *testing.T, w *wrapped) {
 // TestE2EServerHonoursCancel: the tool stops when cancelled, but the go-sdk
 // server still answers the cancelled request; the proxy suppresses that.
 func TestE2EServerHonoursCancel(t *testing.T) {
+	t.Parallel()
 	w := wrapExample(t)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":60,"steps":600},"_meta":{"progressToken":7}}}`)
@@ -141,6 +145,7 @@ func TestE2EServerHonoursCancel(t *testing.T) {
 // when the tool call that made it is cancelled; the cancel reaches the client
 // and the client's late answer never reaches the server.
 func TestE2EServerCancelsSampling(t *testing.T) {
+	t.Parallel()
 	w := wrapExample(t)
 	w.initialize(`{"sampling":{}}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask_sampling","arguments":{}}}`)
@@ -165,6 +170,7 @@ func TestE2EServerCancelsSampling(t *testing.T) {
 // TestE2EGoSDKClient drives the proxy with the go-sdk's own client, which
 // sends the cancel when the call's context ends.
 func TestE2EGoSDKClient(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	args, feed := eventsFor(t, []string{"--log-level", "debug", "--", proxyBin, "example-server"})
 	cmd := exec.Command(proxyBin, args...)
@@ -216,6 +222,7 @@ func TestE2EGoSDKClient(t *testing.T) {
 // TestE2EServerCrashesMidCall: every request in flight gets an error that
 // says the server is gone, and the proxy exits with the server's status.
 func TestE2EServerCrashesMidCall(t *testing.T) {
+	t.Parallel()
 	w := wrapExample(t)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"c"},"_meta":{"progressToken":"c"}}}`)
@@ -239,6 +246,7 @@ func TestE2EServerCrashesMidCall(t *testing.T) {
 // TestE2EChildIgnoresEOFAndTERM: a server that ignores both stdin EOF and
 // SIGTERM, with a child of its own that does too, is killed, group and all.
 func TestE2EChildIgnoresEOFAndTERM(t *testing.T) {
+	t.Parallel()
 	// The script reports its pid and its child's on stderr, which the proxy
 	// copies to its own.
 	script := `trap "" TERM; sleep 300 & printf "p%s $$ $!\n" "ids:" >&2; wait; wait`
@@ -282,6 +290,7 @@ func alive(pid int) bool {
 // stop ladder; the request in flight is answered with an error rather than
 // left waiting, and the proxy exits 0.
 func TestE2ESIGTERMStopsInOrder(t *testing.T) {
+	t.Parallel()
 	w := wrapExample(t, "--term-after", "200ms")
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"t"},"_meta":{"progressToken":"t"}}}`)
@@ -303,6 +312,7 @@ func TestE2ESIGTERMStopsInOrder(t *testing.T) {
 // cancel, but still writes the handler's result; the proxy keeps it from
 // the client.
 func TestE2EMcpGoServerLateError(t *testing.T) {
+	t.Parallel()
 	bin := buildMcpGo(t)
 	mcpGoLateError(t, startWrapped(t, "--log-level", "debug", "--", bin))
 }
@@ -312,6 +322,7 @@ func TestE2EMcpGoServerLateError(t *testing.T) {
 // answers only once its context is cancelled: the late answer the proxy
 // holds back is the server's word that the cancel reached it.
 func TestE2EStdioClientToMcpGoSSE(t *testing.T) {
+	t.Parallel()
 	up := freePort(t)
 	startBackground(t, buildMcpGo(t), "-sse", up)
 	waitListening(t, up)
@@ -340,6 +351,7 @@ func mcpGoLateErrorLogged(t *testing.T, w *wrapped, feed *eventTail) {
 // TestE2ESidecarAdmin: the admin listener's probes and metrics, before and
 // after the upstream goes away.
 func TestE2ESidecarAdmin(t *testing.T) {
+	t.Parallel()
 	up, front, adm := freePort(t), freePort(t), freePort(t)
 	upstream := exec.Command(proxyBin, "example-server", "--http", up)
 	if err := upstream.Start(); err != nil {
@@ -388,6 +400,7 @@ func TestE2ESidecarAdmin(t *testing.T) {
 // -32000 "the proxy is shutting down" (the stream ended with no answer
 // before), and exits 0.
 func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
+	t.Parallel()
 	up, front := freePort(t), freePort(t)
 	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
@@ -425,6 +438,7 @@ func TestE2ESidecarShutdownCancelsUpstream(t *testing.T) {
 // minutes here): on SIGTERM the sidecar ends it cleanly (the chunked
 // body's end) and exits 0, in front of an HTTP server and of a stdio one.
 func TestE2ESidecarShutdownEndsGetStreams(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(cfg, []byte("http:\n  shutdown_grace: 10m\n"), 0o600)
 	fronts := map[string]func(front string) []string{
@@ -473,6 +487,7 @@ func TestE2ESidecarShutdownEndsGetStreams(t *testing.T) {
 // ends without an answer, and the server's late progress and answer are
 // held back; DELETE stops the child.
 func TestE2EStdioServerOverHTTP(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--cancel-grace", "200ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
@@ -532,6 +547,7 @@ func TestE2EStdioServerOverHTTP(t *testing.T) {
 // stdio it becomes notifications/cancelled for the child, under the id the
 // sidecar gave the request on the shared child.
 func TestE2EStdioServerOverHTTP2026(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
@@ -566,6 +582,7 @@ func TestE2EStdioServerOverHTTP2026(t *testing.T) {
 
 // TestE2EStdioSessionIdle: a stdio session left idle has its child stopped.
 func TestE2EStdioSessionIdle(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(cfg, []byte("http:\n  session_idle: 300ms\n"), 0o600)
@@ -583,6 +600,7 @@ func TestE2EStdioSessionIdle(t *testing.T) {
 // stdio server's session that drops a call's stream and never POSTs a
 // cancel has the call cancelled on the child for it.
 func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--disconnect-cancel-after", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
@@ -604,6 +622,7 @@ func TestE2EStdioSessionDisconnectGrace(t *testing.T) {
 // upstream's, and the tool sees its request cancelled; the client gets no
 // progress after, and calls on.
 func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	up, front := freePort(t), freePort(t)
 	server := startExampleStateless(t, up)
@@ -617,6 +636,7 @@ func TestE2EGoSDKClientToStatelessUpstream(t *testing.T) {
 // process of its own; the client's POSTed cancel is POSTed on, and the
 // tool sees its request cancelled.
 func TestE2EGoSDKSSEClientToGoSDKSSEServer(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	up, front := freePort(t), freePort(t)
 	server := startServer(t, exec.Command(proxyBin, "example-server", "--sse", up))
@@ -670,6 +690,7 @@ func goSDKClientCancelsThroughSidecar(t *testing.T, front, upstream string, serv
 // dies mid-call, its stream drops, and the call in flight gets the proxy's
 // error at once, and the bridge ends saying so (exit 1).
 func TestE2EStdioClientToGoSDKSSEServer(t *testing.T) {
+	t.Parallel()
 	up := freePort(t)
 	srv := exec.Command(proxyBin, "example-server", "--sse", up)
 	srv.Stderr = os.Stderr

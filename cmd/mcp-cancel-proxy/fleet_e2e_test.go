@@ -133,6 +133,7 @@ func release(t *testing.T, url, session, key string) {
 // and the late answer (the server answers once released) never reaches
 // the client.
 func TestE2EFleetNoAffinity(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Run(t, -1)
 	rc, f := webhookFleet(t, ns.ClientURL())
 	session := f.open(t)                        // replicas 0 and 1
@@ -211,6 +212,7 @@ func queueIdle(t *testing.T, natsURL string) {
 // the server never has a third block call in progress, and each release
 // lets exactly one waiting call start, until every call is answered.
 func TestE2EFleetClusterLimit(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Run(t, -1)
 	cfg, _ := writeConfig(t, `
 cluster:
@@ -318,6 +320,7 @@ policy:
 // with it); after the ack wait another replica runs the job, with the same
 // idempotency key, once.
 func TestE2EFleetReplicaDiesMidHook(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Run(t, -1)
 	cfg, dir := writeConfig(t, `
 cluster:
@@ -368,6 +371,7 @@ func (f *replicaSet) replicaOf(t *testing.T, ev []string) *wrapped {
 // to the fleet and runs, once, and a cancel sent to another replica than
 // the call's finds it again.
 func TestE2EFleetNATSRestart(t *testing.T) {
+	t.Parallel()
 	natsDir := t.TempDir()
 	ns := natstest.RunIn(t, -1, natsDir)
 	port := ns.Addr().(*net.TCPAddr).Port

@@ -32,6 +32,7 @@ var blankLineServer = []string{"sh", "-c",
 // blank line, and a server that does the same, are each answered without
 // sending anything more (issue 8, item 1).
 func TestE2EBlankLinesHoldNothingBack(t *testing.T) {
+	t.Parallel()
 	w := startWrapped(t, append([]string{"--"}, blankLineServer...)...)
 	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}` + "\n")
 	w.recvUntil(isResponse("init"))
@@ -71,6 +72,7 @@ func buildMcpGo(t *testing.T) string {
 // notifications/initialized. Through the sidecar, upstream and as stdio
 // children, it must connect and call a tool (issue 8, item A).
 func TestE2EGoSDKClient2025ThroughSilentServers(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	loopback := filepath.Join(sharedDir(t), "tools", "loopback.cjs")
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
@@ -160,6 +162,7 @@ func fastMCP(t *testing.T) (env []string, argv []string) {
 // back to initialize as it does directly, and its cancel reaches the server
 // (issue 8, items B and C).
 func TestE2EFastMCPThroughSidecar(t *testing.T) {
+	t.Parallel()
 	fastMCPThroughSidecar(t, "--http", "/mcp")
 }
 
@@ -168,6 +171,7 @@ func TestE2EFastMCPThroughSidecar(t *testing.T) {
 // itself (http.upstream_transport auto, the default): the client's cancel
 // is POSTed to the server's message endpoint.
 func TestE2EFastMCPOverSSEThroughSidecar(t *testing.T) {
+	t.Parallel()
 	fastMCPThroughSidecar(t, "--sse", "/sse")
 }
 
@@ -199,6 +203,7 @@ func startFastMCP(t *testing.T, mode string) (addr string, logs *logTail) {
 // (--upstream without --listen) to FastMCP on HTTP+SSE, found out by the
 // probe: the cancel reaches the server, nothing late reaches the client.
 func TestE2EStdioClientToFastMCPOverSSE(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	up, pyLogs := startFastMCP(t, "--sse")
 	w := startWrapped(t, "--log-level", "debug", "--upstream", "http://"+up+"/sse")
@@ -263,6 +268,7 @@ func fastMCPThroughSidecar(t *testing.T, mode, path string, flags ...string) {
 // TestCommandLineSaysWhatIsWrong: help, version, and command lines that
 // cannot work each say so in words (issue 8, item 19).
 func TestCommandLineSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args       []string
 		code       int
@@ -303,6 +309,7 @@ func (nopWriteCloser) Close() error { return nil }
 // FILE:LINE:COLUMN: setting: problem in plain words, including what the
 // proxy would refuse at start (issue 8, item 18).
 func TestValidateTellsEveryProblem(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("limits:\n  max_frame_size: 12zz\n  retire_max: -3\nhttp:\n  listen: 127.0.0.1:99999\n"+
 		"  upstream: ftp://x\n  cancel_grace: soon\nlog:\n  colour: red\n"), 0o600)
@@ -335,6 +342,7 @@ func TestValidateTellsEveryProblem(t *testing.T) {
 // on_cancel hook runs within hooks.shutdown_wait, its audit line is
 // written, and the client gets -32000 (issue 8, item 7).
 func TestE2EShutdownCancelsInFlight(t *testing.T) {
+	t.Parallel()
 	cfg, dir := writeConfig(t, hookConfig)
 	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.initialize(`{}`)
@@ -363,6 +371,7 @@ var deafServer = []string{"sh", "-c", `read l; printf '%s\n' '{"jsonrpc":"2.0","
 // than the proxy holds, and the server not reading, the client's EOF and
 // SIGTERM still start the stop ladder, and the proxy exits (issue 8, item 8).
 func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
+	t.Parallel()
 	big := `{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"` + strings.Repeat("x", 6<<20) + `"}}`
 	for _, how := range []string{"client EOF", "SIGTERM"} {
 		t.Run(how, func(t *testing.T) {
@@ -386,6 +395,7 @@ func TestE2EServerThatStopsReadingIsStopped(t *testing.T) {
 // misbehaving in a loop) is written ten times a second at most, then one in
 // a hundred; debug and info lines are never dropped (issue 8, item 15).
 func TestRepeatedWarningsAreSampled(t *testing.T) {
+	t.Parallel()
 	var out strings.Builder
 	log := newLogger(config.Log{Level: "debug", Format: "json"}, &out, nil)
 	for range 300 {
@@ -404,6 +414,7 @@ func TestRepeatedWarningsAreSampled(t *testing.T) {
 // editor's rename-and-replace and a ConfigMap's symlink swap are both seen,
 // an invalid file is refused and the policy in force stays (issue 9, item 5).
 func TestE2EReloadOnFileChange(t *testing.T) {
+	t.Parallel()
 	const (
 		invalid = "policy:\n  rules:\n    - tool: block\n      timeout: -5s\n"
 		valid   = "policy:\n  rules:\n    - tool: block\n      timeout: 200ms\n"

@@ -39,13 +39,15 @@ func keyedUpstream(t *testing.T, key, token string) string {
 // saying what the server wants and how to give it; an unset ${VAR} stops
 // the start naming it.
 func TestE2EBridgeHeaders(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60e9)
 	upstream := keyedUpstream(t, "k-123", "t-456")
-	t.Setenv("MCP_TEST_API_KEY", "k-123")
 	file := filepath.Join(t.TempDir(), "headers")
 	os.WriteFile(file, []byte("# the token\nAuthorization: Bearer t-456\n"), 0o600)
 
-	w := startWrapped(t, "--upstream", upstream, "--upstream-transport", "streamable", "--header", "X-Api-Key: ${MCP_TEST_API_KEY}", "--header-file", file)
+	keyed := exec.Command(proxyBin, "--upstream", upstream, "--upstream-transport", "streamable", "--header", "X-Api-Key: ${MCP_TEST_API_KEY}", "--header-file", file)
+	keyed.Env = append(os.Environ(), "MCP_TEST_API_KEY=k-123")
+	w := startCommand(t, keyed)
 	w.initialize(`{}`)
 	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if m := w.recvUntil(isResponse(float64(2))); !strings.Contains(fmt.Sprint(m[len(m)-1]["result"]), "slow_honour") {

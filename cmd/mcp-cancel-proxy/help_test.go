@@ -13,6 +13,7 @@ import (
 // exit 0, for the proxy and for every subcommand, with the flags spelled
 // --name; a bad flag says so on stderr and exits 2.
 func TestHelpOnStdout(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -44,6 +45,7 @@ func TestHelpOnStdout(t *testing.T) {
 // "did you mean"; a program is still the server command; a flag's
 // duration without a unit says so, in the file's words.
 func TestCommandLineMistakes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -72,6 +74,7 @@ func (outCloser) Close() error { return nil }
 // TestNoFlagsNoHeading: a usage whose command has no flags ends without a
 // "flags:" heading over nothing (issue 39, item 7).
 func TestNoFlagsNoHeading(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	printUsage(&b, "usage: x\n\nflags:\n", flag.NewFlagSet("x", flag.ContinueOnError))
 	if got := b.String(); got != "usage: x\n" {

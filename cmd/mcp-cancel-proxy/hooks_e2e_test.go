@@ -121,6 +121,7 @@ func hookStoreSetup(t *testing.T, more string) (*hookReceiver, string, string) {
 // hook store finishes the job, with the same idempotency key, and its audit
 // line says so. Meanwhile `hooks list --admin` showed the job pending.
 func TestE2EHookSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	rc, cfg, dir := hookStoreSetup(t, "\n        retries: 5\n        backoff: 500ms")
 	adminAddr := freePort(t)
 	first := startWrapped(t, "--config", cfg, "--admin", adminAddr, "--", proxyBin, "example-server")
@@ -152,6 +153,7 @@ func TestE2EHookSurvivesSIGKILL(t *testing.T) {
 // once the wrapper has stopped, `hooks list` and `hooks drop` read and
 // change the store's file directly.
 func TestE2EHooksCommand(t *testing.T) {
+	t.Parallel()
 	rc, cfg, dir := hookStoreSetup(t, "")
 	adminAddr := freePort(t)
 	w := startWrapped(t, "--config", cfg, "--admin", adminAddr, "--", proxyBin, "example-server")
@@ -196,6 +198,7 @@ func TestE2EHooksCommand(t *testing.T) {
 // queue (its audit line says so, and reaches the fleet's audit subject),
 // the hook runs once, on one replica, which audits it.
 func TestE2EFleetHooks(t *testing.T) {
+	t.Parallel()
 	ns := natstest.Run(t, -1)
 	feed, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -239,6 +242,7 @@ audit:
 // TestDeployFleetConfigValidates: the fleet example's configuration (the
 // ConfigMap in deploy/kubernetes-fleet.yaml) passes validate.
 func TestDeployFleetConfigValidates(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../deploy/kubernetes-fleet.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,8 +22,8 @@ import (
 // --server one's jobs, --all every one's; a job left in the shared store
 // of earlier versions is adopted by the next proxy to start.
 func TestE2EServersHaveTheirOwnHookStore(t *testing.T) {
-	state := t.TempDir()
-	t.Setenv("XDG_STATE_HOME", state)
+	t.Parallel()
+	state := stateDir(t) // the proxies', and hooksIn's
 	shared := filepath.Join(state, "mcp-cancel-proxy", "hooks")
 	old, err := jobs.Open(shared, nil)
 	if err != nil {
@@ -62,7 +64,7 @@ policy:
 			t.Errorf("store %q: want the program's label and a hash, nothing of the command line", n)
 		}
 	}
-	summary := hooksCLI(t, "list")
+	summary := hooksIn(t, state, "list")
 	for _, n := range names {
 		if !strings.Contains(summary, n) {
 			t.Errorf("hooks list does not name %s:\n%s", n, summary)
@@ -70,18 +72,34 @@ policy:
 	}
 	counts := map[int]bool{}
 	for _, n := range names {
-		counts[len(listed(t, hooksCLI(t, "list", "--server", n, "--json")))] = true
+		counts[len(listed(t, hooksIn(t, state, "list", "--server", n, "--json")))] = true
 	}
 	if !counts[1] || !counts[2] {
 		t.Errorf("jobs per store %v, want 2 (the adopted one and the first server's) and 1", counts)
 	}
-	all := listed(t, hooksCLI(t, "list", "--all", "--json"))
+	all := listed(t, hooksIn(t, state, "list", "--all", "--json"))
 	if len(all) != 3 {
 		t.Errorf("hooks list --all: %d jobs, want 3", len(all))
 	}
-	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"hooks", "list", "--server", "mcp-cancel-proxy"}, nil, nopWriteCloser{&out}, &errOut); code == 0 ||
-		!strings.Contains(errOut.String(), "names 2 of the stores") {
-		t.Errorf("a label two stores share: exit %d, %q", code, errOut.String())
+	cmd := exec.Command(proxyBin, "hooks", "list", "--server", "mcp-cancel-proxy")
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "names 2 of the stores") {
+		t.Errorf("a label two stores share: %v, %q", err, out)
 	}
+}
+
+// hooksIn runs `mcp-cancel-proxy hooks args...` with the state directory
+// state (as the binary, since the directory is the process's environment)
+// and returns what it printed.
+func hooksIn(t *testing.T, state string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(proxyBin, append([]string{"hooks"}, args...)...)
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("hooks %v: %v: %s%s", args, err, out.String(), errOut.String())
+	}
+	return out.String()
 }

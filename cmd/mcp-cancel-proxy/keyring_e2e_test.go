@@ -98,6 +98,7 @@ func secretsKept(t *testing.T, bus string) string {
 //     request: the server has the sign-in and no call; with --keyring
 //     off, its token is in the file, and the keyring has none.
 func TestE2EBridgeKeepsTokensInTheKeyring(t *testing.T) {
+	t.Parallel()
 	bus := secretService(t)
 	watchdog(t, 2*time.Minute)
 	server := startOAuthServer(t)

@@ -18,6 +18,7 @@ import (
 // cancel POSTed to supergateway reaches mcp-go, whose late error is held
 // back.
 func TestE2ESupergatewaySSEUpstream(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	loopback := filepath.Join(sharedDir(t), "tools", "loopback.cjs")
 	up := freePort(t)
@@ -35,6 +36,7 @@ func TestE2ESupergatewaySSEUpstream(t *testing.T) {
 // sidecar's legacy endpoints; a stdio client's cancel travels through
 // mcp-remote, the sidecar holds the late error back.
 func TestE2EMcpRemoteThroughLegacyEndpoints(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--", buildMcpGo(t))
 	sc.events.waitFor(t, events.SidecarListening)
@@ -60,6 +62,7 @@ func mcpRemoteSSE(t *testing.T, front string) *wrapped {
 // HTTP+SSE server; the cancel is POSTed to mcp-go's message endpoint, whose
 // late error (its word that the cancel reached it) is held back.
 func TestE2EMcpRemoteToSSEUpstream(t *testing.T) {
+	t.Parallel()
 	up, front := freePort(t), freePort(t)
 	startBackground(t, buildMcpGo(t), "-sse", up)
 	waitListening(t, up)
@@ -76,6 +79,7 @@ func TestE2EMcpRemoteToSSEUpstream(t *testing.T) {
 // requests go as 2026-07-28 ones, and its cancel, a closed stream, reaches
 // the tool.
 func TestE2EMcpRemoteToStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	up, front := freePort(t), freePort(t)
 	server := startExampleStateless(t, up)
 	sc := startWrapped(t, "--listen", front, "--log-level", "debug", "--upstream", "http://"+up+"/mcp")

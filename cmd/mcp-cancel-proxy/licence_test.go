@@ -11,6 +11,7 @@ import (
 // and version), and the npm package (scripts/test checks every release
 // archive and every packed npm package).
 func TestLicenceShipped(t *testing.T) {
+	t.Parallel()
 	licence, err := os.ReadFile("../../LICENSE")
 	if err != nil || !strings.Contains(string(licence), "Apache License") || !strings.Contains(string(licence), "Version 2.0, January 2004") {
 		t.Fatalf("LICENSE is not the Apache License 2.0 (%v)", err)

@@ -70,6 +70,7 @@ func postWith(t *testing.T, front string, n int, body string) (int, string) {
 // same upstream through the bridge; beyond the limits, the error names the
 // setting to raise.
 func TestE2EHeaderLimits(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60e9)
 	upstream, auth := bigHeaders(t, 5<<10)
 	front := freePort(t)

@@ -14,6 +14,7 @@ import (
 // TestLogLinesUseTheAuditNames: a JSON log line's time is "time", as in the
 // audit trail, and durations carry their unit.
 func TestLogLinesUseTheAuditNames(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	newLogger(config.Log{Level: "info", Format: "json"}, &buf, nil).Info("x", zap.Duration("wait", 1500*time.Millisecond))
 	var line map[string]any

@@ -60,6 +60,7 @@ const (
 // stayed 0 outside the sidecar's relay: every desktop user's dashboard was
 // flat).
 func TestE2EWrapperMetrics(t *testing.T) {
+	t.Parallel()
 	adm := freePort(t)
 	w := startWrapped(t, "--admin", adm, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.events.waitFor(t, events.AdminListening)
@@ -93,6 +94,7 @@ func oneCancelCounted(t *testing.T, adm string) {
 // TestE2EStdioServerOverHTTPMetrics: the same counters for a stdio server
 // behind the sidecar.
 func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
+	t.Parallel()
 	front, adm := freePort(t), freePort(t)
 	sc := startWrapped(t, "--listen", front, "--admin", adm, "--cancel-grace", "100ms", "--log-level", "debug", "--", proxyBin, "example-server")
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
@@ -114,6 +116,7 @@ func TestE2EStdioServerOverHTTPMetrics(t *testing.T) {
 // TestE2EBridgeAdmin: the bridge serves the operations listener too: its
 // probes, and /metrics with the counters of a cancelled call.
 func TestE2EBridgeAdmin(t *testing.T) {
+	t.Parallel()
 	up, adm := freePort(t), freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)
 	waitListening(t, up)
@@ -133,6 +136,7 @@ func TestE2EBridgeAdmin(t *testing.T) {
 // wrapper's start with a clear error (it ran on without its listener), as
 // it stops the sidecar's and the bridge's.
 func TestE2EAdminPortBusy(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -100,6 +100,7 @@ func npm(t *testing.T, dir string, env []string, args ...string) string {
 // npx runs the launcher, which runs this platform's binary with the same
 // stdio, passes SIGTERM on, and exits as the binary did.
 func TestE2ENpmPackage(t *testing.T) {
+	t.Parallel()
 	proj, env := npmProject(t)
 	launcher := filepath.Join(proj, "node_modules", ".bin", "mcp-cancel-proxy")
 

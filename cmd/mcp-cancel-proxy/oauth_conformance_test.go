@@ -42,6 +42,7 @@ var clientScenarios = []string{"initialize", "tools_call", "http-standard-header
 // --oauth client_credentials, the client credentials extension's basic
 // scenario.
 func TestConformanceClientThroughTheBridge(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
 	client := bridgeClient(t)
@@ -122,6 +123,7 @@ func conformanceTotals(out []byte) (passed, failed int) {
 // the server's own URL; through a relay the resource is the sidecar's, as
 // its relayed metadata says, so that the client's RFC 9728 check passes.
 func TestConformanceAuthThroughSidecar(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	watchdog(t, 5*time.Minute)
 	client := bridgeClient(t)

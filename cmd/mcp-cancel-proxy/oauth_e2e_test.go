@@ -46,6 +46,7 @@ type oauthStats struct {
 //     withdrawn: the server never gets it, and the bridge serves on; so
 //     for the same server over the 2024-11-05 HTTP+SSE transport.
 func TestE2EBridgeSignsIn(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 3*time.Minute)
 	server := startOAuthServer(t)
 	browser := bridgeClient(t) + " browse"

@@ -30,6 +30,7 @@ var pauses = []time.Duration{6 * time.Second, 7 * time.Second}
 // -32603 "the server closed connection before returning the first response
 // byte". The cases run in parallel, since each waits in real time.
 func TestE2ECallsAfterAPause(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	loopback := filepath.Join(sharedDir(t), "tools", "loopback.cjs")
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")

@@ -43,6 +43,7 @@ func nodePeers(t *testing.T) (node, dir string) {
 // aborts a call to server-everything's long-running tool, which goes on
 // sending progress; the proxy keeps every late message from the client.
 func TestE2ETypeScriptClientAgainstServerEverything(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	watchdog(t, 90*time.Second)
 	cmd := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-abort.mjs"))
@@ -82,6 +83,7 @@ func TestE2ETypeScriptClientAgainstServerEverything(t *testing.T) {
 // both from the client, and the client's session goes on. A long cancel
 // grace keeps the stream open for the late messages to be seen.
 func TestE2ETypeScriptClientOverHTTP(t *testing.T) {
+	t.Parallel()
 	up, front := freePort(t), freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)
 	waitListening(t, up)
@@ -94,6 +96,7 @@ func TestE2ETypeScriptClientOverHTTP(t *testing.T) {
 // child: the cancel is POSTed to /message, the late messages held back from
 // the client's one event stream.
 func TestE2ETypeScriptSSEClient(t *testing.T) {
+	t.Parallel()
 	front := freePort(t)
 	tsClientAborts(t, "http://"+front+"/sse", "sse", "--listen", front, "--", proxyBin, "example-server")
 }
@@ -103,6 +106,7 @@ func TestE2ETypeScriptSSEClient(t *testing.T) {
 // server over HTTP): the sidecar is the Streamable HTTP client of the old
 // client's session, and POSTs its cancel upstream.
 func TestE2ETypeScriptSSEClientStreamableUpstream(t *testing.T) {
+	t.Parallel()
 	up, front := freePort(t), freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)
 	waitListening(t, up)
@@ -164,6 +168,7 @@ func tsClientAborts(t *testing.T, url, transport string, args ...string) {
 // stream (the server logs the GET with Last-Event-ID) and its stdio client
 // gets the answer; before, it waited for ever.
 func TestE2EBridgeResumesAPollingServer(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	watchdog(t, 60*time.Second)
 	addr := freePort(t)

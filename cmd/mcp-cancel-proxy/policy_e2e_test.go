@@ -102,6 +102,7 @@ policy:
 // late result, which the client never sees, goes to on_late_result; the
 // audit line tells the whole story.
 func TestE2EPolicyHooksStdio(t *testing.T) {
+	t.Parallel()
 	cfg, dir := writeConfig(t, hookConfig)
 	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.initialize(`{}`)
@@ -139,6 +140,7 @@ func TestE2EPolicyHooksStdio(t *testing.T) {
 // server, the client gets the proxy's timeout error, and the late result
 // never reaches it.
 func TestE2EDeadlineStdio(t *testing.T) {
+	t.Parallel()
 	cfg, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      timeout: 300ms\n")
 	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.initialize(`{}`)
@@ -166,6 +168,7 @@ func TestE2EDeadlineStdio(t *testing.T) {
 // SIGTERM is restarted; the client's session goes on (a later call
 // succeeds) and no process of the old server survives.
 func TestE2EEscalateRestart(t *testing.T) {
+	t.Parallel()
 	cfg, _ := writeConfig(t, "policy:\n  restart_after: 200ms\n  late_window: 1s\n  rules:\n    - tool: block\n      escalate: restart\nchild:\n  term_after: 100ms\n  kill_after: 100ms\n")
 	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server", "--ignore-term")
 	line := w.logs.waitFor(t, "example server pids: ")
@@ -210,6 +213,7 @@ func TestE2EEscalateRestart(t *testing.T) {
 // client's cancel of the task-augmented call becomes the proxy's own
 // tasks/cancel, so that the task ends cancelled.
 func TestE2ETaskCancelServerEverything(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	w := startWrapped(t, "--log-level", "debug", "--", node, everything, "stdio")
@@ -250,6 +254,7 @@ func TestE2ETaskCancelServerEverything(t *testing.T) {
 // sidecar, in front of the go-sdk example server over Streamable HTTP; and
 // a deadline there, answered with the proxy's timeout error.
 func TestE2EPolicyHooksSidecar(t *testing.T) {
+	t.Parallel()
 	cfg, dir := writeConfig(t, hookConfig+"    - tool: slow_ignore\n      timeout: 300ms\n  late_window: 1s\n")
 	adm := freePort(t)
 	run := startSidecarSession(t, nil, "--config", cfg, "--log-level", "debug", "--admin", adm, "--cancel-grace", "100ms")
@@ -324,6 +329,7 @@ func TestE2EPolicyHooksSidecar(t *testing.T) {
 // TestValidateCommand: validate accepts the example and refuses a bad
 // policy, naming each problem's line and column, with a non-zero status.
 func TestValidateCommand(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(proxyBin, "validate", "../../config.example.yaml").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok") {
 		t.Errorf("validate config.example.yaml: %v %s", err, out)
@@ -343,6 +349,7 @@ func TestValidateCommand(t *testing.T) {
 // TestE2EReloadOnSIGHUP: SIGHUP puts a changed policy in force for new
 // requests; an invalid file is refused and the policy in force stays.
 func TestE2EReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	cfg, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
 	w := startWrapped(t, "--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server")
 	w.initialize(`{}`)
@@ -367,6 +374,7 @@ func TestE2EReloadOnSIGHUP(t *testing.T) {
 // carry the run id (correlation), the MCP request id and the job id
 // (captured) apart; a token beside the run id is copied nowhere.
 func TestE2ECorrelate(t *testing.T) {
+	t.Parallel()
 	cfg, dir := writeConfig(t, `
 policy:
   late_window: 1s

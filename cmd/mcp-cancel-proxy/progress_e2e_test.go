@@ -42,6 +42,7 @@ const watchedCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"na
 // progress; and no progress reaches the client. On the wrapper, the bridge
 // and the sidecar in front of a Streamable HTTP server.
 func TestE2EProgressTheClientNeverAskedFor(t *testing.T) {
+	t.Parallel()
 	cfg, _ := writeConfig(t, watchedConfig)
 	t.Run("wrapper", func(t *testing.T) {
 		t.Parallel()
@@ -147,6 +148,7 @@ func checkQuietAnswer(t *testing.T, got []string, server *logTail) {
 // rule's max_timeout of 3 s, with the proxy's deadline error; the client
 // sees no progress of either.
 func TestE2EProgressTheClientNeverAskedForServerEverything(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	cfg, _ := writeConfig(t, `

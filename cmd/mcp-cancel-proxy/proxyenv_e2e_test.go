@@ -96,6 +96,7 @@ func bridgeLists(t *testing.T, env []string, args ...string) bool {
 // proxy resolves), never for a loopback upstream, and trusts a private
 // CA given with --ca-file (and only then).
 func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 90e9)
 	up := freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)

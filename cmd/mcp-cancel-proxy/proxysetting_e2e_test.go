@@ -21,6 +21,7 @@ import (
 // (a real CONNECT tunnel to names only the proxy resolves); with the
 // default (none) the same environment changes no route.
 func TestE2EProxySetting(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 90*time.Second)
 	up := freePort(t)
 	startBackground(t, proxyBin, "example-server", "--http", up)

@@ -31,6 +31,7 @@ import (
 // to the example server over Streamable HTTP, and, with the SDK's HTTP+SSE
 // client, through the sidecar's old-client front to the same server.
 func TestE2ETypeScriptClientReissueJoins(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      reissue: join\n")
 	t.Run("wrapper", func(t *testing.T) {
@@ -178,6 +179,7 @@ func checkReissue(t *testing.T, out []byte) reissueSummary {
 // server as a stateless Streamable HTTP upstream, and as a stdio server
 // the sidecar runs.
 func TestE2EGoSDKClientReissueAfterABrokenStream(t *testing.T) {
+	t.Parallel()
 	config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: block\n      reissue: join\n")
 	t.Run("stateless upstream", func(t *testing.T) {
 		watchdog(t, 90*time.Second)

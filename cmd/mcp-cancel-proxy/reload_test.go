@@ -24,6 +24,7 @@ import (
 // defaults: no rules); a reload that reads it, or a file of only comments,
 // or an invalid one, keeps the policy in force; a real change reloads.
 func TestReloadKeepsThePolicyOfAnEmptyFile(t *testing.T) {
+	t.Parallel()
 	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +53,7 @@ func TestReloadKeepsThePolicyOfAnEmptyFile(t *testing.T) {
 // settings read only at start (http.listen) puts the policy in force and
 // warns, naming those settings; one that changes only the policy does not.
 func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
+	t.Parallel()
 	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,7 @@ func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
 // (exit 0) for validate and an error (exit 1) for validate --strict; a
 // file with errors shows its warnings too.
 func TestValidateStrict(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(path, []byte("policy:\n  rules:\n    - tool: x\n      on_cancel: {exec: [\"./no-such-hook-here\"]}\n"), 0o600)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

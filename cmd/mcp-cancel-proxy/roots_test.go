@@ -18,6 +18,7 @@ const rootsProbeEnv = "MCP_TEST_ROOTS"
 // upstream, collector and webhook failed with "certificate signed by
 // unknown authority").
 func TestFallbackRoots(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), rootsProbeEnv+"=1", "SSL_CERT_FILE=/nonexistent/ca.pem", "SSL_CERT_DIR=/nonexistent")
 	out, err := cmd.Output()

@@ -19,6 +19,7 @@ import (
 // stream (the Python SDK's server, reached directly, may deliver one's
 // answer to the other: python-sdk issue 3060).
 func TestE2EFastMCPSharedIDs(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ mode, path string }{{"--http", "/mcp"}, {"--sse", "/sse"}} {
 		t.Run(c.mode, func(t *testing.T) {
 			watchdog(t, 60*time.Second)

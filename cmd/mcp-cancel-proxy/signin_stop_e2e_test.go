@@ -61,6 +61,7 @@ func protectedServer(t *testing.T) string {
 // it waited up to five minutes, an orphan behind a client that had quit
 // (issue 39, item 2). wait gives each 30 s.
 func TestE2EBridgeStopsWhileSigningIn(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name  string
 		probe bool // the sign-in runs in the transport probe, before the client's first request

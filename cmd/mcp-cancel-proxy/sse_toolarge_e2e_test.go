@@ -57,6 +57,7 @@ func bigAnswerSSEUpstream(t *testing.T, n int) string {
 // its request gets -32603 saying so, and the session goes on (it ended,
 // "the MCP server exited").
 func TestE2ESSEUpstreamOverLongEvent(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60e9)
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(cfg, []byte("limits:\n  max_frame_size: 64KiB\n"), 0o600)

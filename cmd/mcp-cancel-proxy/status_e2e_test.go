@@ -40,6 +40,7 @@ func chromium(t *testing.T) string {
 // not honoured; never the call's arguments. A screenshot is saved as the
 // test's artifact.
 func TestE2EStatusPageInABrowser(t *testing.T) {
+	t.Parallel()
 	browser := chromium(t)
 	cfg, _ := writeConfig(t, `
 policy:

@@ -33,6 +33,7 @@ import (
 // end: it accepted each cancel but those whose call it had answered already
 // (the raced ones), and dropped those.
 func TestE2EStrictClientRandomCancels(t *testing.T) {
+	t.Parallel()
 	node, dir := nodePeers(t)
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 	loopback := filepath.Join(sharedDir(t), "tools", "loopback.cjs")

@@ -112,6 +112,7 @@ func checkCallTrace(t *testing.T, rcv *otlptest.Receiver, proxySpan, transport, 
 // proxy's span has the cancel's events, the audit's outcome, the three
 // kinds of ids apart, and the hook's attempts as children.
 func TestE2ETraceWrapper(t *testing.T) {
+	t.Parallel()
 	rcv := otlptest.StartHTTP(t)
 	cfg, dir := writeConfig(t, strings.Replace(traceConfig, "URL", rcv.URL, 1))
 	cmd := exec.Command(proxyBin, "--config", cfg, "--", proxyBin, "example-server")
@@ -142,6 +143,7 @@ func TestE2ETraceWrapper(t *testing.T) {
 // client's traceparent comes as an HTTP header, the upstream gets the
 // proxy's in _meta, and the MCP operation duration is in /metrics.
 func TestE2ETraceSidecar(t *testing.T) {
+	t.Parallel()
 	rcv := otlptest.StartHTTP(t)
 	cfg, dir := writeConfig(t, strings.Replace(traceConfig, "URL", rcv.URL, 1))
 	adm := freePort(t)
@@ -196,6 +198,7 @@ func TestE2ETraceSidecar(t *testing.T) {
 // as on the relay: the server gets the proxy's span, in the client's trace
 // (each span was a new trace).
 func TestE2ETraceHeaderToStdioServer(t *testing.T) {
+	t.Parallel()
 	rcv := otlptest.StartHTTP(t)
 	cfg, _ := writeConfig(t, "tracing:\n  endpoint: "+rcv.URL+"\n")
 	front := freePort(t)

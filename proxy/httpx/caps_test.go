@@ -24,6 +24,7 @@ import (
 // reaches the upstream, and no session is evicted for it; once a session
 // ends, there is room again.
 func TestRelayedSessionsCap(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, MaxRelayedSessions: 1})
@@ -47,6 +48,7 @@ func TestRelayedSessionsCap(t *testing.T) {
 // that never POSTs initialize is closed after http.legacy_init_wait (such
 // streams held every slot for ever: 503 for every other old client).
 func TestLegacyStreamWithoutInitializeIsClosed(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	fake := clock.NewFake(time.Now())
 	url := childSidecar(t, &httpx.Children{}, func(sc *httpx.Sidecar) {
@@ -81,6 +83,7 @@ func TestLegacyStreamWithoutInitializeIsClosed(t *testing.T) {
 // s). Any first message ends the wait, on every upstream kind: after the
 // wait has passed, the stream still carries the answer to a ping.
 func TestLegacyWaitEndsWithTheFirstMessage(t *testing.T) {
+	t.Parallel()
 	kinds := map[string]func(fake *clock.Fake) string{
 		"stdio server": func(fake *clock.Fake) string {
 			url := childSidecar(t, &httpx.Children{}, func(sc *httpx.Sidecar) {
@@ -152,6 +155,7 @@ func TestLegacyWaitEndsWithTheFirstMessage(t *testing.T) {
 // answered, the table refused the ones past it, and the sidecar crashed
 // on the session it failed to register (issue 40, item 1).
 func TestRelayedSessionsCapUnderConcurrentInitializes(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	const most, clients = 3, 8
 	arrived, release := make(chan struct{}, clients), make(chan struct{})
@@ -220,6 +224,7 @@ func TestRelayedSessionsCapUnderConcurrentInitializes(t *testing.T) {
 // processes, 4.5 GB, while mcp_cancel_proxy_children said 0), and Count
 // says how many processes run (issue 40, item 7).
 func TestLegacyStreamsStartNoServerUntilTheyPost(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	cs := &httpx.Children{}
 	url := childSidecar(t, cs, func(sc *httpx.Sidecar) { sc.Legacy = &httpx.Legacy{} })
@@ -276,6 +281,7 @@ func TestLegacyStreamsStartNoServerUntilTheyPost(t *testing.T) {
 // (1,551 forgotten sessions held slots after a load run with upstream
 // crashes, issue 40, item 8).
 func TestSessionForgottenUpstreamLeavesTheCap(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	var forgot atomic.Bool
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -43,6 +43,7 @@ func corsRequest(t *testing.T, method, url, origin string, headers ...string) (i
 // origins get 403; on the relay to an HTTP server and on a stdio server's
 // front, and on an old client's endpoints.
 func TestBrowserClientsGetCORS(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	const app = "https://app.example"
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true}) // no session left open upstream
@@ -91,6 +92,7 @@ func TestBrowserClientsGetCORS(t *testing.T) {
 // another origin (issue 40, item 8). In front of a stdio server there is
 // no metadata to read, nor a preflight answered for it.
 func TestBrowserClientsGetCORSOnTheMetadata(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	const app = "https://app.example"
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true})

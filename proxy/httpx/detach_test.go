@@ -22,6 +22,7 @@ import (
 // its head says the connection closes at its end, and the sidecar's
 // Cleanup ends it cleanly (the chunked body's end, not a cut).
 func TestIdleStreamsLeaveTheServerLoop(t *testing.T) {
+	t.Parallel()
 	watchdog(t, time.Minute)
 	type front struct {
 		sc   *httpx.Sidecar

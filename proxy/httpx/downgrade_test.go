@@ -27,6 +27,7 @@ import (
 // 2026-07-28 answer is 400), a result without resultType; with JSON and
 // with event-stream answers.
 func TestUpgradedRequestsKeepTheirRevisionsShape(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	for _, jsonMode := range []bool{false, true} {
 		s := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "1"}, nil)
@@ -77,6 +78,7 @@ func answer(c *rawClient, req string) (int, string) {
 // client makes comes back without the tool whose annotation is invalid.
 // Before, the server refused the call (-32020: the header missing).
 func TestUpgradedCallsMirrorToolParams(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	s := mcp.NewServer(&mcp.Implementation{Name: "regions", Version: "1"}, nil)
 	s.AddTool(&mcp.Tool{Name: "where", InputSchema: json.RawMessage(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`)},
@@ -116,6 +118,7 @@ func TestUpgradedCallsMirrorToolParams(t *testing.T) {
 // sends the call once more, with the new header alone, and the client gets
 // the tool's answer. Before, the client got the refusal.
 func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	var mu sync.Mutex
 	header := "Region"
@@ -166,6 +169,7 @@ func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
 // credentials (an upstream that wants them answers nothing without), and a
 // read that failed is not made again before every call.
 func TestUpgradedCallsReadToolsAsTheirClient(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	var lists, unauthorized atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

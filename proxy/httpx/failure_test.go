@@ -37,6 +37,7 @@ func errorOf(t *testing.T, resp *http.Response) (id any, code int, data map[stri
 // TestUnreachableUpstream: a request gets a JSON-RPC error that names the
 // proxy, not a hung or bare HTTP failure.
 func TestUnreachableUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String() + "/mcp"
@@ -50,6 +51,7 @@ func TestUnreachableUpstream(t *testing.T) {
 
 // TestUpstream5xx: a server error becomes a JSON-RPC error on the request.
 func TestUpstream5xx(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "database on fire", http.StatusInternalServerError)
@@ -64,6 +66,7 @@ func TestUpstream5xx(t *testing.T) {
 
 // TestMalformedPOST: a body that is not JSON gets 400 with -32700.
 func TestMalformedPOST(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
@@ -78,6 +81,7 @@ func TestMalformedPOST(t *testing.T) {
 
 // TestOriginAndHost: a foreign Origin or Host is refused with 403.
 func TestOriginAndHost(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	url := startSidecar(t, up.url, proxy.TrackerOptions{})
@@ -102,6 +106,7 @@ func TestOriginAndHost(t *testing.T) {
 // TestCancelFromAnotherSession: a cancel naming the same id in another
 // session touches nothing.
 func TestCancelFromAnotherSession(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	sc := &httpx.Sidecar{Upstream: up.url}
@@ -134,6 +139,7 @@ func TestCancelFromAnotherSession(t *testing.T) {
 // an event stream that ends without a message (a request is never answered
 // 202).
 func TestJSONResponseUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{JSONResponse: true})
 	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
@@ -161,6 +167,7 @@ func TestJSONResponseUpstream(t *testing.T) {
 // TestDeleteCancelsInFlight: DELETE of a session cancels its requests in
 // flight upstream before the session ends.
 func TestDeleteCancelsInFlight(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
@@ -189,6 +196,7 @@ func TestDeleteCancelsInFlight(t *testing.T) {
 // TestHTTPErrorAbandonsRequests: a request the upstream refuses with an
 // HTTP error (its body no JSON-RPC answer) is not left in flight for ever.
 func TestHTTPErrorAbandonsRequests(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -218,6 +226,7 @@ func TestHTTPErrorAbandonsRequests(t *testing.T) {
 // with where it came from, for the metrics, and the POSTed one with how
 // long the upstream took to take it.
 func TestCancelSources(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	sources := make(chan string, 8)

@@ -25,6 +25,7 @@ import (
 // DELETE sent to B has A cancel the session's call it holds. Without the
 // fleet B drops the cancel, and the server never hears of it.
 func TestFleetCancelFindsItsReplica(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	ns := natstest.Run(t, -1)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
@@ -101,6 +102,7 @@ func TestFleetCancelFindsItsReplica(t *testing.T) {
 //
 //	MCP_FLEET_LATENCY=300 go test -run TestFleetCancelLatency -v ./proxy/httpx
 func TestFleetCancelLatency(t *testing.T) {
+	t.Parallel()
 	n, _ := strconv.Atoi(os.Getenv("MCP_FLEET_LATENCY"))
 	if n <= 0 {
 		t.Skip("a load driver: set MCP_FLEET_LATENCY=N")

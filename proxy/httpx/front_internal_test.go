@@ -15,6 +15,7 @@ import (
 // the idle period on its clock, over every kind of session, and stops at
 // Cleanup.
 func TestSweepRunsUntilCleanup(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.Unix(0, 0))
 	s := &Sidecar{Children: &Children{Argv: []string{"true"}}, Legacy: &Legacy{}, SessionIdle: time.Hour, Clock: clk}
 	if err := s.Provision(); err != nil {
@@ -41,6 +42,7 @@ func TestSweepRunsUntilCleanup(t *testing.T) {
 // trusted proxy, the last X-Forwarded-For address that is not a trusted
 // proxy's; an untrusted sender's X-Forwarded-For is ignored.
 func TestPeerIsWhatTheSidecarCanTrust(t *testing.T) {
+	t.Parallel()
 	s := &Sidecar{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 	peer := func(from string, headers ...string) string {
 		var req fasthttp.Request

@@ -78,6 +78,7 @@ func renaming(rename func(string) string) func(http.Handler) http.Handler {
 // or mixed case has its session adopted, so a client's cancel reaches it
 // and the late progress and answer are suppressed (issue 8, item C).
 func TestHeaderNamesInAnyCase(t *testing.T) {
+	t.Parallel()
 	spellings := map[string]func(string) string{
 		"lower": strings.ToLower,
 		"mixed": func(k string) string {
@@ -120,6 +121,7 @@ func rawRequest(t *testing.T, addr, request string) int {
 // refused, and an absolute-form URI cannot stand in for a loopback Host
 // (issue 8, item 17).
 func TestHostAndOriginAreUnambiguous(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	url := startSidecar(t, up.url, proxy.TrackerOptions{})
@@ -151,6 +153,7 @@ func TestHostAndOriginAreUnambiguous(t *testing.T) {
 // "server-error", HTTP 400) has that answer reach the client as it is, not
 // a 202 with an empty body (issue 8, item B).
 func TestAnswerNamingNoRequestIsRelayed(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	const answer = `{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,6 +181,7 @@ const injection = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\",\"par
 // each message as exactly one line, in a session and on the shared child
 // (issue 8, items 1 and 2).
 func TestChildGetsOneLinePerMessage(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	url := childSidecar(t, &httpx.Children{})
 	for _, sessions := range []bool{true, false} {
@@ -243,6 +247,7 @@ func (c *childClient) hangingCall() (leave func()) {
 // the least recently used idle session is evicted, and the idle sweep reaps
 // it whatever is in flight (issue 8, item 3).
 func TestChildSessionSlots(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	t.Run("only initialize opens a session", func(t *testing.T) {
 		cs := &httpx.Children{}
@@ -295,6 +300,7 @@ func TestChildSessionSlots(t *testing.T) {
 // reach the shared child unrenamed and the server could report progress
 // under another client's token (issue 8, item 4).
 func TestSharedChildRefusesTwoProgressTokens(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}
 	status, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","progressToken":"ht1","_meta":{"progressToken":"mine"}}}`)
@@ -309,6 +315,7 @@ func TestSharedChildRefusesTwoProgressTokens(t *testing.T) {
 // TestUnreachableUpstreamIsLogged: besides the client's JSON-RPC error,
 // the operator is told, at error level (issue 8, item 19).
 func TestUnreachableUpstreamIsLogged(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := "http://" + ln.Addr().String() + "/mcp"
@@ -328,6 +335,7 @@ var deafServer = []string{"sh", "-c", `read l; printf '%s\n' '{"jsonrpc":"2.0","
 // stdin, with more than the outbox holds queued for it, is still stopped
 // when its session is deleted (issue 8, item 8).
 func TestChildThatStopsReadingIsStopped(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 60*time.Second)
 	cs := &httpx.Children{Argv: deafServer, Child: child.Options{TermAfter: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}}
 	c := &childClient{t: t, url: childSidecar(t, cs)}
@@ -350,6 +358,7 @@ func TestChildThatStopsReadingIsStopped(t *testing.T) {
 // runs (an idle one is), so its cancel still reaches the upstream and the
 // late answer is suppressed (issue 8, item 9).
 func TestSessionWithACallInFlightIsKept(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	clk := clock.NewFake(time.Now())
@@ -388,6 +397,7 @@ func TestSessionWithACallInFlightIsKept(t *testing.T) {
 // cancels it before dispatch: it is never sent, and the audit says so
 // (issue 8, item 10).
 func TestClosedStreamCancelsAWaitingRequest(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	target, sp := spied(t, up.url)
@@ -440,6 +450,7 @@ func TestClosedStreamCancelsAWaitingRequest(t *testing.T) {
 // answer hidden behind a comment is suppressed like any other (issue 8,
 // item 11).
 func TestLoneCRLineEndsCannotSmuggleALateAnswer(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	cancelled := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -484,6 +495,7 @@ func TestLoneCRLineEndsCannotSmuggleALateAnswer(t *testing.T) {
 // size limit ends the client's stream with the proxy's error for the
 // request (which closes its ledger entry), logged once (issue 8, item 12).
 func TestBrokenUpstreamStreamAnswersTheRequest(t *testing.T) {
+	t.Parallel()
 	const progress = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1}}\n\n"
 	breaks := map[string]func(w http.ResponseWriter){
 		"dies mid-stream": func(w http.ResponseWriter) { panic(http.ErrAbortHandler) },
@@ -528,6 +540,7 @@ func TestBrokenUpstreamStreamAnswersTheRequest(t *testing.T) {
 // request logged "upstream stream broke" once, when an unanswered end
 // became an error).
 func TestCleanStreamEndLogsNoError(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -552,6 +565,7 @@ func TestCleanStreamEndLogsNoError(t *testing.T) {
 // the sidecar's event memory ends the stream with the proxy's error for
 // the request, not with the process's memory (issue 8, item 13).
 func TestEventMemoryIsBounded(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -573,6 +587,7 @@ func TestEventMemoryIsBounded(t *testing.T) {
 // without the headers, which reach neither the client nor the log (issue
 // 8, item 15).
 func TestUpstreamHeadersStayOutOfErrors(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

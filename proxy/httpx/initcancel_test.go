@@ -21,6 +21,7 @@ import (
 // next line, notifications/initialized, which the client sends after the
 // cancel: the cancel (dropped by then, never sent) surely came first.
 func TestInitializeCancelIsDroppedOnAStdioServer(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	script := `read init; read next; printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"sh","version":"1"}}}'; cat > /dev/null`
 	// No grace after a cancel: a stream the cancel ended would end at once.
@@ -53,6 +54,7 @@ func TestInitializeCancelIsDroppedOnAStdioServer(t *testing.T) {
 // already sent, gets the proxy's -32000 on its stream (an empty 200 before),
 // as later requests get an error.
 func TestUpstreamGoneBeforeTheFirstAnswer(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 // may: closing is a SHOULD) reaches the client at once, and the stream
 // ends when the upstream's does.
 func TestHeldEventIsNotKeptWaiting(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -73,6 +73,7 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 // HTTP+SSE upstream and to a Streamable HTTP one: the upstream sees the
 // cancel, the client gets no late progress, and the session goes on.
 func TestLegacyClientCancel(t *testing.T) {
+	t.Parallel()
 	for _, sse := range []bool{true, false} {
 		t.Run(map[bool]string{true: "HTTP+SSE upstream", false: "Streamable HTTP upstream"}[sse], func(t *testing.T) {
 			watchdog(t, 30*time.Second)
@@ -87,6 +88,7 @@ func TestLegacyClientCancel(t *testing.T) {
 // cancel closes the request's stream, which such a server takes as the
 // cancel (2026-07-28).
 func TestLegacyClientCancelStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, base := legacyFrontWith(t, false, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	goSDKClientCancels(t, up, &mcp.SSEClientTransport{Endpoint: base + "/sse"})
@@ -95,6 +97,7 @@ func TestLegacyClientCancelStatelessUpstream(t *testing.T) {
 // TestLegacyEndpointsSayWhatIsWrong: an unknown session and a wrong method
 // each get a plain answer.
 func TestLegacyEndpointsSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	_, base := legacyFront(t, true)
 	for _, tc := range []struct {
@@ -126,6 +129,7 @@ func TestLegacyEndpointsSayWhatIsWrong(t *testing.T) {
 // so that closing the stream reaches the tool; the client sees no late
 // answer, and the session goes on.
 func TestLegacy2025ClientCancelsOnStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, base := legacyFrontWith(t, false, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	c := openLegacyClient(t, base)

@@ -14,6 +14,7 @@ import (
 // cancel reaches the client on the listen request's own stream, and the
 // stream ends (it stayed open for ever, holding the session busy).
 func TestListenTornDownEndsItsStream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	script := `read init; printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"sh","version":"1"}}}'; ` +
 		`read initialized; read listen; ` +

@@ -68,6 +68,7 @@ func mcpgoAbandon(t *testing.T, c *mcpgoclient.Client, key string, running <-cha
 // the stream only. With the opt-in grace, the sidecar cancels upstream on
 // its behalf once the client has not come back in time.
 func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	clk := clock.NewFake(time.Now())
@@ -93,6 +94,7 @@ func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
 // there, so a cancel it made of the close would come first); the session's
 // end then cancels the request, and that is the first and only cancel.
 func TestDisconnectIsNotACancelByDefault(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	events, err := feed.Open("")
@@ -147,6 +149,7 @@ func waitEvent(t *testing.T, sub *feed.Subscription, name feed.Name, kv ...strin
 // cancel, and Cleanup returns though the upstream holds its answer to the
 // session's DELETE until its calls end.
 func TestLegacyStopCancelsInFlight(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	streamable, err := upstream.NewStreamableUpstream(up.url, 0, 0)
@@ -173,6 +176,7 @@ func TestLegacyStopCancelsInFlight(t *testing.T) {
 // upstream speaks 2026-07-28, sent the request as such: the close reaches
 // the tool as its cancel, and the sidecar records it.
 func TestMcpGoClientCancelsOnStatelessUpstream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 	cancels := make(chan string, 4)

@@ -13,6 +13,7 @@ import (
 // field value is no part of it (the conformance suite's
 // ServerAcceptsWhitespaceHeaderValue); inside the value it is.
 func TestMismatchTrimsWhiteSpace(t *testing.T) {
+	t.Parallel()
 	var f framing.Frame
 	if err := f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}`)); err != nil {
 		t.Fatal(err)

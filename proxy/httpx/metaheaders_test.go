@@ -19,6 +19,7 @@ import (
 // one whose headers agree (Mcp-Name decoded from the Base64 sentinel form
 // where it is one) goes on. Before, every one went on.
 func TestHeaderMismatchRefused(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	_, _, sse := sseUpstream(t)
 	for front, url := range map[string]string{

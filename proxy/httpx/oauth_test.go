@@ -49,6 +49,7 @@ func protectedUpstream(t *testing.T) (url string, auth chan string) {
 // under it. Without the relay the discovery path was 404 and the
 // challenge named the upstream.
 func TestSidecarTransparentToOAuth(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, auth := protectedUpstream(t)
 	for _, public := range []string{"", "https://mcp.example.com"} {
@@ -106,6 +107,7 @@ func TestSidecarTransparentToOAuth(t *testing.T) {
 // sidecar is 404 (it has no OAuth); a POST to the discovery path is 405;
 // a path that only begins like it is not it.
 func TestResourceMetadataEdges(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, _ := protectedUpstream(t)
 	front := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Upstream: up}), "/mcp")

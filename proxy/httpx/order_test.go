@@ -33,6 +33,7 @@ import (
 // In a synctest bubble, so that "a long time" is a fake second and the
 // check that the cancel did not go is exact.
 func TestCancelNeverOvertakesItsRequest(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	handler := func(ctx *fasthttp.RequestCtx) {
@@ -121,6 +122,7 @@ func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func
 // send them at once) goes at once. In a synctest bubble: time passes only
 // where the test sleeps, and "not yet sent" is exact.
 func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []string
 	var release chan struct{} // made in the bubble, as whatever its goroutines wait on
@@ -204,6 +206,7 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 // once. Before, it was sent at once, and a server could read it before
 // the request it names.
 func TestRelayedCancelWaitsForItsRequest(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	release := make(chan struct{})
 	bodies := make(chan string, 8)

@@ -32,7 +32,7 @@ func serveOn(t *testing.T, h fasthttp.RequestHandler) string {
 // request in flight, but an upstream that never answers that cancel holds
 // the shutdown up no longer than ownedWait, and the log says what was
 // left; the client has the proxy's -32000 all the same.
-func TestShutdownWithAHungUpstream(t *testing.T) {
+func TestShutdownWithAHungUpstream(t *testing.T) { // not parallel: ownedWait is every sidecar's
 	defer func(d time.Duration) { ownedWait = d }(ownedWait)
 	ownedWait = 100 * time.Millisecond
 	release, cancelled := make(chan struct{}), make(chan struct{}, 1)

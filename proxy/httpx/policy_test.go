@@ -59,6 +59,7 @@ func spied(t *testing.T, target string) (string, *spy) {
 // in the sidecar; cancelled while waiting, it is never sent upstream and
 // its stream ends without an answer; the next one goes once a slot frees.
 func TestMaxConcurrentThroughTheSidecar(t *testing.T) {
+	t.Parallel()
 	h := holdSecond(t)
 	c, up, sp, first, second := h.c, h.up, h.sp, h.first, h.second
 	// The second waits in the sidecar; its cancel withdraws it.
@@ -89,6 +90,7 @@ func TestMaxConcurrentThroughTheSidecar(t *testing.T) {
 // sent upstream) and answered, as the running one is, with the proxy's
 // -32000 saying why; its POST does not wait for ever for a slot.
 func TestHeldRequestAnsweredAtShutdown(t *testing.T) {
+	t.Parallel()
 	h := holdSecond(t)
 	sp, first, second := h.sp, h.first, h.second
 	h.sc.Cleanup("the proxy is shutting down")
@@ -171,6 +173,7 @@ func (w *waitMetrics) Waiting(delta int) {
 // cancelled request's POST is answered after the grace, but the upstream's
 // answer is still read, so that its late result reaches the hook.
 func TestLateJSONAnswerIsStillRead(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	started, release := make(chan struct{}, 1), make(chan struct{})
 	s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)

@@ -17,6 +17,7 @@ import (
 // by Provision, with words that name what is wrong; a good one passes, and
 // Provision leaves the fields as they were set.
 func TestSidecarValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		sc   *httpx.Sidecar
@@ -58,6 +59,7 @@ func TestSidecarValidate(t *testing.T) {
 // (header and _meta), unless KeepRevision is set; a call in a session, and
 // initialize, go as they are.
 func TestUpgradeStateless(t *testing.T) {
+	t.Parallel()
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("KeepRevision=%v", keep), func(t *testing.T) {
 			watchdog(t, 30*time.Second)

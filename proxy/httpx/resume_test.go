@@ -64,6 +64,7 @@ func resumingUpstream(t *testing.T, ids bool) (url string, resumed <-chan string
 // Last-Event-ID, relayed, brings the answer. A stream without ids, which
 // nothing can resume, is answered -32000 instead.
 func TestResumedStreamBringsTheAnswer(t *testing.T) {
+	t.Parallel()
 	for _, ids := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ids=%v", ids), func(t *testing.T) {
 			watchdog(t, 30*time.Second)
@@ -112,6 +113,7 @@ func TestResumedStreamBringsTheAnswer(t *testing.T) {
 // event's id, and the answer reaches its client. Without ids it answers
 // -32000 instead of waiting for ever.
 func TestBridgeResumesTheStream(t *testing.T) {
+	t.Parallel()
 	for _, ids := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ids=%v", ids), func(t *testing.T) {
 			watchdog(t, 30*time.Second)

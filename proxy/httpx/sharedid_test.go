@@ -23,6 +23,7 @@ import (
 // cancels each request that has it (the server sees every cancel), and
 // none of them is answered after it.
 func TestSharedIDsKeptApart(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	c := &rawClient{t: t, url: startSidecar(t, up.url, proxy.TrackerOptions{})}
@@ -86,6 +87,7 @@ func TestSharedIDsKeptApart(t *testing.T) {
 // stream, and a cancel of id 1 reaches the server for each request in
 // flight that has it.
 func TestSharedIDsKeptApartOnAStdioServer(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}
 	c.initialize()
@@ -152,6 +154,7 @@ func (r *idTracer) Start(from proxy.Peer, m *framing.Message, _ proxy.TraceConte
 // but the request's span names the id the client sent (issue 40, item 8:
 // the spans showed the renamed ids).
 func TestSharedChildSpansNameTheClientsIDs(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	rec := &idTracer{}
 	cs := &httpx.Children{}
@@ -179,6 +182,7 @@ func TestSharedChildSpansNameTheClientsIDs(t *testing.T) {
 // (long answered) and dropped it: the first call's stream never ended,
 // and the other two were answered after the cancel.
 func TestClaudeIDsOnLineSessions(t *testing.T) {
+	t.Parallel()
 	t.Run("stdio", func(t *testing.T) {
 		watchdog(t, 30*time.Second)
 		c := &childClient{t: t, url: childSidecar(t, &httpx.Children{})}

@@ -228,6 +228,7 @@ func events(body io.ReadCloser) <-chan map[string]any {
 // call's stream open. The sidecar answers 202, the upstream gets the cancel,
 // and the stream ends without the late progress or response.
 func TestPostedCancelEndsTheStream(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	postedCancelEndsTheStream(t, up, startSidecar(t, up.url, proxy.TrackerOptions{}))
@@ -265,6 +266,7 @@ func postedCancelEndsTheStream(t *testing.T, up *sdkServer, url string) {
 // POSTs the cancel and closes the call's stream, against stateful and
 // stateless go-sdk servers.
 func TestGoSDKClientCancel(t *testing.T) {
+	t.Parallel()
 	for _, stateless := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stateless=%v", stateless), func(t *testing.T) {
 			watchdog(t, 30*time.Second)
@@ -362,6 +364,7 @@ func nestedUpstream(t *testing.T) (url string, sawAnswer *atomic.Bool) {
 // call's late answer; the client's late answer to the sampling request does
 // not reach the server.
 func TestNestedCancelReachesClientBeforeStreamEnds(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, sawAnswer := nestedUpstream(t)
 	// A grace long enough for a loaded machine: the stream ends sooner, when
@@ -407,6 +410,7 @@ func nestedCancelReachesClient(t *testing.T, c *rawClient) {
 // and with event-stream answers. (Closing a finished stream with an error
 // once had fasthttp drop the connection: every call paid for a new dial.)
 func TestEventStreamsReuseUpstreamConnections(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	for _, jsonMode := range []bool{false, true} {
 		s := mcp.NewServer(&mcp.Implementation{Name: "echo", Version: "1"}, nil)
@@ -443,6 +447,7 @@ func TestEventStreamsReuseUpstreamConnections(t *testing.T) {
 // sends no event for a while still gets them, with a comment, so that a
 // client with a timeout on headers does not give up on a long call.
 func TestSilentCallStillGetsItsHeaders(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	release := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

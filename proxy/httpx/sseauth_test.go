@@ -21,6 +21,7 @@ import (
 // quoting WWW-Authenticate; an event stream refused with 401 says what the
 // server wants and how to give it.
 func TestSSEUpstreamWantsAuthorization(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	challenge := `Bearer resource_metadata="https://mcp.example/.well-known/oauth-protected-resource"`
 	mux := http.NewServeMux()
@@ -103,6 +104,7 @@ func (a *gatedAuth) Challenged(int, []string, string) (bool, error) { return fal
 // does not wait behind it: once the sign-in is done, the server gets
 // neither, and the request written after them is sent and answered.
 func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	events := make(chan string, 4)
 	var mu sync.Mutex

@@ -54,6 +54,7 @@ func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*sd
 // (the cancel was POSTed to its message endpoint), the client gets no late
 // progress, and the session goes on.
 func TestSSEUpstreamCancel(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, _, url := sseUpstream(t)
 	goSDKClientCancels(t, up, &mcp.StreamableClientTransport{Endpoint: url})
@@ -65,6 +66,7 @@ func TestSSEUpstreamCancel(t *testing.T) {
 // reaches the client on the call's stream, which the client keeps reading
 // (as the TypeScript SDK does), before that stream ends.
 func TestSSEUpstreamServerCancelsSampling(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	_, _, url := sseUpstream(t)
 	nestedCancelReachesClient(t, &rawClient{t: t, url: url})
@@ -73,6 +75,7 @@ func TestSSEUpstreamServerCancelsSampling(t *testing.T) {
 // TestSSEUpstreamRefusedPost: a request the message endpoint refuses is
 // answered with an error naming the status; the session goes on.
 func TestSSEUpstreamRefusedPost(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	_, _, url := sseUpstreamWrapped(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -105,6 +108,7 @@ func TestSSEUpstreamRefusedPost(t *testing.T) {
 // TestSSEUpstreamStreamDrops: the upstream's connections break in the
 // middle of a call; the call is answered with an error at once.
 func TestSSEUpstreamStreamDrops(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up, srv, url := sseUpstream(t)
 	client := mcp.NewClient(&mcp.Implementation{Name: "go-sdk", Version: "1"}, nil)
@@ -131,6 +135,7 @@ func TestSSEUpstreamStreamDrops(t *testing.T) {
 // TestSSEUpstreamThatIsNot: an upstream that does not serve an event stream,
 // or names an endpoint elsewhere, is refused with a reason.
 func TestSSEUpstreamThatIsNot(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, want string
 		h          http.HandlerFunc
@@ -166,6 +171,7 @@ func TestSSEUpstreamThatIsNot(t *testing.T) {
 // finds out at the first request whether its upstream speaks HTTP+SSE or
 // Streamable HTTP, and a cancel works through either.
 func TestAutoDetectsTheTransport(t *testing.T) {
+	t.Parallel()
 	for _, sse := range []bool{true, false} {
 		name := map[bool]string{true: "HTTP+SSE", false: "Streamable HTTP"}[sse]
 		transport := map[bool]string{true: upstream.TransportSSE, false: upstream.TransportStreamable}[sse]

@@ -25,6 +25,7 @@ import (
 // listen only. Before, the notifications named the server's aliases, and
 // went to whichever stream was open last.
 func TestTwoListensOfOneIDOnTheSharedChild(t *testing.T) {
+	t.Parallel()
 	watchdog(t, 30*time.Second)
 	events, err := feed.Open("")
 	if err != nil {

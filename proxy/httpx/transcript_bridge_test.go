@@ -23,6 +23,7 @@ import (
 // so the rules of the stdio relay hold (the shared-id transcript among
 // them).
 func TestTranscriptsThroughTheBridge(t *testing.T) {
+	t.Parallel()
 	for _, up := range []string{"streamable", "sse"} {
 		transcript.ForEach(t, "bridge-to-"+up, func(t *testing.T, tr *transcript.Transcript) {
 			r := newReplay(t, tr)

@@ -44,6 +44,7 @@ import (
 // never moves, so a cancelled request's stream stays open for its late
 // answer.
 func TestTranscriptsOverHTTP(t *testing.T) {
+	t.Parallel()
 	for _, front := range []string{"streamable", "legacy"} {
 		for _, up := range []string{"streamable", "stdio", "sse"} {
 			transcript.ForEach(t, front+"-to-"+up, func(t *testing.T, tr *transcript.Transcript) {

@@ -205,6 +205,7 @@ func ForEach(t *testing.T, transport string, f func(t *testing.T, tr *Transcript
 	for i := range all {
 		tr := &all[i]
 		t.Run(transport+"/"+tr.Name, func(t *testing.T) {
+			t.Parallel() // a replay shares nothing with another: its own clock, servers and sockets
 			if !tr.Applies(transport) {
 				t.Skip("does not hold on this transport: see the transcript's comment")
 			}
