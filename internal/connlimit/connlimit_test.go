@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
@@ -18,49 +20,88 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) }
 
+// server is a loopback server bounded by a Listener.
+type server struct {
+	addr string
+	l    *Listener
+	mu   sync.Mutex
+	idle map[string]chan struct{} // by client address: a value each time the server has marked its connection idle
+}
+
+// idleOf returns the channel of the connection from the client address a.
+func (s *server) idleOf(a string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.idle[a]
+	if ch == nil {
+		ch = make(chan struct{}, 16)
+		s.idle[a] = ch
+	}
+	return ch
+}
+
 // serve serves "ok" on a loopback listener bounded by o until the test
-// ends, and returns its address and listener.
-func serve(t *testing.T, o Options) (string, *Listener) {
+// ends.
+func serve(t *testing.T, o Options) *server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(ln, o)
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }, ConnState: l.ConnState}
+	s := &server{addr: ln.Addr().String(), l: New(ln, o), idle: map[string]chan struct{}{}}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ConnState: func(c net.Conn, st fasthttp.ConnState) {
+			s.l.ConnState(c, st)
+			if st == fasthttp.StateIdle {
+				s.idleOf(c.RemoteAddr().String()) <- struct{}{}
+			}
+		}}
 	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(l) }()
+	go func() { defer close(done); srv.Serve(s.l) }()
 	t.Cleanup(func() { srv.Shutdown(); <-done })
-	return ln.Addr().String(), l
+	return s
 }
 
 // client is one keep-alive connection to the server.
 type client struct {
-	c  net.Conn
-	rd *bufio.Reader
+	c    net.Conn
+	rd   *bufio.Reader
+	idle chan struct{} // the server's marks of this connection idle
 }
 
-func dial(t *testing.T, addr string) *client {
+func dial(t *testing.T, s *server) *client {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &client{c: c, rd: bufio.NewReader(c)}
+	return &client{c: c, rd: bufio.NewReader(c), idle: s.idleOf(c.LocalAddr().String())}
 }
 
-// get makes a request and reads its answer whole; it reports false if the
-// server closed the connection instead.
+// get makes a request, reads its answer whole and waits until the server
+// has marked the connection idle again (the client reads the answer before
+// the server notes it, and which connection is the idlest depends on
+// that); it reports false if the server closed the connection instead.
 func (cl *client) get() bool {
 	io.WriteString(cl.c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	var resp fasthttp.Response
-	return resp.Read(cl.rd) == nil && string(resp.Body()) == "ok"
+	if resp.Read(cl.rd) != nil || string(resp.Body()) != "ok" {
+		return false
+	}
+	select {
+	case <-cl.idle:
+		return true
+	case <-time.After(10 * time.Second): // bounds the test: it fails
+		return false
+	}
 }
 
 // closed reports whether the server has closed the connection: a read
-// gets the end of the stream.
+// gets the end of the stream (within 10 s, or the test fails).
 func (cl *client) closed() bool {
+	cl.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer cl.c.SetReadDeadline(time.Time{})
 	_, err := cl.rd.ReadByte()
 	return errors.Is(err, io.EOF) || err != nil && strings.Contains(err.Error(), "reset")
 }
@@ -68,12 +109,12 @@ func (cl *client) closed() bool {
 // TestIdlestIdleConnectionMakesRoom: at the bound, a new connection is
 // served and the idlest idle one is closed for it.
 func TestIdlestIdleConnectionMakesRoom(t *testing.T) {
-	addr, l := serve(t, Options{Max: 2})
-	a, b := dial(t, addr), dial(t, addr)
+	s := serve(t, Options{Max: 2})
+	a, b := dial(t, s), dial(t, s)
 	if !a.get() || !b.get() { // a is idle first, then b
 		t.Fatal("the first two connections are not served")
 	}
-	c := dial(t, addr)
+	c := dial(t, s)
 	if !c.get() {
 		t.Fatal("a connection at the bound is not served")
 	}
@@ -83,7 +124,7 @@ func TestIdlestIdleConnectionMakesRoom(t *testing.T) {
 	if !b.get() {
 		t.Error("the other idle connection was closed")
 	}
-	if n := l.Len(); n > 2 {
+	if n := s.l.Len(); n > 2 {
 		t.Errorf("%d connections held, bound 2", n)
 	}
 }
@@ -91,16 +132,16 @@ func TestIdlestIdleConnectionMakesRoom(t *testing.T) {
 // TestPerClientBound: one address holds at most MaxPerClient connections
 // (its idlest idle one closed for a new one), unless it is a trusted proxy.
 func TestPerClientBound(t *testing.T) {
-	addr, _ := serve(t, Options{MaxPerClient: 1})
-	a := dial(t, addr)
+	s := serve(t, Options{MaxPerClient: 1})
+	a := dial(t, s)
 	if !a.get() {
 		t.Fatal("not served")
 	}
-	b := dial(t, addr)
+	b := dial(t, s)
 	if !b.get() || !a.closed() {
 		t.Error("the client's own idle connection was not closed for its new one")
 	}
-	trusted, _ := serve(t, Options{MaxPerClient: 1, Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	trusted := serve(t, Options{MaxPerClient: 1, Trusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	x, y := dial(t, trusted), dial(t, trusted)
 	if !x.get() || !y.get() || !x.get() {
 		t.Error("a trusted proxy's connections were bounded per client")
@@ -110,8 +151,9 @@ func TestPerClientBound(t *testing.T) {
 // TestRefusedWhenNoneIdle: at the bound with every connection busy, a new
 // one is closed at once, and the others are not touched.
 func TestRefusedWhenNoneIdle(t *testing.T) {
-	addr, l := serve(t, Options{Max: 1})
-	a := dial(t, addr)
+	s := serve(t, Options{Max: 1})
+	l := s.l
+	a := dial(t, s)
 	if !a.get() {
 		t.Fatal("not served")
 	}
@@ -120,7 +162,7 @@ func TestRefusedWhenNoneIdle(t *testing.T) {
 		c.idleSince.Store(0)
 	}
 	l.mu.Unlock()
-	b := dial(t, addr)
+	b := dial(t, s)
 	if b.get() {
 		t.Error("a connection beyond the bound was served with none idle")
 	}
