@@ -21,8 +21,7 @@ import (
 // (stream.Detached): once it is open no fasthttp worker is writing it,
 // its head says the connection closes at its end, and the sidecar's
 // Cleanup ends it cleanly (the chunked body's end, not a cut).
-func TestIdleStreamsLeaveTheServerLoop(t *testing.T) {
-	t.Parallel()
+func TestIdleStreamsLeaveTheServerLoop(t *testing.T) { // not parallel: writingWorkers counts every test's
 	watchdog(t, time.Minute)
 	type front struct {
 		sc   *httpx.Sidecar
