@@ -191,12 +191,9 @@ func TestUpgradedCallsReadToolsAsTheirClient(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	url := startSidecar(t, srv.URL, proxy.TrackerOptions{})
+	c := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
 	for i := range 2 {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{}}}`, i)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		req := c.request(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{}}}`, i))
 		req.Header.Set("Authorization", "Bearer t")
 		resp, err := testClient.Do(req)
 		if err != nil {
