@@ -267,7 +267,7 @@ func TestE2EChildIgnoresEOFAndTERM(t *testing.T) {
 	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGTERM")
 	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGKILL")
 	for _, pid := range pids {
-		if alive(pid) {
+		if survives(pid) {
 			t.Errorf("process %d survived the proxy", pid)
 		}
 	}

@@ -162,7 +162,7 @@ func TestE2ENpmPackage(t *testing.T) {
 		}
 		w.events.waitFor(t, events.ServerStopping, "why", "terminated")
 		for _, pid := range []int{bin, int(pid)} {
-			if alive(pid) {
+			if survives(pid) {
 				t.Errorf("process %d outlived the launcher", pid)
 			}
 		}

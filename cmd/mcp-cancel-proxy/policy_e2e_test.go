@@ -199,7 +199,7 @@ func TestE2EEscalateRestart(t *testing.T) {
 	w.events.waitFor(t, events.ServerSignalled, "signal", "SIGKILL")
 	w.events.waitFor(t, events.ServerExited)
 	for _, pid := range pids {
-		if alive(pid) {
+		if survives(pid) {
 			t.Errorf("process %d of the old server survived", pid)
 		}
 	}
