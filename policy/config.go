@@ -40,6 +40,9 @@ type Policy struct {
 	// MaxRestarts caps escalation restarts in any ten minutes; beyond, the
 	// server is left running and the refusal logged. Default 3.
 	MaxRestarts int `yaml:"max_restarts"`
+	// ClientTimeouts is what client_timeout: auto knows of clients, beside
+	// the table the proxy ships with.
+	ClientTimeouts ClientTimeouts `yaml:"client_timeouts"`
 }
 
 // Rule is what to do with the requests it matches. Unset fields take the
@@ -57,6 +60,12 @@ type Rule struct {
 	ResetOnProgress *bool `yaml:"reset_on_progress"`
 	// MaxTimeout caps the deadline when progress resets it; 0 means none.
 	MaxTimeout *time.Duration `yaml:"max_timeout"`
+	// ClientTimeout is how long the client waits for a call before it
+	// gives up without a cancel: a duration, auto (from the client's name
+	// and version, for tools/call) or off (the default). When it passes,
+	// the call is ended as at a deadline, with the source client_timeout.
+	// Never for initialize, nor for a call answered with a task.
+	ClientTimeout *ClientTimeout `yaml:"client_timeout"`
 	// Interruptible says whether the server stops this tool on a cancel.
 	// false: the cancel is still forwarded, but stopping is left to the
 	// hooks, and the audit trail says so. Default true.
@@ -258,6 +267,7 @@ func (p *Policy) Validate(prefix string) error {
 	if p.MaxRestarts < 0 {
 		bad(".max_restarts", "must not be negative, got %d", p.MaxRestarts)
 	}
+	p.ClientTimeouts.validate(".client_timeouts", bad)
 	return errors.Join(errs...)
 }
 
@@ -268,6 +278,9 @@ func (r *Rule) validate(at string, bad func(at, format string, a ...any)) {
 	}
 	if r.MaxTimeout != nil && *r.MaxTimeout < 0 {
 		bad(at+".max_timeout", "must not be negative, got %v", *r.MaxTimeout)
+	}
+	if r.ClientTimeout != nil && r.ClientTimeout.Wait < 0 {
+		bad(at+".client_timeout", "must not be negative, got %v", r.ClientTimeout.Wait)
 	}
 	if r.Timeout != nil && r.MaxTimeout != nil && *r.MaxTimeout > 0 && *r.MaxTimeout < *r.Timeout {
 		bad(at+".max_timeout", "%v is shorter than timeout %v", *r.MaxTimeout, *r.Timeout)
@@ -342,6 +355,7 @@ type Effective struct {
 	Timeout         time.Duration
 	ResetOnProgress bool
 	MaxTimeout      time.Duration
+	ClientTimeout   ClientTimeout
 	Interruptible   bool
 	Capture         map[string][]pointer
 	Correlate       map[string][]pointer
@@ -377,6 +391,9 @@ func resolve(name string, r, d *Rule) *Effective {
 	}
 	e.Timeout = pick(r.Timeout, d.Timeout)
 	e.MaxTimeout = pick(r.MaxTimeout, d.MaxTimeout)
+	if ct := cmp.Or(r.ClientTimeout, d.ClientTimeout); ct != nil {
+		e.ClientTimeout = *ct
+	}
 	for _, b := range []struct {
 		dst    *bool
 		rv, dv *bool
@@ -445,12 +462,14 @@ type matcher struct {
 	eff      []*Effective
 	defaults *Effective
 	hooks    map[string]*Hook // every hook, by digest
+	clients  *clientTable     // what client_timeout: auto knows
 }
 
 // compile compiles p; fleet, if set, counts the slots of rules whose
 // max_concurrent_scope is cluster.
 func compile(p *Policy, fleet func(name string, n int) distSlots) *matcher {
-	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults), hooks: hooksOf(p)}
+	m := &matcher{rules: p.Rules, defaults: resolve("defaults", &Rule{}, &p.Defaults), hooks: hooksOf(p),
+		clients: newClientTable(&p.ClientTimeouts)}
 	for i := range p.Rules {
 		g, _ := compileGlob(cmp.Or(p.Rules[i].Tool, p.Rules[i].Method)) // validated
 		m.globs = append(m.globs, g)
@@ -561,7 +580,7 @@ func (p *Policy) Warnings(prefix string) []*Problem {
 	if sh.budget < 0 {
 		out = append(out, &Problem{Path: prefix + ".rules", Msg: fmt.Sprintf("too many wildcard rules to check them all for shadowing: %d comparisons made", shadowBudget)})
 	}
-	return out
+	return append(out, p.layerWarnings(prefix)...)
 }
 
 // shadowBudget bounds the comparisons of wildcard rules Warnings makes.

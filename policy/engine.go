@@ -19,6 +19,9 @@ import (
 // methods must be cheap and must not block.
 type Metrics interface {
 	DeadlineFired()
+	// ClientTimeoutFired counts a call ended at its client's timeout, whose
+	// budget came from the table of known clients (auto) or not.
+	ClientTimeoutFired(auto bool)
 	HookRan(phase string, ok bool)
 	Orphan()
 	// Orphans says how many orphaned jobs the hook store holds.
@@ -291,15 +294,16 @@ func (e *Engine) track(g *governor, live bool) {
 
 type noMetrics struct{}
 
-func (noMetrics) DeadlineFired()         {}
-func (noMetrics) HookRan(string, bool)   {}
-func (noMetrics) Orphan()                {}
-func (noMetrics) Orphans(int)            {}
-func (noMetrics) Forwarded(bool)         {}
-func (noMetrics) Waiting(int)            {}
-func (noMetrics) HooksWaiting(int)       {}
-func (noMetrics) CancelSettled(bool)     {}
-func (noMetrics) AuditFailed()           {}
-func (noMetrics) StoreDamaged()          {}
-func (noMetrics) AnswersKept(int64, int) {}
-func (noMetrics) AnswerDropped()         {}
+func (noMetrics) DeadlineFired()          {}
+func (noMetrics) ClientTimeoutFired(bool) {}
+func (noMetrics) HookRan(string, bool)    {}
+func (noMetrics) Orphan()                 {}
+func (noMetrics) Orphans(int)             {}
+func (noMetrics) Forwarded(bool)          {}
+func (noMetrics) Waiting(int)             {}
+func (noMetrics) HooksWaiting(int)        {}
+func (noMetrics) CancelSettled(bool)      {}
+func (noMetrics) AuditFailed()            {}
+func (noMetrics) StoreDamaged()           {}
+func (noMetrics) AnswersKept(int64, int)  {}
+func (noMetrics) AnswerDropped()          {}

@@ -37,6 +37,11 @@ type governor struct {
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
 	closed      bool
+	// client is who the session's client says it is (its initialize's
+	// clientInfo); cancels, that it has sent a cancel: client_timeout:
+	// auto no longer applies (clienttimeout.go).
+	client  clientInfo
+	cancels bool
 	// own is the table of the session's calls that re-issues may join
 	// (reissue.go), made when first needed, where the session is one
 	// client's. joins is the table the governor's calls and waiters are
@@ -67,6 +72,12 @@ type record struct {
 	deadline time.Time
 	timer    Timer
 	gen      int // deadline generation: a timer of an older one is stale
+	// The client's timeout (clienttimeout.go): its budget, whether auto
+	// set it, and its timer, of generation cgen.
+	budget   time.Duration
+	auto     bool
+	ctimer   Timer
+	cgen     int
 	captured map[string]json.RawMessage
 	// correlation: the client's own ids read by the rule's correlate
 	correlation map[string]json.RawMessage
@@ -121,23 +132,27 @@ func (g *governor) Observe(ev proxy.Change) {
 // Admit implements proxy.Governor.
 func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
+		g.initialize(m)
 		return proxy.Admission{}
 	}
 	tool, rule, joinKey, table := "", (*Effective)(nil), "", (*joins)(nil)
+	var budget time.Duration
+	var auto bool
 	if m.Method == "tools/call" {
 		g.mu.Lock()
 		tool = g.toolNameLocked(m)
 		rule = g.e.m.Load().match(m.Method, tool)
+		budget, auto = g.budgetLocked(rule, m)
 		if rule.Reissue && !m.HasTask && !g.closed && g.act.DefersCancels() {
 			if j, key, ok := g.reissueKeyLocked(c, rule, tool, m); ok {
-				if g.joinLocked(j, c, tool, key) {
+				if g.joinLocked(j, c, tool, key, budget) {
 					g.mu.Unlock()
 					return proxy.Admission{Hold: true} // never sent: answered with the call it joined
 				}
 				joinKey, table = key, j
 			}
 		}
-		if !rule.active() && !m.HasTask && !g.closed {
+		if !rule.active() && budget == 0 && !m.HasTask && !g.closed {
 			// Nothing to do unless it is cancelled (see Cancelled): no
 			// record, no allocation; the tool is noted for the audit line.
 			if g.tools == nil {
@@ -155,7 +170,7 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		}
 	}
 	r := &record{g: g, c: c, rule: rule, method: m.Method, tool: tool, id: c.ID().AppendJSON(nil),
-		started: g.e.clock.Now(), st: story{sent: true}}
+		started: g.e.clock.Now(), st: story{sent: true}, budget: budget, auto: auto}
 	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
 		r.args = field(m.Raw, "params", "arguments")
 	}
@@ -168,19 +183,22 @@ func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		return proxy.Admission{}
 	}
 	g.calls[c] = r
-	a := proxy.Admission{Timed: rule.Timeout > 0,
+	a := proxy.Admission{Timed: rule.Timeout > 0 || budget > 0,
 		WantsLate: rule.OnLateResult != nil || rule.OnLateError != nil || m.HasTask}
 	// A deadline that progress pushes back sees progress the client did
 	// not ask for: the tracker asks for it, under a token of its own.
-	a.WatchProgress = a.Timed && rule.ResetOnProgress
+	a.WatchProgress = rule.Timeout > 0 && rule.ResetOnProgress
 	if joinKey != "" {
 		// Its re-issues join it; its client's cancel waits for them, and
 		// its answer is read after a cancel, for them.
 		g.shareLocked(table, r, joinKey)
 		a.DeferCancel, a.WantsLate = true, true
 	}
-	if a.Timed {
+	if rule.Timeout > 0 {
 		g.armLocked(r, r.started.Add(rule.Timeout))
+	}
+	if budget > 0 {
+		g.armClientLocked(r, r.started.Add(budget))
 	}
 	if rule.slot != nil {
 		if !rule.slot.acquire(r) {
@@ -272,6 +290,9 @@ func (g *governor) answered(c *proxy.Call, m *framing.Message) {
 	if r.timer != nil && r.taskID == "" {
 		r.timer.Stop()
 	}
+	if r.ctimer != nil { // answered, with a task or not: its client has it
+		r.ctimer.Stop()
+	}
 	g.rememberLocked(answered{c: c, tool: r.tool, rec: r})
 	g.mu.Unlock()
 	g.run(r, out)
@@ -336,6 +357,9 @@ func (g *governor) forgetLocked(id framing.ID) (answered, bool) {
 // cancelled is told that a call was cancelled.
 func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) {
 	g.mu.Lock()
+	if source == proxy.SourceClient {
+		g.cancelsLocked()
+	}
 	if g.closed { // the session is over: nothing can be followed up
 		g.mu.Unlock()
 		c.Span().End("cancelled as its session ended", false)
@@ -354,6 +378,9 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	out := g.stepLocked(r, event{kind: evCancelled, at: g.e.clock.Now(), source: source, reason: reason})
 	if r.timer != nil {
 		r.timer.Stop()
+	}
+	if r.ctimer != nil {
+		r.ctimer.Stop()
 	}
 	// The clocks of the wait for a late answer, and of an escalation, start
 	// with the cancel.
@@ -384,7 +411,7 @@ func (g *governor) withdrawn(c *proxy.Call) {
 // for a late answer, an escalation.
 func (g *governor) afterCancel(r *record) {
 	ev := event{kind: evHandled, phase: "on_cancel", hook: r.rule.OnCancel}
-	if r.source == proxy.SourceDeadline && r.rule.OnTimeout != nil {
+	if (r.source == proxy.SourceDeadline || r.source == proxy.SourceClientTimeout) && r.rule.OnTimeout != nil {
 		ev.phase, ev.hook = "on_timeout", r.rule.OnTimeout
 	}
 	g.event(r, ev) // the hook starts only if the server saw the request
@@ -423,6 +450,7 @@ func (g *governor) late(c *proxy.Call, m *framing.Message) {
 // task-augmented request the task itself is cancelled.
 func (g *governor) cancelMissed(id framing.ID) {
 	g.mu.Lock()
+	g.cancelsLocked()
 	a, ok := g.forgetLocked(id)
 	r := a.rec
 	if ok && r == nil {
@@ -499,7 +527,7 @@ func (g *governor) beginClose() (settle func()) {
 	idle := !g.work.busy()
 	var frees []effect // of slots held or waited for by calls the session ends with
 	for _, r := range g.calls {
-		idle = idle && r.st.phase == phaseInFlight && r.timer == nil
+		idle = idle && r.st.phase == phaseInFlight && r.timer == nil && r.ctimer == nil
 		if r.st.phase == phaseInFlight && r.st.slot != noSlot {
 			frees = append(frees, g.stepLocked(r, event{kind: evClosed})...)
 		}
@@ -529,6 +557,9 @@ func (g *governor) settle() {
 		for _, r := range g.calls {
 			if r.timer != nil {
 				r.timer.Stop()
+			}
+			if r.ctimer != nil {
+				r.ctimer.Stop()
 			}
 			if r.st.phase == phaseCancelled {
 				pending = append(pending, todo{r, g.stepLocked(r, event{kind: evClosed})})
@@ -580,7 +611,7 @@ func (g *governor) expire(r *record, gen int) {
 		g.run(r, out)
 		return
 	}
-	g.act.Expire(r.c, reason, proxy.DeadlineReply(r.c.ID(), timeout.String()))
+	g.act.Expire(r.c, proxy.SourceDeadline, reason, proxy.DeadlineReply(r.c.ID(), timeout.String()))
 }
 
 // cancelTask sends tasks/cancel for r's task, if the server declared it,

@@ -30,6 +30,7 @@ type action struct {
 	reply    []byte // expire: the answer for the client
 	frame    []byte // own: the request for the server
 	reason   string
+	source   proxy.Source // expire
 	onAnswer func(*framing.Message)
 }
 
@@ -58,11 +59,11 @@ func transportOf(t *testing.T, e *Engine, session string, principal func(*proxy.
 	return ft
 }
 
-func (ft *fakeTransport) Expire(c *proxy.Call, reason string, reply []byte) {
+func (ft *fakeTransport) Expire(c *proxy.Call, source proxy.Source, reason string, reply []byte) {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
-	cancel := ft.tr.CancelCall(c, "deadline", reason)
-	ft.acts <- action{kind: "expire", call: c, cancel: cancel, reply: reply, reason: reason}
+	cancel := ft.tr.CancelCall(c, source, reason)
+	ft.acts <- action{kind: "expire", call: c, cancel: cancel, reply: reply, reason: reason, source: source}
 }
 
 func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "dispatch", call: c} }

@@ -50,10 +50,13 @@ type joins struct {
 }
 
 // waiter is a re-issue held until the call it joined is answered, with
-// the governor of its session, which acts for it.
+// the governor of its session, which acts for it, and when its client
+// gives up on it (its client_timeout; zero: never).
 type waiter struct {
-	g *governor
-	c *proxy.Call
+	g      *governor
+	c      *proxy.Call
+	until  time.Time
+	budget time.Duration
 }
 
 // shared is a call that re-issues may join.
@@ -150,8 +153,10 @@ func (g *governor) reissueKeyLocked(c *proxy.Call, rule *Effective, tool string,
 
 // joinLocked makes c a waiter of the call its key names in j, if one may
 // be joined, and reports whether it did: c is then held, and answered
-// when that call is (at once, if its answer is kept).
-func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string) bool {
+// when that call is (at once, if its answer is kept). Its client gives up
+// on it budget from now (0: never): the joined call's client timeout
+// waits for that.
+func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string, budget time.Duration) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := j.byKey[key]
@@ -169,7 +174,11 @@ func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string) bool {
 		g.work.post(func() { g.answerJoined(c, orig, reply) })
 		return true
 	}
-	s.waiters = append(s.waiters, waiter{g, c})
+	w := waiter{g: g, c: c, budget: budget}
+	if budget > 0 {
+		w.until = g.e.clock.Now().Add(budget)
+	}
+	s.waiters = append(s.waiters, w)
 	j.byCall[c] = s
 	if s.grace != nil { // a cancel was waiting for a re-issue: here it is
 		s.grace.Stop()
@@ -257,6 +266,38 @@ func (j *joins) leaveAll(g *governor) []func() {
 // it can have.
 func (w waiter) dispatch() { w.g.work.post(func() { w.g.act.Dispatch(w.c) }) }
 
+// expire ends w at its client's timeout, which passed as the call it
+// joined was ended at its own: w was never sent, and its client gets the
+// proxy's error.
+func (w waiter) expire() {
+	w.g.work.post(func() {
+		budget := w.budget
+		w.g.log.Info("client timeout passed while it waited on the call it joined: withdrawn", events.Mark(events.ClientTimeoutPassed),
+			zap.String("method", w.c.Method()), zap.Stringer("id", w.c.ID()), zap.Stringer("client", w.g.clientOf()), zap.Duration("timeout", budget))
+		w.g.act.Expire(w.c, proxy.SourceClientTimeout, clientTimeoutReason(budget, "of the call it joined"), proxy.ClientTimeoutReply(w.c.ID(), budget.String()))
+	})
+}
+
+// waitedOn says until when the re-issues that joined c wait for it: the
+// zero time if none does, and false if one waits with no client timeout.
+func (j *joins) waitedOn(c *proxy.Call) (until time.Time, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.byCall[c]
+	if s == nil || s.orig.c != c {
+		return time.Time{}, true
+	}
+	for _, w := range s.waiters {
+		if w.until.IsZero() {
+			return time.Time{}, false
+		}
+		if w.until.After(until) {
+			until = w.until
+		}
+	}
+	return until, true
+}
+
 // sharedAnsweredLocked gives the waiters of c's shared call its answer m
 // (the client's, or suppressed: late), or sends them for real when the
 // call ended without one (m nil). A suppressed answer is kept for the
@@ -338,8 +379,13 @@ func (j *joins) sharedCancelledLocked(c *proxy.Call, source proxy.Source) []func
 		s.sent = true
 		j.forgetLaterLocked(s) // its late answer may still serve a re-issue
 		var do []func()
+		now := s.orig.g.e.clock.Now()
 		for _, w := range s.waiters {
 			delete(j.byCall, w.c)
+			if source == proxy.SourceClientTimeout && !w.until.IsZero() && !w.until.After(now) {
+				do = append(do, w.expire) // its client gave up on it too
+				continue
+			}
 			do = append(do, w.dispatch)
 		}
 		s.waiters = nil

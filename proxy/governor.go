@@ -65,11 +65,14 @@ type Source string
 
 // The sources of a cancel.
 const (
-	SourceClient     Source = "client"      // the client's notifications/cancelled
-	SourceDeadline   Source = "deadline"    // the policy's deadline passed
-	SourceDisconnect Source = "disconnect"  // the client's stream closed (2026-07-28), or its grace ran out
-	SourceSessionEnd Source = "session_end" // the client ended the session (DELETE)
-	SourceShutdown   Source = "shutdown"    // the proxy is stopping
+	SourceClient   Source = "client"   // the client's notifications/cancelled
+	SourceDeadline Source = "deadline" // the policy's deadline passed
+	// SourceClientTimeout: the policy's client_timeout passed, the time
+	// its client waits before it gives up on the call without a word.
+	SourceClientTimeout Source = "client_timeout"
+	SourceDisconnect    Source = "disconnect"  // the client's stream closed (2026-07-28), or its grace ran out
+	SourceSessionEnd    Source = "session_end" // the client ended the session (DELETE)
+	SourceShutdown      Source = "shutdown"    // the proxy is stopping
 )
 
 // Admission is what a Governor asks of a request's transport.
@@ -103,10 +106,10 @@ type Admission struct {
 
 // Actions is what a transport does for its session's Governor.
 type Actions interface {
-	// Expire cancels a call at its deadline, upstream as a client cancel
-	// would (CancelCall with source "deadline"), and answers the client
-	// with reply.
-	Expire(c *Call, reason string, reply []byte)
+	// Expire cancels a call at its deadline (source SourceDeadline) or its
+	// client's timeout (SourceClientTimeout), upstream as a client cancel
+	// would, and answers the client with reply.
+	Expire(c *Call, source Source, reason string, reply []byte)
 	// Dispatch sends a request that Request asked to hold. A request
 	// withdrawn meanwhile (cancelled while held) is not sent.
 	Dispatch(c *Call)
@@ -154,6 +157,16 @@ func DeadlineReply(id framing.ID, timeout string) []byte {
 	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: CodeDeadline,
 		Message: fmt.Sprintf("Request timed out: the proxy's deadline of %s passed", timeout),
 		Data:    map[string]string{"proxy": proxyName, "reason": "deadline", "timeout": timeout}})
+}
+
+// ClientTimeoutReply builds the answer to a request whose client's
+// timeout (client_timeout) passed: the deadline's error, whose data says
+// why (reason "client_timeout") and the budget, for a client that still
+// reads it (one that waits longer than the proxy was told).
+func ClientTimeoutReply(id framing.ID, budget string) []byte {
+	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: CodeDeadline,
+		Message: fmt.Sprintf("Request timed out: its client's wait of %s passed, and the proxy cancelled it (client_timeout)", budget),
+		Data:    map[string]string{"proxy": proxyName, "reason": string(SourceClientTimeout), "timeout": budget}})
 }
 
 // OwnRequest registers a request of the proxy's own to the server, under

@@ -190,10 +190,10 @@ func (s *Session) WithdrawHeld(c *Call) (held any, ok bool) {
 // Expire implements Actions: the call is cancelled on the server as a
 // client's cancel would be (withdrawn if still held), and the client gets
 // reply.
-func (s *Session) Expire(c *Call, reason string, reply []byte) {
+func (s *Session) Expire(c *Call, source Source, reason string, reply []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cancelLocked(c, s.t.CancelCall(c, SourceDeadline, reason), reply)
+	s.cancelLocked(c, s.t.CancelCall(c, source, reason), reply)
 }
 
 // cancelLocked carries out the cancel of c, whose notice the tracker

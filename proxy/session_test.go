@@ -89,9 +89,9 @@ func TestSessionCarriesOutItsActions(t *testing.T) {
 
 	g.act.Dispatch(c2)
 	g.act.Dispatch(c2) // already sent: nothing
-	g.act.Expire(c3, "deadline of 1s passed", DeadlineReply(c3.ID(), "1s"))
-	g.act.Expire(c3, "again", nil) // no longer in flight: nothing
-	g.act.Expire(c1, "deadline of 1s passed", DeadlineReply(c1.ID(), "1s"))
+	g.act.Expire(c3, SourceDeadline, "deadline of 1s passed", DeadlineReply(c3.ID(), "1s"))
+	g.act.Expire(c3, SourceDeadline, "again", nil) // no longer in flight: nothing
+	g.act.Expire(c1, SourceDeadline, "deadline of 1s passed", DeadlineReply(c1.ID(), "1s"))
 	g.act.SendOwn(framing.MethodTasksCancel, []byte(`{"taskId":"t"}`), func(*framing.Message) {})
 	if !g.act.Restart("why") {
 		t.Error("Restart did not reach the session's restart")
@@ -157,7 +157,7 @@ func TestProxyCancelsAreTheProxys(t *testing.T) {
 		}
 	}}})
 	c1, _ := request(t, s, 1), request(t, s, 2)
-	s.Expire(c1, "deadline of 1s passed", nil)
+	s.Expire(c1, SourceDeadline, "deadline of 1s passed", nil)
 	var f framing.Frame
 	if err := f.Parse([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)); err != nil {
 		t.Fatal(err)

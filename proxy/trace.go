@@ -71,6 +71,7 @@ const (
 	EventCancelAccepted  = "cancel accepted"
 	EventCancelForwarded = "cancel forwarded upstream"
 	EventDeadline        = "deadline fired"
+	EventClientTimeout   = "client timeout passed"
 	EventLateSuppressed  = "late answer suppressed"
 	EventProgressDropped = "progress suppressed"
 	EventWithdrawn       = "withdrawn before dispatch"

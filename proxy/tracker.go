@@ -920,8 +920,11 @@ func (t *Tracker) cancelTraced(from Peer, c *Call, source Source, reason string)
 	if c.span == nil {
 		return
 	}
-	if source == SourceDeadline {
+	switch source {
+	case SourceDeadline:
 		c.span.Event(EventDeadline)
+	case SourceClientTimeout:
+		c.span.Event(EventClientTimeout)
 	}
 	c.span.Event(EventCancelAccepted, String(AttrSource, string(source)), String(AttrReason, reason))
 	if from == Server || t.opts.Governor == nil {

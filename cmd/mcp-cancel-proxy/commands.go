@@ -30,7 +30,7 @@ func commands() []command {
 	return []command{
 		{"", "[--] [COMMAND [ARGS...]]", "relay MCP between a client and a server, making cancellation work",
 			func() *flag.FlagSet { return wrapFlags(new(config.Config), new(string)) }},
-		{"validate", "FILE", "check a configuration file", func() *flag.FlagSet { fs, _ := validateFlags(); return fs }},
+		{"validate", "FILE", "check a configuration file", func() *flag.FlagSet { fs, _, _ := validateFlags(); return fs }},
 		{"check", "[--url URL | -- COMMAND [ARGS...]]", "report how a server handles cancellation of a call you name",
 			func() *flag.FlagSet { fs, _ := checkFlags(); return fs }},
 		{"hooks list", "", "list the pending and orphaned hook jobs", hooks("list")},

@@ -22,7 +22,7 @@ func TestHelpOnStdout(t *testing.T) {
 		{[]string{"-h"}, "--upstream URL"},
 		{[]string{"help"}, "--config file"},
 		{[]string{"--log-level", "debug", "--help"}, "--admin address"},
-		{[]string{"validate", "--help"}, "usage: mcp-cancel-proxy validate [--strict] FILE"},
+		{[]string{"validate", "--help"}, "usage: mcp-cancel-proxy validate [--strict] [--explain] FILE"},
 		{[]string{"hooks", "--help"}, "list|retry|drop"},
 		{[]string{"hooks", "list", "--help"}, "--token-file"},
 		{[]string{"demo", "-h"}, "--server"},

@@ -192,12 +192,14 @@ func exampleServer(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // validateHead heads validate's usage.
-const validateHead = "usage: mcp-cancel-proxy validate [--strict] FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n\nflags:\n"
+const validateHead = "usage: mcp-cancel-proxy validate [--strict] [--explain] FILE\n\nChecks a configuration file: every error and warning, each with its file:line:column; exit 1 on an error.\n\nflags:\n"
 
-// validateFlags are validate's flags: --strict.
-func validateFlags() (*flag.FlagSet, *bool) {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	return fs, fs.Bool("strict", false, "an exec hook whose program is not found on this machine is an error, not a warning")
+// validateFlags are validate's flags: --strict, --explain.
+func validateFlags() (fs *flag.FlagSet, strict, explain *bool) {
+	fs = flag.NewFlagSet("validate", flag.ContinueOnError)
+	strict = fs.Bool("strict", false, "an exec hook whose program is not found on this machine is an error, not a warning")
+	explain = fs.Bool("explain", false, "say, for the defaults and each rule, what ends a call: its deadline, max_timeout or client_timeout (for auto, per known client)")
+	return fs, strict, explain
 }
 
 // validate is `mcp-cancel-proxy validate`: it checks a configuration file.
@@ -205,12 +207,12 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "help" {
 		args = []string{"--help"}
 	}
-	fs, strict := validateFlags()
+	fs, strict, explain := validateFlags()
 	if help, err := parseFlags(fs, args, validateHead, stdout, stderr); help || err != nil {
 		return exitOf(help)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate [--strict] FILE")
+		fmt.Fprintln(stderr, "usage: mcp-cancel-proxy validate [--strict] [--explain] FILE")
 		return exitUsage
 	}
 	file := fs.Arg(0)
@@ -231,6 +233,11 @@ func validate(args []string, stdout io.Writer, stderr io.Writer) int {
 	if err != nil || *strict && len(cfg.MissingPrograms) > 0 {
 		return 1
 	}
+	if *explain {
+		for _, line := range cfg.Policy.Explain() {
+			fmt.Fprintln(stdout, line)
+		}
+	}
 	fmt.Fprintf(stdout, "%s: ok\n", file)
 	return 0
 }
@@ -239,7 +246,7 @@ const usage = `usage: mcp-cancel-proxy [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --listen ADDR --upstream URL [flags]
        mcp-cancel-proxy --listen ADDR [flags] -- COMMAND [ARGS...]
        mcp-cancel-proxy --upstream URL [flags]
-       mcp-cancel-proxy demo | example-server | validate [--strict] FILE | help | version
+       mcp-cancel-proxy demo | example-server | validate [--strict] [--explain] FILE | help | version
        mcp-cancel-proxy check [flags] --tool NAME (-- COMMAND [ARGS...] | --url URL)
        mcp-cancel-proxy completion bash|zsh|fish|powershell | man
        mcp-cancel-proxy hooks list|retry|drop [--admin ADDR | --store DIR] [ID|--all]

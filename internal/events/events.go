@@ -75,6 +75,11 @@ const (
 	// a client's cancel would (method, tool, id, timeout).
 	DeadlinePassed Name = "deadline_passed"
 
+	// ClientTimeoutPassed: a call's client_timeout passed, the time its
+	// client waits before it gives up without a word; the call is
+	// cancelled as at a deadline (method, tool, id, client, timeout, auto).
+	ClientTimeoutPassed Name = "client_timeout_passed"
+
 	// ReissueJoined: a re-issue joined the call of a reissue: join rule
 	// already running (tool, id, joined: that call's id).
 	ReissueJoined Name = "reissue_joined"

@@ -53,7 +53,7 @@ func New(g Gauges) *Metrics {
 		}),
 		Cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcp_cancel_proxy", Name: "cancels_total",
-			Help: "Requests cancelled upstream, by source: client, disconnect, session_end, shutdown.",
+			Help: "Requests cancelled upstream, by source: client, deadline, client_timeout, disconnect, session_end, shutdown.",
 		}, []string{"source"}),
 		operations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "mcp_server_operation_duration_seconds",

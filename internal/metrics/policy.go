@@ -10,6 +10,7 @@ import (
 // policy.Metrics for one upstream (the label of its honoured cancels).
 type Policy struct {
 	deadlines     prometheus.Counter
+	clientTimes   *prometheus.CounterVec
 	hooks         *prometheus.CounterVec
 	orphans       prometheus.Counter
 	stored        prometheus.Gauge
@@ -33,6 +34,9 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 	p := &Policy{upstream: upstream,
 		deadlines: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "deadlines_total",
 			Help: "Requests the proxy cancelled because their deadline passed."}),
+		clientTimes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "client_timeouts_total",
+			Help: "Calls the proxy cancelled because their client's timeout (client_timeout) passed, by how the budget was set: " +
+				"auto (the table of known clients) or fixed."}, []string{"budget"}),
 		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hooks_total",
 			Help: "Compensating hooks run, by phase (on_cancel, on_timeout, on_late_result, on_late_error) and outcome (ok, failed)."},
 			[]string{"phase", "outcome"}),
@@ -67,7 +71,7 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
 			"server's stdin, or answered by an HTTP upstream.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
-	m.Registry.MustRegister(p.deadlines, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.hooksWaiting, p.restarts, p.settled,
+	m.Registry.MustRegister(p.deadlines, p.clientTimes, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.hooksWaiting, p.restarts, p.settled,
 		p.auditFailures, p.damaged, p.keptBytes, p.keptAnswers, p.keptDropped, p.notify)
 	return p
 }
@@ -77,6 +81,11 @@ func (p *Policy) CancelNotified(d time.Duration) { p.notify.Observe(d.Seconds())
 
 // DeadlineFired counts a deadline.
 func (p *Policy) DeadlineFired() { p.deadlines.Inc() }
+
+// ClientTimeoutFired counts a client timeout, auto or fixed.
+func (p *Policy) ClientTimeoutFired(auto bool) {
+	p.clientTimes.WithLabelValues(map[bool]string{true: "auto", false: "fixed"}[auto]).Inc()
+}
 
 // HookRan counts a hook's outcome.
 func (p *Policy) HookRan(phase string, ok bool) {

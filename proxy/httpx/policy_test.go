@@ -152,17 +152,18 @@ func holdSecond(t *testing.T) *heldSecond {
 // waitMetrics tells when a request starts waiting for a slot.
 type waitMetrics struct{ waiting chan struct{} }
 
-func (w *waitMetrics) DeadlineFired()         {}
-func (w *waitMetrics) HookRan(string, bool)   {}
-func (w *waitMetrics) Orphan()                {}
-func (w *waitMetrics) Orphans(int)            {}
-func (w *waitMetrics) Forwarded(bool)         {}
-func (w *waitMetrics) CancelSettled(bool)     {}
-func (w *waitMetrics) AuditFailed()           {}
-func (w *waitMetrics) StoreDamaged()          {}
-func (w *waitMetrics) AnswersKept(int64, int) {}
-func (w *waitMetrics) AnswerDropped()         {}
-func (w *waitMetrics) HooksWaiting(int)       {}
+func (w *waitMetrics) DeadlineFired()          {}
+func (w *waitMetrics) ClientTimeoutFired(bool) {}
+func (w *waitMetrics) HookRan(string, bool)    {}
+func (w *waitMetrics) Orphan()                 {}
+func (w *waitMetrics) Orphans(int)             {}
+func (w *waitMetrics) Forwarded(bool)          {}
+func (w *waitMetrics) CancelSettled(bool)      {}
+func (w *waitMetrics) AuditFailed()            {}
+func (w *waitMetrics) StoreDamaged()           {}
+func (w *waitMetrics) AnswersKept(int64, int)  {}
+func (w *waitMetrics) AnswerDropped()          {}
+func (w *waitMetrics) HooksWaiting(int)        {}
 func (w *waitMetrics) Waiting(delta int) {
 	if delta > 0 {
 		w.waiting <- struct{}{}

@@ -58,7 +58,7 @@ func TestSessionHoldsRequestsForTheGovernor(t *testing.T) {
 	g.mu.Unlock()
 	g.act.Dispatch(second)
 	h.serverGetsExactly(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"b"}}`)
-	g.act.Expire(second, "deadline of 1s passed", proxy.DeadlineReply(second.ID(), "1s"))
+	g.act.Expire(second, proxy.SourceDeadline, "deadline of 1s passed", proxy.DeadlineReply(second.ID(), "1s"))
 	h.serverGets(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"deadline of 1s passed"}}`)
 	h.clientGets(`{"jsonrpc":"2.0","id":2,"error":{"code":-32001,"message":"Request timed out: the proxy's deadline of 1s passed","data":{"proxy":"mcp-cancel-proxy","reason":"deadline","timeout":"1s"}}}`)
 	if src := <-g.cancelled; src != "client" {
