@@ -74,7 +74,7 @@ type Record struct {
 	Method      string                     `json:"method"`
 	Tool        string                     `json:"tool,omitempty"`
 	Rule        string                     `json:"rule,omitempty"`
-	Source      string                     `json:"source,omitempty"` // client, deadline, disconnect, session_end, shutdown
+	Source      string                     `json:"source,omitempty"` // client, deadline, client_timeout, disconnect, session_end, shutdown
 	Reason      string                     `json:"reason,omitempty"`
 	Started     time.Time                  `json:"started"`
 	Cancelled   *time.Time                 `json:"cancelled,omitempty"`

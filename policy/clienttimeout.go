@@ -69,6 +69,7 @@ func (g *governor) armClientLocked(r *record, at time.Time) {
 	}
 	r.cgen++
 	gen := r.cgen
+	r.cdeadline = at
 	r.ctimer = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { g.clientExpire(r, gen) }) })
 }
 

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -335,4 +336,58 @@ func FuzzVersions(f *testing.F) {
 		k.holds("x", a)
 		k.holds("x", b)
 	})
+}
+
+// TestStatusSaysWhatEndsACall: the status page names the session's client
+// and what ends one of its calls first, and when.
+func TestStatusSaysWhatEndsACall(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Defaults.ClientTimeout = &ClientTimeout{Auto: true}
+	p.Rules = []Rule{{Tool: "quick", Timeout: dur(time.Minute)}}
+	e, clk, _ := engine(t, p)
+	ft := newTransport(t, e)
+	ft.client(initialize("codex-mcp-client", "0.150.0"))
+	ft.client(call(1, "report", ""))
+	clk.Advance(time.Minute)
+	ft.client(call(2, "quick", "")) // its deadline of 1m ends it before the first's 4m30s left
+	sessions := func() []SessionStatus { return e.Status().Sessions }
+	st := sessions()
+	if len(st) != 1 || st[0].Client != "codex-mcp-client 0.150.0" || st[0].Cancels || st[0].InFlight != 2 ||
+		st[0].Next != "request 2: its deadline (timeout 1m0s, rules[0]) in 1m0s" {
+		t.Fatalf("status: %+v", st)
+	}
+	ft.server(result(2, `{"content":[]}`))
+	if st = sessions(); st[0].Next != "request 1: its client's timeout (client_timeout auto, defaults) in 4m30s" {
+		t.Errorf("status: %+v", st)
+	}
+	ft.client(cancel(1))
+	ft.client(call(3, "report", ""))
+	if st = sessions(); !st[0].Cancels || st[0].Next != "" {
+		t.Errorf("status once the client cancelled: %+v", st)
+	}
+}
+
+// TestSpanOfAClientTimeout: the call's span records the client timeout
+// and the cancel, with its source, and ends with the audit line.
+func TestSpanOfAClientTimeout(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "render", ClientTimeout: &ClientTimeout{Wait: time.Minute}}}
+	e, clk, recs := engine(t, p)
+	ft, ended := tracedTransport(t, e)
+	ft.client(call(1, "render", ""))
+	clk.Advance(time.Minute)
+	wantClientTimeout(t, ft, 1, "1m0s")
+	clk.Advance(p.LateWindow)
+	rec := waitRecord(t, recs)
+	span := <-ended
+	span.mu.Lock()
+	defer span.mu.Unlock()
+	if want := []string{proxy.EventClientTimeout, proxy.EventCancelAccepted}; !slices.Equal(span.events, want) {
+		t.Errorf("events %q, want %q", span.events, want)
+	}
+	if span.attrs[proxy.AttrOutcome] != rec.Status || span.attrs[proxy.AttrSource] != "client_timeout" {
+		t.Errorf("span attributes %v; audit %+v", span.attrs, rec)
+	}
 }

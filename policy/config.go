@@ -179,11 +179,12 @@ type HookLimits struct {
 // no rules.
 func Defaults() Policy {
 	zero, no, yes := time.Duration(0), false, true
-	max := zero
+	max, grace := zero, DefaultClientGrace
 	return Policy{
-		Defaults:   Rule{Timeout: &zero, MaxTimeout: &max, ResetOnProgress: &no, Interruptible: &yes},
+		Defaults:   Rule{Timeout: &zero, MaxTimeout: &max, ResetOnProgress: &no, Interruptible: &yes, ClientTimeout: &ClientTimeout{}},
 		Hooks:      HookLimits{MaxRunning: 8, ShutdownWait: 30 * time.Second},
-		LateWindow: 30 * time.Second, RestartAfter: 2 * time.Second, MaxRestarts: 3}
+		LateWindow: 30 * time.Second, RestartAfter: 2 * time.Second, MaxRestarts: 3,
+		ClientTimeouts: ClientTimeouts{Grace: &grace}}
 }
 
 // Problem is one invalid setting; Path names it as the file does

@@ -74,11 +74,12 @@ type record struct {
 	gen      int // deadline generation: a timer of an older one is stale
 	// The client's timeout (clienttimeout.go): its budget, whether auto
 	// set it, and its timer, of generation cgen.
-	budget   time.Duration
-	auto     bool
-	ctimer   Timer
-	cgen     int
-	captured map[string]json.RawMessage
+	budget    time.Duration
+	auto      bool
+	ctimer    Timer
+	cgen      int
+	cdeadline time.Time
+	captured  map[string]json.RawMessage
 	// correlation: the client's own ids read by the rule's correlate
 	correlation map[string]json.RawMessage
 

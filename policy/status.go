@@ -27,6 +27,14 @@ type SessionStatus struct {
 	Session  string
 	InFlight int
 	Oldest   time.Duration // the age of the oldest
+	// Client is who the client says it is (its clientInfo), and whether it
+	// has shown it cancels (then client_timeout: auto leaves it alone).
+	Client  string
+	Cancels bool
+	// Next is what ends a call of the session first, if nothing else does
+	// (its deadline or its client's timeout), and when: "request 3: its
+	// client's timeout (client_timeout auto) in 4m10s"; "" for nothing.
+	Next string
 }
 
 // Story is one request's cancel story, as its audit line tells it, with
@@ -202,17 +210,42 @@ func (g *governor) liveStories() []Story {
 	return out
 }
 
+// endsAt says when r, in flight, is ended by its deadline or its
+// client's timeout, whichever is first, and which; the zero time for
+// neither.
+func (r *record) endsAt() (time.Time, string) {
+	deadline := r.timer != nil && r.answered.IsZero()
+	client := r.ctimer != nil && !(r.auto && r.g.cancels)
+	switch {
+	case deadline && (!client || !r.cdeadline.Before(r.deadline)):
+		return r.deadline, fmt.Sprintf("its deadline (timeout %v, %s)", r.rule.Timeout, r.rule.Name)
+	case client:
+		how := "client_timeout " + r.budget.String()
+		if r.auto {
+			how = "client_timeout auto"
+		}
+		return r.cdeadline, fmt.Sprintf("its client's timeout (%s, %s)", how, r.rule.Name)
+	}
+	return time.Time{}, ""
+}
+
 // inFlight counts the session's tool calls in flight and the age of the
 // oldest.
 func (g *governor) inFlight(now time.Time) SessionStatus {
 	s := SessionStatus{Session: g.session}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	s.Client, s.Cancels = g.client.String(), g.cancels
 	oldest := now.UnixNano()
+	var next time.Time
 	for c, r := range g.calls {
 		if r.st.phase == phaseInFlight {
 			s.InFlight++
 			oldest = min(oldest, c.Started())
+			if at, what := r.endsAt(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+				next = at
+				s.Next = fmt.Sprintf("request %s: %s in %v", r.id, what, max(at.Sub(now), 0).Round(time.Second))
+			}
 		}
 	}
 	for c := range g.tools {

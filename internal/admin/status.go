@@ -58,8 +58,8 @@ ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
 {{if not .}}<p>No policy engine runs in this process.</p>{{else}}
 <p class="muted">as of {{clock .Now}} UTC, refreshed every 5 s</p>
 <h2>Tool calls in flight</h2>
-{{if .Sessions}}<table id="inflight"><tr><th>session</th><th>in flight</th><th>oldest</th></tr>
-{{range .Sessions}}<tr><td>{{.Session}}</td><td>{{.InFlight}}</td><td>{{age .Oldest}}</td></tr>{{end}}</table>
+{{if .Sessions}}<table id="inflight"><tr><th>session</th><th>client</th><th>in flight</th><th>oldest</th><th>ends first</th></tr>
+{{range .Sessions}}<tr><td>{{.Session}}</td><td>{{.Client}}{{if .Cancels}} <span class="muted">(cancels)</span>{{end}}</td><td>{{.InFlight}}</td><td>{{age .Oldest}}</td><td>{{.Next}}</td></tr>{{end}}</table>
 {{else}}<p class="muted">none</p>{{end}}
 <h2>Last cancel stories</h2>
 {{range .Stories}}<div class="story{{if .Live}} live{{end}}">
