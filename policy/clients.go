@@ -214,11 +214,18 @@ func clientOf(m *framing.Message) clientInfo {
 	if json.Unmarshal(m.Raw, &req) != nil {
 		return clientInfo{}
 	}
+	c := req.Params.Meta.ClientInfo
 	if m.Method == framing.MethodInitialize {
-		return req.Params.ClientInfo
+		c = req.Params.ClientInfo
 	}
-	return req.Params.Meta.ClientInfo
+	// Shown on the status page and in log lines: a name of a megabyte is
+	// not kept whole (nor can it match a row).
+	c.Name, c.Version = cut(c.Name, clientInfoMax), cut(c.Version, clientInfoMax)
+	return c
 }
+
+// clientInfoMax bounds the client's name and version, as kept.
+const clientInfoMax = 128
 
 // validVersion reports whether v is dot-separated numbers, with an
 // optional suffix after the last (a pre-release, a build: "1.2.3-rc1").

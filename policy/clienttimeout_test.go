@@ -391,3 +391,46 @@ func TestSpanOfAClientTimeout(t *testing.T) {
 		t.Errorf("span attributes %v; audit %+v", span.attrs, rec)
 	}
 }
+
+// TestClientOf: who the client is, from initialize or a request's _meta;
+// a name too long is cut, and a request that says nothing says nobody.
+func TestClientOf(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	for _, c := range []struct {
+		frame string
+		want  clientInfo
+	}{
+		{initialize("codex-mcp-client", "0.150.0"), clientInfo{"codex-mcp-client", "0.150.0"}},
+		{call(1, "a", `,"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"gemini-cli-mcp-client","version":"1"}}`), clientInfo{"gemini-cli-mcp-client", "1"}},
+		{call(1, "a", ""), clientInfo{}},
+		{`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"clientInfo":{"name":7}}}`, clientInfo{}},
+		{initialize(long, "1"), clientInfo{cut(long, clientInfoMax), "1"}},
+	} {
+		var f framing.Frame
+		if err := f.Parse([]byte(c.frame)); err != nil {
+			t.Fatal(err)
+		}
+		if got := clientOf(&f.Msgs[0]); got != c.want {
+			t.Errorf("%.80s: %+v, want %+v", c.frame, got, c.want)
+		}
+	}
+}
+
+// FuzzClientOf: any request gives a client or none, never a panic, and
+// never a name longer than kept.
+func FuzzClientOf(f *testing.F) {
+	f.Add(`{"clientInfo":{"name":"codex-mcp-client","version":"0.1"}}`)
+	f.Add(`{"_meta":{"io.modelcontextprotocol/clientInfo":{"name":"a"}}}`)
+	f.Fuzz(func(t *testing.T, params string) {
+		for _, method := range []string{"initialize", "tools/call"} {
+			var fr framing.Frame
+			if fr.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"`+method+`","params":`+params+`}`)) != nil || fr.Batch {
+				return
+			}
+			c := clientOf(&fr.Msgs[0])
+			if len(c.Name) > clientInfoMax+40 || len(c.Version) > clientInfoMax+40 {
+				t.Fatalf("kept %d and %d bytes", len(c.Name), len(c.Version))
+			}
+		}
+	})
+}

@@ -113,6 +113,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("child: {term_after: 1s, kill_after: 2s}\nledger: {retire_after: 1m, retire_max: 3}"))
 	f.Add([]byte("- a\n- b"))
 	f.Add([]byte("policy:\n  defaults: {timeout: 1m}\n  rules:\n    - tool: \"db_*\"\n      max_concurrent: 2\n      capture: {job: [/a, /b]}\n      on_cancel: {exec: [x], retries: 2}\n    - method: resources/read\n      on_late_result: {http: {url: \"http://127.0.0.1:1/x\"}}\naudit: {path: off}\n"))
+	f.Add([]byte("policy:\n  defaults: {client_timeout: auto}\n  rules:\n    - tool: x\n      client_timeout: 5m\n      timeout: 1m\n  client_timeouts:\n    grace: 10s\n    clients:\n      - {name: a, from: \"1.2\", until: \"2\", waits: 1m, source: s}\n      - {name: b, cancels: true}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := config.Parse("fuzz.yaml", strings.NewReader(string(data)))
 		if err == nil {
