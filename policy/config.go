@@ -122,6 +122,18 @@ type Rule struct {
 	// ReissueGrace is how long a client's cancel of a reissue: join call
 	// waits for a re-issue before it goes to the server. Default 30s.
 	ReissueGrace *time.Duration `yaml:"reissue_grace"`
+	// Task "host" (tools/call rules only) runs a task for a client that
+	// asks for one (params.task, 2025-11-25) on a server that runs the tool
+	// only as a plain call: the client gets a task at once, the proxy runs
+	// the call upstream and serves tasks/get, tasks/result, tasks/list and
+	// tasks/cancel (docs/tasks.md). Default off.
+	Task string `yaml:"task"`
+	// TaskTTL is the longest a hosted task is kept from its creation, and
+	// its ttl when the client asks for none: a task still working then is
+	// cancelled upstream. Default 1h.
+	TaskTTL *time.Duration `yaml:"task_ttl"`
+	// TaskPollInterval is the pollInterval a hosted task suggests. Default 1s.
+	TaskPollInterval *time.Duration `yaml:"task_poll_interval"`
 }
 
 // Hook is a compensating action: a command, or an HTTP POST, given the
@@ -223,8 +235,8 @@ func (p *Policy) Validate(prefix string) error {
 		bad(".defaults", "defaults match every request: tool and method have no place here")
 	}
 	if d.MaxConcurrent != 0 || d.MaxConcurrentScope != "" || d.Escalate != "" || d.Reissue != "" || d.ReissueKey != "" ||
-		d.ReissueWindow != nil || d.ReissueGrace != nil {
-		bad(".defaults", "max_concurrent, max_concurrent_scope, escalate and reissue belong to a rule, not the defaults")
+		d.ReissueWindow != nil || d.ReissueGrace != nil || d.Task != "" || d.TaskTTL != nil || d.TaskPollInterval != nil {
+		bad(".defaults", "max_concurrent, max_concurrent_scope, escalate, reissue and task belong to a rule, not the defaults")
 	}
 	d.validate(".defaults", bad)
 	for i := range p.Rules {
@@ -251,6 +263,7 @@ func (p *Policy) Validate(prefix string) error {
 			bad(at+".escalate", "%q is not restart (or empty)", r.Escalate)
 		}
 		r.validateReissue(at, bad)
+		r.validateTask(at, bad)
 		r.validate(at, bad)
 	}
 	if p.Hooks.MaxRunning <= 0 {
@@ -374,7 +387,12 @@ type Effective struct {
 	ReissueKey    pointer
 	ReissueWindow time.Duration
 	ReissueGrace  time.Duration
-	slot          *slots // the rule's queue when MaxConcurrent > 0
+	// TaskHost: the rule's task-augmented calls are hosted (task: host),
+	// kept TaskTTL at most, suggesting TaskPoll between polls.
+	TaskHost bool
+	TaskTTL  time.Duration
+	TaskPoll time.Duration
+	slot     *slots // the rule's queue when MaxConcurrent > 0
 }
 
 // resolve fills r's unset fields from d.
@@ -412,6 +430,15 @@ func resolve(name string, r, d *Rule) *Effective {
 	e.OnTimeout = firstHook(r.OnTimeout, d.OnTimeout)
 	e.OnLateResult = firstHook(r.OnLateResult, d.OnLateResult)
 	e.OnLateError = firstHook(r.OnLateError, d.OnLateError)
+	if r.Task == "host" {
+		e.TaskHost, e.TaskTTL, e.TaskPoll = true, DefaultTaskTTL, DefaultTaskPoll
+		if r.TaskTTL != nil {
+			e.TaskTTL = *r.TaskTTL
+		}
+		if r.TaskPollInterval != nil {
+			e.TaskPoll = *r.TaskPollInterval
+		}
+	}
 	if r.Reissue == "join" {
 		e.Reissue, e.ReissueWindow, e.ReissueGrace = true, DefaultReissueWindow, DefaultReissueGrace
 		if r.ReissueWindow != nil {
@@ -464,6 +491,7 @@ type matcher struct {
 	defaults *Effective
 	hooks    map[string]*Hook // every hook, by digest
 	clients  *clientTable     // what client_timeout: auto knows
+	hosting  bool             // some rule hosts tasks (task: host)
 }
 
 // compile compiles p; fleet, if set, counts the slots of rules whose
@@ -482,6 +510,7 @@ func compile(p *Policy, fleet func(name string, n int) distSlots) *matcher {
 			e.slot = newSlots(e.MaxConcurrent)
 		}
 		m.eff = append(m.eff, e)
+		m.hosting = m.hosting || e.TaskHost
 	}
 	return m
 }
@@ -505,7 +534,8 @@ func (m *matcher) match(method, tool string) *Effective {
 // active reports whether the effective rule asks anything of a request.
 func (e *Effective) active() bool {
 	return e.Timeout > 0 || len(e.Capture) > 0 || len(e.Correlate) > 0 || e.OnCancel != nil || e.OnTimeout != nil ||
-		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible || e.Reissue
+		e.OnLateResult != nil || e.OnLateError != nil || e.slot != nil || e.Escalate != "" || !e.Interruptible || e.Reissue ||
+		e.TaskHost
 }
 
 // hasHooks reports whether any hook is set.
@@ -682,6 +712,31 @@ func (r *Rule) validateReissue(at string, bad func(at, format string, a ...any))
 	if r.ReissueKey != "" {
 		if _, err := parsePointer(r.ReissueKey); err != nil {
 			bad(at+".reissue_key", "%v", err)
+		}
+	}
+}
+
+// Defaults of a task: host rule.
+const (
+	DefaultTaskTTL  = time.Hour
+	DefaultTaskPoll = time.Second
+)
+
+// validateTask checks a rule's task settings.
+func (r *Rule) validateTask(at string, bad func(at, format string, a ...any)) {
+	switch {
+	case r.Task != "" && r.Task != "host":
+		bad(at+".task", "%q is not host (or empty)", r.Task)
+	case r.Task == "" && (r.TaskTTL != nil || r.TaskPollInterval != nil):
+		bad(at+".task", "task_ttl and task_poll_interval need task: host")
+	case r.Task == "host" && r.Tool == "":
+		bad(at+".task", "task: host is for tools/call rules (tool:), not method:")
+	case r.Task == "host" && r.Reissue != "":
+		bad(at+".task", "task: host and reissue: join do not go together: a hosted task is already one call the client can come back to")
+	}
+	for key, d := range map[string]*time.Duration{"task_ttl": r.TaskTTL, "task_poll_interval": r.TaskPollInterval} {
+		if d != nil && *d <= 0 {
+			bad(at+"."+key, "must be positive, got %v", *d)
 		}
 	}
 }

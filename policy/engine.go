@@ -46,6 +46,12 @@ type Metrics interface {
 	// AnswerDropped counts a kept answer dropped, the oldest, to stay
 	// within Options.ReissueMemory and ReissueAnswers.
 	AnswerDropped()
+	// TasksHosted says how many tasks the proxy hosts (task: host), and
+	// the bytes of their results.
+	TasksHosted(bytes int64, n int)
+	// TaskDropped counts a hosted task dropped, the oldest terminal one,
+	// to stay within Options.TaskMemory and HostedTasks.
+	TaskDropped()
 }
 
 // Options configures an Engine.
@@ -90,6 +96,15 @@ type Options struct {
 	// DefaultReissueAnswers if zero).
 	ReissueMemory  int64
 	ReissueAnswers int
+	// TaskMemory and HostedTasks bound the tasks hosted for clients
+	// (task: host), across the process: the bytes of their results, and
+	// how many there are, the oldest terminal task dropped first
+	// (DefaultTaskMemory, DefaultHostedTasks if zero).
+	TaskMemory  int64
+	HostedTasks int
+	// TaskIDs mints hosted tasks' ids (nil: unguessable random ones); a
+	// test's replay sets one that counts.
+	TaskIDs func() string
 }
 
 // Engine runs the policy for the whole process: the rules (reloadable),
@@ -108,14 +123,17 @@ type Engine struct {
 	// joins are the calls that re-issues may join across the sessions
 	// that several clients share (requests without a session), by a key
 	// that names the client's credential (reissue.go).
-	joins     joins
-	kept      *keptAnswers // the suppressed answers joins keep, bounded
-	mu        sync.Mutex   // guards governors and adopting
-	governors map[*governor]bool
-	adopting  Timer // the next look for jobs of proxies that ended
-	stopped   bool
-	stopWork  func()   // stops taking the fleet's jobs
-	leftJobs  sync.Map // ids of the jobs of other configurations left in the store, said once each
+	joins joins
+	kept  *keptAnswers // the suppressed answers joins keep, bounded
+	// hostedTasks bounds the tasks hosted for clients; taskID mints their ids.
+	hostedTasks *hostedBound
+	taskID      func() string
+	mu          sync.Mutex // guards governors and adopting
+	governors   map[*governor]bool
+	adopting    Timer // the next look for jobs of proxies that ended
+	stopped     bool
+	stopWork    func()   // stops taking the fleet's jobs
+	leftJobs    sync.Map // ids of the jobs of other configurations left in the store, said once each
 }
 
 // New starts an Engine.
@@ -150,6 +168,12 @@ func New(o Options) (*Engine, error) {
 	}
 	e.kept = &keptAnswers{maxBytes: cmp.Or(o.ReissueMemory, DefaultReissueMemory), maxEntries: cmp.Or(o.ReissueAnswers, DefaultReissueAnswers),
 		metrics: e.metrics}
+	e.hostedTasks = &hostedBound{maxBytes: cmp.Or(o.TaskMemory, DefaultTaskMemory), maxEntries: cmp.Or(o.HostedTasks, DefaultHostedTasks),
+		metrics: e.metrics}
+	e.taskID = o.TaskIDs
+	if e.taskID == nil {
+		e.taskID = newTaskID
+	}
 	e.m.Store(compile(&o.Policy, e.fleetSlots())) // before the store: what it adopts depends on the hooks
 	jobsKept := &durable{log: o.Logger, metrics: e.metrics, fleet: o.Fleet}
 	if jobsKept.store, err = openStore(o, StoreDamageReport(o.Logger, e.metrics), e.wants); err != nil {
@@ -307,3 +331,5 @@ func (noMetrics) AuditFailed()            {}
 func (noMetrics) StoreDamaged()           {}
 func (noMetrics) AnswersKept(int64, int)  {}
 func (noMetrics) AnswerDropped()          {}
+func (noMetrics) TasksHosted(int64, int)  {}
+func (noMetrics) TaskDropped()            {}

@@ -42,6 +42,13 @@ type governor struct {
 	// auto no longer applies (clienttimeout.go).
 	client  clientInfo
 	cancels bool
+	// tasks are the tasks hosted for the session (hosted.go); the server
+	// itself declared tasks for tools/call (serverTasks) and tasks/list
+	// (serverTaskList), and runs serverTools as tasks: never hosted twice.
+	tasks          map[string]*hosted
+	serverTasks    bool
+	serverTaskList bool
+	serverTools    map[string]bool
 	// own is the table of the session's calls that re-issues may join
 	// (reissue.go), made when first needed, where the session is one
 	// client's. joins is the table the governor's calls and waiters are
@@ -132,6 +139,16 @@ func (g *governor) Observe(ev proxy.Change) {
 
 // Admit implements proxy.Governor.
 func (g *governor) Admit(c *proxy.Call, m *framing.Message) proxy.Admission {
+	if g.e.m.Load().hosting {
+		if a, ok := g.admitHosting(c, m); ok {
+			return a
+		}
+	}
+	return g.admit(c, m)
+}
+
+// admit admits a request that hosting tasks leaves alone.
+func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if m.Method == framing.MethodInitialize {
 		g.initialize(m)
 		return proxy.Admission{}
@@ -376,12 +393,22 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 		g.mu.Unlock()
 		return
 	}
+	out := g.cancelLocked(r, source, reason)
+	g.mu.Unlock()
+	g.run(r, out)
+	// Whether the request was withdrawn before it was sent is settled once
+	// the transport has handled the cancel: start the hooks after that.
+	g.work.post(func() { g.act.After(func() { g.afterCancel(r) }) })
+}
+
+// cancelLocked applies a cancel of r, in flight, to its story: its
+// timers stop, and the wait for a late answer (and an escalation) starts.
+func (g *governor) cancelLocked(r *record, source proxy.Source, reason string) []effect {
 	out := g.stepLocked(r, event{kind: evCancelled, at: g.e.clock.Now(), source: source, reason: reason})
-	if r.timer != nil {
-		r.timer.Stop()
-	}
-	if r.ctimer != nil {
-		r.ctimer.Stop()
+	for _, t := range []Timer{r.timer, r.ctimer} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	// The clocks of the wait for a late answer, and of an escalation, start
 	// with the cancel.
@@ -389,11 +416,7 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	if r.rule.Escalate == "restart" {
 		r.restartTimer = g.e.clock.AfterFunc(g.e.opts.Policy.RestartAfter, func() { g.work.post(func() { g.escalate(r) }) })
 	}
-	g.mu.Unlock()
-	g.run(r, out)
-	// Whether the request was withdrawn before it was sent is settled once
-	// the transport has handled the cancel: start the hooks after that.
-	g.work.post(func() { g.act.After(func() { g.afterCancel(r) }) })
+	return out
 }
 
 // withdrawn is told that a cancelled call was never sent.
@@ -411,11 +434,19 @@ func (g *governor) withdrawn(c *proxy.Call) {
 // afterCancel starts what a cancel calls for: the cancel's hook, the wait
 // for a late answer, an escalation.
 func (g *governor) afterCancel(r *record) {
+	g.event(r, r.handled()) // the hook starts only if the server saw the request
+}
+
+// handled is the event of r's cancel carried out, with the hook its
+// source calls for: on_timeout for a deadline, a client timeout and a
+// hosted task's ttl, if set; else on_cancel.
+func (r *record) handled() event {
 	ev := event{kind: evHandled, phase: "on_cancel", hook: r.rule.OnCancel}
-	if (r.source == proxy.SourceDeadline || r.source == proxy.SourceClientTimeout) && r.rule.OnTimeout != nil {
+	timeout := r.source == proxy.SourceDeadline || r.source == proxy.SourceClientTimeout || r.source == proxy.SourceTaskTTL
+	if timeout && r.rule.OnTimeout != nil {
 		ev.phase, ev.hook = "on_timeout", r.rule.OnTimeout
 	}
-	g.event(r, ev) // the hook starts only if the server saw the request
+	return ev
 }
 
 // late is told of an answer that came after its call's cancel.
@@ -426,6 +457,13 @@ func (g *governor) late(c *proxy.Call, m *framing.Message) {
 		g.mu.Unlock()
 		return
 	}
+	out := g.lateLocked(r, m)
+	g.mu.Unlock()
+	g.run(r, out)
+}
+
+// lateLocked applies the answer m, come after r's cancel, to r's story.
+func (g *governor) lateLocked(r *record, m *framing.Message) []effect {
 	ev := event{kind: evLate, late: &Late{At: g.e.clock.Now(), Error: m.IsError, Suppressed: true},
 		answer: field(m.Raw, "result"), phase: "on_late_result", hook: r.rule.OnLateResult}
 	if m.IsError {
@@ -436,15 +474,13 @@ func (g *governor) late(c *proxy.Call, m *framing.Message) {
 	if g.e.opts.Audit.IncludeResults {
 		ev.late.Result = ev.answer
 	}
-	if c.HasTask() {
+	if r.c.HasTask() {
 		ev.task = m.TaskID
 	}
 	if r.restartTimer != nil {
 		r.restartTimer.Stop()
 	}
-	out := g.stepLocked(r, ev)
-	g.mu.Unlock()
-	g.run(r, out)
+	return g.stepLocked(r, ev)
 }
 
 // cancelMissed is told of a cancel for a request already answered. For a
@@ -482,13 +518,21 @@ func (g *governor) serverReady(m *framing.Message) {
 	var res struct {
 		Capabilities struct {
 			Tasks struct {
-				Cancel *json.RawMessage `json:"cancel"`
+				Cancel   *json.RawMessage `json:"cancel"`
+				List     *json.RawMessage `json:"list"`
+				Requests struct {
+					Tools struct {
+						Call *json.RawMessage `json:"call"`
+					} `json:"tools"`
+				} `json:"requests"`
 			} `json:"tasks"`
 		} `json:"capabilities"`
 	}
 	if json.Unmarshal(field(m.Raw, "result"), &res) == nil {
+		t := res.Capabilities.Tasks
 		g.mu.Lock()
-		g.tasksCancel = res.Capabilities.Tasks.Cancel != nil
+		g.tasksCancel = t.Cancel != nil
+		g.serverTasks, g.serverTaskList = t.Requests.Tools.Call != nil, t.List != nil
 		g.mu.Unlock()
 	}
 }
@@ -514,6 +558,7 @@ func (g *governor) CloseSoon() {
 // beginClose ends the governance, and returns what settles the requests
 // left, which waits for them; nil when nothing is left.
 func (g *governor) beginClose() (settle func()) {
+	g.closeHosted()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()

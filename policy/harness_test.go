@@ -68,8 +68,24 @@ func (ft *fakeTransport) Expire(c *proxy.Call, source proxy.Source, reason strin
 
 func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "dispatch", call: c} }
 
-func (ft *fakeTransport) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
-	ft.acts <- action{kind: "own", frame: ft.tr.OwnRequest(method, params, onAnswer), onAnswer: onAnswer}
+func (ft *fakeTransport) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *proxy.Call {
+	c, frame := ft.tr.OwnCall(method, params, onAnswer)
+	ft.acts <- action{kind: "own", call: c, frame: frame, onAnswer: onAnswer}
+	return c
+}
+
+func (ft *fakeTransport) CancelOwn(c *proxy.Call, source proxy.Source, reason string) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.acts <- action{kind: "cancel-own", call: c, cancel: ft.tr.CancelOwn(c, source, reason), source: source, reason: reason}
+}
+
+func (ft *fakeTransport) Serve(c *proxy.Call, reply []byte) bool {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.tr.Served(c)
+	ft.acts <- action{kind: "serve", call: c, reply: reply}
+	return true
 }
 
 func (ft *fakeTransport) Restart(reason string) bool {

@@ -73,6 +73,10 @@ const (
 	SourceDisconnect    Source = "disconnect"  // the client's stream closed (2026-07-28), or its grace ran out
 	SourceSessionEnd    Source = "session_end" // the client ended the session (DELETE)
 	SourceShutdown      Source = "shutdown"    // the proxy is stopping
+	// SourceTaskCancel: the client's tasks/cancel of a task the proxy
+	// hosts; SourceTaskTTL: the task's ttl passed before it ended.
+	SourceTaskCancel Source = "tasks_cancel"
+	SourceTaskTTL    Source = "task_ttl"
 )
 
 // Admission is what a Governor asks of a request's transport.
@@ -87,6 +91,9 @@ type Admission struct {
 	// if it comes after a cancel (a hook compensates it): the transport
 	// should keep reading the server's answer a while after the cancel.
 	WantsLate bool
+	// Rewrite says the governor rewrites the server's answer to the
+	// request (the Governor is a Rewriter).
+	Rewrite bool
 	// WatchProgress says the governor wants the request's progress (its
 	// deadline resets on it): if the request carries no progress token
 	// and is not task-augmented, the tracker gives it a token of the
@@ -115,7 +122,15 @@ type Actions interface {
 	Dispatch(c *Call)
 	// SendOwn sends the server a request of the proxy's own (see
 	// Tracker.OwnRequest); its response goes to onAnswer, not the client.
-	SendOwn(method string, params []byte, onAnswer func(*framing.Message))
+	// It returns the request, for CancelOwn.
+	SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *Call
+	// CancelOwn cancels a request of the proxy's own on the server, as
+	// from source for reason, unless it was answered.
+	CancelOwn(c *Call, source Source, reason string)
+	// Serve answers a held request with reply in place of the server: the
+	// proxy serves it (a task it hosts). It reports whether the request
+	// was still held.
+	Serve(c *Call, reply []byte) bool
 	// Restart stops the server and starts it again, where the transport
 	// can (the stdio wrapper); it reports whether it will.
 	Restart(reason string) bool
@@ -173,13 +188,8 @@ func ClientTimeoutReply(id framing.ID, budget string) []byte {
 // an id no client chose, and returns its frame. Its response never reaches
 // the client: it is handed to onAnswer, on the server's goroutine.
 func (t *Tracker) OwnRequest(method string, params []byte, onAnswer func(m *framing.Message)) []byte {
-	c := t.peers[Client].issued.own(method, onAnswer)
-	dst := append([]byte(`{"jsonrpc":"2.0","id":`), c.upID.AppendJSON(nil)...)
-	dst = append(dst, `,"method":`...)
-	dst = framing.StringID(method).AppendJSON(dst)
-	dst = append(dst, `,"params":`...)
-	dst = append(dst, params...)
-	return append(dst, '}')
+	_, frame := t.OwnCall(method, params, onAnswer)
+	return frame
 }
 
 // Started returns when the tracker saw the request.

@@ -54,10 +54,12 @@ type call struct {
 	// deferCancel: the client's cancel goes when the governor says
 	// (Admission.DeferCancel).
 	deferCancel bool
-	started     time.Time
-	state       callState
-	retireAt    time.Time // when a cancelled call, or a task's token (zero: no ttl), is forgotten
-	taskID      string    // the task a CreateTaskResult answered it with (stateTask)
+	// rewrite: the governor rewrites the server's answer (Admission.Rewrite).
+	rewrite  bool
+	started  time.Time
+	state    callState
+	retireAt time.Time // when a cancelled call, or a task's token (zero: no ttl), is forgotten
+	taskID   string    // the task a CreateTaskResult answered it with (stateTask)
 	// Transport is the transport's own handle on the request's frame (the
 	// stdio relay keeps its outbox ticket there). The tracker never reads it;
 	// the transport sets and reads it on the issuer's side only.
@@ -314,6 +316,18 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 		l.byUp.Set(id, c)
 	})
 	return c
+}
+
+// ownInFlight reports whether c, a request of the proxy's own, is still
+// unanswered, and marks it cancelled: it is cancelled once.
+func (l *ledger) ownInFlight(c *call) (ok bool) {
+	l.update(func() {
+		ok = c.onAnswer != nil && c.state == stateInFlight && l.byUp.At(c.upID) == c
+		if ok {
+			c.state = stateCancelled
+		}
+	})
+	return ok
 }
 
 // aliasPrefix begins every id and token the proxy mints.

@@ -50,6 +50,9 @@ type Carrier interface {
 	Cancel(c *Call, notice, reply []byte)
 	// SendOwn sends the server frame, a request of the proxy's own.
 	SendOwn(frame []byte)
+	// CancelOwn sends the server notice, the cancel of c, a request of the
+	// proxy's own it has.
+	CancelOwn(c *Call, notice []byte)
 	// Notify sends c's issuer frame, a notification about c, where it can
 	// reach the issuer; held, when c is held, is what the transport gave
 	// Hold (an HTTP front's held request has no stream until it opens one).
@@ -222,8 +225,35 @@ func (s *Session) Dispatch(c *Call) {
 
 // SendOwn implements Actions: the proxy's own request is registered with
 // the tracker and sent; its answer goes to onAnswer.
-func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) {
-	s.carrier.SendOwn(s.t.OwnRequest(method, params, onAnswer))
+func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *Call {
+	c, frame := s.t.OwnCall(method, params, onAnswer)
+	s.carrier.SendOwn(frame)
+	return c
+}
+
+// CancelOwn implements Actions: the cancel of the proxy's own request
+// goes to the server, unless it was answered.
+func (s *Session) CancelOwn(c *Call, source Source, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if notice := s.t.CancelOwn(c, source, reason); notice != nil {
+		s.carrier.CancelOwn(c, notice)
+	}
+}
+
+// Serve implements Actions: a held request the proxy serves itself is
+// answered with reply and never sent.
+func (s *Session) Serve(c *Call, reply []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held, ok := s.held[c]
+	if !ok {
+		return false // withdrawn meanwhile
+	}
+	delete(s.held, c)
+	s.t.Served(c)
+	s.carrier.Withdrawn(c, held, reply)
+	return true
 }
 
 // Restart implements Actions.

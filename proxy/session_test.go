@@ -29,6 +29,10 @@ func (r *recordingCarrier) Notify(c *Call, _ any, frame []byte) {
 }
 func (r *recordingCarrier) SendOwn(frame []byte) { r.did = append(r.did, "own "+string(frame)) }
 
+func (r *recordingCarrier) CancelOwn(_ *Call, notice []byte) {
+	r.did = append(r.did, "cancel own "+string(notice))
+}
+
 // MethodCancelledForTest is what a cancel notice names.
 const MethodCancelledForTest = framing.MethodCancelled
 

@@ -280,6 +280,7 @@ func (t *Tracker) request(from Peer, m *framing.Message, parent TraceContext) Ou
 		a := g.Admit(c, m)
 		o.Hold, o.Timed, o.WantsLate = a.Hold, a.Timed, a.WantsLate
 		c.deferCancel, o.DeferCancel = a.DeferCancel, a.DeferCancel
+		c.rewrite = a.Rewrite
 		watch = a.WatchProgress && m.TokenSpan == (framing.Span{}) && !m.HasTask
 	}
 	t.forwarded(from, m.Kind, m.Method, m.ID) // once admitted: its event says the decision is made, deadline and all
@@ -412,6 +413,13 @@ func (t *Tracker) response(from Peer, m *framing.Message) Outcome {
 		g.Observe(Change{Kind: ChangeAnswered, Call: c, Msg: m})
 	}
 	t.forwarded(from, m.Kind, c.method, c.id) // the event comes after Observe, as a cancel's
+	if c.rewrite && !m.IsError {
+		if rw, ok := t.opts.Governor.(Rewriter); ok {
+			if res := rw.RewriteResult(c, m); res != nil {
+				return Outcome{Rewritten: rewritten(c, res), For: c, Last: true}
+			}
+		}
+	}
 	if c.aliased() {
 		return Outcome{Rewritten: framing.Splice(nil, m.Raw, m.IDSpan, c.id), For: c, Last: true}
 	}

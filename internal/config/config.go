@@ -314,6 +314,13 @@ type Limits struct {
 	// dropped when it ends. Defaults 64MiB and 4096.
 	ReissueMemory  ByteSize `yaml:"reissue_memory"`
 	ReissueAnswers int      `yaml:"reissue_answers"`
+	// TaskMemory and HostedTasks bound the tasks the proxy hosts for
+	// clients (task: host), across the process: the bytes of their
+	// results, and how many there are, working or not; the oldest
+	// terminal task is dropped first, and a new one refused while all are
+	// working. Defaults 64MiB and 1024.
+	TaskMemory  ByteSize `yaml:"task_memory"`
+	HostedTasks int      `yaml:"hosted_tasks"`
 }
 
 // Ledger configures how long cancelled requests are remembered.
@@ -340,8 +347,9 @@ type Child struct {
 // Defaults returns the configuration used when no file is given.
 func Defaults() Config {
 	return Config{
-		Log:     Log{Level: "info", Format: "json"},
-		Limits:  Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10, ReissueMemory: policy.DefaultReissueMemory, ReissueAnswers: policy.DefaultReissueAnswers},
+		Log: Log{Level: "info", Format: "json"},
+		Limits: Limits{MaxFrameSize: framing.DefaultMaxFrameSize, EventMemory: 256 << 20, MaxRequestHeaderBytes: 16 << 10, MaxResponseHeaderBytes: 64 << 10, ReissueMemory: policy.DefaultReissueMemory, ReissueAnswers: policy.DefaultReissueAnswers,
+			TaskMemory: policy.DefaultTaskMemory, HostedTasks: policy.DefaultHostedTasks},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
 		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto", AllowPrivate: []string{}}},
@@ -486,6 +494,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.ReissueAnswers <= 0 {
 		bad("limits.reissue_answers", "must be positive, got %d", c.Limits.ReissueAnswers)
+	}
+	if c.Limits.TaskMemory <= 0 {
+		bad("limits.task_memory", "must be positive, got %d", c.Limits.TaskMemory)
+	}
+	if c.Limits.HostedTasks <= 0 {
+		bad("limits.hosted_tasks", "must be positive, got %d", c.Limits.HostedTasks)
 	}
 	if c.HTTP.MaxConnections <= 0 {
 		bad("http.max_connections", "must be positive, got %d", c.HTTP.MaxConnections)

@@ -80,6 +80,10 @@ const (
 	// cancelled as at a deadline (method, tool, id, client, timeout, auto).
 	ClientTimeoutPassed Name = "client_timeout_passed"
 
+	// TaskHosted: a task-augmented call of a task: host rule is run as a
+	// task the proxy hosts (tool, id, task).
+	TaskHosted Name = "task_hosted"
+
 	// ReissueJoined: a re-issue joined the call of a reissue: join rule
 	// already running (tool, id, joined: that call's id).
 	ReissueJoined Name = "reissue_joined"

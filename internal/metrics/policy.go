@@ -24,6 +24,9 @@ type Policy struct {
 	keptBytes     prometheus.Gauge
 	keptAnswers   prometheus.Gauge
 	keptDropped   prometheus.Counter
+	hostedTasks   prometheus.Gauge
+	hostedBytes   prometheus.Gauge
+	tasksDropped  prometheus.Counter
 	notify        prometheus.Histogram
 	upstream      string
 }
@@ -67,12 +70,18 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		keptDropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "reissue_answers_dropped_total",
 			Help: "Kept answers dropped, the oldest first, to stay within limits.reissue_memory and limits.reissue_answers."}),
 	}
+	p.hostedTasks = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "hosted_tasks",
+		Help: "Tasks the proxy hosts for clients (task: host), working or kept with their results (bounded by limits.hosted_tasks)."})
+	p.hostedBytes = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "mcp_cancel_proxy", Name: "hosted_task_bytes",
+		Help: "Bytes of the results of the tasks the proxy hosts (bounded by limits.task_memory)."})
+	p.tasksDropped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "hosted_tasks_dropped_total",
+		Help: "Hosted tasks dropped, the oldest terminal first, to stay within limits.task_memory and limits.hosted_tasks."})
 	p.notify = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "mcp_cancel_proxy", Name: "cancel_notify_seconds",
 		Help: "Time from the proxy accepting a cancel to the upstream being notified: the notification written to a stdio " +
 			"server's stdin, or answered by an HTTP upstream.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 4, 10)}) // 50 µs to 13 s
 	m.Registry.MustRegister(p.deadlines, p.clientTimes, p.hooks, p.orphans, p.stored, p.forwarded, p.waiting, p.hooksWaiting, p.restarts, p.settled,
-		p.auditFailures, p.damaged, p.keptBytes, p.keptAnswers, p.keptDropped, p.notify)
+		p.auditFailures, p.damaged, p.keptBytes, p.keptAnswers, p.keptDropped, p.notify, p.hostedTasks, p.hostedBytes, p.tasksDropped)
 	return p
 }
 
@@ -113,6 +122,15 @@ func (p *Policy) AnswersKept(bytes int64, n int) {
 
 // AnswerDropped counts a kept answer dropped for the bound.
 func (p *Policy) AnswerDropped() { p.keptDropped.Inc() }
+
+// TasksHosted sets the gauges of the tasks hosted for clients.
+func (p *Policy) TasksHosted(bytes int64, n int) {
+	p.hostedBytes.Set(float64(bytes))
+	p.hostedTasks.Set(float64(n))
+}
+
+// TaskDropped counts a hosted task dropped for the bound.
+func (p *Policy) TaskDropped() { p.tasksDropped.Inc() }
 
 // Forwarded counts a hook job forwarded to the fleet, or kept locally.
 func (p *Policy) Forwarded(ok bool) {

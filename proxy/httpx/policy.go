@@ -102,6 +102,15 @@ func (sess *session) Notify(_ *proxy.Call, held any, frame []byte) {
 	}
 }
 
+// CancelOwn implements proxy.Carrier: the cancel of the proxy's own
+// request (a hosted task's call) is POSTed in the session, where a
+// notification can find it.
+func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
+	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
+		outbound{sess.sc}.goNotify(sess, notice, nil, c)
+	}
+}
+
 // SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
 // is POSTed in the session, and its answer given to the tracker.
 func (sess *session) SendOwn(frame []byte) {

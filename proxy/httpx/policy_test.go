@@ -154,6 +154,8 @@ type waitMetrics struct{ waiting chan struct{} }
 
 func (w *waitMetrics) DeadlineFired()          {}
 func (w *waitMetrics) ClientTimeoutFired(bool) {}
+func (w *waitMetrics) TasksHosted(int64, int)  {}
+func (w *waitMetrics) TaskDropped()            {}
 func (w *waitMetrics) HookRan(string, bool)    {}
 func (w *waitMetrics) Orphan()                 {}
 func (w *waitMetrics) Orphans(int)             {}

@@ -65,7 +65,7 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
 	watchdog(t, 30*time.Second)
 	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
-		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer(), traceParent: tr.TraceParent}
+		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer(), clientInit: tr.ClientInitializeAnswer(), traceParent: tr.TraceParent}
 	r.client.init()
 	r.server.init()
 	r.engine(tr)
@@ -176,6 +176,9 @@ type replay struct {
 	// initAnswer is the server's answer to the harness's initialize, with
 	// the transcript's server capabilities.
 	initAnswer string
+	// clientInit is that answer as the client gets it (with tasks
+	// declared where the policy hosts them).
+	clientInit string
 	// traceParent, the transcript's, goes with every POST of the client;
 	// traces records the trace of each client request's span.
 	traceParent string
@@ -448,7 +451,7 @@ func (r *replay) initialize() {
 	}
 	if r.bridged {
 		r.post(initRequest)
-		r.client.take(r.t, "client", r.initAnswer)
+		r.client.take(r.t, "client", r.clientInit)
 		return
 	}
 	resp := r.do(http.MethodPost, r.url, initRequest)
@@ -457,7 +460,7 @@ func (r *replay) initialize() {
 		r.t.Fatalf("initialize: no session (HTTP %d)", resp.StatusCode)
 	}
 	r.readAll("initialize", resp)
-	r.client.take(r.t, "client", r.initAnswer)
+	r.client.take(r.t, "client", r.clientInit)
 	get := r.do(http.MethodGet, r.url, "")
 	if get.StatusCode != http.StatusOK {
 		r.t.Fatalf("GET stream: HTTP %d", get.StatusCode)
@@ -471,7 +474,7 @@ func (r *replay) openLegacy() {
 	r.t.Helper()
 	r.openEventStream()
 	r.post(initRequest)
-	r.client.take(r.t, "client", r.initAnswer)
+	r.client.take(r.t, "client", r.clientInit)
 }
 
 // openEventStream opens an HTTP+SSE client's event stream, and learns from

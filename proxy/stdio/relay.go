@@ -229,6 +229,10 @@ func (k carrier) Notify(c *proxy.Call, _ any, frame []byte) {
 	k.s.replyAbout(k.s.sides[proxy.Client], frame, c, false)
 }
 
+// CancelOwn implements proxy.Carrier: the cancel of the proxy's own
+// request goes to the server.
+func (k carrier) CancelOwn(_ *proxy.Call, notice []byte) { k.SendOwn(notice) }
+
 // SendOwn implements proxy.Carrier.
 func (k carrier) SendOwn(frame []byte) {
 	b := getBuf()

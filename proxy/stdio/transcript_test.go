@@ -48,7 +48,7 @@ func (h *harness) initialize(tr *transcript.Transcript) {
 		h.t.Fatalf("initialize: %v", err)
 	}
 	h.server(tr.InitializeAnswer())
-	if err := h.gets(h.fromProxyC, tr.InitializeAnswer()); err != nil {
+	if err := h.gets(h.fromProxyC, tr.ClientInitializeAnswer()); err != nil {
 		h.t.Fatalf("initialize: %v", err)
 	}
 }

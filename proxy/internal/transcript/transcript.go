@@ -96,6 +96,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,6 +149,36 @@ func (tr *Transcript) InitializeAnswer() string {
 		tr.ServerCapabilities + `,"serverInfo":{"name":"replay","version":"1"}}}`
 }
 
+// ClientInitializeAnswer is the answer to Initialize the client gets: the
+// server's, whose capabilities, under a policy that hosts tasks (task:
+// host), also declare tasks.
+func (tr *Transcript) ClientInitializeAnswer() string {
+	if !strings.Contains(tr.Policy, "task: host") {
+		return tr.InitializeAnswer()
+	}
+	var caps map[string]any
+	json.Unmarshal([]byte(tr.ServerCapabilities), &caps)
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	tasks, _ := caps["tasks"].(map[string]any)
+	if tasks == nil {
+		tasks = map[string]any{}
+	}
+	for _, k := range []string{"list", "cancel"} {
+		if tasks[k] == nil {
+			tasks[k] = map[string]any{}
+		}
+	}
+	if tasks["requests"] == nil {
+		tasks["requests"] = map[string]any{"tools": map[string]any{"call": map[string]any{}}}
+	}
+	caps["tasks"] = tasks
+	b, _ := json.Marshal(caps)
+	return `{"jsonrpc":"2.0","id":"harness-init","result":{"protocolVersion":"2025-06-18","capabilities":` +
+		string(b) + `,"serverInfo":{"name":"replay","version":"1"}}}`
+}
+
 // Initializes reports whether the steps begin with the client's
 // initialize: then no harness plays one of its own before them.
 func (tr *Transcript) Initializes() bool {
@@ -173,7 +204,9 @@ func (tr *Transcript) Engine(clk clock.Clock) (*policy.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return policy.New(policy.Options{Policy: cfg.Policy, Audit: policy.Audit{Path: "off"}, Clock: clk})
+	var tasks atomic.Int64 // hosted tasks' ids count, for steps that name them
+	return policy.New(policy.Options{Policy: cfg.Policy, Audit: policy.Audit{Path: "off"}, Clock: clk,
+		TaskIDs: func() string { return fmt.Sprintf("task-%d", tasks.Add(1)) }})
 }
 
 // Era returns the protocol revision the transcript's session speaks, or

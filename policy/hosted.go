@@ -1,0 +1,642 @@
+package policy
+
+import (
+	"cmp"
+	"container/list"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// A task: host rule's tool runs as a task for a client that asks for one
+// (params.task, protocol 2025-11-25) on a server that runs it only as a
+// plain call. The client's tools/call is held and answered at once with a
+// CreateTaskResult (Actions.Serve); the call goes upstream as a request of
+// the proxy's own, without params.task (Actions.SendOwn), and its answer
+// is the task's result. The client's tasks/get, tasks/result, tasks/list
+// and tasks/cancel naming a hosted task are held and served from it;
+// tasks/cancel, the task's ttl, a deadline and the session's end cancel
+// the call upstream (Actions.CancelOwn) as any cancel would, with its
+// hooks and audit line. The client sees the server declare tasks (the
+// answer to initialize) and the rule's tools support them (tools/list).
+
+// The statuses of a task.
+const (
+	taskWorking   = "working"
+	taskCompleted = "completed"
+	taskFailed    = "failed"
+	taskCancelled = "cancelled"
+)
+
+// metaRelatedTask tags a hosted task's result with its task.
+const metaRelatedTask = "io.modelcontextprotocol/related-task"
+
+// hosted is a task the proxy runs for a client.
+type hosted struct {
+	id               string
+	rec              *record     // its call's story: rec.c is the client's tools/call
+	own              *proxy.Call // the call upstream, the proxy's own request
+	status, message  string
+	created, updated time.Time
+	ttl, poll        time.Duration
+	// result is the task's answer, once terminal: the tool's result (a
+	// JSON object), or errObj, the error the server answered.
+	result, errObj json.RawMessage
+	waiting        []*proxy.Call // the client's tasks/result calls, held until terminal
+	expiry         Timer
+	entry          *hostedEntry // its place in the Engine's bound
+}
+
+// terminal reports whether the task is over.
+func (h *hosted) terminal() bool { return h.status != taskWorking }
+
+// taskView is a task as the protocol shows it.
+type taskView struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	TTL           int64  `json:"ttl"`
+	PollInterval  int64  `json:"pollInterval"`
+}
+
+// view is h as the protocol shows it.
+func (h *hosted) view() taskView {
+	return taskView{TaskID: h.id, Status: h.status, StatusMessage: h.message, CreatedAt: h.created.UTC().Format(time.RFC3339Nano),
+		LastUpdatedAt: h.updated.UTC().Format(time.RFC3339Nano), TTL: h.ttl.Milliseconds(), PollInterval: h.poll.Milliseconds()}
+}
+
+// newTaskID mints an unguessable task id.
+func newTaskID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "mcp-cancel-proxy-task-" + hex.EncodeToString(b[:])
+}
+
+// admitHosting is Admit for what hosting tasks changes: the answers to
+// initialize and tools/list are rewritten; a task-augmented call of a
+// task: host tool is hosted; the tasks/* requests naming a hosted task
+// are served. It reports false for a request it leaves to Admit.
+func (g *governor) admitHosting(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
+	switch m.Method {
+	case framing.MethodInitialize:
+		g.initialize(m)
+		return proxy.Admission{Rewrite: true}, true
+	case "tools/list":
+		a := g.admit(c, m)
+		a.Rewrite = true
+		return a, true
+	case "tools/call":
+		if m.HasTask {
+			return g.host(c, m)
+		}
+	case "tasks/get", "tasks/result", "tasks/cancel", "tasks/list":
+		return g.serveTasks(c, m)
+	}
+	return proxy.Admission{}, false
+}
+
+// host hosts the task-augmented call c (m) if its rule says so and the
+// server does not run the tool as a task itself.
+func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
+	tool := m.Name()
+	rule := g.e.m.Load().match("tools/call", tool)
+	params, ok := withoutTask(field(m.Raw, "params"))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok {
+		return proxy.Admission{}, false
+	}
+	now := g.e.clock.Now()
+	ttl := rule.TaskTTL
+	var asked struct {
+		Task struct {
+			TTL *int64 `json:"ttl"`
+		} `json:"task"`
+	}
+	if json.Unmarshal(field(m.Raw, "params"), &asked) == nil && asked.Task.TTL != nil && *asked.Task.TTL > 0 {
+		ttl = min(ttl, time.Duration(*asked.Task.TTL)*time.Millisecond)
+	}
+	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll}
+	if !g.e.hostedTasks.admit(h, g) {
+		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
+		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
+			Message: "the proxy holds as many tasks as it may (limits.hosted_tasks): try again later", Data: map[string]string{"proxy": "mcp-cancel-proxy"}})
+		g.work.post(func() { g.act.Serve(c, reply) })
+		return proxy.Admission{Hold: true}, true
+	}
+	h.rec = &record{g: g, c: c, rule: rule, method: "tools/call", tool: tool, id: c.ID().AppendJSON(nil), started: now,
+		st: story{sent: true}, taskID: h.id}
+	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
+		h.rec.args = field(m.Raw, "params", "arguments")
+	}
+	if len(rule.Correlate) > 0 {
+		h.rec.correlation = correlate(rule.Correlate, field(m.Raw, "params"))
+	}
+	if g.tasks == nil {
+		g.tasks = map[string]*hosted{}
+	}
+	g.tasks[h.id] = h
+	g.calls[c] = h.rec // its story, settled with the session's (the client's call is served: no other event comes for it)
+	h.expiry = g.e.clock.AfterFunc(ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
+	if rule.Timeout > 0 {
+		r := h.rec
+		r.gen++
+		gen := r.gen
+		r.deadline = now.Add(rule.Timeout)
+		r.timer = g.e.clock.AfterFunc(rule.Timeout, func() { g.work.post(func() { g.hostedDeadline(h, gen) }) })
+	}
+	created, _ := json.Marshal(struct {
+		Task taskView `json:"task"`
+	}{h.view()})
+	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
+		zap.Stringer("id", c.ID()), zap.String("task", h.id))
+	g.work.post(func() {
+		own := g.act.SendOwn("tools/call", params, func(a *framing.Message) { g.hostedAnswered(h, a) })
+		g.mu.Lock()
+		h.own = own
+		g.mu.Unlock()
+		if !g.act.Serve(c, answerWith(c.ID(), created)) { // the client cancelled its call as it was hosted
+			g.cancelHosted(h, proxy.SourceClient, "the client cancelled its call before it got the task")
+		}
+	})
+	return proxy.Admission{Hold: true}, true
+}
+
+// withoutTask returns params without its task member, for the server,
+// which runs the tool plainly.
+func withoutTask(params json.RawMessage) ([]byte, bool) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(params, &obj) != nil {
+		return nil, false
+	}
+	delete(obj, "task")
+	b, err := json.Marshal(obj)
+	return b, err == nil
+}
+
+// answerWith is the answer to id with result res.
+func answerWith(id framing.ID, res []byte) []byte {
+	dst := append([]byte(`{"jsonrpc":"2.0","id":`), id.AppendJSON(nil)...)
+	dst = append(dst, `,"result":`...)
+	dst = append(dst, res...)
+	return append(dst, '}')
+}
+
+// unknownTask is the answer to a tasks/* request naming no task the
+// proxy or the server knows.
+func unknownTask(id framing.ID, why string) []byte {
+	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: -32602, Message: why})
+}
+
+// hostedAnswered takes the server's answer to a hosted task's call: the
+// task is over, and the tasks/result calls waiting on it are answered;
+// after a cancel, it is the call's late answer.
+func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
+	g.mu.Lock()
+	r := h.rec
+	if h.status == taskCancelled {
+		var out []effect
+		if r.st.phase == phaseCancelled {
+			out = g.lateLocked(r, m)
+		}
+		g.mu.Unlock()
+		g.run(r, out)
+		return
+	}
+	if h.terminal() { // dropped by the bound, or the session ended
+		g.mu.Unlock()
+		return
+	}
+	h.status, h.updated = taskCompleted, g.e.clock.Now()
+	if m.IsError {
+		h.status, h.errObj = taskFailed, json.RawMessage(field(m.Raw, "error"))
+		h.message = "the server answered the call with an error"
+	} else {
+		h.result = json.RawMessage(field(m.Raw, "result"))
+		if len(r.rule.Capture) > 0 {
+			r.capture(h.result)
+		}
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	out := g.stepLocked(r, event{kind: evAnswered, at: h.updated})
+	waiting := h.waiting
+	h.waiting = nil
+	g.mu.Unlock()
+	g.run(r, out)
+	g.e.hostedTasks.grew(h, len(h.result)+len(h.errObj))
+	for _, w := range waiting {
+		g.work.post(func() { g.act.Serve(w, g.taskResult(h, w.ID())) })
+	}
+}
+
+// taskResult is the answer to a tasks/result of h, terminal: the tool's
+// result tagged with its task, the server's error, or an error saying the
+// task was cancelled.
+func (g *governor) taskResult(h *hosted, id framing.ID) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case h.errObj != nil:
+		dst := append([]byte(`{"jsonrpc":"2.0","id":`), id.AppendJSON(nil)...)
+		dst = append(dst, `,"error":`...)
+		dst = append(dst, h.errObj...)
+		return append(dst, '}')
+	case h.result != nil:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(h.result, &obj) != nil {
+			return answerWith(id, h.result)
+		}
+		var meta map[string]json.RawMessage
+		json.Unmarshal(obj["_meta"], &meta)
+		if meta == nil {
+			meta = map[string]json.RawMessage{}
+		}
+		meta[metaRelatedTask], _ = json.Marshal(map[string]string{"taskId": h.id})
+		obj["_meta"], _ = json.Marshal(meta)
+		b, _ := json.Marshal(obj)
+		return answerWith(id, b)
+	}
+	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: -32603, Message: "the task was " + h.status + ": it has no result",
+		Data: map[string]string{"proxy": "mcp-cancel-proxy", "taskId": h.id, "status": h.status}})
+}
+
+// serveTasks serves a tasks/* request naming a task the proxy hosts for
+// the session (tasks/list: all of them, when the server keeps none).
+func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	json.Unmarshal(field(m.Raw, "params"), &p)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return proxy.Admission{}, false
+	}
+	if m.Method == "tasks/list" {
+		if g.serverTaskList {
+			return proxy.Admission{}, false // the server's own list; the hosted tasks are not in it (docs/tasks.md)
+		}
+		views := []taskView{}
+		for _, h := range g.tasks {
+			views = append(views, h.view())
+		}
+		sortViews(views)
+		b, _ := json.Marshal(struct {
+			Tasks []taskView `json:"tasks"`
+		}{views})
+		reply := answerWith(c.ID(), b)
+		g.work.post(func() { g.act.Serve(c, reply) })
+		return proxy.Admission{Hold: true}, true
+	}
+	h := g.tasks[p.TaskID]
+	if h == nil {
+		if g.serverTasks {
+			return proxy.Admission{}, false // the server's task, or none: the server says
+		}
+		reply := unknownTask(c.ID(), "no task "+cut(p.TaskID, 100)+": unknown, expired or dropped")
+		g.work.post(func() { g.act.Serve(c, reply) })
+		return proxy.Admission{Hold: true}, true
+	}
+	switch m.Method {
+	case "tasks/get":
+		b, _ := json.Marshal(h.view())
+		reply := answerWith(c.ID(), b)
+		g.work.post(func() { g.act.Serve(c, reply) })
+	case "tasks/result":
+		if !h.terminal() {
+			h.waiting = append(h.waiting, c)
+			break
+		}
+		g.work.post(func() { g.act.Serve(c, g.taskResult(h, c.ID())) })
+	case "tasks/cancel":
+		if h.terminal() {
+			reply := unknownTask(c.ID(), "task "+h.id+" is already "+h.status)
+			g.work.post(func() { g.act.Serve(c, reply) })
+			break
+		}
+		g.markCancelledLocked(h, "cancelled by the client (tasks/cancel)")
+		b, _ := json.Marshal(h.view())
+		reply := answerWith(c.ID(), b)
+		g.work.post(func() {
+			g.act.Serve(c, reply) // the task is cancelled before the answer says so
+			g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id)
+		})
+	}
+	return proxy.Admission{Hold: true}, true
+}
+
+// markCancelledLocked sets h cancelled, now, before any answer says so.
+func (g *governor) markCancelledLocked(h *hosted, why string) {
+	h.status, h.message, h.updated = taskCancelled, why, g.e.clock.Now()
+}
+
+// cancelHosted cancels h's call upstream, as from source, as any cancel
+// would: its story goes on (hooks, the wait for a late answer, the audit
+// line), and the tasks/result calls waiting on it get the cancelled
+// task's answer.
+func (g *governor) cancelHosted(h *hosted, source proxy.Source, reason string) {
+	g.mu.Lock()
+	r := h.rec
+	if r.st.phase != phaseInFlight {
+		g.mu.Unlock()
+		return
+	}
+	if h.status == taskWorking {
+		g.markCancelledLocked(h, reason)
+	}
+	out := g.cancelLocked(r, source, reason)
+	own, waiting := h.own, h.waiting
+	h.waiting = nil
+	g.mu.Unlock()
+	g.run(r, out)
+	if own != nil {
+		g.act.CancelOwn(own, source, reason)
+	}
+	for _, w := range waiting {
+		g.act.Serve(w, g.taskResult(h, w.ID()))
+	}
+	g.work.post(func() { g.afterCancel(r) })
+}
+
+// hostedDeadline cancels h's call at its rule's deadline.
+func (g *governor) hostedDeadline(h *hosted, gen int) {
+	g.mu.Lock()
+	stale := gen != h.rec.gen || h.terminal() || g.closed
+	g.mu.Unlock()
+	if stale {
+		return
+	}
+	g.e.metrics.DeadlineFired()
+	g.cancelHosted(h, proxy.SourceDeadline, fmt.Sprintf("deadline of %v passed (rule %s)", h.rec.rule.Timeout, h.rec.rule.Name))
+}
+
+// taskExpired ends h at its ttl: a task still working is cancelled
+// upstream; the task is forgotten, its result with it.
+func (g *governor) taskExpired(h *hosted) {
+	g.mu.Lock()
+	working := h.status == taskWorking && !g.closed
+	g.mu.Unlock()
+	if working {
+		g.cancelHosted(h, proxy.SourceTaskTTL, fmt.Sprintf("the task's ttl of %v passed", h.ttl))
+	}
+	g.forgetHosted(h)
+}
+
+// forgetHosted drops h: a tasks/* naming it is answered as for an
+// unknown task.
+func (g *governor) forgetHosted(h *hosted) {
+	g.mu.Lock()
+	if g.tasks[h.id] == h {
+		delete(g.tasks, h.id)
+	}
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	g.mu.Unlock()
+	g.e.hostedTasks.remove(h)
+}
+
+// closeHosted ends the session's hosted tasks with it, and forgets them:
+// those still working are cancelled (source session_end), their hooks
+// run and their audit lines written as they stand. Their calls end with
+// the session upstream (a stdio server stopped, an HTTP session ended):
+// no notification is sent.
+func (g *governor) closeHosted() {
+	g.mu.Lock()
+	all := make([]*hosted, 0, len(g.tasks))
+	type todo struct {
+		r   *record
+		out []effect
+	}
+	var runs []todo
+	for _, h := range g.tasks {
+		all = append(all, h)
+		if r := h.rec; h.status == taskWorking && r.st.phase == phaseInFlight {
+			g.markCancelledLocked(h, "its session ended")
+			out := g.cancelLocked(r, proxy.SourceSessionEnd, "its session ended")
+			out = append(out, g.stepLocked(r, r.handled())...)
+			runs = append(runs, todo{r, append(out, g.stepLocked(r, event{kind: evClosed})...)})
+		}
+	}
+	g.mu.Unlock()
+	for _, t := range runs {
+		g.run(t.r, t.out)
+	}
+	for _, h := range all {
+		g.forgetHosted(h)
+	}
+}
+
+// RewriteResult implements proxy.Rewriter: the server's answer to
+// initialize declares tasks, and its tools/list says that the tools of
+// task: host rules support them.
+func (g *governor) RewriteResult(c *proxy.Call, m *framing.Message) []byte {
+	switch c.Method() {
+	case framing.MethodInitialize:
+		return declareTasks(field(m.Raw, "result"))
+	case "tools/list":
+		return g.markTaskTools(field(m.Raw, "result"))
+	}
+	return nil
+}
+
+// declareTasks adds to an initialize result's capabilities what hosting
+// tasks serves: tasks.list, tasks.cancel and tasks.requests.tools.call.
+func declareTasks(res json.RawMessage) []byte {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(res, &obj) != nil {
+		return nil
+	}
+	var caps map[string]json.RawMessage
+	json.Unmarshal(obj["capabilities"], &caps)
+	if caps == nil {
+		caps = map[string]json.RawMessage{}
+	}
+	var tasks map[string]json.RawMessage
+	json.Unmarshal(caps["tasks"], &tasks)
+	if tasks == nil {
+		tasks = map[string]json.RawMessage{}
+	}
+	for _, k := range []string{"list", "cancel"} {
+		if tasks[k] == nil {
+			tasks[k] = json.RawMessage(`{}`)
+		}
+	}
+	var requests map[string]map[string]json.RawMessage
+	json.Unmarshal(tasks["requests"], &requests)
+	if requests == nil {
+		requests = map[string]map[string]json.RawMessage{}
+	}
+	if requests["tools"] == nil {
+		requests["tools"] = map[string]json.RawMessage{}
+	}
+	if requests["tools"]["call"] == nil {
+		requests["tools"]["call"] = json.RawMessage(`{}`)
+	}
+	tasks["requests"], _ = json.Marshal(requests)
+	caps["tasks"], _ = json.Marshal(tasks)
+	obj["capabilities"], _ = json.Marshal(caps)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// markTaskTools marks, in a tools/list result, the tools of task: host
+// rules as supporting tasks, and notes those the server runs as tasks
+// itself (never hosted twice).
+func (g *governor) markTaskTools(res json.RawMessage) []byte {
+	var obj map[string]json.RawMessage
+	var tools []map[string]json.RawMessage
+	if json.Unmarshal(res, &obj) != nil || json.Unmarshal(obj["tools"], &tools) != nil {
+		return nil
+	}
+	mt := g.e.m.Load()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, tool := range tools {
+		var name string
+		json.Unmarshal(tool["name"], &name)
+		var exec map[string]json.RawMessage
+		json.Unmarshal(tool["execution"], &exec)
+		var support string
+		json.Unmarshal(exec["taskSupport"], &support)
+		if g.serverTasks && (support == "optional" || support == "required") {
+			if g.serverTools == nil {
+				g.serverTools = map[string]bool{}
+			}
+			g.serverTools[name] = true // relayed, as the server's own
+			continue
+		}
+		if !mt.match("tools/call", name).TaskHost {
+			continue
+		}
+		if exec == nil {
+			exec = map[string]json.RawMessage{}
+		}
+		exec["taskSupport"] = json.RawMessage(`"optional"`)
+		tool["execution"], _ = json.Marshal(exec)
+	}
+	obj["tools"], _ = json.Marshal(tools)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// sortViews orders tasks by creation, then id.
+func sortViews(vs []taskView) {
+	slices.SortFunc(vs, func(a, b taskView) int {
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.TaskID, b.TaskID))
+	})
+}
+
+// Defaults of Options.TaskMemory and HostedTasks.
+const (
+	DefaultTaskMemory  = 64 << 20
+	DefaultHostedTasks = 1024
+)
+
+// hostedBound bounds the tasks hosted across the process: in entries (all
+// of them, working or not) and in the bytes of their results, the oldest
+// terminal task dropped first. A task over the entries with none terminal
+// to drop is refused.
+type hostedBound struct {
+	maxBytes   int64
+	maxEntries int
+	metrics    Metrics
+
+	mu      sync.Mutex // guards the fields below; taken after a governor's, never before
+	bytes   int64
+	entries int
+	order   list.List // of *hostedEntry, terminal tasks, oldest first
+}
+
+// hostedEntry is a hosted task as the bound counts it.
+type hostedEntry struct {
+	h     *hosted
+	g     *governor
+	bytes int64
+	elem  *list.Element // in order, once terminal
+}
+
+// admit counts h, hosted for g, if the entries allow (dropping the oldest
+// terminal task if need be; the drop runs later, off g's lock).
+func (b *hostedBound) admit(h *hosted, g *governor) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.entries >= b.maxEntries {
+		front := b.order.Front()
+		if front == nil {
+			return false
+		}
+		b.dropLocked(front.Value.(*hostedEntry))
+	}
+	h.entry = &hostedEntry{h: h, g: g}
+	b.entries++
+	b.metrics.TasksHosted(b.bytes, b.entries)
+	return true
+}
+
+// grew counts h, now terminal, with n bytes of result, and drops the
+// oldest terminal tasks beyond the bound in bytes.
+func (b *hostedBound) grew(h *hosted, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := h.entry
+	if e == nil || e.elem != nil {
+		return
+	}
+	e.bytes = int64(n)
+	b.bytes += e.bytes
+	e.elem = b.order.PushBack(e)
+	for b.bytes > b.maxBytes && b.order.Len() > 0 {
+		b.dropLocked(b.order.Front().Value.(*hostedEntry))
+	}
+	b.metrics.TasksHosted(b.bytes, b.entries)
+}
+
+// dropLocked uncounts e, a terminal task, and has its governor forget it.
+func (b *hostedBound) dropLocked(e *hostedEntry) {
+	b.uncountLocked(e)
+	b.metrics.TaskDropped()
+	go e.g.forgetHosted(e.h) // off the bound's lock, and off the caller's governor's
+}
+
+// remove uncounts h, if it is counted.
+func (b *hostedBound) remove(h *hosted) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if h.entry != nil {
+		b.uncountLocked(h.entry)
+		b.metrics.TasksHosted(b.bytes, b.entries)
+	}
+}
+
+func (b *hostedBound) uncountLocked(e *hostedEntry) {
+	if e.h.entry != e {
+		return
+	}
+	e.h.entry = nil
+	b.entries--
+	if e.elem != nil {
+		b.order.Remove(e.elem)
+		b.bytes -= e.bytes
+	}
+}

@@ -1,0 +1,75 @@
+package proxy
+
+import (
+	"go.uber.org/zap/zapcore"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+)
+
+// A governor may serve requests itself: a task it hosts for a client on a
+// server that runs its tool only as a plain call (package policy,
+// hosted.go). It holds the client's request (Admission.Hold), runs the
+// call upstream as a request of the proxy's own (Actions.SendOwn, which
+// returns the own call), answers the held request itself (Actions.Serve),
+// and may cancel the own call upstream (Actions.CancelOwn). It may also
+// rewrite the server's answer to a request it admitted with
+// Admission.Rewrite (Rewriter): the capabilities of initialize, the tools
+// of tools/list.
+
+// Rewriter is a Governor that rewrites the server's answers to requests
+// it admitted with Admission.Rewrite.
+type Rewriter interface {
+	// RewriteResult returns what the client gets as the result of c in
+	// place of the server's (m), or nil to pass it as it is. It runs on
+	// the deciding goroutine and must not block.
+	RewriteResult(c *Call, m *framing.Message) []byte
+}
+
+// rewritten is the client's answer to c with result in place of m's.
+func rewritten(c *call, result []byte) []byte {
+	dst := append([]byte(`{"jsonrpc":"2.0","id":`), c.id.AppendJSON(nil)...)
+	dst = append(dst, `,"result":`...)
+	dst = append(dst, result...)
+	return append(dst, '}')
+}
+
+// Served records that the proxy answered a held request itself (a
+// hosted task's): it was never sent, and no answer of the server's can
+// come for it.
+func (t *Tracker) Served(c *Call) {
+	p := &t.peers[Client]
+	p.issued.settle(c)
+	t.count(cForwarded, -1) // counted when it was queued; it never left
+	t.note(Client, p.issued.dir, ActReplied, framing.KindRequest, c.method, c.id,
+		"served by the proxy (a task it hosts): never sent", zapcore.DebugLevel)
+	if c.span != nil {
+		c.span.End("served by the proxy", false)
+	}
+}
+
+// CancelOwn cancels a request of the proxy's own (OwnCall) on the
+// server, as from source for reason, and returns the notification to
+// send; nil if it was answered already. Its answer, should one still
+// come, goes to its onAnswer all the same.
+func (t *Tracker) CancelOwn(c *Call, source Source, reason string) []byte {
+	if !t.peers[Client].issued.ownInFlight(c) {
+		return nil
+	}
+	t.count(cCancelsForwarded, 1)
+	if t.opts.OnCancel != nil {
+		t.opts.OnCancel(source)
+	}
+	t.noteCancel(Client, ClientToServer, framing.KindNotification, c, source, reason)
+	return framing.AppendCancelled(nil, c.upID, reason)
+}
+
+// OwnCall is OwnRequest that also returns the call, for CancelOwn.
+func (t *Tracker) OwnCall(method string, params []byte, onAnswer func(m *framing.Message)) (*Call, []byte) {
+	c := t.peers[Client].issued.own(method, onAnswer)
+	dst := append([]byte(`{"jsonrpc":"2.0","id":`), c.upID.AppendJSON(nil)...)
+	dst = append(dst, `,"method":`...)
+	dst = framing.StringID(method).AppendJSON(dst)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, params...)
+	return c, append(dst, '}')
+}
