@@ -676,7 +676,7 @@ func (g *governor) cancelTask(r *record) {
 		span := r.c.Span().Child(framing.MethodTasksCancel, task)
 		params, _ := json.Marshal(map[string]string{"taskId": r.taskID})
 		g.work.post(func() {
-			g.act.SendOwn(framing.MethodTasksCancel, params, func(m *framing.Message) { g.taskAnswered(r, m, span) })
+			g.act.SendOwn(framing.MethodTasksCancel, params, framing.ID{}, func(m *framing.Message) { g.taskAnswered(r, m, span) })
 		})
 	}
 	g.run(r, out)

@@ -68,8 +68,8 @@ func (ft *fakeTransport) Expire(c *proxy.Call, source proxy.Source, reason strin
 
 func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "dispatch", call: c} }
 
-func (ft *fakeTransport) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *proxy.Call {
-	c, frame := ft.tr.OwnCall(method, params, onAnswer)
+func (ft *fakeTransport) SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *proxy.Call {
+	c, frame := ft.tr.OwnCall(method, params, progress, onAnswer)
 	ft.acts <- action{kind: "own", call: c, frame: frame, onAnswer: onAnswer}
 	return c
 }

@@ -110,7 +110,7 @@ func (g *governor) admitHosting(c *proxy.Call, m *framing.Message) (proxy.Admiss
 // host hosts the task-augmented call c (m) if its rule says so and the
 // server does not run the tool as a task itself.
 func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
-	tool := m.Name()
+	tool, token := m.Name(), c.Token()
 	rule := g.e.m.Load().match("tools/call", tool)
 	params, ok := withoutTask(field(m.Raw, "params"))
 	g.mu.Lock()
@@ -163,7 +163,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.String("task", h.id))
 	g.work.post(func() {
-		own := g.act.SendOwn("tools/call", params, func(a *framing.Message) { g.hostedAnswered(h, a) })
+		own := g.act.SendOwn("tools/call", params, token, func(a *framing.Message) { g.hostedAnswered(h, a) })
 		g.mu.Lock()
 		h.own = own
 		g.mu.Unlock()

@@ -122,8 +122,10 @@ type Actions interface {
 	Dispatch(c *Call)
 	// SendOwn sends the server a request of the proxy's own (see
 	// Tracker.OwnRequest); its response goes to onAnswer, not the client.
-	// It returns the request, for CancelOwn.
-	SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *Call
+	// progress, if valid, is the progress token params carry, whose
+	// progress goes to the client until the request is answered or
+	// cancelled. It returns the request, for CancelOwn.
+	SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *Call
 	// CancelOwn cancels a request of the proxy's own on the server, as
 	// from source for reason, unless it was answered.
 	CancelOwn(c *Call, source Source, reason string)
@@ -188,7 +190,7 @@ func ClientTimeoutReply(id framing.ID, budget string) []byte {
 // an id no client chose, and returns its frame. Its response never reaches
 // the client: it is handed to onAnswer, on the server's goroutine.
 func (t *Tracker) OwnRequest(method string, params []byte, onAnswer func(m *framing.Message)) []byte {
-	_, frame := t.OwnCall(method, params, onAnswer)
+	_, frame := t.OwnCall(method, params, framing.ID{}, onAnswer)
 	return frame
 }
 

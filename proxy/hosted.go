@@ -64,8 +64,14 @@ func (t *Tracker) CancelOwn(c *Call, source Source, reason string) []byte {
 }
 
 // OwnCall is OwnRequest that also returns the call, for CancelOwn.
-func (t *Tracker) OwnCall(method string, params []byte, onAnswer func(m *framing.Message)) (*Call, []byte) {
+// progress, if valid, is the progress token params carry: the server's
+// progress under it goes to the client until the call is answered or
+// cancelled (a hosted task's call, under its client's token).
+func (t *Tracker) OwnCall(method string, params []byte, progress framing.ID, onAnswer func(m *framing.Message)) (*Call, []byte) {
 	c := t.peers[Client].issued.own(method, onAnswer)
+	if progress.IsValid() {
+		t.peers[Client].issued.adoptToken(c, progress)
+	}
 	dst := append([]byte(`{"jsonrpc":"2.0","id":`), c.upID.AppendJSON(nil)...)
 	dst = append(dst, `,"method":`...)
 	dst = framing.StringID(method).AppendJSON(dst)

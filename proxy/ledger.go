@@ -318,6 +318,16 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 	return c
 }
 
+// adoptToken has c, a request of the proxy's own, carry token: progress
+// under it is c's while c is in flight (a hosted task's call carries its
+// client's token; the client's own call, served, gives it up).
+func (l *ledger) adoptToken(c *call, token framing.ID) {
+	l.update(func() {
+		c.token, c.upToken = token, token
+		l.tokens.Set(token, c)
+	})
+}
+
 // ownInFlight reports whether c, a request of the proxy's own, is still
 // unanswered, and marks it cancelled: it is cancelled once.
 func (l *ledger) ownInFlight(c *call) (ok bool) {

@@ -225,8 +225,8 @@ func (s *Session) Dispatch(c *Call) {
 
 // SendOwn implements Actions: the proxy's own request is registered with
 // the tracker and sent; its answer goes to onAnswer.
-func (s *Session) SendOwn(method string, params []byte, onAnswer func(*framing.Message)) *Call {
-	c, frame := s.t.OwnCall(method, params, onAnswer)
+func (s *Session) SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *Call {
+	c, frame := s.t.OwnCall(method, params, progress, onAnswer)
 	s.carrier.SendOwn(frame)
 	return c
 }

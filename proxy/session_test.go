@@ -96,7 +96,7 @@ func TestSessionCarriesOutItsActions(t *testing.T) {
 	g.act.Expire(c3, SourceDeadline, "deadline of 1s passed", DeadlineReply(c3.ID(), "1s"))
 	g.act.Expire(c3, SourceDeadline, "again", nil) // no longer in flight: nothing
 	g.act.Expire(c1, SourceDeadline, "deadline of 1s passed", DeadlineReply(c1.ID(), "1s"))
-	g.act.SendOwn(framing.MethodTasksCancel, []byte(`{"taskId":"t"}`), func(*framing.Message) {})
+	g.act.SendOwn(framing.MethodTasksCancel, []byte(`{"taskId":"t"}`), framing.ID{}, func(*framing.Message) {})
 	if !g.act.Restart("why") {
 		t.Error("Restart did not reach the session's restart")
 	}
