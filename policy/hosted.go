@@ -616,7 +616,7 @@ func (b *hostedBound) grew(h *hosted, n int) {
 func (b *hostedBound) dropLocked(e *hostedEntry) {
 	b.uncountLocked(e)
 	b.metrics.TaskDropped()
-	go e.g.forgetHosted(e.h) // off the bound's lock, and off the caller's governor's
+	e.g.work.post(func() { e.g.forgetHosted(e.h) }) // off the bound's lock, and off the caller's governor's
 }
 
 // remove uncounts h, if it is counted.
@@ -639,4 +639,11 @@ func (b *hostedBound) uncountLocked(e *hostedEntry) {
 		b.order.Remove(e.elem)
 		b.bytes -= e.bytes
 	}
+}
+
+// counts returns how many tasks the bound counts, and their bytes.
+func (b *hostedBound) counts() (int, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.entries, b.bytes
 }

@@ -1,0 +1,133 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+)
+
+// hostingConfig hosts tasks for the example server's block and
+// slow_honour tools, which it runs only as plain calls.
+const hostingConfig = `
+policy:
+  rules:
+    - tool: block
+      task: host
+    - tool: slow_honour
+      task: host
+`
+
+// taskIDOf reads the task id of a CreateTaskResult.
+func taskIDOf(t *testing.T, m map[string]any) string {
+	t.Helper()
+	res, _ := m["result"].(map[string]any)
+	task, _ := res["task"].(map[string]any)
+	id, _ := task["taskId"].(string)
+	if id == "" || task["status"] != "working" {
+		t.Fatalf("not a task: %v", m)
+	}
+	return id
+}
+
+// TestE2EHostedTaskStdio: through the wrapper, in front of the bundled
+// go-sdk server, which runs its tools only as plain calls: the client
+// sees tasks declared, gets a task for each task-augmented call, the
+// result of one through tasks/result, and a tasks/cancel of the other
+// stops the server's work (the server says it saw the cancel).
+func TestE2EHostedTaskStdio(t *testing.T) {
+	t.Parallel()
+	cfg, _ := writeConfig(t, hostingConfig)
+	w := startWrapped(t, "--config", cfg, "--", proxyBin, "example-server")
+	w.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	got := w.recvUntil(isResponse("init"))
+	caps, _ := got[len(got)-1]["result"].(map[string]any)["capabilities"].(map[string]any)
+	if tasks, _ := caps["tasks"].(map[string]any); tasks["cancel"] == nil || tasks["requests"] == nil {
+		t.Errorf("the capabilities the client sees: %v", caps)
+	}
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.2,"steps":2},"task":{"ttl":60000}}}`)
+	got = w.recvUntil(isResponse(1))
+	slow := taskIDOf(t, got[len(got)-1])
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"ht"},"task":{}}}`)
+	got = w.recvUntil(isResponse(2))
+	blocked := taskIDOf(t, got[len(got)-1])
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"` + slow + `"}}`)
+	got = w.recvUntil(isResponse(3))
+	res, _ := got[len(got)-1]["result"].(map[string]any)
+	meta, _ := res["_meta"].(map[string]any)
+	if related, _ := meta["io.modelcontextprotocol/related-task"].(map[string]any); related["taskId"] != slow || res["structuredContent"] == nil {
+		t.Errorf("tasks/result: %v", got[len(got)-1])
+	}
+	w.logs.waitFor(t, "example server: block ht: started")
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":{"taskId":"` + blocked + `"}}`)
+	got = w.recvUntil(isResponse(4))
+	if res, _ := got[len(got)-1]["result"].(map[string]any); res["status"] != "cancelled" {
+		t.Errorf("tasks/cancel: %v", got[len(got)-1])
+	}
+	w.logs.waitFor(t, "example server: block ht: the request was cancelled")
+	w.events.waitFor(t, events.TaskHosted, "task", blocked)
+	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"ht"}}}`)
+	w.send(`{"jsonrpc":"2.0","id":6,"method":"ping"}`)
+	for _, m := range w.recvUntil(isResponse(6)) {
+		if m["id"] == "mcp-cancel-proxy-r2" || m["id"] == float64(2) {
+			t.Errorf("the client got %v after its task was cancelled", m)
+		}
+	}
+	rec := auditLine(t, w.logs, "2", "upstream notified; answered after the cancel (suppressed)")
+	if rec["source"] != "tasks_cancel" || rec["task_id"] != blocked {
+		t.Errorf("audit line: %v", rec)
+	}
+}
+
+// TestE2EHostedTaskSidecar: the same through the sidecar in front of the
+// example server over Streamable HTTP: the task's POST answers at once,
+// tasks/result's waits for the result, and tasks/cancel stops the work.
+func TestE2EHostedTaskSidecar(t *testing.T) {
+	t.Parallel()
+	cfg, _ := writeConfig(t, hostingConfig)
+	up, front := freePort(t), freePort(t)
+	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
+	sc := startCommand(t, exec.Command(proxyBin, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp"))
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	waitListening(t, up)
+	sc.events.waitFor(t, events.SidecarListening)
+	url := "http://" + front + "/mcp"
+	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	answer := func(body string) map[string]any {
+		t.Helper()
+		resp := mcpPost(t, url, session, body)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		text := string(b)
+		if i := strings.LastIndex(text, "data: "); i >= 0 { // an event stream: its last event
+			text = strings.TrimSpace(text[i+len("data: "):])
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(text), &m); err != nil {
+			t.Fatalf("answer to %s: %q", body, b)
+		}
+		return m
+	}
+	slow := taskIDOf(t, answer(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_honour","arguments":{"seconds":0.2,"steps":2},"task":{}}}`))
+	blocked := taskIDOf(t, answer(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{"key":"hs"},"task":{}}}`))
+	if res, _ := answer(`{"jsonrpc":"2.0","id":3,"method":"tasks/result","params":{"taskId":"` + slow + `"}}`)["result"].(map[string]any); res["structuredContent"] == nil {
+		t.Errorf("tasks/result: %v", res)
+	}
+	server.waitFor(t, "example server: block hs: started")
+	if res, _ := answer(`{"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":{"taskId":"` + blocked + `"}}`)["result"].(map[string]any); res["status"] != "cancelled" {
+		t.Errorf("tasks/cancel: %v", res)
+	}
+	server.waitFor(t, "example server: block hs: the request was cancelled")
+	mcpPost(t, url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"hs"}}}`).Body.Close()
+}

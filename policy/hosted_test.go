@@ -1,0 +1,224 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+)
+
+// hostingEngine is engine with task ids that count, and bounds.
+func hostingEngine(t *testing.T, p Policy, tasks int, bytes int64) (*Engine, *clock.Fake, <-chan *Record) {
+	t.Helper()
+	if err := p.Validate("policy"); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC))
+	recs := make(chan *Record, 16)
+	n := 0
+	e, err := New(Options{Policy: p, Audit: Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Clock: clk,
+		OnAudit: func(r *Record) { recs <- r }, HostedTasks: tasks, TaskMemory: bytes,
+		TaskIDs: func() string { n++; return fmt.Sprintf("t%d", n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e, clk, recs
+}
+
+// taskCall is a task-augmented call of tool.
+func taskCall(id int, tool string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"task":{}}}`, id, tool)
+}
+
+// taskRequest is a tasks/* request naming task.
+func taskRequest(id int, method, task string) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"taskId":%q}}`, id, method, task)
+}
+
+// hostedCall hosts a task for a call of tool, and returns the own
+// request the proxy sent upstream and the CreateTaskResult's task.
+func hostedCall(t *testing.T, ft *fakeTransport, id int, tool string) (own action, task map[string]any) {
+	t.Helper()
+	if o := ft.client(taskCall(id, tool)); !o.Hold {
+		t.Fatalf("the task-augmented call was not held: %+v", o)
+	}
+	own = ft.next()
+	served := ft.next()
+	if own.kind != "own" || served.kind != "serve" || !strings.Contains(string(own.frame), `"method":"tools/call"`) ||
+		strings.Contains(string(own.frame), `"task"`) {
+		t.Fatalf("actions %s %s, frame %s", own.kind, served.kind, own.frame)
+	}
+	var res struct {
+		Result struct {
+			Task map[string]any `json:"task"`
+		} `json:"result"`
+	}
+	json.Unmarshal(served.reply, &res)
+	return own, res.Result.Task
+}
+
+// serve waits for the next action, a request served with a reply.
+func serve(t *testing.T, ft *fakeTransport) map[string]any {
+	t.Helper()
+	a := ft.next()
+	if a.kind != "serve" {
+		t.Fatalf("action %s, want serve", a.kind)
+	}
+	var m map[string]any
+	json.Unmarshal(a.reply, &m)
+	return m
+}
+
+// TestHostedTaskCancelRunsTheStory: tasks/cancel of a hosted task cancels
+// its call upstream with the source tasks_cancel, runs on_cancel, and its
+// late answer, suppressed, runs on_late_result; the audit line says so.
+func TestHostedTaskCancelRunsTheStory(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}, OnLateResult: &Hook{Exec: []string{"true"}}}}
+	e, _, recs := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	own, task := hostedCall(t, ft, 1, "report")
+	if task["taskId"] != "t1" || task["status"] != "working" {
+		t.Fatalf("task %v", task)
+	}
+	ft.client(taskRequest(2, "tasks/cancel", "t1"))
+	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "cancelled" {
+		t.Errorf("tasks/cancel answered %v", res)
+	}
+	c := ft.next()
+	if c.kind != "cancel-own" || c.call != own.call || c.source != proxy.SourceTaskCancel || !strings.Contains(string(c.cancel), `"requestId":"mcp-cancel-proxy-r1"`) {
+		t.Fatalf("%s of %v from %s: %s", c.kind, c.call, c.source, c.cancel)
+	}
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
+	r := waitRecord(t, recs)
+	if r.Source != "tasks_cancel" || r.TaskID != "t1" || r.Late == nil || r.Status != StatusCompensated || len(r.Hooks) != 2 {
+		t.Errorf("audit: %+v", r)
+	}
+}
+
+// TestHostedTaskSessionEnd: a session that ends with a hosted task still
+// working cancels it (source session_end, its hook run) and forgets its
+// tasks; a finished task's result stops counting against the bound.
+func TestHostedTaskSessionEnd(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}}}
+	e, _, recs := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	hostedCall(t, ft, 1, "report")
+	hostedCall(t, ft, 2, "report")
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r2","result":{"content":[{"type":"text","text":"12345"}]}}`)
+	ft.none()
+	if n, b := e.hostedTasks.counts(); n != 2 || b == 0 {
+		t.Fatalf("bound counts %d tasks, %d bytes", n, b)
+	}
+	ft.gov.Close()
+	r := waitRecord(t, recs)
+	if r.Source != "session_end" || r.TaskID != "t1" || len(r.Hooks) != 1 || !r.Hooks[0].OK {
+		t.Errorf("audit: %+v", r)
+	}
+	if n, b := e.hostedTasks.counts(); n != 0 || b != 0 {
+		t.Errorf("bound counts %d tasks, %d bytes after the session", n, b)
+	}
+}
+
+// TestHostedTasksBounded: beyond limits.hosted_tasks the oldest finished
+// task is dropped (then unknown); with none finished, a new one is
+// refused with an error that names the limit.
+func TestHostedTasksBounded(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 2, 1<<20)
+	ft := newTransport(t, e)
+	hostedCall(t, ft, 1, "report")
+	hostedCall(t, ft, 2, "report")
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
+	ft.none()
+	hostedCall(t, ft, 3, "report") // drops t1, finished
+	ft.none()
+	ft.client(taskRequest(4, "tasks/get", "t1"))
+	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("tasks/get of the dropped task: %v", e)
+	}
+	ft.client(taskCall(5, "report"))
+	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || !strings.Contains(e["message"].(string), "limits.hosted_tasks") {
+		t.Errorf("a task over the bound: %v", e)
+	}
+}
+
+// TestHostedTasksList: tasks/list lists the session's hosted tasks, and
+// those of another session are not in it.
+func TestHostedTasksList(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 0, 0)
+	a, b := transportOf(t, e, "a", nil), transportOf(t, e, "b", nil)
+	hostedCall(t, a, 1, "report")
+	hostedCall(t, b, 1, "report")
+	hostedCall(t, a, 2, "report")
+	a.client(`{"jsonrpc":"2.0","id":3,"method":"tasks/list"}`)
+	var ids []string
+	for _, task := range serve(t, a)["result"].(map[string]any)["tasks"].([]any) {
+		ids = append(ids, task.(map[string]any)["taskId"].(string))
+	}
+	if strings.Join(ids, ",") != "t1,t3" {
+		t.Errorf("tasks/list: %v", ids)
+	}
+	b.client(taskRequest(2, "tasks/get", "t1")) // a's
+	if e, _ := serve(t, b)["error"].(map[string]any); e == nil {
+		t.Error("a session got another's task")
+	}
+}
+
+// TestHostedTaskSettings: what task: host may say.
+func TestHostedTaskSettings(t *testing.T) {
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "a", Task: "background"}, {Method: "x", Task: "host"}, {Tool: "b", TaskTTL: dur(time.Second)},
+		{Tool: "c", Task: "host", Reissue: "join"}, {Tool: "d", Task: "host", TaskTTL: dur(0)}}
+	p.Defaults.Task = "host"
+	err := p.Validate("policy")
+	for _, want := range []string{`rules[0].task: "background" is not host`, "rules[1].task: task: host is for tools/call rules",
+		"rules[2].task: task_ttl and task_poll_interval need task: host", "rules[3].task: task: host and reissue: join",
+		"rules[4].task_ttl: must be positive", "defaults: max_concurrent, max_concurrent_scope, escalate, reissue and task"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v\nwant %q", err, want)
+		}
+	}
+}
+
+// FuzzDeclareTasks: any initialize result gives one that declares tasks,
+// or nothing, never a panic.
+func FuzzDeclareTasks(f *testing.F) {
+	f.Add(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"requests":{"tools":{}}}}}`)
+	f.Add(`{"capabilities":{"tasks":7}}`)
+	f.Fuzz(func(t *testing.T, res string) {
+		out := declareTasks(json.RawMessage(res))
+		if out == nil {
+			return
+		}
+		var got struct {
+			Capabilities struct {
+				Tasks struct {
+					Requests struct {
+						Tools struct {
+							Call json.RawMessage `json:"call"`
+						} `json:"tools"`
+					} `json:"requests"`
+				} `json:"tasks"`
+			} `json:"capabilities"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil || got.Capabilities.Tasks.Requests.Tools.Call == nil {
+			t.Fatalf("%s gave %s (%v)", res, out, err)
+		}
+	})
+}
