@@ -3,12 +3,16 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
@@ -130,4 +134,82 @@ func TestE2EHostedTaskSidecar(t *testing.T) {
 	}
 	server.waitFor(t, "example server: block hs: the request was cancelled")
 	mcpPost(t, url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"hs"}}}`).Body.Close()
+}
+
+// TestE2ETypeScriptClientHostedTasks: the TypeScript SDK's own task API
+// (1.32, 2025-11-25) against the example server, which has no tasks,
+// through the wrapper, the bridge and the sidecar with task: host. The
+// SDK sees tasks declared and the tools support them, asks for a task by
+// itself, polls it and gets the tool's result; its cancelTask stops the
+// server's work (the server says it saw the cancel).
+func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
+	t.Parallel()
+	node, dir := nodePeers(t)
+	config, _ := writeConfig(t, hostingConfig)
+	t.Run("wrapper", func(t *testing.T) {
+		watchdog(t, 90*time.Second)
+		tasksScript(t, node, dir, config, nil)
+	})
+	t.Run("bridge", func(t *testing.T) {
+		watchdog(t, 90*time.Second)
+		up := freePort(t)
+		server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
+		waitListening(t, up)
+		tasksScript(t, node, dir, config, server, "UPSTREAM=http://"+up+"/mcp")
+	})
+	t.Run("sidecar", func(t *testing.T) {
+		watchdog(t, 90*time.Second)
+		up, front := freePort(t), freePort(t)
+		server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
+		waitListening(t, up)
+		sc := startWrapped(t, "--config", config, "--listen", front, "--upstream", "http://"+up+"/mcp")
+		sc.events.waitFor(t, events.SidecarListening)
+		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+		tasksScript(t, node, dir, config, server, "SIDECAR_URL=http://"+front+"/mcp")
+	})
+}
+
+// tasksScript runs ts-client-tasks.mjs with env, the example server's log
+// in server (nil: the server runs under the wrapper the script starts,
+// whose stderr carries it), and checks what the client saw.
+func tasksScript(t *testing.T, node, dir, config string, server *logTail, env ...string) {
+	t.Helper()
+	script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-tasks.mjs"))
+	script.Dir = dir
+	script.Env = append(append(os.Environ(), "PROXY_BIN="+proxyBin, "CONFIG="+config), env...)
+	stdin, _ := script.StdinPipe()
+	stdout, _ := script.StdoutPipe()
+	stderr, _ := script.StderrPipe()
+	if err := script.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { script.Process.Kill(); script.Wait() }) // by its PID, if the test ends early
+	if server == nil {
+		server = newLogTail(stderr)
+	} else {
+		go io.Copy(os.Stderr, stderr)
+	}
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "CANCELLED" {
+		t.Fatalf("script said %q, want CANCELLED", out.Text())
+	}
+	server.waitFor(t, "example server: block ts: the request was cancelled")
+	io.WriteString(stdin, "GO\n")
+	if !out.Scan() {
+		t.Fatalf("no summary from the script: %v", out.Err())
+	}
+	var s struct {
+		Declared                                 bool
+		TaskTools, Messages, Errors              []string
+		Result                                   map[string]any
+		CancelledTask, CancelStatus, AfterCancel string
+	}
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("summary %s: %v", out.Bytes(), err)
+	}
+	if !s.Declared || strings.Join(s.TaskTools, ",") != "block,slow_honour" || len(s.Messages) < 2 ||
+		s.Messages[0] != "taskCreated" || s.Messages[len(s.Messages)-1] != "result" || s.Result == nil ||
+		s.CancelledTask == "" || s.CancelStatus != "cancelled" || s.AfterCancel != "cancelled" || len(s.Errors) > 0 {
+		t.Errorf("the client saw %s", out.Bytes())
+	}
 }
