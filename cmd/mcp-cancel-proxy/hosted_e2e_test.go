@@ -148,14 +148,22 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 	config, _ := writeConfig(t, hostingConfig)
 	t.Run("wrapper", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
-		tasksScript(t, node, dir, config, nil)
+		tasksScript(t, node, dir, config, nil, "block,slow_honour", "example server: block ts: the request was cancelled")
+	})
+	t.Run("FastMCP", func(t *testing.T) { // the Python SDK's server, which runs no task itself either
+		watchdog(t, 90*time.Second)
+		config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: slow\n      task: host\n")
+		env, argv := fastMCP(t)
+		server, _ := json.Marshal(argv)
+		tasksScript(t, node, dir, config, nil, "slow", "slow: CANCELLED", append(env, "SERVER="+string(server),
+			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`, "RELEASE=")...)
 	})
 	t.Run("bridge", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
 		up := freePort(t)
 		server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 		waitListening(t, up)
-		tasksScript(t, node, dir, config, server, "UPSTREAM=http://"+up+"/mcp")
+		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: the request was cancelled", "UPSTREAM=http://"+up+"/mcp")
 	})
 	t.Run("sidecar", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
@@ -165,14 +173,16 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		sc := startWrapped(t, "--config", config, "--listen", front, "--upstream", "http://"+up+"/mcp")
 		sc.events.waitFor(t, events.SidecarListening)
 		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-		tasksScript(t, node, dir, config, server, "SIDECAR_URL=http://"+front+"/mcp")
+		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: the request was cancelled", "SIDECAR_URL=http://"+front+"/mcp")
 	})
 }
 
-// tasksScript runs ts-client-tasks.mjs with env, the example server's log
-// in server (nil: the server runs under the wrapper the script starts,
-// whose stderr carries it), and checks what the client saw.
-func tasksScript(t *testing.T, node, dir, config string, server *logTail, env ...string) {
+// tasksScript runs ts-client-tasks.mjs with env, the server's log in
+// server (nil: the server runs under the wrapper the script starts, whose
+// stderr carries it), and checks what the client saw: the tools it was
+// told support tasks (taskTools), and the server's line saying it saw the
+// cancel (cancelled).
+func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTools, cancelled string, env ...string) {
 	t.Helper()
 	script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-tasks.mjs"))
 	script.Dir = dir
@@ -193,7 +203,7 @@ func tasksScript(t *testing.T, node, dir, config string, server *logTail, env ..
 	if !out.Scan() || out.Text() != "CANCELLED" {
 		t.Fatalf("script said %q, want CANCELLED", out.Text())
 	}
-	server.waitFor(t, "example server: block ts: the request was cancelled")
+	server.waitFor(t, cancelled)
 	io.WriteString(stdin, "GO\n")
 	if !out.Scan() {
 		t.Fatalf("no summary from the script: %v", out.Err())
@@ -207,7 +217,7 @@ func tasksScript(t *testing.T, node, dir, config string, server *logTail, env ..
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
 		t.Fatalf("summary %s: %v", out.Bytes(), err)
 	}
-	if !s.Declared || strings.Join(s.TaskTools, ",") != "block,slow_honour" || len(s.Messages) < 2 ||
+	if !s.Declared || strings.Join(s.TaskTools, ",") != taskTools || len(s.Messages) < 2 ||
 		s.Messages[0] != "taskCreated" || s.Messages[len(s.Messages)-1] != "result" || s.Result == nil ||
 		s.CancelledTask == "" || s.CancelStatus != "cancelled" || s.AfterCancel != "cancelled" || len(s.Errors) > 0 {
 		t.Errorf("the client saw %s", out.Bytes())

@@ -11,7 +11,10 @@
 // env: PROXY_BIN (the proxy binary), CONFIG (its configuration file),
 // UPSTREAM (if set, the proxy bridges to the example server there),
 // SIDECAR_URL (if set, the script is the SDK's Streamable HTTP client of a
-// sidecar the test runs).
+// sidecar the test runs), SERVER (a JSON argv: the stdio server the proxy
+// runs in place of the example server), DONE, CANCEL and RELEASE (JSON
+// tool calls, {name, arguments}, in place of the example server's; RELEASE
+// "" for none).
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -24,8 +27,9 @@ const transport = sidecar ? new StreamableHTTPClientTransport(new URL(sidecar)) 
   command: process.env.PROXY_BIN,
   args: process.env.UPSTREAM
     ? [...common, '--upstream', process.env.UPSTREAM]
-    : [...common, '--', process.env.PROXY_BIN, 'example-server'],
+    : [...common, '--', ...(process.env.SERVER ? JSON.parse(process.env.SERVER) : [process.env.PROXY_BIN, 'example-server'])],
   stderr: 'inherit',
+  env: { ...process.env }, // the server's own (PYTHONPATH): the SDK passes a few variables only by default
 });
 
 const errors = [];
@@ -37,16 +41,20 @@ for (const tool of (await client.listTools()).tools) {
   if (tool.execution?.taskSupport === 'optional') summary.taskTools.push(tool.name);
 }
 
+const call = (name, fallback) => process.env[name] !== undefined ? (process.env[name] && JSON.parse(process.env[name])) : fallback;
+const done = call('DONE', { name: 'slow_honour', arguments: { seconds: 0.3, steps: 2 } });
+const cancel = call('CANCEL', { name: 'block', arguments: { key: 'ts' } });
+const release = call('RELEASE', { name: 'release', arguments: { key: 'ts' } });
+
 // A task that runs to its end: taskCreated, then the result.
-for await (const m of client.experimental.tasks.callToolStream(
-  { name: 'slow_honour', arguments: { seconds: 0.3, steps: 2 } }, CallToolResultSchema)) {
+for await (const m of client.experimental.tasks.callToolStream(done, CallToolResultSchema)) {
   summary.messages.push(m.type);
-  if (m.type === 'result') summary.result = m.result.structuredContent;
+  if (m.type === 'result') summary.result = m.result.structuredContent ?? m.result;
   if (m.type === 'error') errors.push(String(m.error));
 }
 
 // A task cancelled while it works.
-const stream = client.experimental.tasks.callToolStream({ name: 'block', arguments: { key: 'ts' } }, CallToolResultSchema);
+const stream = client.experimental.tasks.callToolStream(cancel, CallToolResultSchema);
 const first = await stream.next();
 summary.cancelledTask = first.value?.task?.taskId ?? '';
 const cancelled = await client.experimental.tasks.cancelTask(summary.cancelledTask);
@@ -56,7 +64,7 @@ await stream.return(undefined);
 console.log('CANCELLED');
 const lines = createInterface({ input: process.stdin });
 for await (const line of lines) if (line === 'GO') break;
-await client.callTool({ name: 'release', arguments: { key: 'ts' } });
+if (release) await client.callTool(release);
 summary.errors = errors;
 console.log(JSON.stringify(summary));
 await client.close();
