@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -158,6 +159,20 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		tasksScript(t, node, dir, config, nil, "slow", "slow: CANCELLED", append(env, "SERVER="+string(server),
 			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`, "RELEASE=")...)
 	})
+	t.Run("server-everything's own tasks relayed", func(t *testing.T) {
+		watchdog(t, 90*time.Second)
+		config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: \"*\"\n      task: host\n")
+		js := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+		server, _ := json.Marshal([]string{node, js, "stdio"})
+		research := `{"name":"simulate-research-query","arguments":{"topic":"%s"}}`
+		s := tasksScript(t, node, dir, config, nil, "", "", "SERVER="+string(server), "NO_GO=1", "RELEASE=",
+			"DONE="+fmt.Sprintf(research, "tides"), "CANCEL="+fmt.Sprintf(research, "moons"))
+		for _, id := range []string{s.DoneTask, s.CancelledTask} {
+			if strings.HasPrefix(id, "mcp-cancel-proxy-task-") {
+				t.Errorf("the proxy hosted task %s of a tool the server runs as a task itself", id)
+			}
+		}
+	})
 	t.Run("bridge", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
 		up := freePort(t)
@@ -182,7 +197,7 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 // stderr carries it), and checks what the client saw: the tools it was
 // told support tasks (taskTools), and the server's line saying it saw the
 // cancel (cancelled).
-func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTools, cancelled string, env ...string) {
+func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTools, cancelled string, env ...string) tasksSummary {
 	t.Helper()
 	script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-tasks.mjs"))
 	script.Dir = dir
@@ -200,26 +215,32 @@ func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTo
 		go io.Copy(os.Stderr, stderr)
 	}
 	out := bufio.NewScanner(stdout)
-	if !out.Scan() || out.Text() != "CANCELLED" {
+	if !out.Scan() || !strings.HasPrefix(out.Text(), "CANCELLED") {
 		t.Fatalf("script said %q, want CANCELLED", out.Text())
 	}
-	server.waitFor(t, cancelled)
-	io.WriteString(stdin, "GO\n")
+	if cancelled != "" {
+		server.waitFor(t, cancelled)
+		io.WriteString(stdin, "GO\n")
+	}
 	if !out.Scan() {
 		t.Fatalf("no summary from the script: %v", out.Err())
 	}
-	var s struct {
-		Declared                                 bool
-		TaskTools, Messages, Errors              []string
-		Result                                   map[string]any
-		CancelledTask, CancelStatus, AfterCancel string
-	}
+	var s tasksSummary
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
 		t.Fatalf("summary %s: %v", out.Bytes(), err)
 	}
-	if !s.Declared || strings.Join(s.TaskTools, ",") != taskTools || len(s.Messages) < 2 ||
+	if !s.Declared || taskTools != "" && strings.Join(s.TaskTools, ",") != taskTools || len(s.Messages) < 2 ||
 		s.Messages[0] != "taskCreated" || s.Messages[len(s.Messages)-1] != "result" || s.Result == nil ||
 		s.CancelledTask == "" || s.CancelStatus != "cancelled" || s.AfterCancel != "cancelled" || len(s.Errors) > 0 {
 		t.Errorf("the client saw %s", out.Bytes())
 	}
+	return s
+}
+
+// tasksSummary is what ts-client-tasks.mjs saw.
+type tasksSummary struct {
+	Declared                                           bool
+	TaskTools, Messages, Errors                        []string
+	Result                                             map[string]any
+	DoneTask, CancelledTask, CancelStatus, AfterCancel string
 }

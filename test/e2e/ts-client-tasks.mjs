@@ -49,6 +49,7 @@ const release = call('RELEASE', { name: 'release', arguments: { key: 'ts' } });
 // A task that runs to its end: taskCreated, then the result.
 for await (const m of client.experimental.tasks.callToolStream(done, CallToolResultSchema)) {
   summary.messages.push(m.type);
+  if (m.type === 'taskCreated') summary.doneTask = m.task.taskId;
   if (m.type === 'result') summary.result = m.result.structuredContent ?? m.result;
   if (m.type === 'error') errors.push(String(m.error));
 }
@@ -61,7 +62,13 @@ const cancelled = await client.experimental.tasks.cancelTask(summary.cancelledTa
 summary.cancelStatus = cancelled.status;
 summary.afterCancel = (await client.experimental.tasks.getTask(summary.cancelledTask)).status;
 await stream.return(undefined);
-console.log('CANCELLED');
+console.log(process.env.NO_GO ? 'CANCELLED, NO GO' : 'CANCELLED');
+if (process.env.NO_GO) {
+  summary.errors = errors;
+  console.log(JSON.stringify(summary));
+  await client.close();
+  process.exit(0);
+}
 const lines = createInterface({ input: process.stdin });
 for await (const line of lines) if (line === 'GO') break;
 if (release) await client.callTool(release);
