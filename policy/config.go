@@ -134,6 +134,11 @@ type Rule struct {
 	TaskTTL *time.Duration `yaml:"task_ttl"`
 	// TaskPollInterval is the pollInterval a hosted task suggests. Default 1s.
 	TaskPollInterval *time.Duration `yaml:"task_poll_interval"`
+	// TaskAfter (protocol 2026-07-28, whose client does not ask for a task
+	// but declares the tasks extension): a call still running this long is
+	// answered with a task; one answered sooner gets its plain answer.
+	// Default 0s: a task at once.
+	TaskAfter *time.Duration `yaml:"task_after"`
 }
 
 // Hook is a compensating action: a command, or an HTTP POST, given the
@@ -235,7 +240,7 @@ func (p *Policy) Validate(prefix string) error {
 		bad(".defaults", "defaults match every request: tool and method have no place here")
 	}
 	if d.MaxConcurrent != 0 || d.MaxConcurrentScope != "" || d.Escalate != "" || d.Reissue != "" || d.ReissueKey != "" ||
-		d.ReissueWindow != nil || d.ReissueGrace != nil || d.Task != "" || d.TaskTTL != nil || d.TaskPollInterval != nil {
+		d.ReissueWindow != nil || d.ReissueGrace != nil || d.Task != "" || d.TaskTTL != nil || d.TaskPollInterval != nil || d.TaskAfter != nil {
 		bad(".defaults", "max_concurrent, max_concurrent_scope, escalate, reissue and task belong to a rule, not the defaults")
 	}
 	d.validate(".defaults", bad)
@@ -389,10 +394,11 @@ type Effective struct {
 	ReissueGrace  time.Duration
 	// TaskHost: the rule's task-augmented calls are hosted (task: host),
 	// kept TaskTTL at most, suggesting TaskPoll between polls.
-	TaskHost bool
-	TaskTTL  time.Duration
-	TaskPoll time.Duration
-	slot     *slots // the rule's queue when MaxConcurrent > 0
+	TaskHost  bool
+	TaskTTL   time.Duration
+	TaskPoll  time.Duration
+	TaskAfter time.Duration
+	slot      *slots // the rule's queue when MaxConcurrent > 0
 }
 
 // resolve fills r's unset fields from d.
@@ -437,6 +443,9 @@ func resolve(name string, r, d *Rule) *Effective {
 		}
 		if r.TaskPollInterval != nil {
 			e.TaskPoll = *r.TaskPollInterval
+		}
+		if r.TaskAfter != nil {
+			e.TaskAfter = *r.TaskAfter
 		}
 	}
 	if r.Reissue == "join" {
@@ -727,8 +736,8 @@ func (r *Rule) validateTask(at string, bad func(at, format string, a ...any)) {
 	switch {
 	case r.Task != "" && r.Task != "host":
 		bad(at+".task", "%q is not host (or empty)", r.Task)
-	case r.Task == "" && (r.TaskTTL != nil || r.TaskPollInterval != nil):
-		bad(at+".task", "task_ttl and task_poll_interval need task: host")
+	case r.Task == "" && (r.TaskTTL != nil || r.TaskPollInterval != nil || r.TaskAfter != nil):
+		bad(at+".task", "task_ttl, task_poll_interval and task_after need task: host")
 	case r.Task == "host" && r.Tool == "":
 		bad(at+".task", "task: host is for tools/call rules (tool:), not method:")
 	case r.Task == "host" && r.Reissue != "":
@@ -738,5 +747,8 @@ func (r *Rule) validateTask(at string, bad func(at, format string, a ...any)) {
 		if d != nil && *d <= 0 {
 			bad(at+"."+key, "must be positive, got %v", *d)
 		}
+	}
+	if r.TaskAfter != nil && *r.TaskAfter < 0 {
+		bad(at+".task_after", "must not be negative, got %v", *r.TaskAfter)
 	}
 }

@@ -49,6 +49,7 @@ type governor struct {
 	serverTasks    bool
 	serverTaskList bool
 	serverTools    map[string]bool
+	serverTasksExt bool // the server declared 2026-07-28's tasks extension
 	// own is the table of the session's calls that re-issues may join
 	// (reissue.go), made when first needed, where the session is one
 	// client's. joins is the table the governor's calls and waiters are

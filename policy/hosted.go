@@ -55,6 +55,12 @@ type hosted struct {
 	waiting        []*proxy.Call // the client's tasks/result calls, held until terminal
 	expiry         Timer
 	entry          *hostedEntry // its place in the Engine's bound
+	// v2: the task is 2026-07-28's tasks extension's (its client declared
+	// it on the call), whose shapes differ; served: the client has its task
+	// (under task_after, a call answered sooner gets its plain answer, and
+	// no task ever shows).
+	v2, served bool
+	after      Timer
 }
 
 // terminal reports whether the task is over.
@@ -69,6 +75,34 @@ type taskView struct {
 	LastUpdatedAt string `json:"lastUpdatedAt"`
 	TTL           int64  `json:"ttl"`
 	PollInterval  int64  `json:"pollInterval"`
+}
+
+// taskView2 is a task as 2026-07-28's tasks extension shows it: flat, its
+// durations in ms under their new names, the result or error inlined once
+// there is one.
+type taskView2 struct {
+	ResultType     string          `json:"resultType"`
+	TaskID         string          `json:"taskId"`
+	Status         string          `json:"status"`
+	StatusMessage  string          `json:"statusMessage,omitempty"`
+	CreatedAt      string          `json:"createdAt"`
+	LastUpdatedAt  string          `json:"lastUpdatedAt"`
+	TTLMs          int64           `json:"ttlMs"`
+	PollIntervalMs int64           `json:"pollIntervalMs"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Error          json.RawMessage `json:"error,omitempty"`
+}
+
+// view2 is h as the tasks extension shows it: resultType "task" for the
+// call's answer, "complete" for tasks/get's, which inlines the outcome.
+func (h *hosted) view2(resultType string) taskView2 {
+	v := h.view()
+	t := taskView2{ResultType: resultType, TaskID: v.TaskID, Status: v.Status, StatusMessage: v.StatusMessage, CreatedAt: v.CreatedAt,
+		LastUpdatedAt: v.LastUpdatedAt, TTLMs: v.TTL, PollIntervalMs: v.PollInterval}
+	if resultType == "complete" {
+		t.Result, t.Error = h.result, h.errObj
+	}
+	return t
 }
 
 // view is h as the protocol shows it.
@@ -98,9 +132,15 @@ func (g *governor) admitHosting(c *proxy.Call, m *framing.Message) (proxy.Admiss
 		a.Rewrite = true
 		return a, true
 	case "tools/call":
-		if m.HasTask {
+		if m.HasTask || declaresTasks(m) {
 			return g.host(c, m)
 		}
+	case "server/discover":
+		a := g.admit(c, m)
+		a.Rewrite = true
+		return a, true
+	case "tasks/update":
+		return g.serveTasks(c, m)
 	case "tasks/get", "tasks/result", "tasks/cancel", "tasks/list":
 		return g.serveTasks(c, m)
 	}
@@ -115,7 +155,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	params, ok := withoutTask(field(m.Raw, "params"))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok {
+	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.serverTasksExt {
 		return proxy.Admission{}, false
 	}
 	now := g.e.clock.Now()
@@ -128,7 +168,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	if json.Unmarshal(field(m.Raw, "params"), &asked) == nil && asked.Task.TTL != nil && *asked.Task.TTL > 0 {
 		ttl = min(ttl, time.Duration(*asked.Task.TTL)*time.Millisecond)
 	}
-	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll}
+	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask}
 	if !g.e.hostedTasks.admit(h, g) {
 		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
@@ -157,22 +197,62 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		r.deadline = now.Add(rule.Timeout)
 		r.timer = g.e.clock.AfterFunc(rule.Timeout, func() { g.work.post(func() { g.hostedDeadline(h, gen) }) })
 	}
-	created, _ := json.Marshal(struct {
-		Task taskView `json:"task"`
-	}{h.view()})
 	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.String("task", h.id))
+	after := rule.TaskAfter
+	if !h.v2 {
+		after = 0 // the client asked for a task: it gets one at once
+	}
 	g.work.post(func() {
 		own := g.act.SendOwn("tools/call", params, token, func(a *framing.Message) { g.hostedAnswered(h, a) })
 		g.mu.Lock()
 		h.own = own
+		if after > 0 {
+			h.after = g.e.clock.AfterFunc(after, func() { g.work.post(func() { g.giveTask(h) }) })
+		}
 		g.mu.Unlock()
-		if !g.act.Serve(c, answerWith(c.ID(), created)) { // the client cancelled its call as it was hosted
-			g.cancelHosted(h, proxy.SourceClient, "the client cancelled its call before it got the task")
+		if after == 0 {
+			g.giveTask(h)
 		}
 	})
 	return proxy.Admission{Hold: true}, true
 }
+
+// giveTask answers h's call with its task, unless it was answered.
+func (g *governor) giveTask(h *hosted) {
+	g.mu.Lock()
+	if h.served {
+		g.mu.Unlock()
+		return
+	}
+	h.served = true
+	var created []byte
+	if h.v2 {
+		created, _ = json.Marshal(h.view2("task"))
+	} else {
+		created, _ = json.Marshal(struct {
+			Task taskView `json:"task"`
+		}{h.view()})
+	}
+	c := h.rec.c
+	g.mu.Unlock()
+	if !g.act.Serve(c, answerWith(c.ID(), created)) { // the client cancelled its call as it was hosted
+		g.cancelHosted(h, proxy.SourceClient, "the client cancelled its call before it got the task")
+	}
+}
+
+// declaresTasks reports whether a request declares 2026-07-28's tasks
+// extension in its _meta's client capabilities.
+func declaresTasks(m *framing.Message) bool {
+	return len(field(m.Raw, "params", "_meta", metaClientCaps, "extensions", extTasks)) > 0
+}
+
+// Keys of 2026-07-28's _meta and of its tasks extension.
+const (
+	metaClientCaps  = "io.modelcontextprotocol/clientCapabilities"
+	metaProtocolRev = "io.modelcontextprotocol/protocolVersion"
+	extTasks        = "io.modelcontextprotocol/tasks"
+)
 
 // withoutTask returns params without its task member, for the server,
 // which runs the tool plainly.
@@ -182,6 +262,19 @@ func withoutTask(params json.RawMessage) ([]byte, bool) {
 		return nil, false
 	}
 	delete(obj, "task")
+	// Nor does it learn that the client takes tasks (2026-07-28): it runs
+	// the call plainly for the proxy.
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(obj["_meta"], &meta) == nil && meta[metaClientCaps] != nil {
+		var caps map[string]json.RawMessage
+		var exts map[string]json.RawMessage
+		if json.Unmarshal(meta[metaClientCaps], &caps) == nil && json.Unmarshal(caps["extensions"], &exts) == nil && exts[extTasks] != nil {
+			delete(exts, extTasks)
+			caps["extensions"], _ = json.Marshal(exts)
+			meta[metaClientCaps], _ = json.Marshal(caps)
+			obj["_meta"], _ = json.Marshal(meta)
+		}
+	}
 	b, err := json.Marshal(obj)
 	return b, err == nil
 }
@@ -217,6 +310,23 @@ func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
 	}
 	if h.terminal() { // dropped by the bound, or the session ended
 		g.mu.Unlock()
+		return
+	}
+	if !h.served { // answered before task_after: the client gets the plain answer, and never sees a task
+		h.served, h.status = true, taskCompleted
+		if h.after != nil {
+			h.after.Stop()
+		}
+		c := h.rec.c
+		reply := framing.Splice(nil, m.Raw, m.IDSpan, c.ID())
+		out := g.stepLocked(r, event{kind: evAnswered, at: g.e.clock.Now()})
+		if r.timer != nil {
+			r.timer.Stop()
+		}
+		g.mu.Unlock()
+		g.run(r, out)
+		g.work.post(func() { g.act.Serve(c, reply) })
+		g.work.post(func() { g.forgetHosted(h) })
 		return
 	}
 	h.status, h.updated = taskCompleted, g.e.clock.Now()
@@ -286,6 +396,12 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 	if g.closed {
 		return proxy.Admission{}, false
 	}
+	if len(field(m.Raw, "params", "_meta", metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
+		return g.serveTasks2Locked(c, m, p.TaskID)
+	}
+	if m.Method == "tasks/update" {
+		return proxy.Admission{}, false
+	}
 	if m.Method == "tasks/list" {
 		if g.serverTaskList {
 			return proxy.Admission{}, false // the server's own list; the hosted tasks are not in it (docs/tasks.md)
@@ -336,6 +452,46 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 			g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id)
 		})
 	}
+	return proxy.Admission{Hold: true}, true
+}
+
+// serveTasks2Locked serves a 2026-07-28 tasks/* request (the tasks
+// extension's) naming a task the proxy hosts, or refuses what the
+// extension does not have: tasks/result and tasks/list are gone, and a
+// request that does not declare the extension gets -32021. Requests the
+// server may know better (it runs tasks itself) go to it.
+func (g *governor) serveTasks2Locked(c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
+	h := g.tasks[id]
+	if h == nil && (g.serverTasksExt || g.serverTasks) {
+		return proxy.Admission{}, false
+	}
+	var reply []byte
+	switch {
+	case m.Method == "tasks/result" || m.Method == "tasks/list":
+		reply = framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32601,
+			Message: m.Method + " is not a method of the 2026-07-28 tasks extension: tasks/get carries the result"})
+	case !declaresTasks(m):
+		reply = framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32021,
+			Message: "missing required client capability: the request does not declare the " + extTasks + " extension"})
+	case h == nil:
+		reply = unknownTask(c.ID(), "no task "+cut(id, 100)+": unknown, expired or dropped")
+	case m.Method == "tasks/get":
+		b, _ := json.Marshal(h.view2("complete"))
+		reply = answerWith(c.ID(), b)
+	case m.Method == "tasks/update":
+		reply = unknownTask(c.ID(), "task "+h.id+" is not waiting for input: the proxy runs it, and asks none")
+	case m.Method == "tasks/cancel":
+		reply = answerWith(c.ID(), []byte(`{"resultType":"complete"}`)) // an acknowledgement, for a task over too
+		if !h.terminal() {
+			g.markCancelledLocked(h, "cancelled by the client (tasks/cancel)")
+			g.work.post(func() {
+				g.act.Serve(c, reply)
+				g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id)
+			})
+			return proxy.Admission{Hold: true}, true
+		}
+	}
+	g.work.post(func() { g.act.Serve(c, reply) })
 	return proxy.Admission{Hold: true}, true
 }
 
@@ -450,8 +606,44 @@ func (g *governor) RewriteResult(c *proxy.Call, m *framing.Message) []byte {
 		return declareTasks(field(m.Raw, "result"))
 	case "tools/list":
 		return g.markTaskTools(field(m.Raw, "result"))
+	case "server/discover":
+		return g.declareTasksExtension(field(m.Raw, "result"))
 	}
 	return nil
+}
+
+// declareTasksExtension adds 2026-07-28's tasks extension to a
+// server/discover result's capabilities, and notes whether the server
+// declared it itself (then it runs its tasks, and nothing is hosted).
+func (g *governor) declareTasksExtension(res json.RawMessage) []byte {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(res, &obj) != nil {
+		return nil
+	}
+	var caps map[string]json.RawMessage
+	json.Unmarshal(obj["capabilities"], &caps)
+	if caps == nil {
+		caps = map[string]json.RawMessage{}
+	}
+	var exts map[string]json.RawMessage
+	json.Unmarshal(caps["extensions"], &exts)
+	if exts == nil {
+		exts = map[string]json.RawMessage{}
+	}
+	if exts[extTasks] != nil {
+		g.mu.Lock()
+		g.serverTasksExt = true
+		g.mu.Unlock()
+		return nil
+	}
+	exts[extTasks] = json.RawMessage(`{}`)
+	caps["extensions"], _ = json.Marshal(exts)
+	obj["capabilities"], _ = json.Marshal(caps)
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // declareTasks adds to an initialize result's capabilities what hosting

@@ -188,7 +188,7 @@ func TestHostedTaskSettings(t *testing.T) {
 	p.Defaults.Task = "host"
 	err := p.Validate("policy")
 	for _, want := range []string{`rules[0].task: "background" is not host`, "rules[1].task: task: host is for tools/call rules",
-		"rules[2].task: task_ttl and task_poll_interval need task: host", "rules[3].task: task: host and reissue: join",
+		"rules[2].task: task_ttl, task_poll_interval and task_after need task: host", "rules[3].task: task: host and reissue: join",
 		"rules[4].task_ttl: must be positive", "defaults: max_concurrent, max_concurrent_scope, escalate, reissue and task"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate: %v\nwant %q", err, want)
