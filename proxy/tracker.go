@@ -553,7 +553,9 @@ func (t *Tracker) progress(from Peer, m *framing.Message) Outcome {
 		return Outcome{Verdict: Suppress}
 	}
 	t.forwarded(from, m.Kind, m.Method, c.id) // the request it reports on, as every other event names it
-	if c.onAnswer != nil { // the proxy's own request, under its client's token: a hosted task's call
+
+	// The proxy's own request, under its client's token: a hosted task's call.
+	if c.onAnswer != nil {
 		return Outcome{}
 	}
 	if g := t.opts.Governor; g != nil && from == Server {
