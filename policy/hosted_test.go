@@ -222,3 +222,54 @@ func FuzzDeclareTasks(f *testing.F) {
 		}
 	})
 }
+
+// TestHostedTaskTTLRunsTheTimeoutHook: a hosted task whose ttl passes
+// while it works is cancelled with the source task_ttl, which runs
+// on_timeout, and is forgotten.
+func TestHostedTaskTTLRunsTheTimeoutHook(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", TaskTTL: dur(time.Minute),
+		OnCancel: &Hook{Exec: []string{"false"}}, OnTimeout: &Hook{Exec: []string{"true"}}}}
+	e, clk, recs := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	hostedCall(t, ft, 1, "report")
+	clk.Advance(time.Minute)
+	if c := ft.next(); c.kind != "cancel-own" || c.source != proxy.SourceTaskTTL {
+		t.Fatalf("%s from %s", c.kind, c.source)
+	}
+	clk.Advance(p.LateWindow)
+	r := waitRecord(t, recs)
+	if r.Source != "task_ttl" || len(r.Hooks) != 1 || r.Hooks[0].Phase != "on_timeout" || !r.Hooks[0].OK {
+		t.Errorf("audit: %+v", r)
+	}
+	ft.client(taskRequest(2, "tasks/get", "t1"))
+	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("tasks/get after the ttl: %v", e)
+	}
+}
+
+// FuzzWithoutTask: any params give the server's params, without task and
+// without the tasks extension, or nothing; never a panic.
+func FuzzWithoutTask(f *testing.F) {
+	f.Add(`{"name":"a","task":{"ttl":1},"_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`)
+	f.Add(`{"_meta":{"io.modelcontextprotocol/clientCapabilities":7}}`)
+	f.Fuzz(func(t *testing.T, params string) {
+		out, ok := withoutTask(json.RawMessage(params))
+		if !ok {
+			return
+		}
+		var got struct {
+			Task *json.RawMessage `json:"task"`
+			Meta struct {
+				Caps struct {
+					Extensions map[string]json.RawMessage `json:"extensions"`
+				} `json:"io.modelcontextprotocol/clientCapabilities"`
+			} `json:"_meta"`
+		}
+		json.Unmarshal(out, &got)
+		if got.Task != nil || got.Meta.Caps.Extensions[extTasks] != nil {
+			t.Fatalf("%s gave %s", params, out)
+		}
+	})
+}

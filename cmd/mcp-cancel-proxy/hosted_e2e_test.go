@@ -97,9 +97,9 @@ func TestE2EHostedTaskStdio(t *testing.T) {
 func TestE2EHostedTaskSidecar(t *testing.T) {
 	t.Parallel()
 	cfg, _ := writeConfig(t, hostingConfig)
-	up, front := freePort(t), freePort(t)
+	up, front, adm := freePort(t), freePort(t), freePort(t)
 	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
-	sc := startCommand(t, exec.Command(proxyBin, "--config", cfg, "--listen", front, "--upstream", "http://"+up+"/mcp"))
+	sc := startCommand(t, exec.Command(proxyBin, "--config", cfg, "--listen", front, "--admin", adm, "--upstream", "http://"+up+"/mcp"))
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	waitListening(t, up)
 	sc.events.waitFor(t, events.SidecarListening)
@@ -134,6 +134,10 @@ func TestE2EHostedTaskSidecar(t *testing.T) {
 		t.Errorf("tasks/cancel: %v", res)
 	}
 	server.waitFor(t, "example server: block hs: the request was cancelled")
+	if n := metricValue(t, adm, "mcp_cancel_proxy_hosted_tasks"); n != 2 {
+		t.Errorf("mcp_cancel_proxy_hosted_tasks: %v, want the session's 2", n)
+	}
+	waitMetric(t, adm, `mcp_cancel_proxy_cancels_total{source="tasks_cancel"}`, 1)
 	mcpPost(t, url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"release","arguments":{"key":"hs"}}}`).Body.Close()
 }
 
