@@ -48,10 +48,10 @@ type Carrier interface {
 	// Cancel sends the server notice, the cancel of c, a request it has
 	// (or is about to have), and the client reply, if not nil.
 	Cancel(c *Call, notice, reply []byte)
-	// SendOwn sends the server frame, a request of the proxy's own.
-	SendOwn(frame []byte)
+	// SendOwn sends the server frame, c, a request of the proxy's own.
+	SendOwn(c *Call, frame []byte)
 	// CancelOwn sends the server notice, the cancel of c, a request of the
-	// proxy's own it has.
+	// proxy's own it has (or is about to have: never before c itself).
 	CancelOwn(c *Call, notice []byte)
 	// Notify sends c's issuer frame, a notification about c, where it can
 	// reach the issuer; held, when c is held, is what the transport gave
@@ -227,7 +227,7 @@ func (s *Session) Dispatch(c *Call) {
 // the tracker and sent; its answer goes to onAnswer.
 func (s *Session) SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *Call {
 	c, frame := s.t.OwnCall(method, params, progress, onAnswer)
-	s.carrier.SendOwn(frame)
+	s.carrier.SendOwn(c, frame)
 	return c
 }
 

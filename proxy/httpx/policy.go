@@ -104,28 +104,46 @@ func (sess *session) Notify(_ *proxy.Call, held any, frame []byte) {
 
 // CancelOwn implements proxy.Carrier: the cancel of the proxy's own
 // request (a hosted task's call) is POSTed in the session, where a
-// notification can find it.
+// notification can find it, once the request's own POST has gone.
 func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
-	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() {
-		outbound{sess.sc}.goNotify(sess, notice, nil, c)
+	sess.mu.Lock()
+	p := sess.own[c]
+	delete(sess.own, c)
+	sess.mu.Unlock()
+	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() && p != nil {
+		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p}, c)
 	}
 }
 
-// SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel)
-// is POSTed in the session, and its answer given to the tracker.
-func (sess *session) SendOwn(frame []byte) {
-	sess.sc.bg.Go(func() { outbound{sess.sc}.postOwn(sess, frame) })
+// SendOwn implements proxy.Carrier: the proxy's own request (tasks/cancel,
+// a hosted task's call) is POSTed in the session, and its answer given to
+// the tracker.
+func (sess *session) SendOwn(c *proxy.Call, frame []byte) {
+	p := upstream.NewPosting()
+	sess.mu.Lock()
+	if sess.own == nil {
+		sess.own = map[*proxy.Call]*upstream.Posting{}
+	}
+	sess.own[c] = p
+	sess.mu.Unlock()
+	sess.sc.bg.Go(func() {
+		outbound{sess.sc}.postOwn(sess, frame, p)
+		sess.mu.Lock()
+		delete(sess.own, c)
+		sess.mu.Unlock()
+	})
 }
 
-// postOwn POSTs a request of the proxy's own upstream and puts the answer
-// (JSON or an event stream) to the session's tracker.
-func (ob outbound) postOwn(sess *session, frame []byte) {
-	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion())}
+// postOwn POSTs a request of the proxy's own upstream (its posting p) and
+// puts the answer (JSON or an event stream) to the session's tracker.
+func (ob outbound) postOwn(sess *session, frame []byte, p *upstream.Posting) {
+	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion()), Posting: p}
 	var f framing.Frame
 	if sess.protocolVersion().CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
 		r.Msg = &f.Msgs[0]
 	}
 	resp, err := ob.s.endpoint.Do(r, 0)
+	p.Headed() // its answer's headers have come, or it failed: a cancel of it may go
 	if err != nil {
 		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return

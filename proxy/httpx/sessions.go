@@ -50,6 +50,9 @@ type session struct {
 	// deferred maps each request whose cancel the governor keeps back
 	// (reissue: join) to the stream still reading its answer.
 	deferred map[*proxy.Call]*relayed
+	// own maps each request of the proxy's own still running to its POST,
+	// which its cancel waits for.
+	own map[*proxy.Call]*upstream.Posting
 	// version is the MCP-Protocol-Version the client last sent.
 	version            string
 	sessiontable.Usage // when the session last saw a request

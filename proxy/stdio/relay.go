@@ -230,11 +230,11 @@ func (k carrier) Notify(c *proxy.Call, _ any, frame []byte) {
 }
 
 // CancelOwn implements proxy.Carrier: the cancel of the proxy's own
-// request goes to the server.
-func (k carrier) CancelOwn(_ *proxy.Call, notice []byte) { k.SendOwn(notice) }
+// request goes to the server, after it (one queue carries both).
+func (k carrier) CancelOwn(c *proxy.Call, notice []byte) { k.SendOwn(c, notice) }
 
 // SendOwn implements proxy.Carrier.
-func (k carrier) SendOwn(frame []byte) {
+func (k carrier) SendOwn(_ *proxy.Call, frame []byte) {
 	b := getBuf()
 	b.b = append(b.b, frame...)
 	k.s.sides[proxy.Client].out.send(b)
