@@ -616,72 +616,63 @@ func (g *governor) RewriteResult(c *proxy.Call, m *framing.Message) []byte {
 // server/discover result's capabilities, and notes whether the server
 // declared it itself (then it runs its tasks, and nothing is hosted).
 func (g *governor) declareTasksExtension(res json.RawMessage) []byte {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(res, &obj) != nil {
-		return nil
-	}
-	var caps map[string]json.RawMessage
-	json.Unmarshal(obj["capabilities"], &caps)
-	if caps == nil {
-		caps = map[string]json.RawMessage{}
-	}
-	var exts map[string]json.RawMessage
-	json.Unmarshal(caps["extensions"], &exts)
-	if exts == nil {
-		exts = map[string]json.RawMessage{}
-	}
-	if exts[extTasks] != nil {
+	declared := false
+	out := editObject(res, []string{"capabilities", "extensions"}, func(exts map[string]json.RawMessage) bool {
+		if declared = exts[extTasks] != nil; declared {
+			return false
+		}
+		exts[extTasks] = json.RawMessage(`{}`)
+		return true
+	})
+	if declared {
 		g.mu.Lock()
 		g.serverTasksExt = true
 		g.mu.Unlock()
-		return nil
 	}
-	exts[extTasks] = json.RawMessage(`{}`)
-	caps["extensions"], _ = json.Marshal(exts)
-	obj["capabilities"], _ = json.Marshal(caps)
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil
-	}
-	return b
+	return out
 }
 
 // declareTasks adds to an initialize result's capabilities what hosting
 // tasks serves: tasks.list, tasks.cancel and tasks.requests.tools.call.
 func declareTasks(res json.RawMessage) []byte {
+	out := editObject(res, []string{"capabilities", "tasks"}, func(tasks map[string]json.RawMessage) bool {
+		for _, k := range []string{"list", "cancel"} {
+			if tasks[k] == nil {
+				tasks[k] = json.RawMessage(`{}`)
+			}
+		}
+		return true
+	})
+	return editObject(out, []string{"capabilities", "tasks", "requests", "tools"}, func(tools map[string]json.RawMessage) bool {
+		if tools["call"] == nil {
+			tools["call"] = json.RawMessage(`{}`)
+		}
+		return true
+	})
+}
+
+// editObject edits the object at path in doc, a JSON object, with edit,
+// making the objects on the way where they are missing, and returns doc
+// encoded anew; nil when doc or one on the way is not an object, or edit
+// reports nothing to change.
+func editObject(doc json.RawMessage, path []string, edit func(map[string]json.RawMessage) bool) []byte {
 	var obj map[string]json.RawMessage
-	if json.Unmarshal(res, &obj) != nil {
+	if json.Unmarshal(doc, &obj) != nil || obj == nil {
 		return nil
 	}
-	var caps map[string]json.RawMessage
-	json.Unmarshal(obj["capabilities"], &caps)
-	if caps == nil {
-		caps = map[string]json.RawMessage{}
-	}
-	var tasks map[string]json.RawMessage
-	json.Unmarshal(caps["tasks"], &tasks)
-	if tasks == nil {
-		tasks = map[string]json.RawMessage{}
-	}
-	for _, k := range []string{"list", "cancel"} {
-		if tasks[k] == nil {
-			tasks[k] = json.RawMessage(`{}`)
+	if len(path) == 0 {
+		if !edit(obj) {
+			return nil
+		}
+	} else {
+		inner := obj[path[0]]
+		if len(inner) == 0 || string(inner) == "null" {
+			inner = json.RawMessage(`{}`)
+		}
+		if obj[path[0]] = editObject(inner, path[1:], edit); obj[path[0]] == nil {
+			return nil
 		}
 	}
-	var requests map[string]map[string]json.RawMessage
-	json.Unmarshal(tasks["requests"], &requests)
-	if requests == nil {
-		requests = map[string]map[string]json.RawMessage{}
-	}
-	if requests["tools"] == nil {
-		requests["tools"] = map[string]json.RawMessage{}
-	}
-	if requests["tools"]["call"] == nil {
-		requests["tools"]["call"] = json.RawMessage(`{}`)
-	}
-	tasks["requests"], _ = json.Marshal(requests)
-	caps["tasks"], _ = json.Marshal(tasks)
-	obj["capabilities"], _ = json.Marshal(caps)
 	b, err := json.Marshal(obj)
 	if err != nil {
 		return nil

@@ -243,18 +243,7 @@ func (s *Session) CancelOwn(c *Call, source Source, reason string) {
 
 // Serve implements Actions: a held request the proxy serves itself is
 // answered with reply and never sent.
-func (s *Session) Serve(c *Call, reply []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	held, ok := s.held[c]
-	if !ok {
-		return false // withdrawn meanwhile
-	}
-	delete(s.held, c)
-	s.t.Served(c)
-	s.carrier.Withdrawn(c, held, reply)
-	return true
-}
+func (s *Session) Serve(c *Call, reply []byte) bool { return s.answerHeld(c, reply, s.t.Served) }
 
 // Restart implements Actions.
 func (s *Session) Restart(reason string) bool { return s.restart != nil && s.restart(reason) }
@@ -322,7 +311,11 @@ func (s *Session) Deferred(c *Call) bool {
 
 // Answer implements Actions: a held request that joined a call already
 // running is answered with reply and never sent.
-func (s *Session) Answer(c *Call, reply []byte) bool {
+func (s *Session) Answer(c *Call, reply []byte) bool { return s.answerHeld(c, reply, s.t.Joined) }
+
+// answerHeld answers c, if still held, with reply in place of the server,
+// settled as the tracker's settle says, and reports whether it was held.
+func (s *Session) answerHeld(c *Call, reply []byte, settle func(*Call)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held, ok := s.held[c]
@@ -330,7 +323,7 @@ func (s *Session) Answer(c *Call, reply []byte) bool {
 		return false // withdrawn meanwhile
 	}
 	delete(s.held, c)
-	s.t.Joined(c)
+	settle(c)
 	s.carrier.Withdrawn(c, held, reply)
 	return true
 }

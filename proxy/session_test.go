@@ -27,7 +27,9 @@ func (r *recordingCarrier) Cancel(c *Call, notice, reply []byte) {
 func (r *recordingCarrier) Notify(c *Call, _ any, frame []byte) {
 	r.did = append(r.did, "notify "+string(frame))
 }
-func (r *recordingCarrier) SendOwn(_ *Call, frame []byte) { r.did = append(r.did, "own "+string(frame)) }
+func (r *recordingCarrier) SendOwn(_ *Call, frame []byte) {
+	r.did = append(r.did, "own "+string(frame))
+}
 
 func (r *recordingCarrier) CancelOwn(_ *Call, notice []byte) {
 	r.did = append(r.did, "cancel own "+string(notice))

@@ -4,10 +4,8 @@ package main
 
 import (
 	"io"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -119,19 +117,11 @@ func TestE2EClientTimeoutClaudeCodeStdio(t *testing.T) {
 func TestE2EClientTimeoutCodexSidecar(t *testing.T) {
 	t.Parallel()
 	cfg, _ := writeConfig(t, clientTimeoutConfig)
-	up, front, adm := freePort(t), freePort(t), freePort(t)
-	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
-	sc := startCommand(t, exec.Command(proxyBin, "--config", cfg, "--listen", front, "--admin", adm, "--upstream", "http://"+up+"/mcp"))
-	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	waitListening(t, up)
-	sc.events.waitFor(t, events.SidecarListening)
-	url := "http://" + front + "/mcp"
-	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"codex-mcp-client","version":"0.150.0"}}}`)
-	session := resp.Header.Get("Mcp-Session-Id")
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
-	resp = mcpPost(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"hs"}}}`)
+	adm := freePort(t)
+	run := startSidecarAs(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"codex-mcp-client","version":"0.150.0"}}}`,
+		nil, "--config", cfg, "--admin", adm)
+	sc, server, url, session := run.sc, run.server, run.url, run.session
+	resp := mcpPost(t, url, session, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"hs"}}}`)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !strings.Contains(string(body), `"reason":"client_timeout"`) || !strings.Contains(string(body), `"timeout":"500ms"`) {

@@ -97,18 +97,10 @@ func TestE2EHostedTaskStdio(t *testing.T) {
 func TestE2EHostedTaskSidecar(t *testing.T) {
 	t.Parallel()
 	cfg, _ := writeConfig(t, hostingConfig)
-	up, front, adm := freePort(t), freePort(t), freePort(t)
-	server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
-	sc := startCommand(t, exec.Command(proxyBin, "--config", cfg, "--listen", front, "--admin", adm, "--upstream", "http://"+up+"/mcp"))
-	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-	waitListening(t, up)
-	sc.events.waitFor(t, events.SidecarListening)
-	url := "http://" + front + "/mcp"
-	resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
-	session := resp.Header.Get("Mcp-Session-Id")
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+	adm := freePort(t)
+	run := startSidecarAs(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`,
+		nil, "--config", cfg, "--admin", adm)
+	server, url, session := run.server, run.url, run.session
 	answer := func(body string) map[string]any {
 		t.Helper()
 		resp := mcpPost(t, url, session, body)

@@ -43,6 +43,14 @@ type sidecarRun struct {
 // opens a session (protocol 2025-06-18).
 func startSidecarSession(t *testing.T, env []string, args ...string) sidecarRun {
 	t.Helper()
+	return startSidecarAs(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`,
+		env, args...)
+}
+
+// startSidecarAs is startSidecarSession whose session begins with the
+// client's initialize.
+func startSidecarAs(t *testing.T, initialize string, env []string, args ...string) sidecarRun {
+	t.Helper()
 	up, front := freePort(t), freePort(t)
 	run := sidecarRun{server: startServer(t, exec.Command(proxyBin, "example-server", "--http", up)), url: "http://" + front + "/mcp"}
 	cmd := exec.Command(proxyBin, append(args, "--listen", front, "--upstream", "http://"+up+"/mcp")...)
@@ -51,7 +59,7 @@ func startSidecarSession(t *testing.T, env []string, args ...string) sidecarRun 
 	t.Cleanup(func() { run.sc.cmd.Process.Signal(syscall.SIGTERM) })
 	waitListening(t, up)
 	run.sc.events.waitFor(t, events.SidecarListening)
-	resp := mcpPost(t, run.url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	resp := mcpPost(t, run.url, "", initialize)
 	run.session = resp.Header.Get("Mcp-Session-Id")
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
