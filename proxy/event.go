@@ -25,6 +25,10 @@ const (
 	// ActJoined: a re-issue answered with the answer of the call it joined
 	// (reissue: join), never sent.
 	ActJoined Action = "joined a running call"
+	// ActServed: a held request the proxy answered itself (a task it
+	// hosts: its tasks/* requests, and the call that made it), never sent.
+	// Its frame was decided when it was held: this is the answer.
+	ActServed Action = "served by the proxy"
 	// ActTaken: an answer to a request of the proxy's own (its tasks/cancel,
 	// a restart's initialize), or progress under a progress token of its
 	// own (reset_on_progress), which the proxy keeps. An event only: no
@@ -45,7 +49,7 @@ func (a Action) feed() zap.Field {
 		return events.Mark(events.CancelDropped)
 	case ActSuppressed:
 		return events.Mark(events.Suppressed)
-	case ActReplied:
+	case ActReplied, ActServed:
 		return events.Mark(events.Answered)
 	case ActWithdrawn:
 		return events.Mark(events.Withdrawn)

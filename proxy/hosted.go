@@ -40,8 +40,8 @@ func (t *Tracker) Served(c *Call) {
 	p := &t.peers[Client]
 	p.issued.settle(c)
 	t.count(cForwarded, -1) // counted when it was queued; it never left
-	t.note(Client, p.issued.dir, ActReplied, framing.KindRequest, c.method, c.id,
-		"served by the proxy (a task it hosts): never sent", zapcore.DebugLevel)
+	t.note(Client, p.issued.dir, ActServed, framing.KindRequest, c.method, c.id,
+		"a task it hosts: never sent", zapcore.DebugLevel)
 	if c.span != nil {
 		c.span.End("served by the proxy", false)
 	}

@@ -210,7 +210,9 @@ func (r *replay) engine(tr *transcript.Transcript) {
 func (r *replay) atEnd(f func()) { r.ends = append(r.ends, f) }
 
 func (r *replay) onEvent(ev proxy.Event) {
-	if ev.From == "client" || ev.From == "server" {
+	// A request the proxy serves was decided when it was held: its answer
+	// is no decision about a frame of a peer's.
+	if (ev.From == "client" || ev.From == "server") && ev.Action != proxy.ActServed {
 		r.decided.Add(1)
 		select {
 		case r.moved <- struct{}{}:
