@@ -23,6 +23,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	m.Cancelled("client")
 	p := m.NewPolicy("upstream")
 	p.HookRan("on_cancel", true)
+	p.ClientTimeoutFired(true)
 	p.Forwarded(true)
 	p.CancelSettled(true)
 	p.CancelNotified(time.Millisecond)
