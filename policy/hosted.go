@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -261,7 +262,11 @@ func withoutTask(params json.RawMessage) ([]byte, bool) {
 	if json.Unmarshal(params, &obj) != nil {
 		return nil, false
 	}
-	delete(obj, "task")
+	for k := range obj { // and any spelling of it a server that ignores case would read
+		if strings.EqualFold(k, "task") {
+			delete(obj, k)
+		}
+	}
 	// Nor does it learn that the client takes tasks (2026-07-28): it runs
 	// the call plainly for the proxy.
 	var meta map[string]json.RawMessage
