@@ -48,17 +48,6 @@ func (c *ClientTimeout) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// String is the setting as the file writes it.
-func (c ClientTimeout) String() string {
-	switch {
-	case c.Auto:
-		return "auto"
-	case c.Wait == 0:
-		return "off"
-	}
-	return c.Wait.String()
-}
-
 // ClientTimeouts is the policy's client_timeouts section: what
 // client_timeout: auto knows of clients.
 type ClientTimeouts struct {
@@ -203,20 +192,22 @@ func (c clientInfo) String() string {
 // params.clientInfo, or a request's params._meta clientInfo (protocol
 // 2026-07-28, where each request says who sent it).
 func clientOf(m *framing.Message) clientInfo {
-	var req struct {
-		Params struct {
-			ClientInfo clientInfo `json:"clientInfo"`
-			Meta       struct {
-				ClientInfo clientInfo `json:"io.modelcontextprotocol/clientInfo"`
-			} `json:"_meta"`
-		} `json:"params"`
+	// Only params (initialize) or params._meta is read, where the parse
+	// found it: never the call's arguments.
+	var in struct {
+		ClientInfo clientInfo `json:"clientInfo"`
+		Meta       clientInfo `json:"io.modelcontextprotocol/clientInfo"`
 	}
-	if json.Unmarshal(m.Raw, &req) != nil {
+	span := m.MetaSpan
+	if m.Method == framing.MethodInitialize {
+		span = m.ParamsSpan
+	}
+	if !span.Found() || json.Unmarshal(m.Raw[span.Start:span.End], &in) != nil {
 		return clientInfo{}
 	}
-	c := req.Params.Meta.ClientInfo
+	c := in.Meta
 	if m.Method == framing.MethodInitialize {
-		c = req.Params.ClientInfo
+		c = in.ClientInfo
 	}
 	// Shown on the status page and in log lines: a name of a megabyte is
 	// not kept whole (nor can it match a row).

@@ -64,13 +64,8 @@ func (g *governor) cancelsLocked() {
 
 // armClientLocked (re)sets r's client timeout to at.
 func (g *governor) armClientLocked(r *record, at time.Time) {
-	if r.ctimer != nil {
-		r.ctimer.Stop()
-	}
-	r.cgen++
-	gen := r.cgen
 	r.cdeadline = at
-	r.ctimer = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { g.clientExpire(r, gen) }) })
+	g.rearmLocked(&r.ctimer, &r.cgen, at, func(gen int) { g.clientExpire(r, gen) })
 }
 
 // clientExpire acts on r's client timeout: the call is cancelled as at a

@@ -253,13 +253,20 @@ func (g *governor) toolNameLocked(m *framing.Message) string {
 
 // armLocked (re)sets r's deadline.
 func (g *governor) armLocked(r *record, at time.Time) {
-	if r.timer != nil {
-		r.timer.Stop()
-	}
-	r.gen++
-	gen := r.gen
 	r.deadline = at
-	r.timer = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { g.expire(r, gen) }) })
+	g.rearmLocked(&r.timer, &r.gen, at, func(gen int) { g.expire(r, gen) })
+}
+
+// rearmLocked stops the timer *t, if any, moves its generation *gen on
+// (a timer of an older one is stale), and sets *t to run f with the new
+// generation at at, on the work goroutine.
+func (g *governor) rearmLocked(t *Timer, gen *int, at time.Time, f func(gen int)) {
+	if *t != nil {
+		(*t).Stop()
+	}
+	*gen++
+	n := *gen
+	*t = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { f(n) }) })
 }
 
 // progress is told of progress from the server for a call in flight.

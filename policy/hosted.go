@@ -153,7 +153,7 @@ func (g *governor) admitHosting(c *proxy.Call, m *framing.Message) (proxy.Admiss
 func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
 	tool, token := m.Name(), c.Token()
 	rule := g.e.m.Load().match("tools/call", tool)
-	params, ok := withoutTask(field(m.Raw, "params"))
+	params, task, ok := withoutTask(field(m.Raw, "params"))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.serverTasksExt {
@@ -162,12 +162,10 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	now := g.e.clock.Now()
 	ttl := rule.TaskTTL
 	var asked struct {
-		Task struct {
-			TTL *int64 `json:"ttl"`
-		} `json:"task"`
+		TTL *int64 `json:"ttl"`
 	}
-	if json.Unmarshal(field(m.Raw, "params"), &asked) == nil && asked.Task.TTL != nil && *asked.Task.TTL > 0 {
-		ttl = min(ttl, time.Duration(*asked.Task.TTL)*time.Millisecond)
+	if json.Unmarshal(task, &asked) == nil && asked.TTL != nil && *asked.TTL > 0 {
+		ttl = min(ttl, time.Duration(*asked.TTL)*time.Millisecond)
 	}
 	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask}
 	if !g.e.hostedTasks.admit(h, g) {
@@ -193,10 +191,8 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	h.expiry = g.e.clock.AfterFunc(ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
 	if rule.Timeout > 0 {
 		r := h.rec
-		r.gen++
-		gen := r.gen
 		r.deadline = now.Add(rule.Timeout)
-		r.timer = g.e.clock.AfterFunc(rule.Timeout, func() { g.work.post(func() { g.hostedDeadline(h, gen) }) })
+		g.rearmLocked(&r.timer, &r.gen, r.deadline, func(gen int) { g.hostedDeadline(h, gen) })
 	}
 	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.String("task", h.id))
@@ -245,7 +241,8 @@ func (g *governor) giveTask(h *hosted) {
 // declaresTasks reports whether a request declares 2026-07-28's tasks
 // extension in its _meta's client capabilities.
 func declaresTasks(m *framing.Message) bool {
-	return len(field(m.Raw, "params", "_meta", metaClientCaps, "extensions", extTasks)) > 0
+	meta := m.MetaSpan // only _meta is read, where the parse found it: never the call's arguments
+	return meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaClientCaps, "extensions", extTasks)) > 0
 }
 
 // Keys of 2026-07-28's _meta and of its tasks extension.
@@ -256,12 +253,14 @@ const (
 )
 
 // withoutTask returns params without its task member, for the server,
-// which runs the tool plainly.
-func withoutTask(params json.RawMessage) ([]byte, bool) {
+// which runs the tool plainly, and that member (what the client asked of
+// its task).
+func withoutTask(params json.RawMessage) (out, task []byte, ok bool) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(params, &obj) != nil {
-		return nil, false
+		return nil, nil, false
 	}
+	task = obj["task"]
 	for k := range obj { // and any spelling of it a server that ignores case would read
 		if strings.EqualFold(k, "task") {
 			delete(obj, k)
@@ -280,8 +279,8 @@ func withoutTask(params json.RawMessage) ([]byte, bool) {
 			obj["_meta"], _ = json.Marshal(meta)
 		}
 	}
-	b, err := json.Marshal(obj)
-	return b, err == nil
+	out, err := json.Marshal(obj)
+	return out, task, err == nil
 }
 
 // answerWith is the answer to id with result res.
@@ -401,7 +400,7 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 	if g.closed {
 		return proxy.Admission{}, false
 	}
-	if len(field(m.Raw, "params", "_meta", metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
+	if meta := m.MetaSpan; meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
 		return g.serveTasks2Locked(c, m, p.TaskID)
 	}
 	if m.Method == "tasks/update" {
@@ -827,11 +826,4 @@ func (b *hostedBound) uncountLocked(e *hostedEntry) {
 		b.order.Remove(e.elem)
 		b.bytes -= e.bytes
 	}
-}
-
-// counts returns how many tasks the bound counts, and their bytes.
-func (b *hostedBound) counts() (int, int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.entries, b.bytes
 }

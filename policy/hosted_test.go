@@ -104,6 +104,13 @@ func TestHostedTaskCancelRunsTheStory(t *testing.T) {
 	}
 }
 
+// counts returns how many tasks the bound counts, and their bytes.
+func (b *hostedBound) counts() (int, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.entries, b.bytes
+}
+
 // TestHostedTaskSessionEnd: a session that ends with a hosted task still
 // working cancels it (source session_end, its hook run) and forgets its
 // tasks; a finished task's result stops counting against the bound.
@@ -255,7 +262,7 @@ func FuzzWithoutTask(f *testing.F) {
 	f.Add(`{"name":"a","task":{"ttl":1},"_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`)
 	f.Add(`{"_meta":{"io.modelcontextprotocol/clientCapabilities":7}}`)
 	f.Fuzz(func(t *testing.T, params string) {
-		out, ok := withoutTask(json.RawMessage(params))
+		out, _, ok := withoutTask(json.RawMessage(params))
 		if !ok {
 			return
 		}

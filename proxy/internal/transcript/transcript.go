@@ -153,7 +153,7 @@ func (tr *Transcript) InitializeAnswer() string {
 // server's, whose capabilities, under a policy that hosts tasks (task:
 // host), also declare tasks.
 func (tr *Transcript) ClientInitializeAnswer() string {
-	if !strings.Contains(tr.Policy, "task: host") {
+	if !tr.hostsTasks() {
 		return tr.InitializeAnswer()
 	}
 	var caps map[string]any
@@ -189,6 +189,21 @@ func (tr *Transcript) Initializes() bool {
 	return f.Parse([]byte(tr.Steps[0].Arg)) == nil && !f.Batch && f.Msgs[0].Method == framing.MethodInitialize
 }
 
+// policy parses the transcript's policy, as a configuration file's.
+func (tr *Transcript) policy() (config.Config, error) {
+	var indented strings.Builder
+	for line := range strings.Lines(tr.Policy) {
+		indented.WriteString("  " + line)
+	}
+	return config.Parse(tr.Name+"/policy", strings.NewReader("policy:\n"+indented.String()))
+}
+
+// hostsTasks reports whether a rule of the transcript's policy hosts tasks.
+func (tr *Transcript) hostsTasks() bool {
+	cfg, err := tr.policy()
+	return err == nil && tr.Policy != "" && slices.ContainsFunc(cfg.Policy.Rules, func(r policy.Rule) bool { return r.Task == "host" })
+}
+
 // Engine returns the policy engine a transport runs the transcript's
 // session under, on clk, or nil when the transcript has no policy; the
 // test shuts it down.
@@ -196,11 +211,7 @@ func (tr *Transcript) Engine(clk clock.Clock) (*policy.Engine, error) {
 	if tr.Policy == "" {
 		return nil, nil
 	}
-	var indented strings.Builder
-	for line := range strings.Lines(tr.Policy) {
-		indented.WriteString("  " + line)
-	}
-	cfg, err := config.Parse(tr.Name+"/policy", strings.NewReader("policy:\n"+indented.String()))
+	cfg, err := tr.policy()
 	if err != nil {
 		return nil, err
 	}
