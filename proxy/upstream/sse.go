@@ -126,9 +126,9 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
 		ReadHead(resp)
 		return nil, errors.New(wantsAuthorization(challenge))
-	} else if status != fasthttp.StatusOK || !IsEventStream(resp.Header.ContentType()) {
-		ReadHead(resp)
-		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, resp.Header.ContentType())
+	} else if ct := string(resp.Header.ContentType()); status != fasthttp.StatusOK || !IsEventStream([]byte(ct)) {
+		ReadHead(resp) // releases resp: its header is read before
+		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, ct)
 	}
 	b := &sseBackend{u: u, log: log, resp: resp, body: BodyOf(resp), in: stdio.NewFrames(), exited: make(chan struct{})}
 	b.rd = framing.NewSSEReader(b.body, max(u.MaxBodySize, 0))
