@@ -128,6 +128,10 @@ type Engine struct {
 	// hostedTasks bounds the tasks hosted for clients; taskID mints their ids.
 	hostedTasks *hostedBound
 	taskID      func() string
+	// sessionless are the tasks hosted for requests without a session
+	// (several clients'), by id: the client polls them on requests of
+	// their own, each with a governor of its own (hosted.go).
+	sessionless sync.Map
 	mu          sync.Mutex // guards governors and adopting
 	governors   map[*governor]bool
 	adopting    Timer // the next look for jobs of proxies that ended

@@ -50,6 +50,9 @@ type governor struct {
 	serverTaskList bool
 	serverTools    map[string]bool
 	serverTasksExt bool // the server declared 2026-07-28's tasks extension
+	// linger, once set (Linger), ends the session when its last hosted
+	// task is forgotten: a request's own session that outlasts it.
+	linger func()
 	// own is the table of the session's calls that re-issues may join
 	// (reissue.go), made when first needed, where the session is one
 	// client's. joins is the table the governor's calls and waiters are

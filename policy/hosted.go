@@ -62,6 +62,11 @@ type hosted struct {
 	// no task ever shows).
 	v2, served bool
 	after      Timer
+	// several: the task's call came without a session, which several
+	// clients share; principal, the digest of its credential. Only a
+	// request of the same principal sees the task.
+	several   bool
+	principal string
 }
 
 // terminal reports whether the task is over.
@@ -154,6 +159,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	tool, token := m.Name(), c.Token()
 	rule := g.e.m.Load().match("tools/call", tool)
 	params, task, ok := withoutTask(field(m.Raw, "params"))
+	principal, several := g.act.Principal(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.serverTasksExt {
@@ -167,7 +173,8 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	if json.Unmarshal(task, &asked) == nil && asked.TTL != nil && *asked.TTL > 0 {
 		ttl = min(ttl, time.Duration(*asked.TTL)*time.Millisecond)
 	}
-	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask}
+	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask,
+		several: several, principal: principal}
 	if !g.e.hostedTasks.admit(h, g) {
 		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
@@ -187,6 +194,9 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		g.tasks = map[string]*hosted{}
 	}
 	g.tasks[h.id] = h
+	if several {
+		g.e.sessionless.Store(h.id, h)
+	}
 	g.calls[c] = h.rec // its story, settled with the session's (the client's call is served: no other event comes for it)
 	h.expiry = g.e.clock.AfterFunc(ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
 	if rule.Timeout > 0 {
@@ -395,13 +405,20 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 		TaskID string `json:"taskId"`
 	}
 	json.Unmarshal(field(m.Raw, "params"), &p)
+	v2 := false
+	if meta := m.MetaSpan; meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
+		v2 = true
+		if hg := g.hostOf(c, p.TaskID); hg != nil {
+			return hg.serveFor(g, c, m, p.TaskID)
+		}
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return proxy.Admission{}, false
 	}
-	if meta := m.MetaSpan; meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
-		return g.serveTasks2Locked(c, m, p.TaskID)
+	if v2 {
+		return g.serveTasks2Locked(g, c, m, p.TaskID)
 	}
 	if m.Method == "tasks/update" {
 		return proxy.Admission{}, false
@@ -459,14 +476,43 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 	return proxy.Admission{Hold: true}, true
 }
 
+// hostOf returns the governor of another request without a session that
+// hosts task id for c's principal, if one does.
+func (g *governor) hostOf(c *proxy.Call, id string) *governor {
+	v, ok := g.e.sessionless.Load(id)
+	if !ok {
+		return nil
+	}
+	h := v.(*hosted)
+	principal, several := g.act.Principal(c)
+	if hg := h.rec.g; hg != g && several && principal == h.principal {
+		return hg
+	}
+	return nil
+}
+
+// serveFor serves c, a 2026-07-28 tasks/* request of via's naming a
+// task g hosts: the answer goes on via's request, the cancel from g.
+func (g *governor) serveFor(via *governor, c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.serveTasks2Locked(via, c, m, id)
+}
+
 // serveTasks2Locked serves a 2026-07-28 tasks/* request (the tasks
 // extension's) naming a task the proxy hosts, or refuses what the
 // extension does not have: tasks/result and tasks/list are gone, and a
 // request that does not declare the extension gets -32021. Requests the
-// server may know better (it runs tasks itself) go to it.
-func (g *governor) serveTasks2Locked(c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
+// server may know better (it runs tasks itself) go to it. The answer goes
+// on via's request (g's own, or another request's without a session).
+func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
 	h := g.tasks[id]
-	if h == nil && (g.serverTasksExt || g.serverTasks) {
+	if h != nil && h.several {
+		if principal, _ := via.act.Principal(c); principal != h.principal {
+			h = nil // another client's: as if unknown
+		}
+	}
+	if h == nil && (g.serverTasksExt || g.serverTasks) && via == g {
 		return proxy.Admission{}, false
 	}
 	var reply []byte
@@ -488,14 +534,19 @@ func (g *governor) serveTasks2Locked(c *proxy.Call, m *framing.Message, id strin
 		reply = answerWith(c.ID(), []byte(`{"resultType":"complete"}`)) // an acknowledgement, for a task over too
 		if !h.terminal() {
 			g.markCancelledLocked(h, "cancelled by the client (tasks/cancel)")
-			g.work.post(func() {
-				g.act.Serve(c, reply)
-				g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id)
+			cancel := func() { g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id) }
+			via.work.post(func() {
+				via.act.Serve(c, reply) // the task is cancelled before the answer says so, and cancelled upstream after
+				if via == g {
+					cancel()
+				} else {
+					g.work.post(cancel)
+				}
 			})
 			return proxy.Admission{Hold: true}, true
 		}
 	}
-	g.work.post(func() { g.act.Serve(c, reply) })
+	via.work.post(func() { via.act.Serve(c, reply) })
 	return proxy.Admission{Hold: true}, true
 }
 
@@ -532,6 +583,23 @@ func (g *governor) cancelHosted(h *hosted, source proxy.Source, reason string) {
 	g.work.post(func() { g.afterCancel(r) })
 }
 
+// CancelOwnWork implements proxy.OwnWork: the calls of the hosted tasks
+// still working are cancelled upstream, as from source (a shutdown, the
+// session's end), while the server can still hear it.
+func (g *governor) CancelOwnWork(source proxy.Source, why string) {
+	g.mu.Lock()
+	var working []*hosted
+	for _, h := range g.tasks {
+		if h.status == taskWorking {
+			working = append(working, h)
+		}
+	}
+	g.mu.Unlock()
+	for _, h := range working {
+		g.cancelHosted(h, source, why)
+	}
+}
+
 // hostedDeadline cancels h's call at its rule's deadline.
 func (g *governor) hostedDeadline(h *hosted, gen int) {
 	g.mu.Lock()
@@ -566,26 +634,51 @@ func (g *governor) forgetHosted(h *hosted) {
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
+	var done func()
+	if len(g.tasks) == 0 {
+		done, g.linger = g.linger, nil
+	}
 	g.mu.Unlock()
+	g.e.sessionless.CompareAndDelete(h.id, h)
 	g.e.hostedTasks.remove(h)
+	if done != nil {
+		done()
+	}
+}
+
+// Linger implements proxy.Lingerer: a session that hosts tasks outlasts
+// its request until the last of them is forgotten (its ttl passed, or the
+// bound dropped it).
+func (g *governor) Linger(done func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || len(g.tasks) == 0 {
+		return false
+	}
+	g.linger = done
+	return true
 }
 
 // closeHosted ends the session's hosted tasks with it, and forgets them:
-// those still working are cancelled (source session_end), their hooks
-// run and their audit lines written as they stand. Their calls end with
-// the session upstream (a stdio server stopped, an HTTP session ended):
-// no notification is sent.
+// those still working are cancelled (source session_end) upstream, as a
+// client's call would be, their hooks run and their audit lines written
+// as they stand.
 func (g *governor) closeHosted() {
 	g.mu.Lock()
+	g.linger = nil // the session ends already
 	all := make([]*hosted, 0, len(g.tasks))
 	type todo struct {
 		r   *record
 		out []effect
 	}
 	var runs []todo
+	var owns []*proxy.Call
 	for _, h := range g.tasks {
 		all = append(all, h)
 		if r := h.rec; h.status == taskWorking && r.st.phase == phaseInFlight {
+			if h.own != nil {
+				owns = append(owns, h.own)
+			}
 			g.markCancelledLocked(h, "its session ended")
 			out := g.cancelLocked(r, proxy.SourceSessionEnd, "its session ended")
 			out = append(out, g.stepLocked(r, r.handled())...)
@@ -595,6 +688,9 @@ func (g *governor) closeHosted() {
 	g.mu.Unlock()
 	for _, t := range runs {
 		g.run(t.r, t.out)
+	}
+	for _, own := range owns {
+		g.act.CancelOwn(own, proxy.SourceSessionEnd, "its session ended")
 	}
 	for _, h := range all {
 		g.forgetHosted(h)

@@ -79,3 +79,22 @@ func (t *Tracker) OwnCall(method string, params []byte, progress framing.ID, onA
 	dst = append(dst, params...)
 	return c, append(dst, '}')
 }
+
+// Lingerer is a Governor whose work may outlast its session's requests:
+// the tasks it hosts for a request without a session (protocol
+// 2026-07-28), which the client polls on requests of their own. A front
+// that ends such a session with its request asks it first.
+type Lingerer interface {
+	// Linger reports whether the governor still has work; if it has, it
+	// calls done once that work is over, and the front then ends the
+	// session as it would have.
+	Linger(done func()) bool
+}
+
+// OwnWork is a Governor with work of its own upstream (the calls of the
+// tasks it hosts), which Session.CancelAll (a shutdown, a session's end)
+// cancels with the client's calls.
+type OwnWork interface {
+	// CancelOwnWork cancels that work upstream, as from source for why.
+	CancelOwnWork(source Source, why string)
+}

@@ -262,6 +262,14 @@ func (s *Session) After(f func()) {
 // each, the reply reply makes of its id, when reply is not nil. It returns
 // how many it cancelled: what a shutdown or the end of a session does.
 func (s *Session) CancelAll(source Source, why string, reply func(framing.ID) []byte) int {
+	n := s.cancelAll(source, why, reply)
+	if g, ok := s.gov.(OwnWork); ok { // after the client's calls, off the lock: it cancels through the session
+		g.CancelOwnWork(source, why)
+	}
+	return n
+}
+
+func (s *Session) cancelAll(source Source, why string, reply func(framing.ID) []byte) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cs := s.t.CancelInFlight(source, why)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -102,16 +103,29 @@ func (sess *session) Notify(_ *proxy.Call, held any, frame []byte) {
 	}
 }
 
+// ownPost is a request of the proxy's own on its way: how far its POST
+// has gone, and the stream of its answer, which the cancel of it closes
+// where closing is the cancel (2026-07-28).
+type ownPost struct {
+	posting *upstream.Posting
+	st      *stream.Stream
+}
+
 // CancelOwn implements proxy.Carrier: the cancel of the proxy's own
 // request (a hosted task's call) is POSTed in the session, where a
-// notification can find it, once the request's own POST has gone.
+// notification can find it, once the request's own POST has gone; in
+// 2026-07-28 its answer's stream is closed, which is the cancel.
 func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
 	sess.mu.Lock()
 	p := sess.own[c]
 	delete(sess.own, c)
 	sess.mu.Unlock()
-	if sess.sessionID() != "" && !sess.protocolVersion().CancelsByClose() && p != nil {
-		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p}, c)
+	switch {
+	case p == nil:
+	case sess.protocolVersion().CancelsByClose():
+		p.st.CloseWithError(stream.ErrCancelled)
+	case sess.sessionID() != "":
+		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p.posting}, c)
 	}
 }
 
@@ -119,10 +133,10 @@ func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
 // a hosted task's call) is POSTed in the session, and its answer given to
 // the tracker.
 func (sess *session) SendOwn(c *proxy.Call, frame []byte) {
-	p := upstream.NewPosting()
+	p := &ownPost{posting: upstream.NewPosting(), st: stream.New(sess.sc.clock)}
 	sess.mu.Lock()
 	if sess.own == nil {
-		sess.own = map[*proxy.Call]*upstream.Posting{}
+		sess.own = map[*proxy.Call]*ownPost{}
 	}
 	sess.own[c] = p
 	sess.mu.Unlock()
@@ -134,21 +148,39 @@ func (sess *session) SendOwn(c *proxy.Call, frame []byte) {
 	})
 }
 
+// endOwn closes the answers' streams of the proxy's own requests still
+// running: in 2026-07-28, the cancel of each, as the session ends.
+func (sess *session) endOwn() {
+	sess.mu.Lock()
+	own := sess.own
+	sess.own = nil
+	sess.mu.Unlock()
+	for _, p := range own {
+		p.st.CloseWithError(stream.ErrCancelled)
+	}
+}
+
 // postOwn POSTs a request of the proxy's own upstream (its posting p) and
-// puts the answer (JSON or an event stream) to the session's tracker.
-func (ob outbound) postOwn(sess *session, frame []byte, p *upstream.Posting) {
-	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion()), Posting: p}
+// puts the answer (JSON or an event stream) to the session's tracker,
+// unless its stream is closed first.
+func (ob outbound) postOwn(sess *session, frame []byte, p *ownPost) {
+	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion()), Posting: p.posting}
 	var f framing.Frame
 	if sess.protocolVersion().CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
 		r.Msg = &f.Msgs[0]
 	}
 	resp, err := ob.s.endpoint.Do(r, 0)
-	p.Headed() // its answer's headers have come, or it failed: a cancel of it may go
+	p.posting.Headed() // its answer's headers have come, or it failed: a cancel of it may go
 	if err != nil {
 		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return
 	}
-	ob.toTracker(sess, resp)
+	defer fasthttp.ReleaseResponse(resp)
+	if !p.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
+		return
+	}
+	ob.readAnswer(sess, resp, nil)
+	p.st.CloseWithError(nil)
 }
 
 // readBody reads a streamed response's body, up to max bytes.

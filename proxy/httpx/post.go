@@ -250,10 +250,28 @@ func (rl relay) adopt(id string, sess *session, reserved *bool) *session {
 // requestDone ends the governance of a session that was the request's own
 // (no session, or one the upstream did not take), once its answer is done.
 func (rl relay) requestDone(sess *session) {
-	rl.s.own.remove(sess)
-	if sess.core.Governor() != nil && !rl.s.sessions.Holds(sess.sessionID(), sess) {
-		sess.closeGovernor()
+	gov := sess.core.Governor()
+	if gov == nil || rl.s.sessions.Holds(sess.sessionID(), sess) {
+		rl.s.own.remove(sess)
+		return
 	}
+	if l, ok := gov.(proxy.Lingerer); ok && l.Linger(func() { rl.lingerDone(sess) }) {
+		// The tasks it hosts outlast the request (a request without a
+		// session, 2026-07-28): the session ends with the last of them,
+		// or with the sidecar (CancelAll).
+		sess.lingers.Store(true)
+		return
+	}
+	rl.s.own.remove(sess)
+	sess.closeGovernor()
+}
+
+// lingerDone ends a session that outlasted its request for the tasks it
+// hosted, once the last of them is over.
+func (rl relay) lingerDone(sess *session) {
+	rl.s.own.remove(sess)
+	sess.endOwn()
+	sess.closeGovernor()
 }
 
 // emptyStream answers a POST whose requests were all cancelled before the

@@ -52,7 +52,10 @@ type session struct {
 	deferred map[*proxy.Call]*relayed
 	// own maps each request of the proxy's own still running to its POST,
 	// which its cancel waits for.
-	own map[*proxy.Call]*upstream.Posting
+	own map[*proxy.Call]*ownPost
+	// lingers: the session outlasts its request, a request without a
+	// session, for the tasks its governor hosts (requestDone).
+	lingers atomic.Bool
 	// version is the MCP-Protocol-Version the client last sent.
 	version            string
 	sessiontable.Usage // when the session last saw a request
@@ -315,6 +318,7 @@ func (sess *session) endAll() {
 	for _, st := range streams { // outside the lock: ending waits for a read in progress
 		st.CloseWithError(stream.ErrCancelled)
 	}
+	sess.endOwn()
 }
 
 // setVersion notes the protocol version the client speaks in this session.

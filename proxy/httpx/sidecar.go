@@ -458,6 +458,9 @@ func (s *Sidecar) CancelAll(reason string) {
 	s.waitOwned(&s.notifying, "cancels not yet answered by the upstream")
 	for _, sess := range sessions {
 		sess.endAll()
+		if sess.lingers.Load() { // the tasks it hosts end with the sidecar
+			sess.closeGovernor()
+		}
 	}
 }
 

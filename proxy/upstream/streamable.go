@@ -123,6 +123,9 @@ type streamBackend struct {
 type call struct {
 	body fasthttp.ReadCloserWithError // its answer's event stream, while read
 	cut  bool                         // cancelled without a session: its stream is cut
+	// byClose: it went as a 2026-07-28 request, whose cancel is the cut
+	// of its stream, and that alone.
+	byClose bool
 }
 
 func (b *streamBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b} }
@@ -207,8 +210,8 @@ func (b *streamBackend) start(line []byte) bool {
 	}
 	if o.cancel {
 		o.cancelOf = b.postings[o.f.Msgs[0].RequestID] // the next POST does not wait for it
-		if b.session == "" {
-			b.cut(o.f.Msgs[0].RequestID)
+		if b.session == "" && b.cut(o.f.Msgs[0].RequestID) {
+			return true // the cut was the cancel: a notification would be a second one
 		}
 	} else {
 		o.posting = NewPosting()
@@ -216,7 +219,7 @@ func (b *streamBackend) start(line []byte) bool {
 		if o.isRequest {
 			id := o.f.Msgs[0].ID
 			b.postings[id] = o.posting
-			o.call = &call{}
+			o.call = &call{byClose: b.modern || framing.Revision(cmp.Or(MetaVersion(&o.f.Msgs[0]), b.version)).CancelsByClose()}
 			if b.calls == nil {
 				b.calls = map[framing.ID]*call{}
 			}
@@ -234,16 +237,18 @@ func (b *streamBackend) start(line []byte) bool {
 // cut cancels the request id, if in flight, by cutting its answer's
 // stream: now if it is being read, else once its headers come (track).
 // Called with mu held, in the order of the client's lines: a cancel in the
-// same write as its request finds it.
-func (b *streamBackend) cut(id framing.ID) {
+// same write as its request finds it. It reports whether the cut is the
+// whole cancel (a 2026-07-28 request's).
+func (b *streamBackend) cut(id framing.ID) bool {
 	c := b.calls[id]
 	if c == nil {
-		return // answered, or never seen
+		return false // answered, or never seen
 	}
 	c.cut = true
 	if c.body != nil {
 		c.body.CloseWithError(errStreamCancelled)
 	}
+	return c.byClose
 }
 
 // ended forgets the request o carried, its answer over.
