@@ -522,7 +522,8 @@ func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Me
 			Message: m.Method + " is not a method of the 2026-07-28 tasks extension: tasks/get carries the result"})
 	case !declaresTasks(m):
 		reply = framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32021,
-			Message: "missing required client capability: the request does not declare the " + extTasks + " extension"})
+			Message: "missing required client capability: the request does not declare the " + extTasks + " extension",
+			Data:    json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + extTasks + `":{}}}}`)})
 	case h == nil:
 		reply = unknownTask(c.ID(), "no task "+cut(id, 100)+": unknown, expired or dropped")
 	case m.Method == "tasks/get":

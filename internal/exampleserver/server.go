@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -44,7 +45,59 @@ func New() *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "release", Description: "Releases a block call."}, g.release)
 	mcp.AddTool(s, &mcp.Tool{Name: "ask_sampling", Description: "Asks the client for a sampling completion; the request is cancelled when this call is."}, askSampling)
 	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "Exits the server process at once with status 3, mid-call."}, crash)
+	addTaskFixtures(s)
 	return s
+}
+
+// The tools the conformance suite's task scenarios call (0.2.0-alpha.12),
+// all plain synchronous calls: the server runs no tasks, and a proxy with
+// task: host runs them as tasks for a client that asks.
+
+// GreetArgs are greet's arguments.
+type GreetArgs struct {
+	Name string `json:"name"`
+}
+
+// ComputeArgs are slow_compute's arguments.
+type ComputeArgs struct {
+	Seconds float64 `json:"seconds" jsonschema:"how long the work takes"`
+	Label   string  `json:"label,omitempty" jsonschema:"a label the result and the server's log name"`
+}
+
+func addTaskFixtures(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "greet", Description: "Answers Hello, {name}! at once."}, greet)
+	mcp.AddTool(s, &mcp.Tool{Name: "slow_compute", Description: "Works for the given seconds, then answers; stops when cancelled, and says so on stderr."}, slowCompute)
+	mcp.AddTool(s, &mcp.Tool{Name: "failing_job", Description: "Answers with a tool error after about a second."}, failingJob)
+	mcp.AddTool(s, &mcp.Tool{Name: "protocol_error_job", Description: "Answers with a JSON-RPC error (a protocol error), not a tool result."}, protocolErrorJob)
+}
+
+func greet(_ context.Context, _ *mcp.CallToolRequest, a GreetArgs) (*mcp.CallToolResult, any, error) {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Hello, " + a.Name + "!"}}}, nil, nil
+}
+
+func slowCompute(ctx context.Context, _ *mcp.CallToolRequest, a ComputeArgs) (*mcp.CallToolResult, any, error) {
+	fmt.Fprintf(os.Stderr, "example server: slow_compute %s: started, %gs\n", a.Label, a.Seconds)
+	select {
+	case <-ctx.Done():
+		fmt.Fprintf(os.Stderr, "example server: slow_compute %s: cancelled\n", a.Label)
+		return nil, nil, ctx.Err()
+	case <-time.After(time.Duration(a.Seconds * float64(time.Second))):
+	}
+	text := fmt.Sprintf("computed %s after %gs", a.Label, a.Seconds)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil, nil
+}
+
+func failingJob(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-time.After(time.Second):
+	}
+	return nil, nil, errors.New("failing_job failed, as it always does")
+}
+
+func protocolErrorJob(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+	return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "protocol_error_job: an internal error, as it always has"}
 }
 
 func progress(ctx context.Context, req *mcp.CallToolRequest, done, total int, msg, jobID string) {

@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -43,6 +44,17 @@ func refuseMismatch(ctx *fasthttp.RequestCtx, f *framing.Frame, tools *mcpheader
 	return true
 }
 
+// refuseTaskMismatch is refuseMismatch for the tasks extension's
+// requests alone, in front of a Streamable HTTP server: the sidecar may
+// serve them itself (a task it hosts, policy task: host), and so makes
+// the check their server would; a server of the extension makes the same.
+func refuseTaskMismatch(ctx *fasthttp.RequestCtx, f *framing.Frame) bool {
+	if f.Batch || !strings.HasPrefix(f.Msgs[0].Method, "tasks/") {
+		return false
+	}
+	return refuseMismatch(ctx, f, nil)
+}
+
 // mismatch returns why a request's metadata headers disagree with its
 // body, or "": the standard ones, and a tools/call's Mcp-Param-* against
 // the tool's annotations, where tools knows them.
@@ -58,7 +70,8 @@ func mismatch(req *fasthttp.Request, m *framing.Message, version string, tools *
 		return fmt.Sprintf("Mcp-Method header value %q does not match body value %q", method, m.Method)
 	}
 	switch m.Method {
-	case "tools/call", "resources/read", "prompts/get": // the core's; the tasks extension's Mcp-Name is its own
+	case "tools/call", "resources/read", "prompts/get", // the core's
+		"tasks/get", "tasks/update", "tasks/cancel": // the tasks extension's: the task's id
 	default:
 		return ""
 	}

@@ -71,6 +71,7 @@ func (sess *session) Cancel(c *proxy.Call, notice, reply []byte) {
 	p := sess.postingOf(c)
 	if st := sess.takeDeferred(c); st != nil { // the governor sends the cancel it kept
 		if sess.protocolVersion().CancelsByClose() {
+			st.post().Cut()                  // before the upstream's headers, its connection
 			st.CloseWithError(errClientGone) // the client's close, carried out: the cancel
 			return
 		}
@@ -123,6 +124,7 @@ func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
 	switch {
 	case p == nil:
 	case sess.protocolVersion().CancelsByClose():
+		p.posting.Cut() // no headers yet: no stream to close but the connection
 		p.st.CloseWithError(stream.ErrCancelled)
 	case sess.sessionID() != "":
 		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p.posting}, c)
@@ -171,6 +173,9 @@ func (ob outbound) postOwn(sess *session, frame []byte, p *ownPost) {
 	}
 	resp, err := ob.s.endpoint.Do(r, 0)
 	p.posting.Headed() // its answer's headers have come, or it failed: a cancel of it may go
+	if err != nil && p.posting.WasCut() {
+		return // cancelled before the server answered: its connection closed, as a cancel of 2026-07-28 is
+	}
 	if err != nil {
 		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return

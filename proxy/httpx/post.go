@@ -67,6 +67,9 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, sess.t.Invalid(proxy.Client, err, ctx.PostBody()))
 		return
 	}
+	if refuseTaskMismatch(ctx, &f) {
+		return
+	}
 	sess.core.Lock()
 	d := rl.decideFrame(sess, proxy.Client, &f, outbound{rl.s}.traceHeaders(&ctx.Request))
 	st := newRelayed(rl.s.clock)
@@ -311,6 +314,11 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 		return a.resp, a.err
 	case <-st.Watched():
 	case <-st.Quit():
+	}
+	if st.Quit() == nil && sess.protocolVersion().CancelsByClose() {
+		// The client's close, or a deadline, is the cancel: with no
+		// headers yet, the request's connection is all there is to close.
+		st.post().Cut()
 	}
 	ob.s.bg.Go(func() { // the answer comes to nobody
 		a := <-got

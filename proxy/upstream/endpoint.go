@@ -104,6 +104,10 @@ func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
 // headers.
 func (e *Endpoint) Send(req *fasthttp.Request, timeout time.Duration) (*fasthttp.Response, error) {
 	resp := fasthttp.AcquireResponse()
+	if p, ok := req.BodyStream().(*Posting); ok {
+		p.resp = resp // its connection, once given, is what Cut closes
+		defer func() { p.resp = nil }()
+	}
 	var err error
 	if timeout > 0 {
 		err = e.Client.DoTimeout(req, resp, timeout)

@@ -2,9 +2,12 @@ package upstream
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 )
@@ -39,6 +42,14 @@ type Posting struct {
 	// written; withdrawn: its request was cancelled meanwhile, and it is
 	// never sent (Withdraw).
 	held, withdrawn bool
+	// link is the connection the request is written to (bind), which
+	// Cut closes; cut: Cut came, and the request goes no further.
+	link *Link
+	cut  bool
+	// resp is the response the request is being sent for (Endpoint.Send),
+	// whose local address leads to its connection (LinkOf). Only the
+	// sending goroutine touches it.
+	resp *fasthttp.Response
 }
 
 type postingState uint8
@@ -53,10 +64,73 @@ const (
 func NewPosting() *Posting { return new(Posting) }
 
 // Read implements io.Reader: the request's body.
-func (p *Posting) Read(b []byte) (int, error) { return p.body.Read(b) }
+func (p *Posting) Read(b []byte) (int, error) {
+	if err := p.bind(); err != nil {
+		return 0, err
+	}
+	return p.body.Read(b)
+}
 
 // WriteTo implements io.WriterTo: the request's body, in one write.
-func (p *Posting) WriteTo(w io.Writer) (int64, error) { return p.body.WriteTo(w) }
+func (p *Posting) WriteTo(w io.Writer) (int64, error) {
+	if err := p.bind(); err != nil {
+		return 0, err
+	}
+	return p.body.WriteTo(w)
+}
+
+// errCut fails a POST cut before its body was written.
+var errCut = errors.New("the request was cancelled as it was being sent")
+
+// bind notes, as the body starts to be written, the connection it is
+// written to (fasthttp has just given it to the response, ParseNetConn);
+// after a Cut, it fails the write instead.
+func (p *Posting) bind() error {
+	if p.resp == nil || p.body.Len() != int(p.body.Size()) { // not sent by Endpoint.Send, or already under way
+		return nil
+	}
+	link := LinkOf(p.resp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		return errCut
+	}
+	p.link = link
+	return nil
+}
+
+// WasCut reports whether Cut cut the request.
+func (p *Posting) WasCut() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
+}
+
+// Cut cancels the request by closing its connection, while the answer's
+// headers have not come: in 2026-07-28 closing the request's stream is its
+// cancel, and a server that sends no headers until it answers (the
+// go-sdk's, mcp-go's) has no stream yet to close. A request not yet
+// written is failed as it starts to be. It reports whether it cut; once
+// the headers have come, the answer's body is what to close. Calls on nil
+// report false.
+func (p *Posting) Cut() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == postingHeaded || p.cut {
+		return false
+	}
+	p.cut = true
+	if p.link != nil {
+		p.link.Close()
+	}
+	return true
+}
 
 // Rewind implements keepalive.Rewinder: the body is to be written anew,
 // on another connection, since its bytes did not reach the server (they

@@ -247,6 +247,8 @@ func (b *streamBackend) cut(id framing.ID) bool {
 	c.cut = true
 	if c.body != nil {
 		c.body.CloseWithError(errStreamCancelled)
+	} else if c.byClose {
+		b.postings[id].Cut() // no headers yet: its connection is the stream
 	}
 	return c.byClose
 }
