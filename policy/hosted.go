@@ -33,10 +33,11 @@ import (
 
 // The statuses of a task.
 const (
-	taskWorking   = "working"
-	taskCompleted = "completed"
-	taskFailed    = "failed"
-	taskCancelled = "cancelled"
+	taskWorking       = "working"
+	taskInputRequired = "input_required"
+	taskCompleted     = "completed"
+	taskFailed        = "failed"
+	taskCancelled     = "cancelled"
 )
 
 // metaRelatedTask tags a hosted task's result with its task.
@@ -54,8 +55,11 @@ type hosted struct {
 	// JSON object), or errObj, the error the server answered.
 	result, errObj json.RawMessage
 	waiting        []*proxy.Call // the client's tasks/result calls, held until terminal
-	expiry         Timer
-	entry          *hostedEntry // its place in the Engine's bound
+	// asks are the server's requests during the task that no tasks/result
+	// has carried to the client yet: the task is input_required meanwhile.
+	asks   [][]byte
+	expiry Timer
+	entry  *hostedEntry // its place in the Engine's bound
 	// v2: the task is 2026-07-28's tasks extension's (its client declared
 	// it on the call), whose shapes differ; served: the client has its task
 	// (under task_after, a call answered sooner gets its plain answer, and
@@ -70,7 +74,9 @@ type hosted struct {
 }
 
 // terminal reports whether the task is over.
-func (h *hosted) terminal() bool { return h.status != taskWorking }
+func (h *hosted) terminal() bool {
+	return h.status == taskCompleted || h.status == taskFailed || h.status == taskCancelled
+}
 
 // taskView is a task as the protocol shows it.
 type taskView struct {
@@ -367,6 +373,69 @@ func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
 	}
 }
 
+// FromOwn implements proxy.OwnMessages: a message the server sent on the
+// stream of a hosted task's call (a Streamable HTTP upstream), which no
+// stream of the client's carries, goes on the tasks/result the client
+// waits on: a request (an elicitation, a sampling) tagged with the task's
+// related-task _meta, the task input_required until a tasks/result has
+// carried it (2025-11-25's flow: input_required tells the client to ask
+// tasks/result); a notification (progress) if one waits, else nowhere. A
+// 2026-07-28 task has no tasks/result: its server asks for input in its
+// result (input_required, not hosted: docs/tasks.md), and a request is
+// dropped, said in the log.
+func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
+	var f framing.Frame
+	if f.Parse(frame) != nil || f.Batch {
+		return
+	}
+	m := &f.Msgs[0]
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var h *hosted
+	for _, t := range g.tasks {
+		if t.own == own {
+			h = t
+		}
+	}
+	switch {
+	case h == nil || h.terminal():
+	case m.Kind == framing.KindRequest && h.v2:
+		g.log.Warn("a server's request during a 2026-07-28 task the proxy hosts has no way to its client: dropped",
+			zap.String("task", h.id), zap.String("method", m.Method))
+	case m.Kind == framing.KindRequest:
+		tagged := editObject(frame, []string{"params", "_meta"}, func(meta map[string]json.RawMessage) bool {
+			meta[metaRelatedTask], _ = json.Marshal(map[string]string{"taskId": h.id})
+			return true
+		})
+		if tagged == nil {
+			tagged = frame
+		}
+		h.asks = append(h.asks, tagged)
+		h.status, h.message, h.updated = taskInputRequired, "the server asks the client for input ("+m.Method+"): tasks/result carries it", g.e.clock.Now()
+		g.passAsksLocked(h)
+	default:
+		for _, w := range h.waiting {
+			g.work.post(func() { g.act.Notify(w, frame) })
+		}
+	}
+}
+
+// passAsksLocked carries the server's requests of h to the client on the
+// first tasks/result waiting, if one is: the task is working again.
+func (g *governor) passAsksLocked(h *hosted) {
+	if len(h.asks) == 0 || len(h.waiting) == 0 {
+		return
+	}
+	w, asks := h.waiting[0], h.asks
+	h.asks = nil
+	h.status, h.message, h.updated = taskWorking, "", g.e.clock.Now()
+	g.work.post(func() {
+		for _, a := range asks {
+			g.act.Notify(w, a)
+		}
+	})
+}
+
 // taskResult is the answer to a tasks/result of h, terminal: the tool's
 // result tagged with its task, the server's error, or an error saying the
 // task was cancelled.
@@ -456,6 +525,7 @@ func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admissio
 	case "tasks/result":
 		if !h.terminal() {
 			h.waiting = append(h.waiting, c)
+			g.passAsksLocked(h)
 			break
 		}
 		g.work.post(func() { g.act.Serve(c, g.taskResult(h, c.ID())) })
@@ -567,7 +637,7 @@ func (g *governor) cancelHosted(h *hosted, source proxy.Source, reason string) {
 		g.mu.Unlock()
 		return
 	}
-	if h.status == taskWorking {
+	if !h.terminal() {
 		g.markCancelledLocked(h, reason)
 	}
 	out := g.cancelLocked(r, source, reason)
@@ -591,7 +661,7 @@ func (g *governor) CancelOwnWork(source proxy.Source, why string) {
 	g.mu.Lock()
 	var working []*hosted
 	for _, h := range g.tasks {
-		if h.status == taskWorking {
+		if !h.terminal() {
 			working = append(working, h)
 		}
 	}
@@ -617,7 +687,7 @@ func (g *governor) hostedDeadline(h *hosted, gen int) {
 // upstream; the task is forgotten, its result with it.
 func (g *governor) taskExpired(h *hosted) {
 	g.mu.Lock()
-	working := h.status == taskWorking && !g.closed
+	working := !h.terminal() && !g.closed
 	g.mu.Unlock()
 	if working {
 		g.cancelHosted(h, proxy.SourceTaskTTL, fmt.Sprintf("the task's ttl of %v passed", h.ttl))
@@ -676,7 +746,7 @@ func (g *governor) closeHosted() {
 	var owns []*proxy.Call
 	for _, h := range g.tasks {
 		all = append(all, h)
-		if r := h.rec; h.status == taskWorking && r.st.phase == phaseInFlight {
+		if r := h.rec; !h.terminal() && r.st.phase == phaseInFlight {
 			if h.own != nil {
 				owns = append(owns, h.own)
 			}

@@ -98,3 +98,13 @@ type OwnWork interface {
 	// CancelOwnWork cancels that work upstream, as from source for why.
 	CancelOwnWork(source Source, why string)
 }
+
+// OwnMessages is a Governor that takes the server's messages about a
+// request of its own that its transport has nowhere to put: over a
+// Streamable HTTP upstream they come on that request's own stream, which
+// no client reads (a hosted task's progress, and its server's requests).
+type OwnMessages interface {
+	// FromOwn takes frame, a message the server sent on c's stream, as
+	// the tracker passes it to the client.
+	FromOwn(c *Call, frame []byte)
+}

@@ -27,3 +27,28 @@ func TestMismatchTrimsWhiteSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestMismatchOfATask: the tasks extension's requests carry their task's
+// id in Mcp-Name; one missing or naming another task is a mismatch
+// (the conformance suite's tasks-request-headers), and tasks/result,
+// which 2026-07-28 does not have, is not checked.
+func TestMismatchOfATask(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{"tasks/get", "tasks/update", "tasks/cancel", "tasks/result"} {
+		var f framing.Frame
+		if err := f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"` + method + `","params":{"taskId":"t-1"}}`)); err != nil {
+			t.Fatal(err)
+		}
+		checked := method != "tasks/result"
+		for value, agrees := range map[string]bool{"t-1": true, "t-2": !checked, "": !checked} {
+			var req fasthttp.Request
+			req.Header.Set("Mcp-Method", method)
+			if value != "" {
+				req.Header.Set("Mcp-Name", value)
+			}
+			if why := mismatch(&req, &f.Msgs[0], "2026-07-28", nil); (why == "") != agrees {
+				t.Errorf("%s with Mcp-Name %q: mismatch %q, want agreement %v", method, value, why, agrees)
+			}
+		}
+	}
+}

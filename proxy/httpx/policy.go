@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/valyala/fasthttp"
@@ -143,7 +144,7 @@ func (sess *session) SendOwn(c *proxy.Call, frame []byte) {
 	sess.own[c] = p
 	sess.mu.Unlock()
 	sess.sc.bg.Go(func() {
-		outbound{sess.sc}.postOwn(sess, frame, p)
+		outbound{sess.sc}.postOwn(sess, c, frame, p)
 		sess.mu.Lock()
 		delete(sess.own, c)
 		sess.mu.Unlock()
@@ -165,7 +166,7 @@ func (sess *session) endOwn() {
 // postOwn POSTs a request of the proxy's own upstream (its posting p) and
 // puts the answer (JSON or an event stream) to the session's tracker,
 // unless its stream is closed first.
-func (ob outbound) postOwn(sess *session, frame []byte, p *ownPost) {
+func (ob outbound) postOwn(sess *session, c *proxy.Call, frame []byte, p *ownPost) {
 	r := upstream.Request{Body: frame, Session: sess.sessionID(), Version: string(sess.protocolVersion()), Posting: p.posting}
 	var f framing.Frame
 	if sess.protocolVersion().CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
@@ -178,14 +179,71 @@ func (ob outbound) postOwn(sess *session, frame []byte, p *ownPost) {
 	}
 	if err != nil {
 		ob.s.log.Warn("the proxy's own request failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
+		ob.failOwn(sess, frame, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
 	defer fasthttp.ReleaseResponse(resp)
+	if ct := resp.Header.ContentType(); resp.StatusCode() >= 300 && !upstream.IsEventStream(ct) && !bytes.Contains(ct, []byte("json")) {
+		status := resp.StatusCode()
+		upstream.ReadHead(resp)
+		ob.failOwn(sess, frame, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
+		return
+	}
 	if !p.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
 		return
 	}
-	ob.readAnswer(sess, resp, nil)
+	ob.readOwn(sess, c, resp)
 	p.st.CloseWithError(nil)
+}
+
+// failOwn answers frame, a request of the proxy's own that failed on its
+// way, for the server that could not: with an error of the proxy's own,
+// which the tracker gives to the request's owner (a hosted task fails).
+func (ob outbound) failOwn(sess *session, frame []byte, why string) {
+	var f framing.Frame
+	if f.Parse(frame) != nil || f.Batch || f.Msgs[0].Kind != framing.KindRequest {
+		return
+	}
+	reply := proxy.ErrorReply(f.Msgs[0].ID, proxy.CodeServerGone, why)
+	if f.Parse(reply) == nil {
+		relay{ob.s}.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+	}
+}
+
+// readOwn reads the answer to c, a request of the proxy's own, JSON or an
+// event stream, putting each message to the session's tracker; what the
+// tracker leaves for the client (a hosted task's progress, its server's
+// requests), which no stream of the client's carries, goes to the
+// governor (proxy.OwnMessages).
+func (ob outbound) readOwn(sess *session, c *proxy.Call, resp *fasthttp.Response) {
+	g, _ := sess.core.Governor().(proxy.OwnMessages)
+	rl := relay{ob.s}
+	var f framing.Frame
+	take := func(data []byte) {
+		if err := f.Parse(data); err != nil {
+			sess.t.Invalid(proxy.Server, err, data)
+			return
+		}
+		if left := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{}).Data; g != nil && len(left) > 0 {
+			g.FromOwn(c, bytes.Clone(left))
+		}
+	}
+	if !upstream.IsEventStream(resp.Header.ContentType()) {
+		take(readBody(resp, ob.s.maxBody))
+		return
+	}
+	rd := ob.newSSEReader(resp)
+	defer rd.Release()
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			break
+		}
+		if ev.HasData && len(ev.Data) > 0 {
+			take(ev.Data)
+		}
+	}
+	resp.CloseBodyStream()
 }
 
 // readBody reads a streamed response's body, up to max bytes.

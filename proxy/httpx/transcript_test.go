@@ -603,7 +603,7 @@ func (r *replay) request(method, url, body string) *http.Request {
 		var f framing.Frame
 		if f.Parse([]byte(body)) == nil && !f.Batch {
 			req.Header.Set("Mcp-Method", f.Msgs[0].Method)
-			if name := f.Msgs[0].Name(); name != "" {
+			if name, ok := upstream.MirroredName(&f.Msgs[0]); ok && name != "" { // a tool's, a resource's, a task's
 				req.Header.Set("Mcp-Name", name)
 			}
 		}

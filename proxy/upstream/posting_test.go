@@ -1,6 +1,10 @@
 package upstream
 
 import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -66,5 +70,69 @@ func TestBeforeCancel(t *testing.T) {
 	wait("hurried", done)
 	if n := clk.Pending(); n != 0 {
 		t.Errorf("%d timers left set", n)
+	}
+}
+
+// TestCutBeforeHeaders: a POST whose server sends no headers until it
+// answers is cancelled by Cut, which closes its connection: the server
+// sees the connection end, and the send fails at once. A Cut after the
+// headers does nothing (the answer's body is then what to close), and a
+// Cut before the request is written fails it unsent.
+func TestCutBeforeHeaders(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	read, closed := make(chan struct{}), make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.ReadAll(req.Body)
+		close(read)
+		br.ReadByte() // no answer: waits for the client's close
+		close(closed)
+	}()
+	e := Endpoint{URL: mustURL(t, "http://"+ln.Addr().String()+"/mcp"), Client: NewClient(0, 0)}
+	p := NewPosting()
+	failed := make(chan error, 1)
+	go func() {
+		_, err := e.Do(Request{Body: []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`), Posting: p}, 0)
+		failed <- err
+	}()
+	<-read // the server has the request, and answers nothing
+	if !p.Cut() || !p.WasCut() {
+		t.Fatal("Cut before the headers did not cut")
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's connection is still open after the Cut")
+	}
+	if err := <-failed; err == nil {
+		t.Error("the cut POST did not fail")
+	}
+	if p.Cut() {
+		t.Error("a second Cut cut again")
+	}
+
+	headed := NewPosting()
+	headed.Headed()
+	if headed.Cut() {
+		t.Error("Cut after the headers cut")
+	}
+	early := NewPosting()
+	early.Cut()
+	if _, err := e.Do(Request{Body: []byte(`{}`), Posting: early}, 0); err == nil {
+		t.Error("a POST cut before it was written was sent")
 	}
 }
