@@ -651,3 +651,40 @@ func TestStoppingAChildCancelsItsCalls(t *testing.T) {
 		t.Errorf("the child read:\n%s\nwant the cancel of call 5", data)
 	}
 }
+
+// TestClosedStreamCancelsBeforeHeaders: in protocol 2026-07-28, a client
+// that closes its stream while the server has sent nothing yet, not even
+// its headers (the go-sdk's server sends them with the first message),
+// cancels the request: the sidecar closes the POST's connection, which
+// the server takes as the cancel, and the audit says the client's close
+// did it.
+func TestClosedStreamCancelsBeforeHeaders(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	up := newUpstream(t, &mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	recs := make(chan *policy.Record, 8)
+	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop(),
+		OnAudit: func(r *policy.Record) { recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, Governor: e.Governor})
+	addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quiet","arguments":{"key":"q"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+		"MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: quiet\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	<-up.started
+	conn.Close() // the cancel
+	if key := <-up.quietCancel; key != "q" {
+		t.Errorf("upstream cancelled %q", key)
+	}
+	if r := <-recs; r.Source != "disconnect" {
+		t.Errorf("audit: source %q, want disconnect", r.Source)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -111,8 +112,13 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		st.post().Headed() // never sent
 		return
 	}
+	stop := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
+	stop()
 	switch {
+	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
+		sess.detach(st) // the client closed its stream before the server's headers: the cancel, counted
+		return
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
 		if final := st.TakeFinal(); final != nil {
@@ -132,6 +138,19 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	sess = rl.noteSession(sess, known, resp, &reserved)
 	streaming = rl.respond(ctx, sess, st, resp, d)
+}
+
+// watchBeforeHeaders watches, in 2026-07-28, the client's connection
+// while its requests wait for the upstream's headers: its close is their
+// cancel (clientGone), which cuts the POST's connection when the server
+// sends no headers until it answers (the go-sdk's, mcp-go's). Once the
+// headers come, the stream's relay watches it. It returns what stops the
+// watch.
+func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) (stop func()) {
+	if requests == 0 || !sess.protocolVersion().CancelsByClose() {
+		return func() {}
+	}
+	return closewatch.WatchAfter(ctx.Conn(), &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
 }
 
 // refuseFull answers an initialize the relayed sessions' cap leaves no

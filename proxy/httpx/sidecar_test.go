@@ -43,6 +43,9 @@ type sdkServer struct {
 	sawCancel chan string
 	release   chan struct{} // closed: wait_cancel calls end without a cancel
 	sayNow    chan struct{} // closed: say calls answer
+	// quietCancel gets the key of each quiet call cancelled: quiet sends
+	// nothing, not even its headers, until it is cancelled.
+	quietCancel chan string
 }
 
 func newUpstream(t *testing.T, opts *mcp.StreamableHTTPOptions) *sdkServer {
@@ -65,8 +68,17 @@ func newUpstreamWrapped(t *testing.T, opts *mcp.StreamableHTTPOptions, wrap func
 
 // newUpstreamServer returns the upstream's MCP server, not yet served.
 func newUpstreamServer() (*sdkServer, *mcp.Server) {
-	u := &sdkServer{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{}), sayNow: make(chan struct{})}
+	u := &sdkServer{started: make(chan struct{}, 8), sawCancel: make(chan string, 8), release: make(chan struct{}), sayNow: make(chan struct{}),
+		quietCancel: make(chan string, 8)}
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "quiet"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Key string `json:"key"`
+	}) (*mcp.CallToolResult, any, error) {
+		u.started <- struct{}{}
+		<-ctx.Done()
+		u.quietCancel <- in.Key
+		return nil, nil, ctx.Err()
+	})
 	mcp.AddTool(s, &mcp.Tool{Name: "wait_cancel"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
 		Key string `json:"key"`
 	}) (*mcp.CallToolResult, any, error) {

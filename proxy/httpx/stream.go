@@ -410,6 +410,7 @@ func (rl relay) clientGone(sess *session, st *relayed) {
 			}
 		}
 		if !kept {
+			st.post().Cut() // before the server's headers, its connection is the stream
 			st.CloseWithError(errClientGone)
 		}
 		if len(calls) > 0 {
