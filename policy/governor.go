@@ -98,6 +98,10 @@ type record struct {
 	lease    func() // frees the fleet-wide slot it holds, if its rule's count is the fleet's
 	answered time.Time
 	taskID   string
+	// awaiting: a hosted task's call that waits for its client's input
+	// (2026-07-28, input_required): nothing of it runs upstream, and a
+	// cancel now stops all of it.
+	awaiting bool
 
 	source       proxy.Source
 	reason       string

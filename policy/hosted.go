@@ -71,6 +71,16 @@ type hosted struct {
 	// request of the same principal sees the task.
 	several   bool
 	principal string
+	// params and token are the call's params as the server gets them and
+	// its progress token, for the call sent again with the client's input
+	// (2026-07-28: a result input_required); inputs are the input requests
+	// the client has not answered yet, by key, answers its answers so far
+	// (tasks/update), state the result's requestState, sent back with them.
+	params  json.RawMessage
+	token   framing.ID
+	inputs  map[string]json.RawMessage
+	answers map[string]json.RawMessage
+	state   json.RawMessage
 }
 
 // terminal reports whether the task is over.
@@ -103,6 +113,7 @@ type taskView2 struct {
 	PollIntervalMs int64           `json:"pollIntervalMs"`
 	Result         json.RawMessage `json:"result,omitempty"`
 	Error          json.RawMessage `json:"error,omitempty"`
+	InputRequests  json.RawMessage `json:"inputRequests,omitempty"`
 }
 
 // view2 is h as the tasks extension shows it: resultType "task" for the
@@ -113,6 +124,9 @@ func (h *hosted) view2(resultType string) taskView2 {
 		LastUpdatedAt: v.LastUpdatedAt, TTLMs: v.TTL, PollIntervalMs: v.PollInterval}
 	if resultType == "complete" {
 		t.Result, t.Error = h.result, h.errObj
+		if h.status == taskInputRequired && len(h.inputs) > 0 {
+			t.InputRequests, _ = json.Marshal(h.inputs)
+		}
 	}
 	return t
 }
@@ -180,7 +194,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		ttl = min(ttl, time.Duration(*asked.TTL)*time.Millisecond)
 	}
 	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask,
-		several: several, principal: principal}
+		several: several, principal: principal, params: params, token: token}
 	if !g.e.hostedTasks.admit(h, g) {
 		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
@@ -347,6 +361,11 @@ func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
 		g.run(r, out)
 		g.work.post(func() { g.act.Serve(c, reply) })
 		g.work.post(func() { g.forgetHosted(h) })
+		return
+	}
+	if h.v2 && !m.IsError && string(field(m.Raw, "result", "resultType")) == `"input_required"` {
+		g.awaitInputLocked(h, field(m.Raw, "result"))
+		g.mu.Unlock()
 		return
 	}
 	h.status, h.updated = taskCompleted, g.e.clock.Now()
@@ -600,7 +619,7 @@ func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Me
 		b, _ := json.Marshal(h.view2("complete"))
 		reply = answerWith(c.ID(), b)
 	case m.Method == "tasks/update":
-		reply = unknownTask(c.ID(), "task "+h.id+" is not waiting for input: the proxy runs it, and asks none")
+		reply = g.updateLocked(h, c, m)
 	case m.Method == "tasks/cancel":
 		reply = answerWith(c.ID(), []byte(`{"resultType":"complete"}`)) // an acknowledgement, for a task over too
 		if !h.terminal() {
@@ -619,6 +638,67 @@ func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Me
 	}
 	via.work.post(func() { via.act.Serve(c, reply) })
 	return proxy.Admission{Hold: true}, true
+}
+
+// awaitInputLocked makes h input_required: the server answered its call
+// (2026-07-28) with an input_required result, whose inputRequests the
+// client reads on tasks/get and answers with tasks/update. No call is in
+// flight meanwhile; the task's story goes on (a cancel, its ttl, a
+// deadline still end it).
+func (g *governor) awaitInputLocked(h *hosted, result json.RawMessage) {
+	var res struct {
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  json.RawMessage            `json:"requestState"`
+	}
+	json.Unmarshal(result, &res)
+	h.own, h.inputs, h.answers, h.state = nil, res.InputRequests, map[string]json.RawMessage{}, res.RequestState
+	h.rec.awaiting = true
+	h.status, h.updated = taskInputRequired, g.e.clock.Now()
+	h.message = "the server asks the client for input: tasks/get has its inputRequests, tasks/update takes the answers"
+}
+
+// updateLocked takes a 2026-07-28 tasks/update of h: the client's answers
+// to the server's input requests, acknowledged; once every one pending is
+// answered, the call goes to the server again with them (and the result's
+// requestState), and the task works on.
+func (g *governor) updateLocked(h *hosted, c *proxy.Call, m *framing.Message) []byte {
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	if h.status != taskInputRequired {
+		return unknownTask(c.ID(), "task "+h.id+" is "+h.status+", not waiting for input")
+	}
+	if json.Unmarshal(field(m.Raw, "params"), &p) != nil || p.InputResponses == nil {
+		return unknownTask(c.ID(), "tasks/update carries no inputResponses object")
+	}
+	for key, answer := range p.InputResponses {
+		if _, asked := h.inputs[key]; asked {
+			delete(h.inputs, key)
+			h.answers[key] = answer
+		}
+	}
+	if len(h.inputs) == 0 {
+		params := editObject(h.params, nil, func(obj map[string]json.RawMessage) bool {
+			obj["inputResponses"], _ = json.Marshal(h.answers)
+			if len(h.state) > 0 {
+				obj["requestState"] = h.state
+			}
+			return true
+		})
+		h.status, h.message, h.updated, h.answers, h.state = taskWorking, "", g.e.clock.Now(), nil, nil
+		h.rec.awaiting = false
+		g.work.post(func() {
+			own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
+			g.mu.Lock()
+			h.own = own
+			cancelled := h.status == taskCancelled // meanwhile, with no call to stop then
+			g.mu.Unlock()
+			if cancelled {
+				g.act.CancelOwn(own, proxy.SourceTaskCancel, "the task was cancelled")
+			}
+		})
+	}
+	return answerWith(c.ID(), []byte(`{"resultType":"complete"}`))
 }
 
 // markCancelledLocked sets h cancelled, now, before any answer says so.

@@ -156,6 +156,9 @@ func (g *governor) recordLocked(r *record) *Record {
 	if r.taskID != "" && r.st.task >= taskSent {
 		rec.Notified = true // tasks/cancel was sent
 	}
+	if r.awaiting {
+		rec.Notified = false // nothing of it ran upstream to notify
+	}
 	cancelled := r.cancelled
 	rec.Cancelled = &cancelled
 	if g.e.opts.Audit.IncludeArguments {
@@ -191,6 +194,8 @@ func (r *record) status() string {
 		return StatusCompensationPending
 	case queued:
 		return StatusQueued
+	case r.awaiting: // a hosted task waiting for its client's input: nothing runs on
+		return StatusTaskCancelled
 	case r.taskID != "" && r.st.task == taskAnswered && r.st.outcome == "cancelled":
 		return StatusTaskCancelled
 	case r.taskID != "" && r.st.task >= taskNotDeclared:

@@ -244,18 +244,19 @@ type tasksSummary struct {
 // hostedTaskScenarios are the conformance suite's task scenarios
 // (0.2.0-alpha.12, the 2026-07-28 tasks extension) that a server with no
 // tasks passes behind the sidecar with task: host, and their checks. The
-// others need what hosting does not do (docs/tasks.md): an elicitation
-// while a task waits (tasks-mrtr-input, tasks-mrtr-composition, and the
-// confirm_delete fixture of tasks-dispatch-and-envelope), a tool that
-// requires a task (tasks-required-task-error: a hosted tool stays
-// optional, since a client that asks no task gets the plain call), and
-// status notifications (tasks-status-notifications, skipped by the suite).
+// others need what hosting does not do (docs/tasks.md): a tool that
+// requires a task (tasks-required-task-error, and the test_tool_with_task
+// of tasks-mrtr-composition: a hosted tool stays optional, since a client
+// that asks no task gets the plain call), and status notifications
+// (tasks-status-notifications, skipped by the suite).
 var hostedTaskScenarios = map[string]int{
 	"tasks-lifecycle":              9,
 	"tasks-capability-negotiation": 5,
 	"tasks-wire-fields":            4,
 	"tasks-request-state-removal":  3,
 	"tasks-request-headers":        5,
+	"tasks-mrtr-input":             4,
+	"tasks-dispatch-and-envelope":  9,
 }
 
 // TestConformanceHostedTasks runs the conformance suite's task scenarios
@@ -276,6 +277,10 @@ func TestConformanceHostedTasks(t *testing.T) {
     - tool: failing_job
       task: host
     - tool: protocol_error_job
+      task: host
+    - tool: confirm_delete
+      task: host
+    - tool: multi_input
       task: host
 `)
 	for _, upstream := range []string{"streamable", "stdio", "sse"} {

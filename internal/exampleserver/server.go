@@ -69,6 +69,46 @@ func addTaskFixtures(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "slow_compute", Description: "Works for the given seconds, then answers; stops when cancelled, and says so on stderr."}, slowCompute)
 	mcp.AddTool(s, &mcp.Tool{Name: "failing_job", Description: "Answers with a tool error after about a second."}, failingJob)
 	mcp.AddTool(s, &mcp.Tool{Name: "protocol_error_job", Description: "Answers with a JSON-RPC error (a protocol error), not a tool result."}, protocolErrorJob)
+	mcp.AddTool(s, &mcp.Tool{Name: "confirm_delete", Description: "Asks the client to confirm (2026-07-28: an input_required result), then answers."}, confirmDelete)
+	mcp.AddTool(s, &mcp.Tool{Name: "multi_input", Description: "Asks the client two questions at once (an input_required result), then answers."}, multiInput)
+}
+
+// ConfirmArgs are confirm_delete's arguments.
+type ConfirmArgs struct {
+	Filename string `json:"filename,omitempty"`
+}
+
+// confirmAsk is an elicitation of a yes or no.
+func confirmAsk(message string) *mcp.ElicitParams {
+	return &mcp.ElicitParams{Message: message, RequestedSchema: map[string]any{"type": "object",
+		"properties": map[string]any{"confirm": map[string]any{"type": "boolean"}, "name": map[string]any{"type": "string"}}}}
+}
+
+// accepted reports whether the client accepted the elicitation key in
+// its responses to an input_required result.
+func accepted(responses mcp.InputResponseMap, key string) bool {
+	r, ok := responses[key].(*mcp.ElicitResult)
+	return ok && r != nil && r.Action == "accept"
+}
+
+func confirmDelete(_ context.Context, req *mcp.CallToolRequest, a ConfirmArgs) (*mcp.CallToolResult, any, error) {
+	if accepted(req.Params.InputResponses, "confirm") {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deleted " + a.Filename}}}, nil, nil
+	}
+	return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"confirm": confirmAsk("Delete " + a.Filename + "?")}}, nil, nil
+}
+
+func multiInput(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+	ask := mcp.InputRequestMap{}
+	for _, key := range []string{"first", "second"} {
+		if !accepted(req.Params.InputResponses, key) {
+			ask[key] = confirmAsk("The " + key + " question?")
+		}
+	}
+	if len(ask) == 0 {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "both answered"}}}, nil, nil
+	}
+	return &mcp.CallToolResult{InputRequests: ask}, nil, nil
 }
 
 func greet(_ context.Context, _ *mcp.CallToolRequest, a GreetArgs) (*mcp.CallToolResult, any, error) {

@@ -232,18 +232,11 @@ func (ob outbound) readOwn(sess *session, c *proxy.Call, resp *fasthttp.Response
 		take(readBody(resp, ob.s.maxBody))
 		return
 	}
-	rd := ob.newSSEReader(resp)
-	defer rd.Release()
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			break
-		}
+	ob.eachEvent(resp, func(ev *framing.Event) {
 		if ev.HasData && len(ev.Data) > 0 {
 			take(ev.Data)
 		}
-	}
-	resp.CloseBodyStream()
+	})
 }
 
 // readBody reads a streamed response's body, up to max bytes.

@@ -377,6 +377,16 @@ func (ob outbound) readAnswer(sess *session, resp *fasthttp.Response, send func(
 		}
 		return
 	}
+	ob.eachEvent(resp, func(ev *framing.Event) {
+		if out := rl.filterEvent(sess, ev, &f, nil); len(out) > 0 && send != nil {
+			send(out, true)
+		}
+	})
+}
+
+// eachEvent reads an upstream answer's event stream to its end, handing
+// each event to each, then closes it.
+func (ob outbound) eachEvent(resp *fasthttp.Response, each func(ev *framing.Event)) {
 	rd := ob.newSSEReader(resp)
 	defer rd.Release()
 	for {
@@ -384,9 +394,7 @@ func (ob outbound) readAnswer(sess *session, resp *fasthttp.Response, send func(
 		if err != nil {
 			break
 		}
-		if out := rl.filterEvent(sess, ev, &f, nil); len(out) > 0 && send != nil {
-			send(out, true)
-		}
+		each(ev)
 	}
 	resp.CloseBodyStream()
 }
