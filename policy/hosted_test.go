@@ -278,3 +278,37 @@ func FuzzWithoutTask(f *testing.F) {
 		}
 	})
 }
+
+// TestHostedTaskAsksForInput: a server's request on a hosted call's own
+// stream (FromOwn) makes the task input_required until a tasks/result
+// carries it, tagged with the task; progress goes only to a tasks/result
+// that waits.
+func TestHostedTaskAsksForInput(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	own, _ := hostedCall(t, ft, 1, "report")
+	g := ft.gov.(proxy.OwnMessages)
+	g.FromOwn(own.call, []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}`)) // none waits: dropped
+	g.FromOwn(own.call, []byte(`{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","params":{"message":"which?"}}`))
+	ft.client(taskRequest(2, "tasks/get", "t1"))
+	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "input_required" {
+		t.Errorf("tasks/get: %v, want input_required", res)
+	}
+	ft.client(taskRequest(3, "tasks/result", "t1"))
+	n := ft.next()
+	if n.kind != "notify" || !strings.Contains(string(n.frame), `"io.modelcontextprotocol/related-task":{"taskId":"t1"}`) ||
+		!strings.Contains(string(n.frame), `"method":"elicitation/create"`) {
+		t.Fatalf("%s: %s, want the request tagged with its task on tasks/result", n.kind, n.frame)
+	}
+	ft.client(taskRequest(4, "tasks/get", "t1"))
+	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "working" {
+		t.Errorf("tasks/get after the request went: %v, want working", res)
+	}
+	g.FromOwn(own.call, []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":2}}`))
+	if n := ft.next(); n.kind != "notify" || !strings.Contains(string(n.frame), `"progress":2`) {
+		t.Errorf("%s: %s, want the progress on the waiting tasks/result", n.kind, n.frame)
+	}
+}

@@ -155,6 +155,17 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		tasksScript(t, node, dir, config, nil, "slow", "slow: CANCELLED", append(env, "SERVER="+string(server),
 			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`, "RELEASE=")...)
 	})
+	t.Run("FastMCP behind the sidecar", func(t *testing.T) { // over Streamable HTTP, uvicorn's
+		watchdog(t, 90*time.Second)
+		config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: slow\n      task: host\n")
+		up, pyLogs := startFastMCP(t, "--http")
+		front := freePort(t)
+		sc := startWrapped(t, "--config", config, "--listen", front, "--upstream", "http://"+up+"/mcp")
+		sc.events.waitFor(t, events.SidecarListening)
+		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+		tasksScript(t, node, dir, config, pyLogs, "slow", "slow: CANCELLED", "SIDECAR_URL=http://"+front+"/mcp", "RELEASE=",
+			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`)
+	})
 	t.Run("server-everything's own tasks relayed", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
 		config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: \"*\"\n      task: host\n")

@@ -131,12 +131,12 @@ func (ob outbound) forwardJoined(sess *session, c *proxy.Call, j *joinedStream) 
 		fail("the upstream MCP server is unreachable: " + upstream.Brief(err))
 		return
 	}
-	defer fasthttp.ReleaseResponse(resp)
 	if status := resp.StatusCode(); status >= 500 {
-		upstream.ReadHead(resp)
+		upstream.ReadHead(resp) // and releases it
 		fail(fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return
 	}
+	defer fasthttp.ReleaseResponse(resp)
 	if !j.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
 		return
 	}

@@ -182,13 +182,13 @@ func (ob outbound) postOwn(sess *session, c *proxy.Call, frame []byte, p *ownPos
 		ob.failOwn(sess, frame, "the upstream MCP server is unreachable: "+upstream.Brief(err))
 		return
 	}
-	defer fasthttp.ReleaseResponse(resp)
 	if ct := resp.Header.ContentType(); resp.StatusCode() >= 300 && !upstream.IsEventStream(ct) && !bytes.Contains(ct, []byte("json")) {
 		status := resp.StatusCode()
-		upstream.ReadHead(resp)
+		upstream.ReadHead(resp) // and releases it
 		ob.failOwn(sess, frame, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return
 	}
+	defer fasthttp.ReleaseResponse(resp)
 	if !p.st.SetBody(upstream.BodyOf(resp)) { // cancelled meanwhile
 		return
 	}
