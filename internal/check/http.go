@@ -33,16 +33,15 @@ func CancelPOST(rawURL string, headers []upstream.Header, protocol framing.Revis
 		return Line{Check: check, Verdict: Skip, Says: "initialize: " + upstream.Brief(err)}
 	}
 	session := string(resp.Header.Peek("Mcp-Session-Id"))
-	upstream.ReadHead(resp)
-	fasthttp.ReleaseResponse(resp)
+	upstream.ReadHead(resp) // and releases it
 	post := func(body []byte) (int, error) {
 		resp, err := u.Do(upstream.Request{Body: body, Session: session, Version: string(protocol)}, timeout)
 		if err != nil {
 			return 0, err
 		}
-		defer fasthttp.ReleaseResponse(resp)
+		status := resp.StatusCode()
 		upstream.ReadHead(resp)
-		return resp.StatusCode(), nil
+		return status, nil
 	}
 	if _, err := post([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); err != nil {
 		return Line{Check: check, Verdict: Skip, Says: "notifications/initialized: " + upstream.Brief(err)}
@@ -51,7 +50,6 @@ func CancelPOST(rawURL string, headers []upstream.Header, protocol framing.Revis
 	if session != "" {
 		if resp, err := u.Do(upstream.Request{Method: fasthttp.MethodDelete, Session: session, Version: string(protocol)}, timeout); err == nil {
 			upstream.ReadHead(resp)
-			fasthttp.ReleaseResponse(resp)
 		}
 	}
 	switch {
