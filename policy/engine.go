@@ -132,12 +132,16 @@ type Engine struct {
 	// (several clients'), by id: the client polls them on requests of
 	// their own, each with a governor of its own (hosted.go).
 	sessionless sync.Map
-	mu          sync.Mutex // guards governors and adopting
-	governors   map[*governor]bool
-	adopting    Timer // the next look for jobs of proxies that ended
-	stopped     bool
-	stopWork    func()   // stops taking the fleet's jobs
-	leftJobs    sync.Map // ids of the jobs of other configurations left in the store, said once each
+	// tasksExt: the server declared 2026-07-28's tasks extension, as one
+	// governor learned (server/discover): requests without a session, each
+	// with a governor of its own, ask this one server.
+	tasksExt  atomic.Bool
+	mu        sync.Mutex // guards governors and adopting
+	governors map[*governor]bool
+	adopting  Timer // the next look for jobs of proxies that ended
+	stopped   bool
+	stopWork  func()   // stops taking the fleet's jobs
+	leftJobs  sync.Map // ids of the jobs of other configurations left in the store, said once each
 }
 
 // New starts an Engine.

@@ -182,7 +182,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	principal, several := g.act.Principal(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.serverTasksExt {
+	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.runsTasksExt() {
 		return proxy.Admission{}, false
 	}
 	now := g.e.clock.Now()
@@ -601,7 +601,7 @@ func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Me
 			h = nil // another client's: as if unknown
 		}
 	}
-	if h == nil && (g.serverTasksExt || g.serverTasks) && via == g {
+	if h == nil && (g.runsTasksExt() || g.serverTasks) && via == g {
 		return proxy.Admission{}, false
 	}
 	var reply []byte
@@ -878,10 +878,16 @@ func (g *governor) declareTasksExtension(res json.RawMessage) []byte {
 	if declared {
 		g.mu.Lock()
 		g.serverTasksExt = true
+		g.e.tasksExt.Store(true)
 		g.mu.Unlock()
 	}
 	return out
 }
+
+// runsTasksExt reports whether the server runs 2026-07-28's tasks
+// extension itself, as this session or any other learned: then its tasks
+// are relayed, and nothing is hosted.
+func (g *governor) runsTasksExt() bool { return g.serverTasksExt || g.e.tasksExt.Load() }
 
 // declareTasks adds to an initialize result's capabilities what hosting
 // tasks serves: tasks.list, tasks.cancel and tasks.requests.tools.call.
