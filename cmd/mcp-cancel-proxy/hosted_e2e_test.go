@@ -145,14 +145,14 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 	config, _ := writeConfig(t, hostingConfig)
 	t.Run("wrapper", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
-		tasksScript(t, node, dir, config, nil, "block,slow_honour", "example server: block ts: the request was cancelled")
+		tasksScript(t, node, dir, config, nil, "block,slow_honour", "example server: block ts: started", "example server: block ts: the request was cancelled")
 	})
 	t.Run("FastMCP", func(t *testing.T) { // the Python SDK's server, which runs no task itself either
 		watchdog(t, 90*time.Second)
 		config, _ := writeConfig(t, "policy:\n  rules:\n    - tool: slow\n      task: host\n")
 		env, argv := fastMCP(t)
 		server, _ := json.Marshal(argv)
-		tasksScript(t, node, dir, config, nil, "slow", "slow: CANCELLED", append(env, "SERVER="+string(server),
+		tasksScript(t, node, dir, config, nil, "slow", "", "slow: CANCELLED", append(env, "SERVER="+string(server),
 			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`, "RELEASE=")...)
 	})
 	t.Run("FastMCP behind the sidecar", func(t *testing.T) { // over Streamable HTTP, uvicorn's
@@ -163,7 +163,7 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		sc := startWrapped(t, "--config", config, "--listen", front, "--upstream", "http://"+up+"/mcp")
 		sc.events.waitFor(t, events.SidecarListening)
 		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-		tasksScript(t, node, dir, config, pyLogs, "slow", "slow: CANCELLED", "SIDECAR_URL=http://"+front+"/mcp", "RELEASE=",
+		tasksScript(t, node, dir, config, pyLogs, "slow", "", "slow: CANCELLED", "SIDECAR_URL=http://"+front+"/mcp", "RELEASE=",
 			`DONE={"name":"slow","arguments":{"seconds":0.3,"steps":2}}`, `CANCEL={"name":"slow","arguments":{"seconds":60,"steps":60}}`)
 	})
 	t.Run("server-everything's own tasks relayed", func(t *testing.T) {
@@ -172,7 +172,7 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		js := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 		server, _ := json.Marshal([]string{node, js, "stdio"})
 		research := `{"name":"simulate-research-query","arguments":{"topic":"%s"}}`
-		s := tasksScript(t, node, dir, config, nil, "", "", "SERVER="+string(server), "NO_GO=1", "RELEASE=",
+		s := tasksScript(t, node, dir, config, nil, "", "", "", "SERVER="+string(server), "NO_GO=1", "RELEASE=",
 			"DONE="+fmt.Sprintf(research, "tides"), "CANCEL="+fmt.Sprintf(research, "moons"))
 		for _, id := range []string{s.DoneTask, s.CancelledTask} {
 			if strings.HasPrefix(id, "mcp-cancel-proxy-task-") {
@@ -185,7 +185,7 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		up := freePort(t)
 		server := startServer(t, exec.Command(proxyBin, "example-server", "--http", up))
 		waitListening(t, up)
-		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: the request was cancelled", "UPSTREAM=http://"+up+"/mcp")
+		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: started", "example server: block ts: the request was cancelled", "UPSTREAM=http://"+up+"/mcp")
 	})
 	t.Run("sidecar", func(t *testing.T) {
 		watchdog(t, 90*time.Second)
@@ -195,7 +195,7 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 		sc := startWrapped(t, "--config", config, "--listen", front, "--upstream", "http://"+up+"/mcp")
 		sc.events.waitFor(t, events.SidecarListening)
 		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: the request was cancelled", "SIDECAR_URL=http://"+front+"/mcp")
+		tasksScript(t, node, dir, config, server, "block,slow_honour", "example server: block ts: started", "example server: block ts: the request was cancelled", "SIDECAR_URL=http://"+front+"/mcp")
 	})
 }
 
@@ -203,12 +203,16 @@ func TestE2ETypeScriptClientHostedTasks(t *testing.T) {
 // server (nil: the server runs under the wrapper the script starts, whose
 // stderr carries it), and checks what the client saw: the tools it was
 // told support tasks (taskTools), and the server's line saying it saw the
-// cancel (cancelled).
-func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTools, cancelled string, env ...string) tasksSummary {
+// cancel (cancelled); with started, the script cancels only once the
+// server's log says the call runs.
+func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTools, started, cancelled string, env ...string) tasksSummary {
 	t.Helper()
 	script := exec.Command(node, filepath.Join(dir, "e2e", "ts-client-tasks.mjs"))
 	script.Dir = dir
 	script.Env = append(append(os.Environ(), "PROXY_BIN="+proxyBin, "CONFIG="+config), env...)
+	if started != "" {
+		script.Env = append(script.Env, "WAIT_STARTED=1")
+	}
 	stdin, _ := script.StdinPipe()
 	stdout, _ := script.StdoutPipe()
 	stderr, _ := script.StderrPipe()
@@ -222,6 +226,13 @@ func tasksScript(t *testing.T, node, dir, config string, server *logTail, taskTo
 		go io.Copy(os.Stderr, stderr)
 	}
 	out := bufio.NewScanner(stdout)
+	if started != "" { // the call runs on the server before it is cancelled
+		if !out.Scan() || out.Text() != "STARTED" {
+			t.Fatalf("script said %q, want STARTED", out.Text())
+		}
+		server.waitFor(t, started)
+		io.WriteString(stdin, "CANCEL\n")
+	}
 	if !out.Scan() || !strings.HasPrefix(out.Text(), "CANCELLED") {
 		t.Fatalf("script said %q, want CANCELLED", out.Text())
 	}

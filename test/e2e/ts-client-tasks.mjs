@@ -4,7 +4,11 @@
 // those tools support tasks, so its callToolStream asks for one by itself:
 // it gets a task, polls it and fetches its result; a second task (block,
 // which waits until released) is cancelled with the SDK's cancelTask.
-// Once the cancel is in it prints CANCELLED and waits for GO on stdin,
+// With WAIT_STARTED set, it prints STARTED once it has the second task,
+// and cancels it only when the test writes CANCEL on stdin (the server has
+// said the call runs: a cancel read before the call started shows
+// nothing in the server's log). Once the cancel is in it prints CANCELLED
+// and waits for GO on stdin,
 // which the test writes when the server says it saw the cancel; then it
 // releases the block and prints one JSON summary line.
 //
@@ -58,6 +62,13 @@ for await (const m of client.experimental.tasks.callToolStream(done, CallToolRes
 const stream = client.experimental.tasks.callToolStream(cancel, CallToolResultSchema);
 const first = await stream.next();
 summary.cancelledTask = first.value?.task?.taskId ?? '';
+const lines = createInterface({ input: process.stdin });
+const said = lines[Symbol.asyncIterator]();
+const await_ = async (word) => { for (let l = await said.next(); !l.done; l = await said.next()) if (l.value === word) return; };
+if (process.env.WAIT_STARTED) {
+  console.log('STARTED');
+  await await_('CANCEL');
+}
 const cancelled = await client.experimental.tasks.cancelTask(summary.cancelledTask);
 summary.cancelStatus = cancelled.status;
 summary.afterCancel = (await client.experimental.tasks.getTask(summary.cancelledTask)).status;
@@ -69,8 +80,7 @@ if (process.env.NO_GO) {
   await client.close();
   process.exit(0);
 }
-const lines = createInterface({ input: process.stdin });
-for await (const line of lines) if (line === 'GO') break;
+await await_('GO');
 if (release) await client.callTool(release);
 summary.errors = errors;
 console.log(JSON.stringify(summary));
