@@ -164,7 +164,7 @@ func serveChildSidecar(cs *httpx.Children, tune ...func(*httpx.Sidecar)) (url st
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond, MaxRequestBodySize: 16 << 20}
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: idleServe, MaxRequestBodySize: 16 << 20}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String() + "/mcp", func() {
 		sc.Cleanup("the test ends")

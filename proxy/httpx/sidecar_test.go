@@ -141,9 +141,8 @@ func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A short idle timeout: Shutdown waits for idle keep-alive connections,
-	// which clients keep open.
-	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: 100 * time.Millisecond}
+	// Shutdown closes the idle keep-alive connections clients keep open.
+	srv := &fasthttp.Server{Handler: h, CloseOnShutdown: true, IdleTimeout: idleServe}
 	go srv.Serve(httpx.Listener(ln))
 	t.Cleanup(func() {
 		sc.Cleanup("the test ends") // old clients' streams end: Shutdown waits for them
@@ -488,3 +487,11 @@ func TestSilentCallStillGetsItsHeaders(t *testing.T) {
 		t.Errorf("then %q, want the answer", rest)
 	}
 }
+
+// idleServe is how long the tests' sidecars keep an idle connection: far
+// longer than testClient keeps one (30 ms), so that a connection the
+// client reuses is never one the server is closing. (At 100 ms, a test
+// goroutine that a loaded machine left waiting between reading an answer
+// and its next POST could send on a connection the server had just
+// closed: "connection reset by peer" in TestChildSessionSlots.)
+const idleServe = 5 * time.Second
