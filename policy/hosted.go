@@ -231,26 +231,35 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		after = 0 // the client asked for a task: it gets one at once
 	}
 	g.work.post(func() {
+		// At once, the client has its task before the call goes: a server
+		// that answers within the instant must not have its answer taken
+		// for one that came before task_after.
+		if after == 0 && !g.giveTask(h) {
+			return // the client cancelled its call as it was hosted: it never goes
+		}
 		own := g.act.SendOwn("tools/call", params, token, func(a *framing.Message) { g.hostedAnswered(h, a) })
 		g.mu.Lock()
 		h.own = own
 		if after > 0 {
 			h.after = g.e.clock.AfterFunc(after, func() { g.work.post(func() { g.giveTask(h) }) })
 		}
+		cancelled, source, reason := h.status == taskCancelled, h.rec.source, h.message // meanwhile, with no call to stop then
 		g.mu.Unlock()
-		if after == 0 {
-			g.giveTask(h)
+		if cancelled {
+			g.act.CancelOwn(own, source, reason)
 		}
 	})
 	return proxy.Admission{Hold: true}, true
 }
 
-// giveTask answers h's call with its task, unless it was answered.
-func (g *governor) giveTask(h *hosted) {
+// giveTask answers h's call with its task, unless it was answered; it
+// reports false if the client cancelled the call first (h is then
+// cancelled).
+func (g *governor) giveTask(h *hosted) bool {
 	g.mu.Lock()
 	if h.served {
 		g.mu.Unlock()
-		return
+		return true
 	}
 	h.served = true
 	var created []byte
@@ -265,7 +274,9 @@ func (g *governor) giveTask(h *hosted) {
 	g.mu.Unlock()
 	if !g.act.Serve(c, answerWith(c.ID(), created)) { // the client cancelled its call as it was hosted
 		g.cancelHosted(h, proxy.SourceClient, "the client cancelled its call before it got the task")
+		return false
 	}
+	return true
 }
 
 // declaresTasks reports whether a request declares 2026-07-28's tasks

@@ -49,8 +49,8 @@ func hostedCall(t *testing.T, ft *fakeTransport, id int, tool string) (own actio
 	if o := ft.client(taskCall(id, tool)); !o.Hold {
 		t.Fatalf("the task-augmented call was not held: %+v", o)
 	}
+	served := ft.next() // the task first, then the call: an answer at once is the task's
 	own = ft.next()
-	served := ft.next()
 	if own.kind != "own" || served.kind != "serve" || !strings.Contains(string(own.frame), `"method":"tools/call"`) ||
 		strings.Contains(string(own.frame), `"task"`) {
 		t.Fatalf("actions %s %s, frame %s", own.kind, served.kind, own.frame)
