@@ -151,10 +151,7 @@ type clientTable struct {
 
 // newClientTable is t's rows before the bundled ones.
 func newClientTable(t *ClientTimeouts) *clientTable {
-	ct := &clientTable{grace: DefaultClientGrace}
-	if t.Grace != nil {
-		ct.grace = *t.Grace
-	}
+	ct := &clientTable{grace: orDefault(t.Grace, DefaultClientGrace)}
 	ct.rows = append(append(ct.rows, t.Clients...), BundledClients()...)
 	return ct
 }

@@ -437,25 +437,10 @@ func resolve(name string, r, d *Rule) *Effective {
 	e.OnLateResult = firstHook(r.OnLateResult, d.OnLateResult)
 	e.OnLateError = firstHook(r.OnLateError, d.OnLateError)
 	if r.Task == "host" {
-		e.TaskHost, e.TaskTTL, e.TaskPoll = true, DefaultTaskTTL, DefaultTaskPoll
-		if r.TaskTTL != nil {
-			e.TaskTTL = *r.TaskTTL
-		}
-		if r.TaskPollInterval != nil {
-			e.TaskPoll = *r.TaskPollInterval
-		}
-		if r.TaskAfter != nil {
-			e.TaskAfter = *r.TaskAfter
-		}
+		e.TaskHost, e.TaskTTL, e.TaskPoll, e.TaskAfter = true, orDefault(r.TaskTTL, DefaultTaskTTL), orDefault(r.TaskPollInterval, DefaultTaskPoll), orDefault(r.TaskAfter, 0)
 	}
 	if r.Reissue == "join" {
-		e.Reissue, e.ReissueWindow, e.ReissueGrace = true, DefaultReissueWindow, DefaultReissueGrace
-		if r.ReissueWindow != nil {
-			e.ReissueWindow = *r.ReissueWindow
-		}
-		if r.ReissueGrace != nil {
-			e.ReissueGrace = *r.ReissueGrace
-		}
+		e.Reissue, e.ReissueWindow, e.ReissueGrace = true, orDefault(r.ReissueWindow, DefaultReissueWindow), orDefault(r.ReissueGrace, DefaultReissueGrace)
 		if r.ReissueKey != "" {
 			e.ReissueKey, _ = parsePointer(r.ReissueKey) // validated
 		}
@@ -751,4 +736,12 @@ func (r *Rule) validateTask(at string, bad func(at, format string, a ...any)) {
 	if r.TaskAfter != nil && *r.TaskAfter < 0 {
 		bad(at+".task_after", "must not be negative, got %v", *r.TaskAfter)
 	}
+}
+
+// orDefault is *p, or def when a setting p was not given.
+func orDefault[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }

@@ -49,7 +49,6 @@ type governor struct {
 	serverTasks    bool
 	serverTaskList bool
 	serverTools    map[string]bool
-	serverTasksExt bool // the server declared 2026-07-28's tasks extension
 	// linger, once set (Linger), ends the session when its last hosted
 	// task is forgotten: a request's own session that outlasts it.
 	linger func()

@@ -2,14 +2,11 @@ package policy
 
 import (
 	"cmp"
-	"container/list"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -199,31 +196,10 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
 			Message: "the proxy holds as many tasks as it may (limits.hosted_tasks): try again later", Data: map[string]string{"proxy": "mcp-cancel-proxy"}})
-		g.work.post(func() { g.act.Serve(c, reply) })
+		g.serveSoon(c, reply)
 		return proxy.Admission{Hold: true}, true
 	}
-	h.rec = &record{g: g, c: c, rule: rule, method: "tools/call", tool: tool, id: c.ID().AppendJSON(nil), started: now,
-		st: story{sent: true}, taskID: h.id}
-	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
-		h.rec.args = field(m.Raw, "params", "arguments")
-	}
-	if len(rule.Correlate) > 0 {
-		h.rec.correlation = correlate(rule.Correlate, field(m.Raw, "params"))
-	}
-	if g.tasks == nil {
-		g.tasks = map[string]*hosted{}
-	}
-	g.tasks[h.id] = h
-	if several {
-		g.e.sessionless.Store(h.id, h)
-	}
-	g.calls[c] = h.rec // its story, settled with the session's (the client's call is served: no other event comes for it)
-	h.expiry = g.e.clock.AfterFunc(ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
-	if rule.Timeout > 0 {
-		r := h.rec
-		r.deadline = now.Add(rule.Timeout)
-		g.rearmLocked(&r.timer, &r.gen, r.deadline, func(gen int) { g.hostedDeadline(h, gen) })
-	}
+	g.keepHostedLocked(h, c, m, rule)
 	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.String("task", h.id))
 	after := rule.TaskAfter
@@ -237,19 +213,57 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		if after == 0 && !g.giveTask(h) {
 			return // the client cancelled its call as it was hosted: it never goes
 		}
-		own := g.act.SendOwn("tools/call", params, token, func(a *framing.Message) { g.hostedAnswered(h, a) })
-		g.mu.Lock()
-		h.own = own
+		g.sendHosted(h, params)
 		if after > 0 {
+			g.mu.Lock()
 			h.after = g.e.clock.AfterFunc(after, func() { g.work.post(func() { g.giveTask(h) }) })
-		}
-		cancelled, source, reason := h.status == taskCancelled, h.rec.source, h.message // meanwhile, with no call to stop then
-		g.mu.Unlock()
-		if cancelled {
-			g.act.CancelOwn(own, source, reason)
+			g.mu.Unlock()
 		}
 	})
 	return proxy.Admission{Hold: true}, true
+}
+
+// keepHostedLocked records h, hosted for the client's call c (m) under
+// rule: its story (the audit line, the hooks), the session's and the
+// Engine's tables, its ttl and its deadline.
+func (g *governor) keepHostedLocked(h *hosted, c *proxy.Call, m *framing.Message, rule *Effective) {
+	h.rec = &record{g: g, c: c, rule: rule, method: "tools/call", tool: m.Name(), id: c.ID().AppendJSON(nil), started: h.created,
+		st: story{sent: true}, taskID: h.id}
+	if rule.hasHooks() || g.e.opts.Audit.IncludeArguments {
+		h.rec.args = field(m.Raw, "params", "arguments")
+	}
+	if len(rule.Correlate) > 0 {
+		h.rec.correlation = correlate(rule.Correlate, field(m.Raw, "params"))
+	}
+	if g.tasks == nil {
+		g.tasks = map[string]*hosted{}
+	}
+	g.tasks[h.id] = h
+	if h.several {
+		g.e.sessionless.Store(h.id, h)
+	}
+	g.calls[c] = h.rec // its story, settled with the session's (the client's call is served: no other event comes for it)
+	h.expiry = g.e.clock.AfterFunc(h.ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
+	if rule.Timeout > 0 {
+		r := h.rec
+		r.deadline = h.created.Add(rule.Timeout)
+		g.rearmLocked(&r.timer, &r.gen, r.deadline, func(gen int) { g.hostedDeadline(h, gen) })
+	}
+}
+
+// sendHosted sends h's call upstream as a request of the proxy's own
+// (again, with the client's input, after input_required); a task
+// cancelled meanwhile, with no call to stop then, has it cancelled as it
+// goes.
+func (g *governor) sendHosted(h *hosted, params []byte) {
+	own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
+	g.mu.Lock()
+	h.own = own
+	cancelled, source, reason := h.status == taskCancelled, h.rec.source, h.message
+	g.mu.Unlock()
+	if cancelled {
+		g.act.CancelOwn(own, source, reason)
+	}
 }
 
 // giveTask answers h's call with its task, unless it was answered; it
@@ -279,51 +293,6 @@ func (g *governor) giveTask(h *hosted) bool {
 	return true
 }
 
-// declaresTasks reports whether a request declares 2026-07-28's tasks
-// extension in its _meta's client capabilities.
-func declaresTasks(m *framing.Message) bool {
-	meta := m.MetaSpan // only _meta is read, where the parse found it: never the call's arguments
-	return meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaClientCaps, "extensions", extTasks)) > 0
-}
-
-// Keys of 2026-07-28's _meta and of its tasks extension.
-const (
-	metaClientCaps  = "io.modelcontextprotocol/clientCapabilities"
-	metaProtocolRev = "io.modelcontextprotocol/protocolVersion"
-	extTasks        = "io.modelcontextprotocol/tasks"
-)
-
-// withoutTask returns params without its task member, for the server,
-// which runs the tool plainly, and that member (what the client asked of
-// its task).
-func withoutTask(params json.RawMessage) (out, task []byte, ok bool) {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(params, &obj) != nil {
-		return nil, nil, false
-	}
-	task = obj["task"]
-	for k := range obj { // and any spelling of it a server that ignores case would read
-		if strings.EqualFold(k, "task") {
-			delete(obj, k)
-		}
-	}
-	// Nor does it learn that the client takes tasks (2026-07-28): it runs
-	// the call plainly for the proxy.
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(obj["_meta"], &meta) == nil && meta[metaClientCaps] != nil {
-		var caps map[string]json.RawMessage
-		var exts map[string]json.RawMessage
-		if json.Unmarshal(meta[metaClientCaps], &caps) == nil && json.Unmarshal(caps["extensions"], &exts) == nil && exts[extTasks] != nil {
-			delete(exts, extTasks)
-			caps["extensions"], _ = json.Marshal(exts)
-			meta[metaClientCaps], _ = json.Marshal(caps)
-			obj["_meta"], _ = json.Marshal(meta)
-		}
-	}
-	out, err := json.Marshal(obj)
-	return out, task, err == nil
-}
-
 // answerWith is the answer to id with result res.
 func answerWith(id framing.ID, res []byte) []byte {
 	dst := append([]byte(`{"jsonrpc":"2.0","id":`), id.AppendJSON(nil)...)
@@ -343,42 +312,55 @@ func unknownTask(id framing.ID, why string) []byte {
 // after a cancel, it is the call's late answer.
 func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
 	g.mu.Lock()
+	var then func() // what follows, off the lock
 	r := h.rec
-	if h.status == taskCancelled {
-		var out []effect
+	switch {
+	case h.status == taskCancelled:
 		if r.st.phase == phaseCancelled {
-			out = g.lateLocked(r, m)
+			out := g.lateLocked(r, m)
+			then = func() { g.run(r, out) }
 		}
-		g.mu.Unlock()
-		g.run(r, out)
-		return
-	}
-	if h.terminal() { // dropped by the bound, or the session ended
-		g.mu.Unlock()
-		return
-	}
-	if !h.served { // answered before task_after: the client gets the plain answer, and never sees a task
-		h.served, h.status = true, taskCompleted
-		if h.after != nil {
-			h.after.Stop()
-		}
-		c := h.rec.c
-		reply := framing.Splice(nil, m.Raw, m.IDSpan, c.ID())
-		out := g.stepLocked(r, event{kind: evAnswered, at: g.e.clock.Now()})
-		if r.timer != nil {
-			r.timer.Stop()
-		}
-		g.mu.Unlock()
-		g.run(r, out)
-		g.work.post(func() { g.act.Serve(c, reply) })
-		g.work.post(func() { g.forgetHosted(h) })
-		return
-	}
-	if h.v2 && !m.IsError && string(field(m.Raw, "result", "resultType")) == `"input_required"` {
+	case h.terminal(): // dropped by the bound, or the session ended
+	case !h.served: // answered before task_after: the client gets the plain answer, and never sees a task
+		then = g.plainAnswerLocked(h, m)
+	case h.v2 && !m.IsError && string(field(m.Raw, "result", "resultType")) == `"input_required"`:
 		g.awaitInputLocked(h, field(m.Raw, "result"))
-		g.mu.Unlock()
-		return
+	default:
+		then = g.hostedOverLocked(h, m)
 	}
+	g.mu.Unlock()
+	if then != nil {
+		then()
+	}
+}
+
+// plainAnswerLocked ends h, answered (m) before its task was given: the
+// client's call gets the server's answer as it is, and h is forgotten.
+// It returns what follows, off the lock.
+func (g *governor) plainAnswerLocked(h *hosted, m *framing.Message) func() {
+	r := h.rec
+	h.served, h.status = true, taskCompleted
+	if h.after != nil {
+		h.after.Stop()
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	c := r.c
+	reply := framing.Splice(nil, m.Raw, m.IDSpan, c.ID())
+	out := g.stepLocked(r, event{kind: evAnswered, at: g.e.clock.Now()})
+	return func() {
+		g.run(r, out)
+		g.serveSoon(c, reply)
+		g.work.post(func() { g.forgetHosted(h) })
+	}
+}
+
+// hostedOverLocked ends h with the server's answer m, its result or its
+// error: the tasks/result calls waiting on it are answered. It returns
+// what follows, off the lock.
+func (g *governor) hostedOverLocked(h *hosted, m *framing.Message) func() {
+	r := h.rec
 	h.status, h.updated = taskCompleted, g.e.clock.Now()
 	if m.IsError {
 		h.status, h.errObj = taskFailed, json.RawMessage(field(m.Raw, "error"))
@@ -395,321 +377,13 @@ func (g *governor) hostedAnswered(h *hosted, m *framing.Message) {
 	out := g.stepLocked(r, event{kind: evAnswered, at: h.updated})
 	waiting := h.waiting
 	h.waiting = nil
-	g.mu.Unlock()
-	g.run(r, out)
-	g.e.hostedTasks.grew(h, len(h.result)+len(h.errObj))
-	for _, w := range waiting {
-		g.work.post(func() { g.act.Serve(w, g.taskResult(h, w.ID())) })
-	}
-}
-
-// FromOwn implements proxy.OwnMessages: a message the server sent on the
-// stream of a hosted task's call (a Streamable HTTP upstream), which no
-// stream of the client's carries, goes on the tasks/result the client
-// waits on: a request (an elicitation, a sampling) tagged with the task's
-// related-task _meta, the task input_required until a tasks/result has
-// carried it (2025-11-25's flow: input_required tells the client to ask
-// tasks/result); a notification (progress) if one waits, else nowhere. A
-// 2026-07-28 task has no tasks/result: its server asks for input in its
-// result (input_required, not hosted: docs/tasks.md), and a request is
-// dropped, said in the log.
-func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
-	var f framing.Frame
-	if f.Parse(frame) != nil || f.Batch {
-		return
-	}
-	m := &f.Msgs[0]
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var h *hosted
-	for _, t := range g.tasks {
-		if t.own == own {
-			h = t
+	return func() {
+		g.run(r, out)
+		g.e.hostedTasks.grew(h, len(h.result)+len(h.errObj))
+		for _, w := range waiting {
+			g.work.post(func() { g.act.Serve(w, g.taskResult(h, w.ID())) })
 		}
 	}
-	switch {
-	case h == nil || h.terminal():
-	case m.Kind == framing.KindRequest && h.v2:
-		g.log.Warn("a server's request during a 2026-07-28 task the proxy hosts has no way to its client: dropped",
-			zap.String("task", h.id), zap.String("method", m.Method))
-	case m.Kind == framing.KindRequest:
-		tagged := editObject(frame, []string{"params", "_meta"}, func(meta map[string]json.RawMessage) bool {
-			meta[metaRelatedTask], _ = json.Marshal(map[string]string{"taskId": h.id})
-			return true
-		})
-		if tagged == nil {
-			tagged = frame
-		}
-		h.asks = append(h.asks, tagged)
-		h.status, h.message, h.updated = taskInputRequired, "the server asks the client for input ("+m.Method+"): tasks/result carries it", g.e.clock.Now()
-		g.passAsksLocked(h)
-	default:
-		for _, w := range h.waiting {
-			g.work.post(func() { g.act.Notify(w, frame) })
-		}
-	}
-}
-
-// passAsksLocked carries the server's requests of h to the client on the
-// first tasks/result waiting, if one is: the task is working again.
-func (g *governor) passAsksLocked(h *hosted) {
-	if len(h.asks) == 0 || len(h.waiting) == 0 {
-		return
-	}
-	w, asks := h.waiting[0], h.asks
-	h.asks = nil
-	h.status, h.message, h.updated = taskWorking, "", g.e.clock.Now()
-	g.work.post(func() {
-		for _, a := range asks {
-			g.act.Notify(w, a)
-		}
-	})
-}
-
-// taskResult is the answer to a tasks/result of h, terminal: the tool's
-// result tagged with its task, the server's error, or an error saying the
-// task was cancelled.
-func (g *governor) taskResult(h *hosted, id framing.ID) []byte {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case h.errObj != nil:
-		dst := append([]byte(`{"jsonrpc":"2.0","id":`), id.AppendJSON(nil)...)
-		dst = append(dst, `,"error":`...)
-		dst = append(dst, h.errObj...)
-		return append(dst, '}')
-	case h.result != nil:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(h.result, &obj) != nil {
-			return answerWith(id, h.result)
-		}
-		var meta map[string]json.RawMessage
-		json.Unmarshal(obj["_meta"], &meta)
-		if meta == nil {
-			meta = map[string]json.RawMessage{}
-		}
-		meta[metaRelatedTask], _ = json.Marshal(map[string]string{"taskId": h.id})
-		obj["_meta"], _ = json.Marshal(meta)
-		b, _ := json.Marshal(obj)
-		return answerWith(id, b)
-	}
-	return framing.AppendErrorResponse(nil, id, framing.ErrorObject{Code: -32603, Message: "the task was " + h.status + ": it has no result",
-		Data: map[string]string{"proxy": "mcp-cancel-proxy", "taskId": h.id, "status": h.status}})
-}
-
-// serveTasks serves a tasks/* request naming a task the proxy hosts for
-// the session (tasks/list: all of them, when the server keeps none).
-func (g *governor) serveTasks(c *proxy.Call, m *framing.Message) (proxy.Admission, bool) {
-	var p struct {
-		TaskID string `json:"taskId"`
-	}
-	json.Unmarshal(field(m.Raw, "params"), &p)
-	v2 := false
-	if meta := m.MetaSpan; meta.Found() && len(field(m.Raw[meta.Start:meta.End], metaProtocolRev)) > 0 { // 2026-07-28: the tasks extension's rules
-		v2 = true
-		if hg := g.hostOf(c, p.TaskID); hg != nil {
-			return hg.serveFor(g, c, m, p.TaskID)
-		}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return proxy.Admission{}, false
-	}
-	if v2 {
-		return g.serveTasks2Locked(g, c, m, p.TaskID)
-	}
-	if m.Method == "tasks/update" {
-		return proxy.Admission{}, false
-	}
-	if m.Method == "tasks/list" {
-		if g.serverTaskList {
-			return proxy.Admission{}, false // the server's own list; the hosted tasks are not in it (docs/tasks.md)
-		}
-		views := []taskView{}
-		for _, h := range g.tasks {
-			views = append(views, h.view())
-		}
-		sortViews(views)
-		b, _ := json.Marshal(struct {
-			Tasks []taskView `json:"tasks"`
-		}{views})
-		reply := answerWith(c.ID(), b)
-		g.work.post(func() { g.act.Serve(c, reply) })
-		return proxy.Admission{Hold: true}, true
-	}
-	h := g.tasks[p.TaskID]
-	if h == nil {
-		if g.serverTasks {
-			return proxy.Admission{}, false // the server's task, or none: the server says
-		}
-		reply := unknownTask(c.ID(), "no task "+cut(p.TaskID, 100)+": unknown, expired or dropped")
-		g.work.post(func() { g.act.Serve(c, reply) })
-		return proxy.Admission{Hold: true}, true
-	}
-	switch m.Method {
-	case "tasks/get":
-		b, _ := json.Marshal(h.view())
-		reply := answerWith(c.ID(), b)
-		g.work.post(func() { g.act.Serve(c, reply) })
-	case "tasks/result":
-		if !h.terminal() {
-			h.waiting = append(h.waiting, c)
-			g.passAsksLocked(h)
-			break
-		}
-		g.work.post(func() { g.act.Serve(c, g.taskResult(h, c.ID())) })
-	case "tasks/cancel":
-		if h.terminal() {
-			reply := unknownTask(c.ID(), "task "+h.id+" is already "+h.status)
-			g.work.post(func() { g.act.Serve(c, reply) })
-			break
-		}
-		g.markCancelledLocked(h, "cancelled by the client (tasks/cancel)")
-		b, _ := json.Marshal(h.view())
-		reply := answerWith(c.ID(), b)
-		g.work.post(func() {
-			g.act.Serve(c, reply) // the task is cancelled before the answer says so
-			g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id)
-		})
-	}
-	return proxy.Admission{Hold: true}, true
-}
-
-// hostOf returns the governor of another request without a session that
-// hosts task id for c's principal, if one does.
-func (g *governor) hostOf(c *proxy.Call, id string) *governor {
-	v, ok := g.e.sessionless.Load(id)
-	if !ok {
-		return nil
-	}
-	h := v.(*hosted)
-	principal, several := g.act.Principal(c)
-	if hg := h.rec.g; hg != g && several && principal == h.principal {
-		return hg
-	}
-	return nil
-}
-
-// serveFor serves c, a 2026-07-28 tasks/* request of via's naming a
-// task g hosts: the answer goes on via's request, the cancel from g.
-func (g *governor) serveFor(via *governor, c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.serveTasks2Locked(via, c, m, id)
-}
-
-// serveTasks2Locked serves a 2026-07-28 tasks/* request (the tasks
-// extension's) naming a task the proxy hosts, or refuses what the
-// extension does not have: tasks/result and tasks/list are gone, and a
-// request that does not declare the extension gets -32021. Requests the
-// server may know better (it runs tasks itself) go to it. The answer goes
-// on via's request (g's own, or another request's without a session).
-func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
-	h := g.tasks[id]
-	if h != nil && h.several {
-		if principal, _ := via.act.Principal(c); principal != h.principal {
-			h = nil // another client's: as if unknown
-		}
-	}
-	if h == nil && (g.runsTasksExt() || g.serverTasks) && via == g {
-		return proxy.Admission{}, false
-	}
-	var reply []byte
-	switch {
-	case m.Method == "tasks/result" || m.Method == "tasks/list":
-		reply = framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32601,
-			Message: m.Method + " is not a method of the 2026-07-28 tasks extension: tasks/get carries the result"})
-	case !declaresTasks(m):
-		reply = framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32021,
-			Message: "missing required client capability: the request does not declare the " + extTasks + " extension",
-			Data:    json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + extTasks + `":{}}}}`)})
-	case h == nil:
-		reply = unknownTask(c.ID(), "no task "+cut(id, 100)+": unknown, expired or dropped")
-	case m.Method == "tasks/get":
-		b, _ := json.Marshal(h.view2("complete"))
-		reply = answerWith(c.ID(), b)
-	case m.Method == "tasks/update":
-		reply = g.updateLocked(h, c, m)
-	case m.Method == "tasks/cancel":
-		reply = answerWith(c.ID(), []byte(`{"resultType":"complete"}`)) // an acknowledgement, for a task over too
-		if !h.terminal() {
-			g.markCancelledLocked(h, "cancelled by the client (tasks/cancel)")
-			cancel := func() { g.cancelHosted(h, proxy.SourceTaskCancel, "tasks/cancel of task "+h.id) }
-			via.work.post(func() {
-				via.act.Serve(c, reply) // the task is cancelled before the answer says so, and cancelled upstream after
-				if via == g {
-					cancel()
-				} else {
-					g.work.post(cancel)
-				}
-			})
-			return proxy.Admission{Hold: true}, true
-		}
-	}
-	via.work.post(func() { via.act.Serve(c, reply) })
-	return proxy.Admission{Hold: true}, true
-}
-
-// awaitInputLocked makes h input_required: the server answered its call
-// (2026-07-28) with an input_required result, whose inputRequests the
-// client reads on tasks/get and answers with tasks/update. No call is in
-// flight meanwhile; the task's story goes on (a cancel, its ttl, a
-// deadline still end it).
-func (g *governor) awaitInputLocked(h *hosted, result json.RawMessage) {
-	var res struct {
-		InputRequests map[string]json.RawMessage `json:"inputRequests"`
-		RequestState  json.RawMessage            `json:"requestState"`
-	}
-	json.Unmarshal(result, &res)
-	h.own, h.inputs, h.answers, h.state = nil, res.InputRequests, map[string]json.RawMessage{}, res.RequestState
-	h.rec.awaiting = true
-	h.status, h.updated = taskInputRequired, g.e.clock.Now()
-	h.message = "the server asks the client for input: tasks/get has its inputRequests, tasks/update takes the answers"
-}
-
-// updateLocked takes a 2026-07-28 tasks/update of h: the client's answers
-// to the server's input requests, acknowledged; once every one pending is
-// answered, the call goes to the server again with them (and the result's
-// requestState), and the task works on.
-func (g *governor) updateLocked(h *hosted, c *proxy.Call, m *framing.Message) []byte {
-	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	}
-	if h.status != taskInputRequired {
-		return unknownTask(c.ID(), "task "+h.id+" is "+h.status+", not waiting for input")
-	}
-	if json.Unmarshal(field(m.Raw, "params"), &p) != nil || p.InputResponses == nil {
-		return unknownTask(c.ID(), "tasks/update carries no inputResponses object")
-	}
-	for key, answer := range p.InputResponses {
-		if _, asked := h.inputs[key]; asked {
-			delete(h.inputs, key)
-			h.answers[key] = answer
-		}
-	}
-	if len(h.inputs) == 0 {
-		params := editObject(h.params, nil, func(obj map[string]json.RawMessage) bool {
-			obj["inputResponses"], _ = json.Marshal(h.answers)
-			if len(h.state) > 0 {
-				obj["requestState"] = h.state
-			}
-			return true
-		})
-		h.status, h.message, h.updated, h.answers, h.state = taskWorking, "", g.e.clock.Now(), nil, nil
-		h.rec.awaiting = false
-		g.work.post(func() {
-			own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
-			g.mu.Lock()
-			h.own = own
-			cancelled := h.status == taskCancelled // meanwhile, with no call to stop then
-			g.mu.Unlock()
-			if cancelled {
-				g.act.CancelOwn(own, proxy.SourceTaskCancel, "the task was cancelled")
-			}
-		})
-	}
-	return answerWith(c.ID(), []byte(`{"resultType":"complete"}`))
 }
 
 // markCancelledLocked sets h cancelled, now, before any answer says so.
@@ -859,235 +533,9 @@ func (g *governor) closeHosted() {
 	}
 }
 
-// RewriteResult implements proxy.Rewriter: the server's answer to
-// initialize declares tasks, and its tools/list says that the tools of
-// task: host rules support them.
-func (g *governor) RewriteResult(c *proxy.Call, m *framing.Message) []byte {
-	switch c.Method() {
-	case framing.MethodInitialize:
-		return declareTasks(field(m.Raw, "result"))
-	case "tools/list":
-		return g.markTaskTools(field(m.Raw, "result"))
-	case "server/discover":
-		return g.declareTasksExtension(field(m.Raw, "result"))
-	}
-	return nil
-}
-
-// declareTasksExtension adds 2026-07-28's tasks extension to a
-// server/discover result's capabilities, and notes whether the server
-// declared it itself (then it runs its tasks, and nothing is hosted).
-func (g *governor) declareTasksExtension(res json.RawMessage) []byte {
-	declared := false
-	out := editObject(res, []string{"capabilities", "extensions"}, func(exts map[string]json.RawMessage) bool {
-		if declared = exts[extTasks] != nil; declared {
-			return false
-		}
-		exts[extTasks] = json.RawMessage(`{}`)
-		return true
-	})
-	if declared {
-		g.mu.Lock()
-		g.serverTasksExt = true
-		g.e.tasksExt.Store(true)
-		g.mu.Unlock()
-	}
-	return out
-}
-
-// runsTasksExt reports whether the server runs 2026-07-28's tasks
-// extension itself, as this session or any other learned: then its tasks
-// are relayed, and nothing is hosted.
-func (g *governor) runsTasksExt() bool { return g.serverTasksExt || g.e.tasksExt.Load() }
-
-// declareTasks adds to an initialize result's capabilities what hosting
-// tasks serves: tasks.list, tasks.cancel and tasks.requests.tools.call.
-func declareTasks(res json.RawMessage) []byte {
-	out := editObject(res, []string{"capabilities", "tasks"}, func(tasks map[string]json.RawMessage) bool {
-		for _, k := range []string{"list", "cancel"} {
-			if tasks[k] == nil {
-				tasks[k] = json.RawMessage(`{}`)
-			}
-		}
-		return true
-	})
-	return editObject(out, []string{"capabilities", "tasks", "requests", "tools"}, func(tools map[string]json.RawMessage) bool {
-		if tools["call"] == nil {
-			tools["call"] = json.RawMessage(`{}`)
-		}
-		return true
-	})
-}
-
-// editObject edits the object at path in doc, a JSON object, with edit,
-// making the objects on the way where they are missing, and returns doc
-// encoded anew; nil when doc or one on the way is not an object, or edit
-// reports nothing to change.
-func editObject(doc json.RawMessage, path []string, edit func(map[string]json.RawMessage) bool) []byte {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(doc, &obj) != nil || obj == nil {
-		return nil
-	}
-	if len(path) == 0 {
-		if !edit(obj) {
-			return nil
-		}
-	} else {
-		inner := obj[path[0]]
-		if len(inner) == 0 || string(inner) == "null" {
-			inner = json.RawMessage(`{}`)
-		}
-		if obj[path[0]] = editObject(inner, path[1:], edit); obj[path[0]] == nil {
-			return nil
-		}
-	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-// markTaskTools marks, in a tools/list result, the tools of task: host
-// rules as supporting tasks, and notes those the server runs as tasks
-// itself (never hosted twice).
-func (g *governor) markTaskTools(res json.RawMessage) []byte {
-	var obj map[string]json.RawMessage
-	var tools []map[string]json.RawMessage
-	if json.Unmarshal(res, &obj) != nil || json.Unmarshal(obj["tools"], &tools) != nil {
-		return nil
-	}
-	mt := g.e.m.Load()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, tool := range tools {
-		var name string
-		json.Unmarshal(tool["name"], &name)
-		var exec map[string]json.RawMessage
-		json.Unmarshal(tool["execution"], &exec)
-		var support string
-		json.Unmarshal(exec["taskSupport"], &support)
-		if g.serverTasks && (support == "optional" || support == "required") {
-			if g.serverTools == nil {
-				g.serverTools = map[string]bool{}
-			}
-			g.serverTools[name] = true // relayed, as the server's own
-			continue
-		}
-		if !mt.match("tools/call", name).TaskHost {
-			continue
-		}
-		if exec == nil {
-			exec = map[string]json.RawMessage{}
-		}
-		exec["taskSupport"] = json.RawMessage(`"optional"`)
-		tool["execution"], _ = json.Marshal(exec)
-	}
-	obj["tools"], _ = json.Marshal(tools)
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
 // sortViews orders tasks by creation, then id.
 func sortViews(vs []taskView) {
 	slices.SortFunc(vs, func(a, b taskView) int {
 		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.TaskID, b.TaskID))
 	})
-}
-
-// Defaults of Options.TaskMemory and HostedTasks.
-const (
-	DefaultTaskMemory  = 64 << 20
-	DefaultHostedTasks = 1024
-)
-
-// hostedBound bounds the tasks hosted across the process: in entries (all
-// of them, working or not) and in the bytes of their results, the oldest
-// terminal task dropped first. A task over the entries with none terminal
-// to drop is refused.
-type hostedBound struct {
-	maxBytes   int64
-	maxEntries int
-	metrics    Metrics
-
-	mu      sync.Mutex // guards the fields below; taken after a governor's, never before
-	bytes   int64
-	entries int
-	order   list.List // of *hostedEntry, terminal tasks, oldest first
-}
-
-// hostedEntry is a hosted task as the bound counts it.
-type hostedEntry struct {
-	h     *hosted
-	g     *governor
-	bytes int64
-	elem  *list.Element // in order, once terminal
-}
-
-// admit counts h, hosted for g, if the entries allow (dropping the oldest
-// terminal task if need be; the drop runs later, off g's lock).
-func (b *hostedBound) admit(h *hosted, g *governor) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.entries >= b.maxEntries {
-		front := b.order.Front()
-		if front == nil {
-			return false
-		}
-		b.dropLocked(front.Value.(*hostedEntry))
-	}
-	h.entry = &hostedEntry{h: h, g: g}
-	b.entries++
-	b.metrics.TasksHosted(b.bytes, b.entries)
-	return true
-}
-
-// grew counts h, now terminal, with n bytes of result, and drops the
-// oldest terminal tasks beyond the bound in bytes.
-func (b *hostedBound) grew(h *hosted, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := h.entry
-	if e == nil || e.elem != nil {
-		return
-	}
-	e.bytes = int64(n)
-	b.bytes += e.bytes
-	e.elem = b.order.PushBack(e)
-	for b.bytes > b.maxBytes && b.order.Len() > 0 {
-		b.dropLocked(b.order.Front().Value.(*hostedEntry))
-	}
-	b.metrics.TasksHosted(b.bytes, b.entries)
-}
-
-// dropLocked uncounts e, a terminal task, and has its governor forget it.
-func (b *hostedBound) dropLocked(e *hostedEntry) {
-	b.uncountLocked(e)
-	b.metrics.TaskDropped()
-	e.g.work.post(func() { e.g.forgetHosted(e.h) }) // off the bound's lock, and off the caller's governor's
-}
-
-// remove uncounts h, if it is counted.
-func (b *hostedBound) remove(h *hosted) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if h.entry != nil {
-		b.uncountLocked(h.entry)
-		b.metrics.TasksHosted(b.bytes, b.entries)
-	}
-}
-
-func (b *hostedBound) uncountLocked(e *hostedEntry) {
-	if e.h.entry != e {
-		return
-	}
-	e.h.entry = nil
-	b.entries--
-	if e.elem != nil {
-		b.order.Remove(e.elem)
-		b.bytes -= e.bytes
-	}
 }
