@@ -437,6 +437,9 @@ func (g *governor) cancelLocked(r *record, source proxy.Source, reason string) [
 func (g *governor) withdrawn(c *proxy.Call) {
 	g.mu.Lock()
 	r := g.calls[c]
+	if r == nil {
+		r = g.hostingLocked(c)
+	}
 	var out []effect
 	if r != nil {
 		out = g.stepLocked(r, event{kind: evWithdrawn})

@@ -46,6 +46,9 @@ type fakeTransport struct {
 	// principal, when set, makes the session several clients': it says
 	// whose each request is (Actions.Principal).
 	principal func(*proxy.Call) string
+	// unsent: the proxy's own requests are never sent before their cancel
+	// (CancelOwn withdraws them).
+	unsent bool
 }
 
 func newTransport(t *testing.T, e *Engine) *fakeTransport { return transportOf(t, e, "s1", nil) }
@@ -77,7 +80,11 @@ func (ft *fakeTransport) SendOwn(method string, params []byte, progress framing.
 func (ft *fakeTransport) CancelOwn(c *proxy.Call, source proxy.Source, reason string) {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
-	ft.acts <- action{kind: "cancel-own", call: c, cancel: ft.tr.CancelOwn(c, source, reason), source: source, reason: reason}
+	cancel := ft.tr.CancelOwn(c, source, reason)
+	if cancel != nil && ft.unsent {
+		ft.tr.WithdrawOwn(c) // its POST is cut before a byte of it went, as the HTTP front's is
+	}
+	ft.acts <- action{kind: "cancel-own", call: c, cancel: cancel, source: source, reason: reason}
 }
 
 func (ft *fakeTransport) Serve(c *proxy.Call, reply []byte) bool {

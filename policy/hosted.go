@@ -419,6 +419,17 @@ func (g *governor) cancelHosted(h *hosted, source proxy.Source, reason string) {
 	g.work.post(func() { g.afterCancel(r) })
 }
 
+// hostingLocked returns the story of the hosted task whose call upstream
+// is own, or nil.
+func (g *governor) hostingLocked(own *proxy.Call) *record {
+	for _, h := range g.tasks {
+		if h.own == own {
+			return h.rec
+		}
+	}
+	return nil
+}
+
 // CancelOwnWork implements proxy.OwnWork: the calls of the hosted tasks
 // still working are cancelled upstream, as from source (a shutdown, the
 // session's end), while the server can still hear it.

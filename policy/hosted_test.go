@@ -104,6 +104,30 @@ func TestHostedTaskCancelRunsTheStory(t *testing.T) {
 	}
 }
 
+// TestHostedTaskCallNeverSent: tasks/cancel that comes before the hosted
+// call's request was written (its POST cut before a byte went) leaves the
+// server nothing to stop: the audit line says the call was cancelled
+// before dispatch, upstream not notified, and no on_cancel hook runs.
+func TestHostedTaskCallNeverSent(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}}}
+	e, _, recs := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	ft.unsent = true
+	own, _ := hostedCall(t, ft, 1, "report")
+	ft.client(taskRequest(2, "tasks/cancel", "t1"))
+	serve(t, ft)
+	if c := ft.next(); c.kind != "cancel-own" || c.call != own.call {
+		t.Fatalf("%s of %v", c.kind, c.call)
+	}
+	r := waitRecord(t, recs)
+	if r.Source != "tasks_cancel" || r.Notified || r.Status != StatusNotDispatched || len(r.Hooks) != 0 {
+		t.Errorf("audit: %+v", r)
+	}
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`) // an answer nobody is owed
+}
+
 // counts returns how many tasks the bound counts, and their bytes.
 func (b *hostedBound) counts() (int, int64) {
 	b.mu.Lock()

@@ -63,6 +63,20 @@ func (t *Tracker) CancelOwn(c *Call, source Source, reason string) []byte {
 	return framing.AppendCancelled(nil, c.upID, reason)
 }
 
+// WithdrawOwn records that a cancelled request of the proxy's own never
+// reached the server (its POST was cut before a byte of it was written):
+// no answer can come, and the governor hears that it was never sent.
+func (t *Tracker) WithdrawOwn(c *Call) {
+	p := &t.peers[Client]
+	p.issued.forget(c)
+	t.count(cWithdrawn, 1)
+	if g := t.opts.Governor; g != nil {
+		g.Observe(Change{Kind: ChangeWithdrawn, Call: c})
+	}
+	t.note(Client, p.issued.dir, ActWithdrawn, framing.KindRequest, c.method, c.id,
+		"the proxy's own request, cancelled before it was sent: neither it nor its cancel reaches the server", zapcore.InfoLevel)
+}
+
 // OwnCall is OwnRequest that also returns the call, for CancelOwn.
 // progress, if valid, is the progress token params carry: the server's
 // progress under it goes to the client until the call is answered or

@@ -125,8 +125,10 @@ func (sess *session) CancelOwn(c *proxy.Call, notice []byte) {
 	switch {
 	case p == nil:
 	case sess.protocolVersion().CancelsByClose():
-		p.posting.Cut() // no headers yet: no stream to close but the connection
-		p.st.CloseWithError(stream.ErrCancelled)
+		if p.posting.Cut() && p.posting.Unsent() { // not a byte of it went: the server never saw it
+			sess.t.WithdrawOwn(c)
+		}
+		p.st.CloseWithError(stream.ErrCancelled) // past its headers, the stream's close is the cancel
 	case sess.sessionID() != "":
 		outbound{sess.sc}.goNotify(sess, notice, []*upstream.Posting{p.posting}, c)
 	}

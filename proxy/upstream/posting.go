@@ -43,9 +43,10 @@ type Posting struct {
 	// never sent (Withdraw).
 	held, withdrawn bool
 	// link is the connection the request is written to (bind), which
-	// Cut closes; cut: Cut came, and the request goes no further.
-	link *Link
-	cut  bool
+	// Cut closes; begun: the body started to be written; cut: Cut came,
+	// and the request goes no further.
+	link       *Link
+	begun, cut bool
 	// resp is the response the request is being sent for (Endpoint.Send),
 	// whose local address leads to its connection (LinkOf). Only the
 	// sending goroutine touches it.
@@ -86,16 +87,19 @@ var errCut = errors.New("the request was cancelled as it was being sent")
 // written to (fasthttp has just given it to the response, ParseNetConn);
 // after a Cut, it fails the write instead.
 func (p *Posting) bind() error {
-	if p.resp == nil || p.body.Len() != int(p.body.Size()) { // not sent by Endpoint.Send, or already under way
+	if p.body.Len() != int(p.body.Size()) { // already under way
 		return nil
 	}
-	link := LinkOf(p.resp)
+	var link *Link
+	if p.resp != nil { // sent by Endpoint.Send
+		link = LinkOf(p.resp)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut {
 		return errCut
 	}
-	p.link = link
+	p.link, p.begun = link, true
 	return nil
 }
 
@@ -107,6 +111,18 @@ func (p *Posting) WasCut() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cut
+}
+
+// Unsent reports whether Cut came before the request's body started to be
+// written, which it then never is: the server cannot have seen the
+// request, nor will it hear of its cancel. Calls on nil report false.
+func (p *Posting) Unsent() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut && !p.begun
 }
 
 // Cut cancels the request by closing its connection, while the answer's

@@ -124,6 +124,9 @@ func TestCutBeforeHeaders(t *testing.T) {
 	if p.Cut() {
 		t.Error("a second Cut cut again")
 	}
+	if p.Unsent() {
+		t.Error("a POST the server read is said to be unsent")
+	}
 
 	headed := NewPosting()
 	headed.Headed()
@@ -134,5 +137,8 @@ func TestCutBeforeHeaders(t *testing.T) {
 	early.Cut()
 	if _, err := e.Do(Request{Body: []byte(`{}`), Posting: early}, 0); err == nil {
 		t.Error("a POST cut before it was written was sent")
+	}
+	if !early.Unsent() {
+		t.Error("a POST cut before it was written is not said to be unsent")
 	}
 }
