@@ -41,7 +41,8 @@ const (
 )
 
 // call is one forwarded request. Its fields are set when the call is created
-// and never change, except state and retiredAt, which the ledger's lock guards.
+// and never change, except state, retiredAt and listed, which the ledger's
+// lock guards.
 type call struct {
 	id       framing.ID // the issuer's id
 	upID     framing.ID // the id the receiver sees; differs from id only when aliased
@@ -56,6 +57,9 @@ type call struct {
 	deferCancel bool
 	// rewrite: the governor rewrites the server's answer (Admission.Rewrite).
 	rewrite  bool
+	// listed: the call is the one in flight under its issuer's id (the
+	// oldest, where several share it), found by liveAtLocked.
+	listed   bool
 	started  time.Time
 	state    callState
 	retireAt time.Time // when a cancelled call, or a task's token (zero: no ttl), is forgotten
@@ -120,14 +124,19 @@ type ledger struct {
 	allowShared bool
 
 	mu sync.Mutex // guards the fields below
-	// inFlight holds calls in stateInFlight by the issuer's id: the oldest,
-	// when several share it.
-	inFlight framing.IDMap[*call]
+	// The calls in stateInFlight by the issuer's id, the oldest where
+	// several share it, are listed (call.listed; live counts them). One
+	// the receiver knows by the issuer's id, nearly every call, is found
+	// in byUp under it, which spares a second map per frame; renamed holds
+	// the others (aliased toward the receiver), by the issuer's id.
+	live    int
+	renamed framing.IDMap[*call]
 	// shared holds, with allowShared, the other calls in flight under an
-	// id inFlight has, oldest first. Invariant: every call here is in byUp.
+	// id a listed call has, oldest first. Invariant: every call here is in
+	// byUp.
 	shared map[framing.ID][]*call
 	// byUp holds calls in flight and retired (cancelled, late response not yet
-	// seen) by the receiver-side id. Invariant: every call in inFlight is here.
+	// seen) by the receiver-side id. Invariant: every listed call is here.
 	byUp framing.IDMap[*call]
 	// tokens maps receiver-side progress tokens to their call, in flight or
 	// retired.
@@ -196,7 +205,7 @@ func (l *ledger) update(f func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f()
-	if n := l.inFlight.Len() + l.sharedCountLocked(); n > l.byUp.Len() {
+	if n := l.live + l.sharedCountLocked(); n > l.byUp.Len() {
 		panic(fmt.Sprintf("proxy: ledger %v: %d calls in flight but %d by receiver id", l.dir, n, l.byUp.Len()))
 	}
 }
@@ -212,35 +221,65 @@ func (l *ledger) sharedCountLocked() int {
 
 // inFlightLocked reports whether c is in flight.
 func (l *ledger) inFlightLocked(c *call) bool {
-	return l.inFlight.At(c.id) == c || slices.Contains(l.shared[c.id], c)
+	return c.listed || slices.Contains(l.shared[c.id], c)
 }
 
-// removeLocked takes c, in flight, out of inFlight or shared; the oldest
-// call sharing its id, if any, takes its place in inFlight.
+// liveAtLocked returns the listed call in flight under the issuer's id,
+// or nil.
+func (l *ledger) liveAtLocked(id framing.ID) *call {
+	if c := l.byUp.At(id); c != nil && c.listed && c.id == id {
+		return c
+	}
+	return l.renamed.At(id)
+}
+
+// listLocked lists c, in byUp already or about to be, as the call in
+// flight under its issuer's id.
+func (l *ledger) listLocked(c *call) {
+	c.listed = true
+	l.live++
+	if c.aliased() {
+		l.renamed.Set(c.id, c)
+	}
+}
+
+// removeLocked takes c, in flight, off the list or out of shared; the
+// oldest call sharing its id, if any, is listed in its place.
 func (l *ledger) removeLocked(c *call) {
-	if l.inFlight.At(c.id) != c {
+	if !c.listed {
 		l.shared[c.id] = slices.DeleteFunc(l.shared[c.id], func(o *call) bool { return o == c })
 		if len(l.shared[c.id]) == 0 {
 			delete(l.shared, c.id)
 		}
 		return
 	}
+	c.listed = false
+	l.live--
+	if c.aliased() {
+		l.renamed.Delete(c.id)
+	}
 	if rest := l.shared[c.id]; len(rest) > 0 {
-		l.inFlight.Set(c.id, rest[0])
+		l.listLocked(rest[0])
 		if l.shared[c.id] = rest[1:]; len(rest) == 1 {
 			delete(l.shared, c.id)
 		}
-		return
 	}
-	l.inFlight.Delete(c.id)
 }
 
 // allInFlightLocked returns every call in flight.
 func (l *ledger) allInFlightLocked() []*call {
-	calls := make([]*call, 0, l.inFlight.Len())
-	for id, c := range l.inFlight.All() {
+	calls := make([]*call, 0, l.live)
+	add := func(c *call) {
 		calls = append(calls, c)
-		calls = append(calls, l.shared[id]...)
+		calls = append(calls, l.shared[c.id]...)
+	}
+	for id, c := range l.byUp.All() {
+		if c.listed && c.id == id {
+			add(c)
+		}
+	}
+	for _, c := range l.renamed.All() {
+		add(c)
 	}
 	return calls
 }
@@ -251,26 +290,33 @@ func (l *ledger) allInFlightLocked() []*call {
 // confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
-		dup := l.inFlight.Has(m.ID)
+		held := l.byUp.At(m.ID) // the one lookup of most requests: the id is free
+		dup := held != nil && held.listed && held.id == m.ID || l.renamed.Has(m.ID)
 		if dup && !l.allowShared {
 			v = Drop
 			return
 		}
 		l.expireLocked()
+		if held != nil {
+			held = l.byUp.At(m.ID) // expireLocked may have freed it
+		}
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, tool: l.toolLocked(m), token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
-		for l.byUp.Has(c.upID) {
+		if held != nil {
 			c.upID = l.aliasLocked("")
+			for l.byUp.Has(c.upID) {
+				c.upID = l.aliasLocked("")
+			}
 		}
+		l.byUp.Set(c.upID, c)
 		if dup {
 			if l.shared == nil {
 				l.shared = map[framing.ID][]*call{}
 			}
 			l.shared[c.id] = append(l.shared[c.id], c)
 		} else {
-			l.inFlight.Set(c.id, c)
+			l.listLocked(c)
 		}
-		l.byUp.Set(c.upID, c)
 		if c.token.IsValid() {
 			// A token still held by another call (a cancelled one whose late
 			// progress may come) is renamed too, so progress is never misrouted.
@@ -374,7 +420,8 @@ func (l *ledger) complete(upID framing.ID, task *TaskAnswer) (c *call, v Verdict
 				l.taskLocked(c, task)
 				return
 			}
-			l.dropLocked(c)
+			l.byUp.Delete(upID) // c itself: just found there
+			l.dropTokenLocked(c)
 			l.endedLocked(c.upID)
 		default: // cancelled: absorb the late response; progress stays suppressed until expiry
 			v = Suppress
@@ -487,7 +534,7 @@ func (l *ledger) listening(upID framing.ID) *call {
 // and is not initialize. The issuer's id is free again at once.
 func (l *ledger) cancel(id framing.ID) (c *call, reason string) {
 	l.update(func() {
-		c = l.inFlight.At(id)
+		c = l.liveAtLocked(id)
 		switch {
 		case c == nil:
 			reason = reasonNotInFlight
@@ -521,7 +568,7 @@ func (l *ledger) cancelShared(id framing.ID) (calls []*call) {
 
 // allOfLocked returns the calls in flight under id.
 func (l *ledger) allOfLocked(id framing.ID) []*call {
-	c := l.inFlight.At(id)
+	c := l.liveAtLocked(id)
 	if c == nil {
 		return nil
 	}
@@ -564,7 +611,12 @@ func (l *ledger) dropLocked(c *call) {
 	if l.byUp.At(c.upID) == c {
 		l.byUp.Delete(c.upID)
 	}
-	if l.tokens.At(c.upToken) == c {
+	l.dropTokenLocked(c)
+}
+
+// dropTokenLocked removes c's token from tokens, if it still points at c.
+func (l *ledger) dropTokenLocked(c *call) {
+	if c.upToken.IsValid() && l.tokens.At(c.upToken) == c {
 		l.tokens.Delete(c.upToken)
 	}
 }
@@ -623,10 +675,11 @@ func (l *ledger) failAll() []*call {
 	l.update(func() {
 		for _, c := range l.allInFlightLocked() {
 			calls = append(calls, c)
-			c.state = stateAnswered
+			c.state, c.listed = stateAnswered, false
 			l.dropLocked(c)
 		}
-		l.inFlight.Clear()
+		l.live = 0
+		l.renamed.Clear()
 		clear(l.shared)
 	})
 	return calls
@@ -636,6 +689,9 @@ func (l *ledger) failAll() []*call {
 // bound. A response that arrives later for them is dropped as unknown, so
 // the issuer still never sees it.
 func (l *ledger) expireLocked() {
+	if len(l.retired) == 0 && len(l.tasks) == 0 {
+		return // nothing to forget: no clock read
+	}
 	now := l.now()
 	n := 0
 	for n < len(l.retired) && (len(l.retired)-n > l.retireMax || !now.Before(l.retired[n].retireAt)) {
@@ -660,5 +716,5 @@ func (l *ledger) expireLocked() {
 func (l *ledger) counts() (inFlight, retired int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.inFlight.Len() + l.sharedCountLocked(), len(l.retired)
+	return l.live + l.sharedCountLocked(), len(l.retired)
 }

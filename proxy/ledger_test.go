@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +147,98 @@ func TestLedgerSharedIDs(t *testing.T) {
 	if all := l.cancelAll(); len(all) != 2 {
 		t.Errorf("cancelAll took %d, want both", len(all))
 	}
+}
+
+// FuzzLedger runs a sequence of begins, cancels, answers, expiries and a
+// failAll, decoded from the input, over three issuer ids, and checks the
+// ledger against a model of what is in flight: per issuer id, its calls
+// oldest first. The call found by an issuer's id is the model's oldest,
+// a cancel takes it, an answer is taken only for a call in flight, and
+// the counts agree.
+func FuzzLedger(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 2, 1, 4, 8, 5, 6})
+	f.Add([]byte{0, 0, 4, 0, 1, 2, 3, 0, 0, 6, 10})
+	f.Add([]byte{1, 0, 0, 0, 1, 7, 4, 4, 0, 2, 11, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) == 0 || len(ops) > 200 {
+			return
+		}
+		now := time.Unix(0, 0)
+		l := newLedger(ClientToServer, func() time.Time { return now }, time.Minute, 2)
+		l.allowShared = ops[0]&1 == 1
+		model := map[framing.ID][]*call{}
+		var made []*call
+		drop := func(c *call) {
+			cs := model[c.id]
+			for i, o := range cs {
+				if o == c {
+					model[c.id] = append(cs[:i:i], cs[i+1:]...)
+					return
+				}
+			}
+			t.Fatalf("call %v (up %v) taken, but not in flight", c.id, c.upID)
+		}
+		for _, b := range ops[1:] {
+			id := framing.IntID(int64(b>>2) % 3)
+			switch b & 3 {
+			case 0:
+				m := framing.Message{Kind: framing.KindRequest, ID: id, Method: "tools/call", Token: framing.IntID(int64(b>>2) % 2)}
+				c, v := l.begin(&m, nil)
+				switch {
+				case v == Drop && (l.allowShared || len(model[id]) == 0):
+					t.Fatalf("begin %v refused with %d in flight", id, len(model[id]))
+				case v != Drop && !l.allowShared && len(model[id]) > 0:
+					t.Fatalf("begin %v taken while one is in flight", id)
+				case v != Drop:
+					model[id] = append(model[id], c)
+					made = append(made, c)
+				}
+			case 1:
+				c, reason := l.cancel(id)
+				if len(model[id]) == 0 != (reason != "") || c != nil && c != model[id][0] {
+					t.Fatalf("cancel %v: %v %q; model %v", id, c, reason, model[id])
+				}
+				if c != nil {
+					drop(c)
+				}
+			case 2:
+				if len(made) == 0 {
+					continue
+				}
+				want := made[int(b>>2)%len(made)]
+				inFlight := slices.Contains(model[want.id], want)
+				c, v := l.complete(want.upID, nil)
+				if v == Forward {
+					drop(c)
+				} else if inFlight {
+					t.Fatalf("answer to %v (up %v), in flight, was %v", want.id, want.upID, v)
+				}
+			case 3:
+				if b>>2 == 0 {
+					for _, c := range l.failAll() {
+						drop(c)
+					}
+				} else {
+					now = now.Add(time.Minute)
+				}
+			}
+			n := 0
+			for k, cs := range model {
+				n += len(cs)
+				var oldest *call
+				if len(cs) > 0 {
+					oldest = cs[0]
+				}
+				l.mu.Lock()
+				got := l.liveAtLocked(k)
+				l.mu.Unlock()
+				if got != oldest {
+					t.Fatalf("in flight under %v: %v, model %v", k, got, oldest)
+				}
+			}
+			if inFlight, _ := l.counts(); inFlight != n {
+				t.Fatalf("%d in flight, model %d", inFlight, n)
+			}
+		}
+	})
 }

@@ -46,7 +46,7 @@ type session struct {
 	mu sync.Mutex // guards streams and version
 	// streams maps each client request still in flight to the response
 	// stream that will carry its answer.
-	streams map[*proxy.Call]*relayed
+	streams streamSet
 	// deferred maps each request whose cancel the governor keeps back
 	// (reissue: join) to the stream still reading its answer.
 	deferred map[*proxy.Call]*relayed
@@ -68,8 +68,7 @@ type session struct {
 
 func newSession(id string, s *Sidecar, governed bool) *session {
 	var scope [24]byte
-	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
-		streams: make(map[*proxy.Call]*relayed)}
+	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s}
 	opts := s.Tracker
 	opts.Logger = s.log.WithLazy(zap.String("session", sess.scope)) // encoded only if the session logs
 	// Each request's answer comes on its own response stream: requests
@@ -167,16 +166,16 @@ func (sess *session) InFlight() int {
 func (sess *session) attach(c *proxy.Call, st *relayed) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	sess.streams[c] = st
+	sess.streams.set(c, st)
 }
 
 // detach forgets the streams of calls that are answered or gone.
 func (sess *session) detach(st *relayed) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	for c, s := range sess.streams {
+	for c, s := range sess.streams.all() {
 		if s == st {
-			delete(sess.streams, c)
+			sess.streams.del(c)
 		}
 	}
 }
@@ -186,10 +185,10 @@ func (sess *session) detach(st *relayed) {
 // and returns how far c's POST has gone (nil: no stream of c's is known).
 func (sess *session) cancelled(c *proxy.Call, grace time.Duration) *upstream.Posting {
 	sess.mu.Lock()
-	st := sess.streams[c]
-	delete(sess.streams, c)
+	st := sess.streams.get(c)
+	sess.streams.del(c)
 	waiting := false
-	for _, s := range sess.streams {
+	for _, s := range sess.streams.all() {
 		waiting = waiting || s == st
 	}
 	sess.mu.Unlock()
@@ -213,7 +212,7 @@ func (sess *session) deferCancel(c *proxy.Call, grace time.Duration) {
 			delete(sess.deferred, dc)
 		}
 	}
-	if st := sess.streams[c]; st != nil {
+	if st := sess.streams.get(c); st != nil {
 		if sess.deferred == nil {
 			sess.deferred = map[*proxy.Call]*relayed{}
 		}
@@ -251,7 +250,7 @@ func (sess *session) takeDeferred(c *proxy.Call) *relayed {
 func (sess *session) postingOf(c *proxy.Call) *upstream.Posting {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if st := sess.streams[c]; st != nil {
+	if st := sess.streams.get(c); st != nil {
 		return st.post()
 	}
 	return nil
@@ -269,7 +268,7 @@ func (sess *session) callsOn(st *relayed) []*proxy.Call {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	var calls []*proxy.Call
-	for c, s := range sess.streams {
+	for c, s := range sess.streams.all() {
 		if s == st {
 			calls = append(calls, c)
 		}
@@ -282,7 +281,7 @@ func (sess *session) callsOn(st *relayed) []*proxy.Call {
 func (sess *session) awaitsOn(st *relayed) bool {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	for c, s := range sess.streams {
+	for c, s := range sess.streams.all() {
 		if s == st && sess.t.Awaited(c) {
 			return true
 		}
@@ -298,8 +297,8 @@ func (sess *session) resumed(now time.Time) { sess.lastResume.Store(now.UnixNano
 // proxy's own last message for c.
 func (sess *session) finishCall(c *proxy.Call, msg []byte) {
 	sess.mu.Lock()
-	st := sess.streams[c]
-	delete(sess.streams, c)
+	st := sess.streams.get(c)
+	sess.streams.del(c)
 	sess.mu.Unlock()
 	if st != nil {
 		st.Finish(msg)
@@ -310,9 +309,9 @@ func (sess *session) finishCall(c *proxy.Call, msg []byte) {
 func (sess *session) endAll() {
 	sess.mu.Lock()
 	var streams []*relayed
-	for c, st := range sess.streams {
+	for c, st := range sess.streams.all() {
 		streams = append(streams, st)
-		delete(sess.streams, c)
+		sess.streams.del(c)
 	}
 	sess.mu.Unlock()
 	for _, st := range streams { // outside the lock: ending waits for a read in progress
