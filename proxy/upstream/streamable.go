@@ -150,11 +150,25 @@ func (b *streamBackend) Stop() {
 					ReadHead(resp)
 				}
 			}
+			b.cutUnanswered()
 			b.running.Wait()
 			b.in.CloseWrite()
 			close(b.exited)
 		}()
 	})
+}
+
+// cutUnanswered closes the connections of the POSTs whose answers have no
+// headers yet, once the backend stops: nobody will read those answers (a
+// stopped backend's streams are closed, as they come), and a server that
+// sends nothing until it answers, and ignores a cancel, would otherwise
+// keep the backend, and its client's process, waiting for ever.
+func (b *streamBackend) cutUnanswered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.postings {
+		p.Cut()
+	}
 }
 
 // Write POSTs each line, in order: a POST starts once the one before it

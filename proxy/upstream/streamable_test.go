@@ -263,6 +263,48 @@ func TestStopOwesNoAnswer(t *testing.T) {
 	}
 }
 
+// TestStopEndsCallsWithoutHeaders: the client leaves while a call's
+// answer has no headers yet (a server that sends nothing until it
+// answers, here one that never does, and ignores the cancel): the
+// backend's stop closes the call's connection, since nobody will read its
+// answer, and exits. Before, the stop waited for that answer for ever,
+// and the bridge outlived its client (TestE2EProgressTheClientNeverAskedFor
+// in CI, when the deadline's cancel was in flight as the client left).
+func TestStopEndsCallsWithoutHeaders(t *testing.T) {
+	called, left, over := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	b, out, _ := dialScripted(t, func(w http.ResponseWriter, r *http.Request) {
+		id, method, ok := rpcOf(r)
+		if !ok {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", "s1")
+		switch method {
+		case "initialize":
+			initialized(w, id)
+		case "tools/call":
+			close(called)
+			select { // no headers, ever: until the client leaves
+			case <-r.Context().Done():
+				close(left)
+			case <-over: // the test failed: its server may close
+			}
+		default: // notifications, cancels, DELETE
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block"}}`+"\n")
+	t.Cleanup(func() { close(over) }) // before the server's close, which waits for its handlers
+	<-called
+	b.Stop()
+	select {
+	case <-b.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the backend did not exit: it waits for an answer nobody will read")
+	}
+	<-left // the server saw the connection go
+}
+
 // heldGET is a connection whose writes of a GET request wait until
 // release closes: a GET stream slow to leave the proxy.
 type heldGET struct {
