@@ -222,15 +222,11 @@ func TestServerErrorsReachTheClientAsWritten(t *testing.T) {
 	}
 }
 
-// TestStopOwesNoAnswer: a call cancelled, its stream still open (the
-// server goes on with progress, as server-everything does), then the
-// client leaves: the backend's stop closes the stream, and gives the
-// session no -32000 for it. The bridge audited that error as the server's
-// answer after the cancel ("answered after the cancel (suppressed)", with
-// a WARN), an answer that never came.
-func TestStopOwesNoAnswer(t *testing.T) {
-	called := make(chan struct{})
-	b, out, lines := dialScripted(t, func(w http.ResponseWriter, r *http.Request) {
+// sessionCalls is a server of session s1 that answers initialize, takes
+// every other request or notification (a cancel, the DELETE) with 202,
+// and serves each tools/call with call.
+func sessionCalls(call http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		id, method, ok := rpcOf(r)
 		if !ok {
 			w.WriteHeader(http.StatusMethodNotAllowed)
@@ -241,16 +237,29 @@ func TestStopOwesNoAnswer(t *testing.T) {
 		case "initialize":
 			initialized(w, id)
 		case "tools/call":
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(http.StatusOK)
-			io.WriteString(w, "id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n\n")
-			w.(http.Flusher).Flush()
-			close(called)
-			<-r.Context().Done() // the call runs on until the client leaves
+			call(w, r)
 		default: // notifications, cancels, DELETE
 			w.WriteHeader(http.StatusAccepted)
 		}
-	})
+	}
+}
+
+// TestStopOwesNoAnswer: a call cancelled, its stream still open (the
+// server goes on with progress, as server-everything does), then the
+// client leaves: the backend's stop closes the stream, and gives the
+// session no -32000 for it. The bridge audited that error as the server's
+// answer after the cancel ("answered after the cancel (suppressed)", with
+// a WARN), an answer that never came.
+func TestStopOwesNoAnswer(t *testing.T) {
+	called := make(chan struct{})
+	b, out, lines := dialScripted(t, sessionCalls(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1}}\n\n")
+		w.(http.Flusher).Flush()
+		close(called)
+		<-r.Context().Done() // the call runs on until the client leaves
+	}))
 	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
 	<-called
 	lines.ReadString('\n') // the progress
@@ -272,27 +281,14 @@ func TestStopOwesNoAnswer(t *testing.T) {
 // in CI, when the deadline's cancel was in flight as the client left).
 func TestStopEndsCallsWithoutHeaders(t *testing.T) {
 	called, left, over := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	b, out, _ := dialScripted(t, func(w http.ResponseWriter, r *http.Request) {
-		id, method, ok := rpcOf(r)
-		if !ok {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
+	b, out, _ := dialScripted(t, sessionCalls(func(w http.ResponseWriter, r *http.Request) {
+		close(called)
+		select { // no headers, ever: until the client leaves
+		case <-r.Context().Done():
+			close(left)
+		case <-over: // the test failed: its server may close
 		}
-		w.Header().Set("Mcp-Session-Id", "s1")
-		switch method {
-		case "initialize":
-			initialized(w, id)
-		case "tools/call":
-			close(called)
-			select { // no headers, ever: until the client leaves
-			case <-r.Context().Done():
-				close(left)
-			case <-over: // the test failed: its server may close
-			}
-		default: // notifications, cancels, DELETE
-			w.WriteHeader(http.StatusAccepted)
-		}
-	})
+	}))
 	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block"}}`+"\n")
 	t.Cleanup(func() { close(over) }) // before the server's close, which waits for its handlers
 	<-called
