@@ -56,7 +56,7 @@ type call struct {
 	// (Admission.DeferCancel).
 	deferCancel bool
 	// rewrite: the governor rewrites the server's answer (Admission.Rewrite).
-	rewrite  bool
+	rewrite bool
 	// listed: the call is the one in flight under its issuer's id (the
 	// oldest, where several share it), found by liveAtLocked.
 	listed   bool
