@@ -104,16 +104,23 @@ func TestHostedTaskCancelRunsTheStory(t *testing.T) {
 	}
 }
 
+// hostingReport is an engine that hosts tasks of the tool "report", whose
+// cancel runs an on_cancel hook, its audit lines, and a session of it.
+func hostingReport(t *testing.T) (*Engine, <-chan *Record, *fakeTransport) {
+	t.Helper()
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}}}
+	e, _, recs := hostingEngine(t, p, 0, 0)
+	return e, recs, newTransport(t, e)
+}
+
 // TestHostedTaskCallNeverSent: tasks/cancel that comes before the hosted
 // call's request was written (its POST cut before a byte went) leaves the
 // server nothing to stop: the audit line says the call was cancelled
 // before dispatch, upstream not notified, and no on_cancel hook runs.
 func TestHostedTaskCallNeverSent(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	p := Defaults()
-	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}}}
-	e, _, recs := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
+	_, recs, ft := hostingReport(t)
 	ft.unsent = true
 	own, _ := hostedCall(t, ft, 1, "report")
 	ft.client(taskRequest(2, "tasks/cancel", "t1"))
@@ -140,10 +147,7 @@ func (b *hostedBound) counts() (int, int64) {
 // tasks; a finished task's result stops counting against the bound.
 func TestHostedTaskSessionEnd(t *testing.T) {
 	watchdog(t, 30*time.Second)
-	p := Defaults()
-	p.Rules = []Rule{{Tool: "report", Task: "host", OnCancel: &Hook{Exec: []string{"true"}}}}
-	e, _, recs := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
+	e, recs, ft := hostingReport(t)
 	hostedCall(t, ft, 1, "report")
 	hostedCall(t, ft, 2, "report")
 	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r2","result":{"content":[{"type":"text","text":"12345"}]}}`)

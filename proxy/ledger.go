@@ -227,11 +227,15 @@ func (l *ledger) inFlightLocked(c *call) bool {
 // liveAtLocked returns the listed call in flight under the issuer's id,
 // or nil.
 func (l *ledger) liveAtLocked(id framing.ID) *call {
-	if c := l.byUp.At(id); c != nil && c.listed && c.id == id {
+	if c := l.byUp.At(id); listedAs(c, id) {
 		return c
 	}
 	return l.renamed.At(id)
 }
+
+// listedAs reports whether c, found in byUp under id, is the call listed
+// under that id as its issuer's (not renamed, and in flight).
+func listedAs(c *call, id framing.ID) bool { return c != nil && c.listed && c.id == id }
 
 // listLocked lists c, in byUp already or about to be, as the call in
 // flight under its issuer's id.
@@ -274,7 +278,7 @@ func (l *ledger) allInFlightLocked() []*call {
 		calls = append(calls, l.shared[c.id]...)
 	}
 	for id, c := range l.byUp.All() {
-		if c.listed && c.id == id {
+		if listedAs(c, id) {
 			add(c)
 		}
 	}
@@ -290,15 +294,12 @@ func (l *ledger) allInFlightLocked() []*call {
 // confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
+		l.expireLocked() // first: a retired call it forgets frees its id
 		held := l.byUp.At(m.ID) // the one lookup of most requests: the id is free
-		dup := held != nil && held.listed && held.id == m.ID || l.renamed.Has(m.ID)
+		dup := listedAs(held, m.ID) || l.renamed.Has(m.ID)
 		if dup && !l.allowShared {
 			v = Drop
 			return
-		}
-		l.expireLocked()
-		if held != nil {
-			held = l.byUp.At(m.ID) // expireLocked may have freed it
 		}
 		c = &call{id: m.ID, upID: m.ID, method: m.Method, tool: l.toolLocked(m), token: m.Token, upToken: m.Token,
 			hasTask: m.HasTask, started: l.now(), span: span}
