@@ -294,7 +294,7 @@ func (l *ledger) allInFlightLocked() []*call {
 // confused. It reports Drop for an id that is already in flight.
 func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 	l.update(func() {
-		l.expireLocked() // first: a retired call it forgets frees its id
+		l.expireLocked()        // first: a retired call it forgets frees its id
 		held := l.byUp.At(m.ID) // the one lookup of most requests: the id is free
 		dup := listedAs(held, m.ID) || l.renamed.Has(m.ID)
 		if dup && !l.allowShared {
