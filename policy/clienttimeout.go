@@ -88,7 +88,7 @@ func (g *governor) clientExpire(r *record, gen int) {
 		return
 	}
 	g.e.metrics.ClientTimeoutFired(r.auto)
-	g.log.Info("client timeout passed: cancelling", events.Mark(events.ClientTimeoutPassed), zap.String("method", r.method),
+	g.log().Info("client timeout passed: cancelling", events.Mark(events.ClientTimeoutPassed), zap.String("method", r.method),
 		zap.String("tool", r.tool), zap.ByteString("id", r.id), r.correlationField(), zap.Stringer("client", g.clientOf()),
 		zap.Duration("timeout", r.budget), zap.Bool("auto", r.auto))
 	g.act.Expire(r.c, proxy.SourceClientTimeout, clientTimeoutReason(r.budget, r.rule.Name), proxy.ClientTimeoutReply(r.c.ID(), r.budget.String()))

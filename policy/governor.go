@@ -25,8 +25,10 @@ type governor struct {
 	e       *Engine
 	session string
 	act     proxy.Actions
-	log     *zap.Logger
-	work    *workQueue
+	// lg is the session's logger, made at the first line (log): most
+	// sessions log nothing, and a logger With a field costs allocations.
+	lg   atomic.Pointer[zap.Logger]
+	work workQueue
 
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
@@ -113,12 +115,20 @@ type record struct {
 }
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
-	g := &governor{e: e, session: session, act: a, log: e.log.WithLazy(zap.String("session", session)),
-		work: newWorkQueue(), calls: map[*proxy.Call]*record{}}
+	g := &governor{e: e, session: session, act: a, calls: map[*proxy.Call]*record{}}
 	// The other maps and the ring are made when first needed: many
 	// sessions (a sessionless request is one) see one request.
 	e.track(g, true)
 	return g
+}
+
+// log returns the governor's logger, naming its session.
+func (g *governor) log() *zap.Logger {
+	if l := g.lg.Load(); l != nil {
+		return l
+	}
+	g.lg.CompareAndSwap(nil, g.e.log.With(zap.String("session", g.session)))
+	return g.lg.Load()
 }
 
 // Observe implements proxy.Governor.
@@ -660,7 +670,7 @@ func (g *governor) expire(r *record, gen int) {
 	}
 	g.e.metrics.DeadlineFired()
 	reason := fmt.Sprintf("deadline of %v passed (rule %s)", timeout, r.rule.Name)
-	g.log.Info("deadline passed: cancelling", events.Mark(events.DeadlinePassed), zap.String("method", r.method), zap.String("tool", r.tool),
+	g.log().Info("deadline passed: cancelling", events.Mark(events.DeadlinePassed), zap.String("method", r.method), zap.String("tool", r.tool),
 		zap.ByteString("id", r.id), r.correlationField(), zap.Duration("timeout", timeout))
 	if task {
 		g.mu.Lock()

@@ -193,14 +193,14 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask,
 		several: several, principal: principal, params: params, token: token}
 	if !g.e.hostedTasks.admit(h, g) {
-		g.log.Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
+		g.log().Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
 			Message: "the proxy holds as many tasks as it may (limits.hosted_tasks): try again later", Data: map[string]string{"proxy": "mcp-cancel-proxy"}})
 		g.serveSoon(c, reply)
 		return proxy.Admission{Hold: true}, true
 	}
 	g.keepHostedLocked(h, c, m, rule)
-	g.log.Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
+	g.log().Info("hosting a task for a call the server runs plainly", events.Mark(events.TaskHosted), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.String("task", h.id))
 	after := rule.TaskAfter
 	if !h.v2 {

@@ -39,7 +39,7 @@ func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
 	switch {
 	case h == nil || h.terminal():
 	case m.Kind == framing.KindRequest && h.v2:
-		g.log.Warn("a server's request during a 2026-07-28 task the proxy hosts has no way to its client: dropped",
+		g.log().Warn("a server's request during a 2026-07-28 task the proxy hosts has no way to its client: dropped",
 			zap.String("task", h.id), zap.String("method", m.Method))
 	case m.Kind == framing.KindRequest:
 		tagged := editObject(frame, []string{"params", "_meta"}, func(meta map[string]json.RawMessage) bool {

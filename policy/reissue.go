@@ -184,7 +184,7 @@ func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string, budget 
 		s.grace.Stop()
 		s.grace = nil
 	}
-	g.log.Info("re-issue joined the call already running", events.Mark(events.ReissueJoined), zap.String("tool", tool),
+	g.log().Info("re-issue joined the call already running", events.Mark(events.ReissueJoined), zap.String("tool", tool),
 		zap.Stringer("id", c.ID()), zap.ByteString("joined", s.orig.id))
 	return true
 }
@@ -272,7 +272,7 @@ func (w waiter) dispatch() { w.g.work.post(func() { w.g.act.Dispatch(w.c) }) }
 func (w waiter) expire() {
 	w.g.work.post(func() {
 		budget := w.budget
-		w.g.log.Info("client timeout passed while it waited on the call it joined: withdrawn", events.Mark(events.ClientTimeoutPassed),
+		w.g.log().Info("client timeout passed while it waited on the call it joined: withdrawn", events.Mark(events.ClientTimeoutPassed),
 			zap.String("method", w.c.Method()), zap.Stringer("id", w.c.ID()), zap.Stringer("client", w.g.clientOf()), zap.Duration("timeout", budget))
 		w.g.act.Expire(w.c, proxy.SourceClientTimeout, clientTimeoutReason(budget, "of the call it joined"), proxy.ClientTimeoutReply(w.c.ID(), budget.String()))
 	})
@@ -423,7 +423,7 @@ func (j *joins) graceOver(s *shared) {
 	j.mu.Unlock()
 	if due {
 		g := s.orig.g
-		g.log.Info("no re-issue joined the cancelled call: its cancel goes to the server", zap.ByteString("id", s.orig.id),
+		g.log().Info("no re-issue joined the cancelled call: its cancel goes to the server", zap.ByteString("id", s.orig.id),
 			zap.String("tool", s.orig.tool), zap.Duration("reissue_grace", s.orig.rule.ReissueGrace))
 		g.act.ReleaseCancel(s.orig.c, true)
 	}

@@ -155,7 +155,7 @@ func (e *Engine) resumed(ev *HookEvent, res HookResult, ok string) {
 		log.Error("resumed hook failed: the work it was to undo or stop is orphaned", events.Mark(events.HookFailed), zap.String("error", res.Error))
 	}
 	e.stories.note(rec, false)
-	e.writeAudit(rec, log)
+	e.writeAudit(rec, func() *zap.Logger { return log })
 }
 
 // hookOf returns the hook of this proxy's configuration that a job names
@@ -244,18 +244,19 @@ func (e *Engine) editOrphans(id string, f func(jobs.Job) *jobs.Job) error {
 }
 
 // writeAudit writes an audit line, publishes it to the fleet's audit
-// subject if one is set, and hands it to OnAudit.
-func (e *Engine) writeAudit(rec *Record, log *zap.Logger) {
+// subject if one is set, and hands it to OnAudit. log gives the logger
+// of a failure's line, made only then.
+func (e *Engine) writeAudit(rec *Record, log func() *zap.Logger) {
 	if err := e.audit.write(rec); err != nil {
 		e.metrics.AuditFailed()
 		if first, count := e.audit.failed(e.clock.Now()); first {
-			log.Error("audit trail: a line could not be written (logged once a minute)", zap.Error(err), zap.Int("failures", count))
+			log().Error("audit trail: a line could not be written (logged once a minute)", zap.Error(err), zap.Int("failures", count))
 		}
 	}
 	if q, subject := e.opts.Fleet, e.opts.Audit.NATSSubject; q != nil && subject != "" {
 		if line, err := json.Marshal(rec); err == nil {
 			if err := q.PublishAudit(subject, line); err != nil {
-				log.Debug("audit line not published to the fleet", zap.Error(err))
+				log().Debug("audit line not published to the fleet", zap.Error(err))
 			}
 		}
 	}

@@ -33,22 +33,22 @@ func (g *governor) startHook(r *record, phase string, h *Hook, answer []byte) {
 	g.e.run.run(phase, h, ev, func(res HookResult) {
 		switch {
 		case res.Queued:
-			g.log.Info("hook queued to the fleet", zap.String("phase", phase), zap.String("hook", res.Target),
+			g.log().Info("hook queued to the fleet", zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		case res.Pending:
-			g.log.Warn("hook stopped at shutdown: kept in the hook store for the next start", zap.String("phase", phase),
+			g.log().Warn("hook stopped at shutdown: kept in the hook store for the next start", zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		case !res.OK:
 			g.e.metrics.HookRan(phase, false)
-			g.log.Error("hook failed: the work it was to undo or stop is orphaned", events.Mark(events.HookFailed), zap.String("phase", phase),
+			g.log().Error("hook failed: the work it was to undo or stop is orphaned", events.Mark(events.HookFailed), zap.String("phase", phase),
 				zap.String("hook", res.Target), zap.Int("attempts", res.Attempts), zap.String("error", res.Error),
 				zap.Int("output_bytes", len(res.Output)), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 			if g.e.opts.LogPayloads {
-				g.log.Debug("failed hook's output", zap.String("phase", phase), zap.String("output", res.Output))
+				g.log().Debug("failed hook's output", zap.String("phase", phase), zap.String("output", res.Output))
 			}
 		default:
 			g.e.metrics.HookRan(phase, true)
-			g.log.Info("hook ran", events.Mark(events.HookRan), zap.String("phase", phase), zap.String("hook", res.Target),
+			g.log().Info("hook ran", events.Mark(events.HookRan), zap.String("phase", phase), zap.String("hook", res.Target),
 				zap.Int("attempts", res.Attempts), zap.ByteString("id", r.id), r.correlationField(), zap.String("tool", r.tool))
 		}
 		g.event(r, event{kind: evHookDone, result: res})
@@ -72,7 +72,7 @@ func (g *governor) stepLocked(r *record, ev event) []effect {
 	was := r.st.phase
 	out, err := r.step(ev)
 	if err != nil {
-		g.log.Error("policy: a request's story cannot take this event", zap.Error(err), zap.ByteString("id", r.id))
+		g.log().Error("policy: a request's story cannot take this event", zap.Error(err), zap.ByteString("id", r.id))
 	}
 	if was < phaseCancelled && r.st.phase >= phaseCancelled {
 		g.e.wg.Add(1) // its audit line is to be written

@@ -12,8 +12,6 @@ type workQueue struct {
 	closed  bool
 }
 
-func newWorkQueue() *workQueue { return &workQueue{} }
-
 // post queues f; it runs after everything posted before it.
 func (q *workQueue) post(f func()) {
 	q.mu.Lock()

@@ -196,7 +196,14 @@ func (l *ledger) toolLocked(m *framing.Message) string {
 // many sessions, each HTTP request without a session, see one request in
 // one direction only.
 func newLedger(dir Direction, now func() time.Time, ttl time.Duration, max int) *ledger {
-	return &ledger{dir: dir, now: now, retireTTL: ttl, retireMax: max}
+	l := &ledger{}
+	l.init(dir, now, ttl, max)
+	return l
+}
+
+// init sets up a zero ledger in place (a Tracker keeps its two).
+func (l *ledger) init(dir Direction, now func() time.Time, ttl time.Duration, max int) {
+	l.dir, l.now, l.retireTTL, l.retireMax = dir, now, ttl, max
 }
 
 // update runs f under the lock and then checks the ledger's invariants

@@ -53,6 +53,11 @@ func (p Peer) Other() Peer { return 1 - p }
 type TrackerOptions struct {
 	// Logger receives the decisions' logs. If nil, nothing is logged.
 	Logger *zap.Logger
+	// Scope, if its Key is set, is added to each line the tracker writes
+	// (an HTTP front's session name): a field added when a line is written
+	// costs nothing for a session that logs nothing, where a logger made
+	// With it costs several allocations per session.
+	Scope zap.Field
 	// RetireAfter is how long a cancelled request is remembered, so that its
 	// late response and progress are recognised as such. A response that
 	// comes later still never reaches the issuer: it is dropped as unknown.
@@ -109,6 +114,10 @@ type Tracker struct {
 	opts  TrackerOptions
 	peers [2]peerState
 	stats stats
+	// ledgers are the peers' ledgers (client to server, server to
+	// client), kept in the Tracker: a session is made per request without
+	// one, and each allocation of it counts.
+	ledgers [2]ledger
 }
 
 // peerState is one peer as the tracker sees it.
@@ -179,10 +188,11 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c2s := newLedger(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
-	c2s.allowShared = opts.AllowSharedIDs
-	s2c := newLedger(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
 	t := &Tracker{opts: opts}
+	c2s, s2c := &t.ledgers[0], &t.ledgers[1]
+	c2s.init(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
+	c2s.allowShared = opts.AllowSharedIDs
+	s2c.init(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
 	t.peers[Client] = peerState{issued: c2s, answers: s2c, from: zap.String("from", "client")}
 	t.peers[Server] = peerState{issued: s2c, answers: c2s, from: zap.String("from", "server")}
 	return t
@@ -200,14 +210,27 @@ func (t *Tracker) count(c counter, n int64) {
 }
 
 // Logger returns the logger of one peer's messages.
-func (t *Tracker) Logger(p Peer) *zap.Logger { return t.opts.Logger.With(t.peers[p].from) }
+func (t *Tracker) Logger(p Peer) *zap.Logger {
+	if t.opts.Scope.Key != "" {
+		return t.opts.Logger.With(t.opts.Scope, t.peers[p].from)
+	}
+	return t.opts.Logger.With(t.peers[p].from)
+}
+
+// write writes a checked line with fields and the tracker's Scope.
+func (t *Tracker) write(ce *zapcore.CheckedEntry, fields ...zap.Field) {
+	if t.opts.Scope.Key != "" {
+		fields = append(fields, t.opts.Scope)
+	}
+	ce.Write(fields...)
+}
 
 // log writes a line about a peer's message at lvl, naming the peer. The
 // peer is a field of each line rather than of a logger made for it: a
 // session (each sessionless HTTP request is one) logs little, if at all.
 func (t *Tracker) log(p Peer, lvl zapcore.Level, msg string, fields ...zap.Field) {
 	if ce := t.opts.Logger.Check(lvl, msg); ce != nil {
-		ce.Write(append(fields, t.peers[p].from)...)
+		t.write(ce, append(fields, t.peers[p].from)...)
 	}
 }
 
@@ -662,7 +685,9 @@ func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender,
 func (t *Tracker) FailInFlight(why string) []Reply {
 	var replies []Reply
 	for _, c := range t.peers[Client].issued.failAll() {
-		t.opts.Logger.Warn("answering request in flight: server gone", zap.Stringer("id", c.id), zap.String("method", c.method))
+		if ce := t.opts.Logger.Check(zapcore.WarnLevel, "answering request in flight: server gone"); ce != nil {
+			t.write(ce, zap.Stringer("id", c.id), zap.String("method", c.method))
+		}
 		replies = append(replies, Reply{c, t.ErrorReply(c.id, CodeServerGone, why)})
 		c.Span().Answered(nil, CodeServerGone, why)
 		t.ended(c)
@@ -738,7 +763,7 @@ func (t *Tracker) silenced(from Peer, dir Direction, m *framing.Message, id fram
 		t.opts.Observer.Observe(ActSilenced, from)
 	}
 	if ce := t.opts.Logger.Check(zapcore.DebugLevel, string(ActSilenced)); ce != nil {
-		ce.Write(ActSilenced.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()),
+		t.write(ce, ActSilenced.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()),
 			zap.String("kind", m.Kind.String()), zap.String("method", m.Method), zap.Stringer("id", id),
 			zap.Int("bytes", len(m.Raw)), zap.String("reason", why))
 	}
@@ -757,7 +782,7 @@ func (t *Tracker) note(from Peer, dir Direction, a Action, k framing.Kind, metho
 		t.opts.Observer.Observe(a, from)
 	}
 	if ce := t.opts.Logger.Check(lvl, string(a)); ce != nil {
-		ce.Write(a.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()), zap.String("kind", k.String()),
+		t.write(ce, a.feed(), t.peers[from].from, zap.String("direction", travel(from, dir).String()), zap.String("kind", k.String()),
 			zap.String("method", method), zap.Stringer("id", id), zap.String("reason", why))
 	}
 	t.emit(from, a, k, method, id, why)
@@ -783,7 +808,7 @@ func (t *Tracker) noteCancel(from Peer, dir Direction, k framing.Kind, c *call, 
 		if from == Client {
 			fields = append(fields, zap.String("source", string(source)))
 		}
-		ce.Write(fields...)
+		t.write(ce, fields...)
 	}
 	if from == Client && source != SourceClient {
 		from = Peer(2) // the proxy's own cancel, on the client's behalf: no message of a peer's

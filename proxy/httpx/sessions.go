@@ -70,7 +70,7 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	var scope [24]byte
 	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s}
 	opts := s.Tracker
-	opts.Logger = s.log.WithLazy(zap.String("session", sess.scope)) // encoded only if the session logs
+	opts.Logger, opts.Scope = s.log, zap.String("session", sess.scope) // added only to lines written
 	// Each request's answer comes on its own response stream: requests
 	// that share an id (claude.ai sends every one with id 1) are kept apart,
 	// renamed toward the upstream.
