@@ -34,7 +34,16 @@ func idleStreams(proxyBin string, n int) error {
 		return err
 	}
 	addr := addrs[0]
-	cmd := exec.Command(proxyBin, "--listen", addr, "--upstream", upURL, "--log-level", "error")
+	// Every stream comes from this one address: exempt it from
+	// http.max_connections_per_client (4096), as an ingress would be.
+	cfg, err := os.CreateTemp("", "httpload-idle-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(cfg.Name())
+	fmt.Fprintln(cfg, "http:\n  trusted_proxies: [127.0.0.1]")
+	cfg.Close()
+	cmd := exec.Command(proxyBin, "--config", cfg.Name(), "--listen", addr, "--upstream", upURL, "--log-level", "error")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
