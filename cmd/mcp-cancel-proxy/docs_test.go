@@ -25,6 +25,8 @@ var foreignFlags = map[string]string{
 	"--omit":         "npm",
 	"--transport":    "mcp-remote",
 	"--spec-version": "the conformance suite",
+	"--set":          "helm",
+	"--update":       "scripts/check-chart",
 }
 
 // TestDocs: every page of the documentation links only to files and
