@@ -129,21 +129,50 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 	}
 	w := &wrapped{t: t, cmd: cmd, stdin: stdin, frames: make(chan []byte, 256),
 		logs: newLogTail(stderr), events: feed, exited: exited}
-	go func() {
+	read, stdoutRead, ended := make(chan []byte), make(chan struct{}), make(chan struct{})
+	go func() { // stdout's reader, which never waits for the test
+		defer close(read)
 		rd := framing.NewReader(stdout, 0)
 		for {
 			f, err := rd.Read(nil)
 			if err != nil {
-				close(w.frames)
 				return
 			}
-			w.frames <- f
+			read <- f
+		}
+	}()
+	// Between the reader and the test, a queue without bound: the test
+	// gets every frame, those that came just before the proxy exited too
+	// (a drain of w.frames here once raced the test for them), and Wait
+	// closes stdout only once it is read to its end.
+	go func() {
+		defer close(w.frames)
+		var queue [][]byte
+		in := read
+		for in != nil || len(queue) > 0 {
+			var out chan<- []byte
+			var next []byte
+			if len(queue) > 0 {
+				out, next = w.frames, queue[0]
+			}
+			select {
+			case f, ok := <-in:
+				if !ok {
+					in = nil
+					close(stdoutRead)
+					continue
+				}
+				queue = append(queue, f)
+			case out <- next:
+				queue = queue[1:]
+			case <-ended: // the test is over: what it did not read is dropped
+				return
+			}
 		}
 	}()
 	go func() {
 		<-w.logs.done
-		for range w.frames { // wait for stdout to drain as well before Wait closes it
-		}
+		<-stdoutRead
 		w.err = cmd.Wait()
 		close(w.exited)
 	}()
@@ -164,6 +193,7 @@ func startCommand(t testing.TB, cmd *exec.Cmd) *wrapped {
 			}
 			t.Errorf("%v did not exit within 20 s of its input's end", cmd.Args)
 		}
+		close(ended)
 		if t.Failed() {
 			t.Logf("proxy stderr:\n%s", w.logs.all())
 		}
