@@ -32,7 +32,7 @@ type governor struct {
 
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
-	tools       map[*proxy.Call]string // the tool of each tools/call in flight that has no record
+	plain       proxy.CallList         // each tools/call in flight that has no record, noted with its tool
 	names       map[string]string      // tool names, interned
 	recent      []answered             // the last requests answered: grows to a ring of recentMax
 	recentNext  int
@@ -190,10 +190,7 @@ func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		if !rule.active() && budget == 0 && !m.HasTask && !g.closed {
 			// Nothing to do unless it is cancelled (see Cancelled): no
 			// record, no allocation; the tool is noted for the audit line.
-			if g.tools == nil {
-				g.tools = map[*proxy.Call]string{}
-			}
-			g.tools[c] = tool
+			g.plain.Add(c, tool)
 			g.mu.Unlock()
 			return proxy.Admission{}
 		}
@@ -312,8 +309,7 @@ func (g *governor) answered(c *proxy.Call, m *framing.Message) {
 	g.mu.Lock()
 	r := g.calls[c]
 	if r == nil {
-		tool := g.tools[c]
-		delete(g.tools, c)
+		tool, _ := g.plain.Remove(c)
 		g.rememberLocked(answered{c: c, tool: tool})
 		g.mu.Unlock()
 		return
@@ -409,8 +405,8 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	}
 	r := g.calls[c]
 	if r == nil { // no rule asked anything of it: it gets its audit line all the same
-		r = g.plainRecordLocked(c, g.tools[c])
-		delete(g.tools, c)
+		tool, _ := g.plain.Remove(c)
+		r = g.plainRecordLocked(c, tool)
 		g.calls[c] = r
 	}
 	if r.st.phase != phaseInFlight {

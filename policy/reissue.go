@@ -164,10 +164,7 @@ func (g *governor) joinLocked(j *joins, c *proxy.Call, tool, key string, budget 
 		return false
 	}
 	g.watch(j)
-	if g.tools == nil {
-		g.tools = map[*proxy.Call]string{}
-	}
-	g.tools[c] = tool // for its audit line, should it be cancelled
+	g.plain.Add(c, tool) // for its audit line, should it be cancelled
 	if s.answer != nil {
 		reply := framing.Splice(nil, s.answer, s.idSpan, c.ID())
 		orig := s.orig
@@ -453,8 +450,7 @@ func (g *governor) answerJoined(w *proxy.Call, orig *record, reply []byte) {
 		return
 	}
 	g.mu.Lock()
-	tool := g.tools[w]
-	delete(g.tools, w)
+	tool, _ := g.plain.Remove(w)
 	g.mu.Unlock()
 	now := g.e.clock.Now()
 	rec := &Record{Time: now, Session: g.session, Direction: "client_to_server", ID: w.ID().AppendJSON(nil),

@@ -248,7 +248,7 @@ func (g *governor) inFlight(now time.Time) SessionStatus {
 			}
 		}
 	}
-	for c := range g.tools {
+	for c := range g.plain.All() {
 		s.InFlight++
 		oldest = min(oldest, c.Started())
 	}

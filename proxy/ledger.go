@@ -73,6 +73,8 @@ type call struct {
 	// span follows the request in a trace; nil when it is not traced. Set
 	// before the call is shared, by the issuer's side.
 	span Span
+	// list is the call's place in a governor's CallList, if any.
+	list listing
 }
 
 func (c *call) aliased() bool { return c.upID != c.id }

@@ -20,7 +20,8 @@ type Session struct {
 	// carried out, by the Actions, and by CancelAll, so that each sees the
 	// held requests (and the transport's queue) as the last one left them.
 	mu      sync.Mutex
-	t       *Tracker
+	t       *Tracker // &tracker
+	tracker Tracker  // in place: an HTTP front makes a session per request without one
 	gov     Governor
 	carrier Carrier
 	restart func(reason string) bool
@@ -94,7 +95,8 @@ func NewSession(o SessionOptions) *Session {
 		s.gov = o.Governor(s)
 	}
 	o.Tracker.Governor = s.gov
-	s.t = NewTracker(o.Tracker)
+	s.t = &s.tracker
+	s.t.init(o.Tracker)
 	return s
 }
 

@@ -176,6 +176,13 @@ type Outcome struct {
 
 // NewTracker returns a Tracker configured by opts.
 func NewTracker(opts TrackerOptions) *Tracker {
+	t := &Tracker{}
+	t.init(opts)
+	return t
+}
+
+// init sets up a zero Tracker in place, configured by opts.
+func (t *Tracker) init(opts TrackerOptions) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -188,14 +195,13 @@ func NewTracker(opts TrackerOptions) *Tracker {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	t := &Tracker{opts: opts}
+	t.opts = opts
 	c2s, s2c := &t.ledgers[0], &t.ledgers[1]
 	c2s.init(ClientToServer, opts.Now, opts.RetireAfter, opts.RetireMax)
 	c2s.allowShared = opts.AllowSharedIDs
 	s2c.init(ServerToClient, opts.Now, opts.RetireAfter, opts.RetireMax)
 	t.peers[Client] = peerState{issued: c2s, answers: s2c, from: zap.String("from", "client")}
 	t.peers[Server] = peerState{issued: s2c, answers: c2s, from: zap.String("from", "server")}
-	return t
 }
 
 // Stats returns the counters so far.
