@@ -32,9 +32,9 @@ type governor struct {
 
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
-	plain       proxy.CallList         // each tools/call in flight that has no record, noted with its tool
-	names       map[string]string      // tool names, interned
-	recent      []answered             // the last requests answered: grows to a ring of recentMax
+	plain       proxy.CallList    // each tools/call in flight that has no record, noted with its tool
+	names       map[string]string // tool names, interned
+	recent      []answered        // the last requests answered: grows to a ring of recentMax
 	recentNext  int
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel

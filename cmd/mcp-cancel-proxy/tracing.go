@@ -17,11 +17,13 @@ const flushWait = 5 * time.Second
 
 // startTelemetry starts the traces the configuration (or the OTEL_*
 // environment) asks for, and the MCP operation durations when m serves
-// metrics. It returns nil telemetry when neither is asked for; stop
-// exports the spans still buffered.
+// metrics, on the admin listener: without one nobody reads them, and
+// recording them would cost every request a span. It returns nil
+// telemetry when neither is asked for; stop exports the spans still
+// buffered.
 func startTelemetry(cfg config.Config, m *metrics.Metrics, log *zap.Logger) (t *telemetry.Telemetry, stop func(), err error) {
 	var durations telemetry.Durations
-	if m != nil {
+	if m != nil && cfg.HTTP.Admin != "" {
 		durations = m
 	}
 	tc := cfg.Tracing
