@@ -49,6 +49,10 @@ type fakeTransport struct {
 	// unsent: the proxy's own requests are never sent before their cancel
 	// (CancelOwn withdraws them).
 	unsent bool
+	// afterOwn, if set, runs once as SendOwn returns: what the client does
+	// while the governor sends a request of its own. Set before the
+	// request that leads to it.
+	afterOwn func()
 }
 
 func newTransport(t *testing.T, e *Engine) *fakeTransport { return transportOf(t, e, "s1", nil) }
@@ -74,6 +78,10 @@ func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "disp
 func (ft *fakeTransport) SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *proxy.Call {
 	c, frame := ft.tr.OwnCall(method, params, progress, onAnswer)
 	ft.acts <- action{kind: "own", call: c, frame: frame, onAnswer: onAnswer}
+	if f := ft.afterOwn; f != nil {
+		ft.afterOwn = nil
+		f()
+	}
 	return c
 }
 

@@ -252,14 +252,16 @@ func (g *governor) keepHostedLocked(h *hosted, c *proxy.Call, m *framing.Message
 }
 
 // sendHosted sends h's call upstream as a request of the proxy's own
-// (again, with the client's input, after input_required); a task
-// cancelled meanwhile, with no call to stop then, has it cancelled as it
-// goes.
+// (again, with the client's input, after input_required); a task whose
+// story was cancelled meanwhile, with no call to stop then, has it
+// cancelled as it goes. A task only marked cancelled (a tasks/cancel whose
+// cancelHosted is still queued) is not: that cancelHosted stops the call,
+// once, after the client's answer, with the story's source.
 func (g *governor) sendHosted(h *hosted, params []byte) {
 	own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
 	g.mu.Lock()
 	h.own = own
-	cancelled, source, reason := h.status == taskCancelled, h.rec.source, h.message
+	cancelled, source, reason := h.rec.st.phase == phaseCancelled, h.rec.source, h.rec.reason
 	g.mu.Unlock()
 	if cancelled {
 		g.act.CancelOwn(own, source, reason)

@@ -135,6 +135,30 @@ func TestHostedTaskCallNeverSent(t *testing.T) {
 	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`) // an answer nobody is owed
 }
 
+// TestHostedTaskCancelledWhileItsCallGoes: a tasks/cancel that comes while
+// the hosted call is being sent (its own request made, not yet noted on
+// the task) is answered first, then stops the call once, with the source
+// tasks_cancel. Before, the sending saw the task marked cancelled and
+// cancelled the call itself, without a source and ahead of the answer,
+// and the queued cancelHosted cancelled it a second time.
+func TestHostedTaskCancelledWhileItsCallGoes(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	_, recs, ft := hostingReport(t)
+	ft.afterOwn = func() { ft.client(taskRequest(2, "tasks/cancel", "t1")) }
+	own, _ := hostedCall(t, ft, 1, "report")
+	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "cancelled" {
+		t.Errorf("tasks/cancel answered %v", res)
+	}
+	if c := ft.next(); c.kind != "cancel-own" || c.call != own.call || c.source != proxy.SourceTaskCancel {
+		t.Fatalf("%s of %v from %q", c.kind, c.call, c.source)
+	}
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
+	if r := waitRecord(t, recs); r.Source != "tasks_cancel" {
+		t.Errorf("audit: %+v", r)
+	}
+	ft.none() // no second cancel of the call
+}
+
 // counts returns how many tasks the bound counts, and their bytes.
 func (b *hostedBound) counts() (int, int64) {
 	b.mu.Lock()
