@@ -161,7 +161,7 @@ type ledger struct {
 	endedNext int
 	// tasksOver remembers the ids of the tasks last seen terminal (a
 	// ring), so that a message still tagged with one is kept back.
-	tasksOver     [endedMemory]string
+	tasksOver     *[endedMemory]string // made at the first task's end: most sessions see no task
 	tasksOverNext int
 }
 
@@ -483,6 +483,9 @@ func (l *ledger) taskEnded(id string) (ok bool) {
 
 // taskOverLocked remembers that task id has ended.
 func (l *ledger) taskOverLocked(id string) {
+	if l.tasksOver == nil {
+		l.tasksOver = new([endedMemory]string)
+	}
 	if !slices.Contains(l.tasksOver[:], id) {
 		l.tasksOver[l.tasksOverNext] = id
 		l.tasksOverNext = (l.tasksOverNext + 1) % endedMemory
@@ -498,7 +501,7 @@ func (l *ledger) taskIsOver(id string) bool {
 		return false
 	}
 	now := l.now()
-	return slices.Contains(l.tasksOver[:], id) || slices.ContainsFunc(l.tasks, func(c *call) bool {
+	return l.tasksOver != nil && slices.Contains(l.tasksOver[:], id) || slices.ContainsFunc(l.tasks, func(c *call) bool {
 		return c.taskID == id && !c.retireAt.IsZero() && !now.Before(c.retireAt) // its ttl passed
 	})
 }
