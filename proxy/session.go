@@ -20,8 +20,7 @@ type Session struct {
 	// carried out, by the Actions, and by CancelAll, so that each sees the
 	// held requests (and the transport's queue) as the last one left them.
 	mu      sync.Mutex
-	t       *Tracker // &tracker
-	tracker Tracker  // in place: an HTTP front makes a session per request without one
+	t       Tracker // in place: an HTTP front makes a session per request without one
 	gov     Governor
 	carrier Carrier
 	restart func(reason string) bool
@@ -95,14 +94,13 @@ func NewSession(o SessionOptions) *Session {
 		s.gov = o.Governor(s)
 	}
 	o.Tracker.Governor = s.gov
-	s.t = &s.tracker
 	s.t.init(o.Tracker)
 	return s
 }
 
 // Tracker returns the session's Tracker, for what is not a decision
 // (counters, error replies, the proxy's own cancels of a departed client).
-func (s *Session) Tracker() *Tracker { return s.t }
+func (s *Session) Tracker() *Tracker { return &s.t }
 
 // Governor returns the session's Governor, nil without a policy; the
 // transport closes it when the session ends.

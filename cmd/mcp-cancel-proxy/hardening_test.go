@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -424,38 +423,34 @@ func TestE2EReloadOnFileChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	changes := map[string]func(dir, text string){
+	const initial = "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n"
+	changes := map[string]struct {
+		mount  func(t *testing.T, text string) string // a folder holding config.yaml
+		change func(t *testing.T, dir, text string)
+	}{
 		// An editor: write a temporary file, rename it over the target.
-		"editor": func(dir, text string) {
-			write(filepath.Join(dir, "config.yaml.tmp"), text)
-			os.Rename(filepath.Join(dir, "config.yaml.tmp"), filepath.Join(dir, "config.yaml"))
+		"editor": {
+			func(t *testing.T, text string) string {
+				dir := t.TempDir()
+				write(filepath.Join(dir, "config.yaml"), text)
+				return dir
+			},
+			func(t *testing.T, dir, text string) {
+				write(filepath.Join(dir, "config.yaml.tmp"), text)
+				os.Rename(filepath.Join(dir, "config.yaml.tmp"), filepath.Join(dir, "config.yaml"))
+			},
 		},
-		// The kubelet: config.yaml -> ..data/config.yaml; a new version
-		// folder, and a new ..data link renamed over the old one.
-		"configmap": func(dir, text string) {
-			version := fmt.Sprintf("..v%d", time.Now().UnixNano())
-			os.Mkdir(filepath.Join(dir, version), 0o700)
-			write(filepath.Join(dir, version, "config.yaml"), text)
-			os.Symlink(version, filepath.Join(dir, "..data_tmp"))
-			os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data"))
-		},
+		// The kubelet's ConfigMap volume (kubeletMount, kubeletUpdate).
+		"configmap": {kubeletMount, kubeletUpdate},
 	}
-	for name, change := range changes {
+	for name, c := range changes {
 		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			if name == "configmap" {
-				os.Mkdir(filepath.Join(dir, "..v0"), 0o700)
-				write(filepath.Join(dir, "..v0", "config.yaml"), "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
-				os.Symlink("..v0", filepath.Join(dir, "..data"))
-				os.Symlink("..data/config.yaml", filepath.Join(dir, "config.yaml"))
-			} else {
-				write(filepath.Join(dir, "config.yaml"), "policy:\n  rules:\n    - tool: block\n      timeout: 10m\n")
-			}
+			dir := c.mount(t, initial)
 			w := startWrapped(t, "--config", filepath.Join(dir, "config.yaml"), "--log-level", "debug", "--", proxyBin, "example-server")
 			w.initialize(`{}`)
-			change(dir, invalid)
+			c.change(t, dir, invalid)
 			w.events.waitFor(t, events.PolicyKept, "why", "the configuration file changed")
-			change(dir, valid)
+			c.change(t, dir, valid)
 			w.events.waitFor(t, events.PolicyReloaded) // once the new policy is in force
 			w.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"f"}}}`)
 			got := w.recvUntil(isResponse(1))

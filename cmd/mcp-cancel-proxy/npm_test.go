@@ -29,35 +29,15 @@ var npmTarball = regexp.MustCompile(`^mcp-cancel-proxy-(?:([a-z0-9]+-[a-z0-9]+)-
 func npmProject(t *testing.T) (proj string, env []string) {
 	t.Helper()
 	node, _ := nodePeers(t)
-	pkgs := os.Getenv("MCP_NPM_PACKAGES")
-	if pkgs == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("MCP_NPM_PACKAGES is not set; scripts/test packs the npm packages")
-		}
-		t.Skip("MCP_NPM_PACKAGES is not set (scripts/npm-pack makes the packages; scripts/test runs this)")
-	}
-	entries, err := os.ReadDir(pkgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	main, overrides := "", map[string]string{}
-	for _, e := range entries {
-		m := npmTarball.FindStringSubmatch(e.Name())
-		switch {
-		case m == nil:
-		case m[1] == "":
-			main = "file:" + filepath.Join(pkgs, e.Name())
-		default:
-			overrides["@mcp-cancel-proxy/"+m[1]] = "file:" + filepath.Join(pkgs, e.Name())
-		}
-	}
-	if main == "" || len(overrides) < 2 {
-		t.Fatalf("%s holds no main package or fewer than two platforms' packages", pkgs)
-	}
+	main, platforms := npmPackages(t)
 	// overrides stand in for the registry: each platform package the main
 	// one lists resolves to its tarball.
+	overrides := map[string]string{}
+	for name, path := range platforms {
+		overrides[name] = "file:" + path
+	}
 	manifest, _ := json.Marshal(map[string]any{"private": true,
-		"dependencies": map[string]string{"mcp-cancel-proxy": main}, "overrides": overrides})
+		"dependencies": map[string]string{"mcp-cancel-proxy": "file:" + main}, "overrides": overrides})
 	proj = t.TempDir()
 	if err := os.WriteFile(filepath.Join(proj, "package.json"), manifest, 0o644); err != nil {
 		t.Fatal(err)
@@ -70,11 +50,7 @@ func npmProject(t *testing.T) (proj string, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"amd64": "x64"}[runtime.GOARCH]
-	if want == "" {
-		want = runtime.GOARCH
-	}
-	if len(installed) != 1 || installed[0].Name() != "linux-"+want {
+	if want := nodeArch(); len(installed) != 1 || installed[0].Name() != "linux-"+want {
 		var names []string
 		for _, e := range installed {
 			names = append(names, e.Name())
@@ -82,6 +58,47 @@ func npmProject(t *testing.T) (proj string, env []string) {
 		t.Fatalf("npm installed the platform packages %q, want just linux-%s", names, want)
 	}
 	return proj, env
+}
+
+// npmPackages returns the tarballs scripts/npm-pack made (in the folder
+// MCP_NPM_PACKAGES names): the main package's, and each platform
+// package's by its name (@mcp-cancel-proxy/linux-x64). Without them it
+// skips, or fails under CI.
+func npmPackages(t *testing.T) (main string, platforms map[string]string) {
+	t.Helper()
+	dir := os.Getenv("MCP_NPM_PACKAGES")
+	if dir == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("MCP_NPM_PACKAGES is not set; scripts/test packs the npm packages")
+		}
+		t.Skip("MCP_NPM_PACKAGES is not set (scripts/npm-pack makes the packages; scripts/test runs this)")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	platforms = map[string]string{}
+	for _, e := range entries {
+		switch m := npmTarball.FindStringSubmatch(e.Name()); {
+		case m == nil:
+		case m[1] == "":
+			main = filepath.Join(dir, e.Name())
+		default:
+			platforms["@mcp-cancel-proxy/"+m[1]] = filepath.Join(dir, e.Name())
+		}
+	}
+	if main == "" || len(platforms) < 2 {
+		t.Fatalf("%s holds no main package or fewer than two platforms' packages", dir)
+	}
+	return main, platforms
+}
+
+// nodeArch is this machine's architecture as Node names it.
+func nodeArch() string {
+	if runtime.GOARCH == "amd64" {
+		return "x64"
+	}
+	return runtime.GOARCH
 }
 
 func npm(t *testing.T, dir string, env []string, args ...string) string {

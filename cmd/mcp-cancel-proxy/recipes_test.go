@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -19,36 +18,15 @@ import (
 const recipes = "../../deploy/recipes"
 
 // npmTarballs returns the main package's and this machine's platform
-// package's tarballs of scripts/npm-pack (MCP_NPM_PACKAGES).
-func npmTarballs(t *testing.T) (main, platform string) {
+// package's tarballs of scripts/npm-pack, and the platform package's name.
+func npmTarballs(t *testing.T) (main, platform, name string) {
 	t.Helper()
-	npmProject(t) // skips, or fails under CI, without them
-	dir := os.Getenv("MCP_NPM_PACKAGES")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
+	main, platforms := npmPackages(t)
+	name = "@mcp-cancel-proxy/linux-" + nodeArch()
+	if platform = platforms[name]; platform == "" {
+		t.Fatalf("no %s among the npm packages", name)
 	}
-	for _, e := range entries {
-		switch m := npmTarball.FindStringSubmatch(e.Name()); {
-		case m == nil:
-		case m[1] == "":
-			main = filepath.Join(dir, e.Name())
-		case m[1] == "linux-"+nodeArch():
-			platform = filepath.Join(dir, e.Name())
-		}
-	}
-	if main == "" || platform == "" {
-		t.Fatalf("%s: no main package or no linux package for this machine", dir)
-	}
-	return main, platform
-}
-
-// nodeArch is this machine's architecture as Node names it.
-func nodeArch() string {
-	if runtime.GOARCH == "amd64" {
-		return "x64"
-	}
-	return runtime.GOARCH
+	return main, platform, name
 }
 
 // workflow is what TestRecipeWorkflow reads of a GitHub Actions workflow.
@@ -68,7 +46,7 @@ type workflow struct {
 func TestRecipeWorkflow(t *testing.T) {
 	t.Parallel()
 	node, _ := nodePeers(t)
-	main, platform := npmTarballs(t)
+	main, platform, _ := npmTarballs(t)
 	raw, err := os.ReadFile(filepath.Join(recipes, "github-actions.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +105,7 @@ func TestRecipeWorkflow(t *testing.T) {
 func TestRecipeNpmPackage(t *testing.T) {
 	t.Parallel()
 	node, _ := nodePeers(t)
-	main, platform := npmTarballs(t)
+	main, platform, name := npmTarballs(t)
 	src := t.TempDir()
 	if err := os.CopyFS(src, os.DirFS(filepath.Join(recipes, "npm"))); err != nil {
 		t.Fatal(err)
@@ -148,7 +126,7 @@ func TestRecipeNpmPackage(t *testing.T) {
 	proj := t.TempDir()
 	manifest, _ := json.Marshal(map[string]any{"private": true,
 		"dependencies": map[string]string{"@your-org/your-server": "file:" + packed},
-		"overrides":    map[string]string{"mcp-cancel-proxy": "file:" + main, "@mcp-cancel-proxy/" + platformName(platform): "file:" + platform}})
+		"overrides":    map[string]string{"mcp-cancel-proxy": "file:" + main, name: "file:" + platform}})
 	if err := os.WriteFile(filepath.Join(proj, "package.json"), manifest, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +134,6 @@ func TestRecipeNpmPackage(t *testing.T) {
 	bin := filepath.Join(proj, "node_modules", ".bin", "your-server")
 	got, code, out := runCheck(t, env, "--tool", "slow_ignore", "--args", `{"seconds":20,"steps":40}`, "--", bin)
 	compareChecks(t, got, map[string]string{"cancel": "pass", "late-answer": "pass", "progress-after-cancel": "pass", "cancel-unknown": "pass"}, code, 0, out)
-}
-
-// platformName is the platform of a platform package's tarball (linux-x64).
-func platformName(tarball string) string {
-	return npmTarball.FindStringSubmatch(filepath.Base(tarball))[1]
 }
 
 // jsString quotes s for JavaScript source.
