@@ -6,9 +6,14 @@ import "iter"
 // operation. The runtime hashes a struct key field by field, its string
 // even when empty; here an integer id, what nearly every client sends,
 // takes the runtime's 64-bit fast path, and a string id its string path.
-// The zero IDMap is empty and ready to use; it is not safe for
-// concurrent use.
+// One id is kept in place, beside the maps: a map that never holds more
+// than one (most of a request's own session's) makes none. The zero IDMap
+// is empty and ready to use, and a nil *IDMap is an empty one to all but
+// Set; it is not safe for concurrent use.
 type IDMap[V any] struct {
+	has  bool // one holds an id, which is in none of the maps
+	one  ID
+	oneV V
 	ints map[int64]V  // idInt
 	strs map[string]V // idString
 	rest map[ID]V     // idNumber, and the zero ID
@@ -16,6 +21,18 @@ type IDMap[V any] struct {
 
 // Get returns the value stored for id, and whether there is one.
 func (m *IDMap[V]) Get(id ID) (V, bool) {
+	if m == nil {
+		var zero V
+		return zero, false
+	}
+	if m.has && m.one == id {
+		return m.oneV, true
+	}
+	return m.inMaps(id)
+}
+
+// inMaps returns the value the maps hold for id, and whether they hold one.
+func (m *IDMap[V]) inMaps(id ID) (V, bool) {
 	var v V
 	var ok bool
 	switch id.kind {
@@ -43,6 +60,16 @@ func (m *IDMap[V]) Has(id ID) bool {
 
 // Set stores v for id.
 func (m *IDMap[V]) Set(id ID, v V) {
+	switch {
+	case m.has && m.one == id:
+		m.oneV = v
+		return
+	case !m.has:
+		if _, inMaps := m.inMaps(id); !inMaps {
+			m.has, m.one, m.oneV = true, id, v
+			return
+		}
+	}
 	switch id.kind {
 	case idInt:
 		if m.ints == nil {
@@ -64,6 +91,14 @@ func (m *IDMap[V]) Set(id ID, v V) {
 
 // Delete removes id's value, if any.
 func (m *IDMap[V]) Delete(id ID) {
+	if m == nil {
+		return
+	}
+	if m.has && m.one == id {
+		var zero V
+		m.has, m.one, m.oneV = false, ID{}, zero // nothing kept alive
+		return
+	}
 	switch id.kind {
 	case idInt:
 		delete(m.ints, id.num)
@@ -75,10 +110,24 @@ func (m *IDMap[V]) Delete(id ID) {
 }
 
 // Len returns the number of ids with a value.
-func (m *IDMap[V]) Len() int { return len(m.ints) + len(m.strs) + len(m.rest) }
+func (m *IDMap[V]) Len() int {
+	if m == nil {
+		return 0
+	}
+	n := len(m.ints) + len(m.strs) + len(m.rest)
+	if m.has {
+		n++
+	}
+	return n
+}
 
 // Clear removes every value.
 func (m *IDMap[V]) Clear() {
+	if m == nil {
+		return
+	}
+	var zero V
+	m.has, m.one, m.oneV = false, ID{}, zero
 	clear(m.ints)
 	clear(m.strs)
 	clear(m.rest)
@@ -88,6 +137,12 @@ func (m *IDMap[V]) Clear() {
 // not change while it runs, except by deleting the id yielded.
 func (m *IDMap[V]) All() iter.Seq2[ID, V] {
 	return func(yield func(ID, V) bool) {
+		if m == nil {
+			return
+		}
+		if m.has && !yield(m.one, m.oneV) {
+			return
+		}
 		for n, v := range m.ints {
 			if !yield(IntID(n), v) {
 				return

@@ -36,6 +36,32 @@ func TestIDMapIsAMap(t *testing.T) {
 		if m.Len() != len(want) {
 			t.Fatalf("step %d: Len() = %d, want %d", i, m.Len(), len(want))
 		}
+		if i%97 == 0 { // All, with a deletion of what it yields now and then
+			seen := map[ID]int{}
+			for id, v := range m.All() {
+				if _, dup := seen[id]; dup {
+					t.Fatalf("step %d: All yielded %v twice", i, id)
+				}
+				seen[id] = v
+				if rng.IntN(8) == 0 {
+					m.Delete(id)
+					delete(want, id)
+				}
+			}
+			for id, v := range seen {
+				if w, ok := want[id]; ok && w != v {
+					t.Fatalf("step %d: All yielded %d for %v, want %d", i, v, id, w)
+				}
+			}
+			for id := range want {
+				if _, ok := seen[id]; !ok {
+					t.Fatalf("step %d: All did not yield %v", i, id)
+				}
+			}
+			if m.Len() != len(want) {
+				t.Fatalf("step %d: after All, Len() = %d, want %d", i, m.Len(), len(want))
+			}
+		}
 	}
 	seen := map[ID]int{}
 	for id, v := range m.All() {
@@ -74,4 +100,17 @@ func BenchmarkIDMap(b *testing.B) {
 			delete(m, id)
 		}
 	})
+}
+
+// TestNilIDMap: a nil *IDMap reads as an empty one.
+func TestNilIDMap(t *testing.T) {
+	var m *IDMap[int]
+	if v, ok := m.Get(IntID(1)); v != 0 || ok || m.Has(IntID(1)) || m.At(IntID(1)) != 0 || m.Len() != 0 {
+		t.Errorf("a nil IDMap holds %d, %v; Len %d", v, ok, m.Len())
+	}
+	m.Delete(IntID(1))
+	m.Clear()
+	for id := range m.All() {
+		t.Errorf("a nil IDMap yielded %v", id)
+	}
 }

@@ -3,6 +3,7 @@ package framing
 import (
 	"errors"
 	"fmt"
+	"unique"
 )
 
 // Kind says what a JSON-RPC message is.
@@ -87,6 +88,27 @@ func (m *Message) NameBytes() []byte {
 		}
 	}
 	return inner
+}
+
+// A LastName returns messages' names (params.name: a tools/call's tool)
+// interned, so that a name seen before costs no allocation: compared first
+// with the last one it returned (a session's calls repeat their tool),
+// then looked up in the process's table (package unique), shared by every
+// session, where names no longer in use are forgotten by the garbage
+// collector: names a client invents cost no more than its calls hold. The
+// zero LastName is ready; it is not safe for concurrent use.
+type LastName struct{ last string }
+
+// Of returns m's Name, interned when it has no escapes.
+func (n *LastName) Of(m *Message) string {
+	b := m.NameBytes()
+	switch {
+	case b == nil:
+		return m.Name() // escaped, or none
+	case string(b) != n.last:
+		n.last = unique.Make(string(b)).Value()
+	}
+	return n.last
 }
 
 // Name returns params.name (see NameSpan), or "".

@@ -1,9 +1,12 @@
 package framing_test
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
@@ -178,6 +181,42 @@ func TestParseDeepNesting(t *testing.T) {
 	}
 }
 
+// TestParseNestingAcrossTheWord checks brackets of both kinds around the
+// scanner's 64 levels kept in a word, deeper ones in a slice: every
+// closer must match its opener at every depth, as encoding/json has it,
+// with one Frame reused so that a deep frame's leftovers meet the next.
+func TestParseNestingAcrossTheWord(t *testing.T) {
+	var f framing.Frame
+	for _, depth := range []int{1, 63, 64, 65, 66, 129, 200} {
+		for _, pattern := range []string{"[", "{", "[{", "{[", "[[{"} {
+			var open, closers []byte
+			for i := range depth {
+				switch pattern[i%len(pattern)] {
+				case '[':
+					open, closers = append(open, '['), append([]byte{']'}, closers...)
+				default:
+					open, closers = append(open, `{"k":`...), append([]byte{'}'}, closers...)
+				}
+			}
+			wrap := func(inner, closers []byte) []byte {
+				return slices.Concat([]byte(`{"jsonrpc":"2.0","id":1,"method":"x","params":{"v":`), inner, []byte(`1`), closers, []byte(`}}`))
+			}
+			good := wrap(open, closers)
+			if err := f.Parse(good); err != nil || !json.Valid(good) {
+				t.Fatalf("depth %d %q: Parse = %v, json.Valid = %v; want both to accept", depth, pattern, err, json.Valid(good))
+			}
+			for k := range closers { // each closer swapped for the other kind
+				bad := slices.Clone(closers)
+				bad[k] = map[byte]byte{']': '}', '}': ']'}[bad[k]]
+				in := wrap(open, bad)
+				if err := f.Parse(in); err == nil || json.Valid(in) {
+					t.Fatalf("depth %d %q, closer %d swapped: Parse = %v, json.Valid = %v; want both to refuse", depth, pattern, k, err, json.Valid(in))
+				}
+			}
+		}
+	}
+}
+
 func TestParseBatch(t *testing.T) {
 	in := `[{"jsonrpc":"2.0","id":1,"method":"tools/call"}, {"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}},{"id":null,"method":"x"}]`
 	var f framing.Frame
@@ -312,5 +351,30 @@ func TestParseSubscriptionID(t *testing.T) {
 		if want.IsValid() && string(m.Raw[m.SubscriptionIDSpan.Start:m.SubscriptionIDSpan.End]) != string(want.AppendJSON(nil)) {
 			t.Errorf("%s: span %v", raw, m.SubscriptionIDSpan)
 		}
+	}
+}
+
+// TestLastName: a name is interned for the whole process (two sessions'
+// LastNames give the same string), costs no allocation once seen, and an
+// escaped name is decoded.
+func TestLastName(t *testing.T) {
+	parse := func(name string) *framing.Message {
+		var f framing.Frame
+		if err := f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":` + name + `}}`)); err != nil {
+			t.Fatal(err)
+		}
+		return &f.Msgs[0]
+	}
+	var a, b framing.LastName
+	one, other := parse(`"slow_tool"`), parse(`"fast_tool"`)
+	x, y := a.Of(one), b.Of(one)
+	if x != "slow_tool" || unsafe.StringData(x) != unsafe.StringData(y) {
+		t.Errorf("two LastNames gave %q at %p and %q at %p, want one string", x, unsafe.StringData(x), y, unsafe.StringData(y))
+	}
+	if n := testing.AllocsPerRun(100, func() { a.Of(one); a.Of(other) }); n != 0 {
+		t.Errorf("names seen before cost %v allocations, want 0", n)
+	}
+	if got := a.Of(parse(`"tab\tbed"`)); got != "tab\tbed" {
+		t.Errorf("an escaped name: %q", got)
 	}
 }

@@ -23,11 +23,47 @@ func (e *SyntaxError) Error() string {
 
 var errDepth = errors.New("nesting too deep")
 
-// scanner validates JSON in one pass. Its stack is reused between frames.
+// scanner validates JSON in one pass. It keeps the open brackets in a
+// stack: the innermost 64 levels' kinds as bits of a word (a frame as MCP
+// has them never needs more, and costs no allocation), deeper ones in a
+// slice reused between frames.
 type scanner struct {
 	data  []byte
 	pos   int
-	stack []byte
+	depth int    // brackets open
+	bits  uint64 // bit i set: level i (from 0, outermost) is an array
+	deep  []byte // the brackets of levels 64 and deeper
+}
+
+// push opens a bracket, c.
+func (s *scanner) push(c byte) {
+	if s.depth < 64 {
+		s.bits &^= 1 << s.depth
+		if c == '[' {
+			s.bits |= 1 << s.depth
+		}
+	} else {
+		s.deep = append(s.deep, c)
+	}
+	s.depth++
+}
+
+// top returns the innermost open bracket; there must be one.
+func (s *scanner) top() byte {
+	if d := s.depth - 1; d >= 64 {
+		return s.deep[d-64]
+	} else if s.bits&(1<<d) != 0 {
+		return '['
+	}
+	return '{'
+}
+
+// popTo closes brackets down to depth.
+func (s *scanner) popTo(depth int) {
+	s.depth = depth
+	if len(s.deep) > 0 {
+		s.deep = s.deep[:max(0, depth-64)]
+	}
 }
 
 func (s *scanner) fail(msg string) error { return &SyntaxError{Offset: s.pos, msg: msg} }
@@ -196,8 +232,8 @@ func (s *scanner) scalar() error {
 // rather than recursing, with an explicit stack of open brackets.
 func (s *scanner) value() (Span, error) {
 	start := s.pos
-	base := len(s.stack)
-	defer func() { s.stack = s.stack[:base] }()
+	base := s.depth
+	defer s.popTo(base)
 	s.ws()
 	start = s.pos
 	for {
@@ -206,7 +242,7 @@ func (s *scanner) value() (Span, error) {
 		}
 		// Close what can be closed; stop when back at the starting depth.
 		for {
-			if len(s.stack) == base {
+			if s.depth == base {
 				return Span{start, s.pos}, nil
 			}
 			more, err := s.next()
@@ -237,10 +273,10 @@ func (s *scanner) open() error {
 			s.pos++
 			return nil
 		}
-		if len(s.stack) >= maxDepth {
+		if s.depth >= maxDepth {
 			return errDepth
 		}
-		s.stack = append(s.stack, c)
+		s.push(c)
 		if c == '{' {
 			if err := s.key(); err != nil {
 				return err
@@ -261,7 +297,7 @@ func (s *scanner) key() error {
 // value inside the innermost open container. It reports whether another
 // value follows.
 func (s *scanner) next() (bool, error) {
-	top := s.stack[len(s.stack)-1]
+	top := s.top()
 	switch c := s.peek(); {
 	case c == ',':
 		s.pos++
@@ -271,7 +307,7 @@ func (s *scanner) next() (bool, error) {
 		return true, nil
 	case (top == '{' && c == '}') || (top == '[' && c == ']'):
 		s.pos++
-		s.stack = s.stack[:len(s.stack)-1]
+		s.popTo(s.depth - 1)
 		return false, nil
 	}
 	return false, s.fail("expected ',' or closing bracket")

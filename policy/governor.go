@@ -32,9 +32,9 @@ type governor struct {
 
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
-	plain       proxy.CallList    // each tools/call in flight that has no record, noted with its tool
-	names       map[string]string // tool names, interned
-	recent      []answered        // the last requests answered: grows to a ring of recentMax
+	plain       proxy.CallList // each tools/call in flight that has no record, noted with its tool
+	tool        framing.LastName
+	recent      []answered // the last requests answered: grows to a ring of recentMax
 	recentNext  int
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
@@ -175,7 +175,7 @@ func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	var auto bool
 	if m.Method == "tools/call" {
 		g.mu.Lock()
-		tool = g.toolNameLocked(m)
+		tool = g.tool.Of(m) // no allocation for a name seen before
 		rule = g.e.m.Load().match(m.Method, tool)
 		budget, auto = g.budgetLocked(rule, m)
 		if rule.Reissue && !m.HasTask && !g.closed && g.act.DefersCancels() {
@@ -242,26 +242,6 @@ func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 		r.st.slot = holdingSlot
 	}
 	return a
-}
-
-// toolNameLocked returns the tool of a tools/call, interned: the names
-// of a session's tools repeat, and looking one up does not allocate.
-func (g *governor) toolNameLocked(m *framing.Message) string {
-	b := m.NameBytes()
-	if b == nil {
-		return m.Name() // escaped, or none
-	}
-	if name, ok := g.names[string(b)]; ok {
-		return name
-	}
-	name := string(b)
-	if g.names == nil {
-		g.names = map[string]string{}
-	}
-	if len(g.names) < 1024 {
-		g.names[name] = name
-	}
-	return name
 }
 
 // armLocked (re)sets r's deadline.

@@ -132,7 +132,8 @@ type ledger struct {
 	// in byUp under it, which spares a second map per frame; renamed holds
 	// the others (aliased toward the receiver), by the issuer's id.
 	live    int
-	renamed framing.IDMap[*call]
+	renamed *framing.IDMap[*call] // made at first use (renamedMap), as tokens
+	tool    framing.LastName      // the tools/calls' tool names, interned
 	// shared holds, with allowShared, the other calls in flight under an
 	// id a listed call has, oldest first. Invariant: every call here is in
 	// byUp.
@@ -141,14 +142,11 @@ type ledger struct {
 	// seen) by the receiver-side id. Invariant: every listed call is here.
 	byUp framing.IDMap[*call]
 	// tokens maps receiver-side progress tokens to their call, in flight or
-	// retired.
-	tokens framing.IDMap[*call]
+	// retired; made at first use (tokenMap): an idle session has none.
+	tokens *framing.IDMap[*call]
 	// retired lists cancelled calls oldest first, to forget them in time.
 	retired []*call
 	aliases uint64 // counter for receiver-side ids minted on collisions
-	// tools interns the tool names seen, so that a tools/call costs no
-	// allocation for its name; at most maxTools (clients choose them).
-	tools map[string]string
 	// tasks lists, oldest first, the calls in stateTask: their tokens
 	// stay in tokens until their task ends, its ttl passes, or the
 	// ledger goes with its session.
@@ -168,30 +166,28 @@ type ledger struct {
 // endedMemory is how many answered calls a ledger remembers by id.
 const endedMemory = 8
 
-// maxTools bounds the tool names a ledger keeps; calls of others log none.
-const maxTools = 256
+// tokenMap returns tokens, made now if not yet.
+func (l *ledger) tokenMap() *framing.IDMap[*call] {
+	if l.tokens == nil {
+		l.tokens = new(framing.IDMap[*call])
+	}
+	return l.tokens
+}
+
+// renamedMap returns renamed, made now if not yet.
+func (l *ledger) renamedMap() *framing.IDMap[*call] {
+	if l.renamed == nil {
+		l.renamed = new(framing.IDMap[*call])
+	}
+	return l.renamed
+}
 
 // toolLocked is the interned name of a tools/call's tool, or "".
 func (l *ledger) toolLocked(m *framing.Message) string {
 	if m.Method != "tools/call" {
 		return ""
 	}
-	b := m.NameBytes()
-	if b == nil {
-		return ""
-	}
-	if name, ok := l.tools[string(b)]; ok {
-		return name
-	}
-	if len(l.tools) >= maxTools {
-		return ""
-	}
-	if l.tools == nil {
-		l.tools = map[string]string{}
-	}
-	name := string(b)
-	l.tools[name] = name
-	return name
+	return l.tool.Of(m)
 }
 
 // newLedger returns an empty ledger. Its maps are made when first written:
@@ -252,7 +248,7 @@ func (l *ledger) listLocked(c *call) {
 	c.listed = true
 	l.live++
 	if c.aliased() {
-		l.renamed.Set(c.id, c)
+		l.renamedMap().Set(c.id, c)
 	}
 }
 
@@ -331,7 +327,7 @@ func (l *ledger) begin(m *framing.Message, span Span) (c *call, v Verdict) {
 			// A token still held by another call (a cancelled one whose late
 			// progress may come) is renamed too, so progress is never misrouted.
 			c.upToken = l.freeTokenLocked(c.upToken, "t")
-			l.tokens.Set(c.upToken, c)
+			l.tokenMap().Set(c.upToken, c)
 		}
 	})
 	return c, v
@@ -358,7 +354,7 @@ func (l *ledger) watch(c *call) framing.ID {
 	l.update(func() {
 		c.ownToken = true
 		c.upToken = l.freeTokenLocked(l.aliasLocked("w"), "w")
-		l.tokens.Set(c.upToken, c)
+		l.tokenMap().Set(c.upToken, c)
 	})
 	return c.upToken
 }
@@ -380,7 +376,7 @@ func (l *ledger) own(method string, onAnswer func(*framing.Message)) (c *call) {
 func (l *ledger) adoptToken(c *call, token framing.ID) {
 	l.update(func() {
 		c.token, c.upToken = token, token
-		l.tokens.Set(token, c)
+		l.tokenMap().Set(token, c)
 	})
 }
 

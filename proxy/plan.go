@@ -14,9 +14,10 @@ type Plan struct {
 	Same bool
 	// Batch says the frame is a batch.
 	Batch bool
-	// Kept are the messages forwarded, and KeptCalls the request each is
-	// (nil for one that is not): a transport that withdraws some of them
-	// rebuilds the frame from the others (Rebuild).
+	// Kept are a batch's messages forwarded, and KeptCalls the request
+	// each is (nil for one that is not): a transport that withdraws some of
+	// them rebuilds the frame from the others (Rebuild). A single message
+	// has no list: what is forwarded of it is Data.
 	Kept      [][]byte
 	KeptCalls []*Call
 	// Requests are the requests being forwarded, held ones among them.
@@ -81,17 +82,20 @@ func (s *Session) DecideFrame(from Peer, f *framing.Frame, parent TraceContext, 
 		m := &f.Msgs[i]
 		var o Outcome
 		if f.Batch && f.Errs[i] != nil {
-			o = Outcome{Verdict: Drop, Reply: s.t.Invalid(from, f.Errs[i], m.Raw)}
+			// Valid JSON (else the whole frame is a parse error), not a
+			// message: -32600 Invalid Request, as JSON-RPC answers [1].
+			o = Outcome{Verdict: Drop, Reply: s.t.Invalid(from, &framing.InvalidError{Err: f.Errs[i]}, m.Raw)}
 		} else {
 			o = s.Decide(from, m, parent)
 		}
 		p.add(from, m, o, s, hold)
 	}
-	if p.Same {
+	switch {
+	case p.Same:
 		p.Data = f.Raw
-	} else {
-		p.Data = JoinFrame(p.Kept, f.Batch)
-	}
+	case f.Batch:
+		p.Data = JoinFrame(p.Kept, true)
+	} // else add set Data to the one message, if kept
 	return p
 }
 
@@ -137,12 +141,16 @@ func (p *Plan) add(from Peer, m *framing.Message, o Outcome, s *Session, hold fu
 		p.Same = false
 		return
 	}
+	kept := m.Raw
 	if o.Rewritten != nil {
 		p.Same = false
-		p.Kept = append(p.Kept, o.Rewritten)
-	} else {
-		p.Kept = append(p.Kept, m.Raw)
+		kept = o.Rewritten
 	}
+	if !p.Batch {
+		p.Data = kept // no list for one message
+		return
+	}
+	p.Kept = append(p.Kept, kept)
 	p.KeptCalls = append(p.KeptCalls, o.Request)
 }
 
@@ -155,6 +163,9 @@ func (p *Plan) Rebuild(gone map[*Call]bool) []byte {
 		if c := p.KeptCalls[i]; c == nil || !gone[c] {
 			kept = append(kept, raw)
 		}
+	}
+	if !p.Batch && p.Data != nil && (len(p.Requests) == 0 || !gone[p.Requests[0]]) {
+		kept = append(kept, p.Data) // the one message, still going
 	}
 	var requests []*Call
 	for _, c := range p.Requests {

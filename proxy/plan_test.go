@@ -58,6 +58,11 @@ func TestDecideFrame(t *testing.T) {
 	if got := strings.Join(rec.did, "\n"); got != "withdrawn 3 hold3 reply=false" {
 		t.Errorf("the carrier did:\n%s", got)
 	}
+	// The element that is no message (id 4, neither method nor result) is
+	// valid JSON: Invalid Request, as JSON-RPC answers a batch's [1].
+	if len(p.Replies) != 1 || !strings.Contains(string(p.Replies[0]), `"code":-32600`) {
+		t.Errorf("replies %q, want one -32600 Invalid Request", p.Replies)
+	}
 	if len(p.Strays) != 1 || !strings.Contains(string(p.Strays[0]), `"requestId":99`) {
 		t.Errorf("strays %q, want the cancel of 99", p.Strays)
 	}
@@ -69,6 +74,20 @@ func TestDecideFrame(t *testing.T) {
 	}
 	if got := p.Rebuild(map[*Call]bool{p.Requests[0]: true, p.Held[0].Call: true}); got != nil || len(p.Requests) != 0 {
 		t.Errorf("rebuilt without any request: %s, %d left", got, len(p.Requests))
+	}
+	// A single message has no list of what is kept: Rebuild finds it in
+	// Data, and drops it with its request.
+	five := `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"slow"}}`
+	s5, _, _ := sessionWith("5")
+	p = decideFrame(t, s5, five, hold)
+	if len(p.Held) != 1 || len(p.Kept) != 0 || string(p.Data) != five {
+		t.Fatalf("one held request: %+v", p)
+	}
+	if got := p.Rebuild(map[*Call]bool{}); string(got) != five || len(p.Requests) != 1 {
+		t.Errorf("rebuilt with nothing withdrawn: %s, %d requests; want the request", got, len(p.Requests))
+	}
+	if got := p.Rebuild(map[*Call]bool{p.Held[0].Call: true}); got != nil || len(p.Requests) != 0 {
+		t.Errorf("rebuilt without the withdrawn request: %s, %d requests; want nothing", got, len(p.Requests))
 	}
 	p = decideFrame(t, s, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`, nil)
 	if len(p.Cancels) != 1 || p.Cancels[0].ID().String() != "1" || !p.Same {

@@ -91,7 +91,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
+	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort).Stop
 	ctx.Response.Header.Set(upstream.SessionHeader, c.ID)
 	stream.Serve(ctx, st)
 }
@@ -289,7 +289,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *fram
 		c.cancelAbandoned(st, sub.Requests, "the client closed the stream")
 		streamLeft(c.Log, 1, leftCancelled)
 	}
-	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort)
+	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort).Stop
 	stream.Serve(ctx, st)
 }
 

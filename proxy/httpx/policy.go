@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -247,9 +246,9 @@ func readBody(resp *fasthttp.Response, max int) []byte {
 	if bs == nil {
 		return resp.Body()
 	}
-	body, _ := io.ReadAll(io.LimitReader(bs, int64(max)))
+	body, _ := upstream.ReadAll(bs, resp.Header.ContentLength(), max)
 	resp.CloseBodyStream()
-	return body
+	return body[:min(len(body), max)]
 }
 
 // closeGovernor ends the session's governance, once.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -114,7 +113,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	stop := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
-	stop()
+	stop.Stop()
 	switch {
 	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
 		sess.detach(st) // the client closed its stream before the server's headers: the cancel, counted
@@ -146,9 +145,9 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 // sends no headers until it answers (the go-sdk's, mcp-go's). Once the
 // headers come, the stream's relay watches it. It returns what stops the
 // watch.
-func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) (stop func()) {
+func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) *closewatch.Delayed {
 	if requests == 0 || !sess.protocolVersion().CancelsByClose() {
-		return func() {}
+		return nil // watches nothing
 	}
 	return closewatch.WatchAfter(ctx.Conn(), &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
 }
@@ -444,7 +443,7 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, replies [][]byte) {
 	st.SetBody(upstream.BodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
-		body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), int64(rl.s.maxBody)+1))
+		body, err := upstream.ReadAll(resp.BodyStream(), resp.Header.ContentLength(), rl.s.maxBody)
 		st.CloseWithError(nil)
 		fasthttp.ReleaseResponse(resp)
 		return body, err
@@ -483,12 +482,18 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 		d.Data = rl.downgrade(st, d.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	}
-	out := append(replies, d.Data)
-	if d.Data == nil {
-		out = replies
-	}
 	switch {
-	case len(out) > 0:
+	case d.Data != nil && len(replies) == 0:
+		ctx.SetBody(d.Data) // the answer alone, a message or a batch
+	case d.Data != nil || len(replies) > 0:
+		// The proxy's own answers and the upstream's, in one batch: a
+		// batch's answers each, never the batch within a batch.
+		out := replies
+		if f.Batch {
+			out = append(out, d.Kept...)
+		} else if d.Data != nil {
+			out = append(out, d.Data)
+		}
 		ctx.SetBody(proxy.JoinFrame(out, len(out) > 1 || f.Batch))
 	case d.Suppressed > 0: // the late answer of a cancelled request
 		emptyStream(ctx)

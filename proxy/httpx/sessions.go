@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -327,7 +328,10 @@ func (sess *session) setVersion(v []byte) {
 	}
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	sess.version = string(v)
+	if sess.version != string(v) {
+		// Interned: the revisions are few, and a request costs no copy.
+		sess.version = unique.Make(string(v)).Value()
+	}
 }
 
 // protocolVersion returns the revision the client named in its headers, if

@@ -495,3 +495,56 @@ func TestSilentCallStillGetsItsHeaders(t *testing.T) {
 // and its next POST could send on a connection the server had just
 // closed: "connection reset by peer" in TestChildSessionSlots.)
 const idleServe = 5 * time.Second
+
+// TestBatchAnsweredWithJSON: a 2025-03-26 client's batch, answered by its
+// server with one JSON batch, reaches the client as one batch: the
+// server's answers as they came, or after the proxy's own answers (here
+// to an element that is not a message), never the server's batch nested
+// in another.
+func TestBatchAnsweredWithJSON(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	received := make(chan string, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		received <- string(body)
+		var batch []struct{ ID json.RawMessage }
+		json.Unmarshal(body, &batch)
+		var answers []string
+		for _, m := range batch {
+			answers = append(answers, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{}}`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, "["+strings.Join(answers, ",")+"]")
+	}))
+	defer up.Close()
+	url := startSidecar(t, up.URL, proxy.TrackerOptions{})
+	for _, tt := range []struct{ name, batch, sent, want string }{
+		{"the server's answers alone",
+			`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`,
+			`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`,
+			`[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"result":{}}]`},
+		{"the proxy's answer first",
+			`[{"jsonrpc":"2.0","id":3,"method":"ping"},5]`,
+			`[{"jsonrpc":"2.0","id":3,"method":"ping"}]`,
+			`[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: invalid JSON-RPC message: message is not a JSON object","data":{"proxy":"mcp-cancel-proxy"}}},{"jsonrpc":"2.0","id":3,"result":{}}]`},
+	} {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(tt.batch))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2025-03-26")
+		req.Header.Set("Mcp-Session-Id", "s1")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if sent := <-received; sent != tt.sent {
+			t.Errorf("%s: the server received %s\nwant %s", tt.name, sent, tt.sent)
+		}
+		if string(got) != tt.want {
+			t.Errorf("%s: the client got %d %s\nwant %s", tt.name, resp.StatusCode, got, tt.want)
+		}
+	}
+}

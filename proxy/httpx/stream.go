@@ -78,7 +78,7 @@ type sseRelay struct {
 	// resumable: an event of the stream had an id, so that a client can
 	// resume it (GET with Last-Event-ID) once it ends.
 	resumable bool
-	stopWatch func()
+	stopWatch *closewatch.Delayed
 	// evs, for a lingering stream, carries the events a pump goroutine
 	// reads, so that the client's side can end while the upstream's is
 	// still read; closed at the upstream's end.
@@ -362,7 +362,7 @@ func (r *sseRelay) failOpen() []byte {
 // Close is called by fasthttp once the response is done. Done before the
 // upstream's end means that writing to the client failed: it has gone.
 func (r *sseRelay) Close() error {
-	r.stopWatch()
+	r.stopWatch.Stop()
 	r.sess.open.Add(-1)
 	if !r.eof {
 		relay{r.s}.clientGone(r.sess, r.st)

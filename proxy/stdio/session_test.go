@@ -218,6 +218,20 @@ func TestBatchWithCancel(t *testing.T) {
 	h.sync()
 }
 
+// TestBatchInvalidElement: an element of a batch that is valid JSON but
+// no message is answered -32600 Invalid Request (as JSON-RPC answers
+// [1]), and the rest of the batch goes on.
+func TestBatchInvalidElement(t *testing.T) {
+	h := newHarness(t, stdio.Options{})
+	h.client(`[{"jsonrpc":"2.0","id":7,"method":"ping"},5]`)
+	h.serverGets(`[{"jsonrpc":"2.0","id":7,"method":"ping"}]`)
+	id, code, _ := errorOf(t, next(t, h.fromProxyC, "client"))
+	if id != nil || code != -32600 {
+		t.Errorf("the element 5 answered with id %v code %d, want null -32600", id, code)
+	}
+	h.sync()
+}
+
 func TestTaskAugmentedRequestCompletesOnCreateTaskResult(t *testing.T) {
 	h := newHarness(t, stdio.Options{})
 	req := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"research","task":{"ttl":60000},"_meta":{"progressToken":"pt"}}}`

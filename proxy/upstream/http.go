@@ -34,6 +34,27 @@ func Brief(err error) string {
 	return msg[:min(len(msg), 300)]
 }
 
+// ReadAll reads r, a response body of length bytes (-1: unknown), to its
+// end, or its first max+1 bytes when it is longer than max (so that the
+// caller sees it was). A body of known length within max is read into one
+// buffer of its size: no growing, no limiting reader.
+func ReadAll(r io.Reader, length, max int) ([]byte, error) {
+	if length < 0 || length > max {
+		return io.ReadAll(io.LimitReader(r, int64(max)+1))
+	}
+	buf := make([]byte, length+1) // one more, to read up to the end
+	n, err := io.ReadFull(r, buf)
+	switch {
+	case err == nil: // longer than it said: what was read, as a longer body's
+		return buf, nil
+	case n == length && (err == io.ErrUnexpectedEOF || err == io.EOF):
+		return buf[:n], nil
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return buf[:n], io.ErrUnexpectedEOF // shorter than it said
+	}
+	return buf[:n], err
+}
+
 // bodyOf returns a streaming response's body.
 func BodyOf(resp *fasthttp.Response) fasthttp.ReadCloserWithError {
 	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {

@@ -31,19 +31,36 @@ type Queue struct {
 // Pending is a function waiting in a Queue.
 type Pending struct {
 	due     time.Time
-	f       func()
+	r       runner
 	stopped atomic.Bool
 }
+
+// runner is what a Pending runs: a function (Add), or a type of this
+// package's that holds its Pending (a Delayed), so that waiting costs it
+// no allocation of its own.
+type runner interface{ run() }
+
+// fn is a function as a runner.
+type fn func()
+
+func (f fn) run() { f() }
 
 // Add runs f once the delay has passed, from a goroutine of the Queue's
 // own (one after the other with the functions due then), up to half the
 // delay late; unless stopped first.
 func (l *Queue) Add(f func()) *Pending {
-	lf := &Pending{due: time.Now().Add(l.Delay), f: f}
+	lf := &Pending{r: fn(f)}
+	l.enqueue(lf)
+	return lf
+}
+
+// enqueue queues lf, its runner set, to run once the delay has passed.
+func (l *Queue) enqueue(lf *Pending) {
+	lf.due = time.Now().Add(l.Delay)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		return lf // never runs
+		return // never runs
 	}
 	l.queue = append(l.queue, lf)
 	if !l.armed {
@@ -54,7 +71,6 @@ func (l *Queue) Add(f func()) *Pending {
 			l.timer.Reset(l.Delay)
 		}
 	}
-	return lf
 }
 
 // Stop keeps the function from running, unless it has begun.
@@ -102,7 +118,7 @@ func (l *Queue) fire() {
 	}
 	for _, lf := range due {
 		if !lf.stopped.Load() {
-			lf.f()
+			lf.r.run()
 		}
 	}
 }

@@ -56,30 +56,49 @@ func (wr *Watcher) Watch(conn net.Conn, onClose func()) (stop func()) {
 // hang-up that came before.
 const WatchDelay = 10 * time.Millisecond
 
-// WatchAfter is wr.Watch, begun once l's delay has passed, unless stop
-// has been called by then.
-func WatchAfter(conn net.Conn, l *Queue, wr *Watcher, onClose func()) (stop func()) {
-	var (
-		mu      sync.Mutex // guards stopped and unwatch
-		stopped bool
-		unwatch func()
-	)
-	lf := l.Add(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped { // stop not yet called: conn is still this stream's
-			unwatch = wr.Watch(conn, onClose)
-		}
-	})
-	return func() {
-		lf.Stop()
-		mu.Lock()
-		stopped = true
-		u := unwatch
-		mu.Unlock()
-		if u != nil {
-			u()
-		}
+// WatchAfter is wr.Watch, begun once l's delay has passed, unless the
+// Delayed it returns is stopped by then.
+func WatchAfter(conn net.Conn, l *Queue, wr *Watcher, onClose func()) *Delayed {
+	d := &Delayed{conn: conn, wr: wr, onClose: onClose}
+	d.wait.r = d
+	l.enqueue(&d.wait)
+	return d
+}
+
+// Delayed is a watch WatchAfter begins once its queue's delay has passed:
+// one allocation per stream, most of which end before it begins.
+type Delayed struct {
+	wait    Pending // in the queue; runs begin
+	conn    net.Conn
+	wr      *Watcher
+	onClose func()
+	mu      sync.Mutex // guards stopped and unwatch
+	stopped bool
+	unwatch func()
+}
+
+// run begins the watch, unless Stop was called first.
+func (d *Delayed) run() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.stopped { // Stop not yet called: conn is still this stream's
+		d.unwatch = d.wr.Watch(d.conn, d.onClose)
+	}
+}
+
+// Stop ends the watch, begun or not, as Watch's stop does; a nil Delayed
+// watches nothing.
+func (d *Delayed) Stop() {
+	if d == nil {
+		return
+	}
+	d.wait.Stop()
+	d.mu.Lock()
+	d.stopped = true
+	u := d.unwatch
+	d.mu.Unlock()
+	if u != nil {
+		u()
 	}
 }
 

@@ -84,9 +84,9 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	defer wr.Stop()
 	earlyPeer.Close() // before the watch begins
 	stopEarly := WatchAfter(early, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "early" })
-	defer stopEarly()
+	defer stopEarly.Stop()
 	stop := WatchAfter(stopped, &Queue{Delay: time.Hour}, &wr, func() { fired <- "stopped" })
-	stop()
+	stop.Stop()
 	stoppedPeer.Close()
 	if got := <-fired; got != "early" {
 		t.Fatalf("%s fired, want early", got)
@@ -97,7 +97,7 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	last, lastPeer := pipeTCP(t)
 	lastPeer.Close()
 	stopLast := WatchAfter(last, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "last" })
-	defer stopLast()
+	defer stopLast.Stop()
 	if got := <-fired; got != "last" {
 		t.Errorf("%s fired, want last", got)
 	}

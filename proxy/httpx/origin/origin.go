@@ -8,7 +8,6 @@ package origin
 
 import (
 	"bytes"
-	"iter"
 	"net/url"
 	"slices"
 	"strings"
@@ -28,11 +27,22 @@ import (
 // request is refused. The admin listener applies the same rules.
 func Refuse(ctx *fasthttp.RequestCtx, allowedOrigins []string, loopback bool) (status int, why string) {
 	h := &ctx.Request.Header
-	if count(h.AllInOrder(), "Host") > 1 || count(h.AllInOrder(), "Origin") > 1 {
+	hosts, origins := 0, 0
+	for k := range h.AllInOrder() { // the headers as sent: one pass for both
+		switch {
+		case strings.EqualFold(string(k), "Host"):
+			hosts++
+		case strings.EqualFold(string(k), "Origin"):
+			origins++
+		}
+	}
+	if hosts > 1 || origins > 1 {
 		return fasthttp.StatusBadRequest, "more than one Host or Origin header"
 	}
-	if origin := string(upstream.Peek(h.All(), "Origin")); origin != "" && !Allowed(origin, allowedOrigins, loopback) {
-		return fasthttp.StatusForbidden, "origin not allowed"
+	if origins > 0 {
+		if origin := string(upstream.Peek(h.All(), "Origin")); origin != "" && !Allowed(origin, allowedOrigins, loopback) {
+			return fasthttp.StatusForbidden, "origin not allowed"
+		}
 	}
 	if loopback && (!loopbackHost(string(h.Host())) || !loopbackHost(string(ctx.URI().Host()))) {
 		return fasthttp.StatusForbidden, "host not allowed"
@@ -120,17 +130,6 @@ func allowedHeaders(asked []byte) string {
 func IsCORSHeader(name []byte) bool {
 	const prefix = "access-control-"
 	return len(name) > len(prefix) && bytes.EqualFold(name[:len(prefix)], []byte(prefix))
-}
-
-// count returns how many headers are called name, in any case.
-func count(all iter.Seq2[[]byte, []byte], name string) int {
-	n := 0
-	for k := range all {
-		if strings.EqualFold(string(k), name) {
-			n++
-		}
-	}
-	return n
 }
 
 // loopbackHost reports whether a Host header names this machine: the only

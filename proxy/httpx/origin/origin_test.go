@@ -61,6 +61,7 @@ func TestRefuse(t *testing.T) {
 	}{
 		{"plain", request("POST", "/mcp", "Host", "127.0.0.1:8080"), 0},
 		{"two origins", request("POST", "/mcp", "Host", "127.0.0.1", "Origin", "http://localhost", "origin", "http://evil"), fasthttp.StatusBadRequest},
+		{"loopback origin", request("POST", "/mcp", "Host", "127.0.0.1", "Origin", "http://localhost:3000"), 0},
 		{"origin refused", request("POST", "/mcp", "Host", "127.0.0.1", "Origin", "https://evil.example"), fasthttp.StatusForbidden},
 		{"rebinding", request("POST", "/mcp", "Host", "evil.example"), fasthttp.StatusForbidden},
 		{"absolute URI", request("POST", "http://evil.example/mcp", "Host", "127.0.0.1"), fasthttp.StatusForbidden},
