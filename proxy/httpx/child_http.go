@@ -11,7 +11,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
@@ -91,7 +90,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	}
 	// A stream the client left no longer keeps its session from the idle
 	// sweep, even while its request runs on.
-	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort).Stop
+	st.StopWatch = lu.s.closes.Watch(ctx.Conn(), st.Abort)
 	ctx.Response.Header.Set(upstream.SessionHeader, c.ID)
 	stream.Serve(ctx, st)
 }
@@ -289,7 +288,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *fram
 		c.cancelAbandoned(st, sub.Requests, "the client closed the stream")
 		streamLeft(c.Log, 1, leftCancelled)
 	}
-	st.StopWatch = closewatch.WatchAfter(ctx.Conn(), &lu.s.soon, &lu.s.closes, st.Abort).Stop
+	st.StopWatch = lu.s.closes.Watch(ctx.Conn(), st.Abort)
 	stream.Serve(ctx, st)
 }
 

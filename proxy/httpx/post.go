@@ -12,7 +12,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -113,7 +112,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	stop := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
-	stop.Stop()
+	stop()
 	switch {
 	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
 		sess.detach(st) // the client closed its stream before the server's headers: the cancel, counted
@@ -145,11 +144,11 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 // sends no headers until it answers (the go-sdk's, mcp-go's). Once the
 // headers come, the stream's relay watches it. It returns what stops the
 // watch.
-func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) *closewatch.Delayed {
+func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) (stop func()) {
 	if requests == 0 || !sess.protocolVersion().CancelsByClose() {
-		return nil // watches nothing
+		return func() {}
 	}
-	return closewatch.WatchAfter(ctx.Conn(), &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
+	return rl.s.closes.Watch(ctx.Conn(), func() { rl.clientGone(sess, st) })
 }
 
 // refuseFull answers an initialize the relayed sessions' cap leaves no

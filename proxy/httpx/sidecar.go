@@ -194,7 +194,7 @@ type Sidecar struct {
 	sessions sessiontable.Table[*session] // the sessions relayed upstream
 	own      requestSessions              // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
-	// watchDelay. Both are stopped by Cleanup.
+	// headDelay. Both are stopped by Cleanup.
 	closes closewatch.Watcher
 	// metadataURL is where the upstream's challenges say its protected
 	// resource metadata is, when that is not the well-known URL (oauth.go).
@@ -289,7 +289,7 @@ func (s *Sidecar) Provision() error {
 		for _, k := range s.kinds {
 			k.provision(idle, most, s.clock, &s.totals)
 		}
-		s.soon.Delay = closewatch.WatchDelay
+		s.soon.Delay = headDelay
 		s.detached.KeepsConns = s.KeepsHijackedConns
 		s.budget = framing.NewBudget(cmp.Or(s.EventMemory, DefaultEventMemory))
 		tables := tablesOf(s)

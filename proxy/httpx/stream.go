@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -16,7 +17,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/closewatch"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/joinwrite"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -78,7 +78,7 @@ type sseRelay struct {
 	// resumable: an event of the stream had an id, so that a client can
 	// resume it (GET with Last-Event-ID) once it ends.
 	resumable bool
-	stopWatch *closewatch.Delayed
+	stopWatch func()
 	// evs, for a lingering stream, carries the events a pump goroutine
 	// reads, so that the client's side can end while the upstream's is
 	// still read; closed at the upstream's end.
@@ -89,7 +89,7 @@ type sseRelay struct {
 	sides atomic.Int32
 	// lazyHead is set when the response's headers were not flushed on
 	// their own: they go out with the first event, in one write, or, if
-	// none comes within watchDelay, with a comment (see WriteTo).
+	// none comes within headDelay, with a comment (see WriteTo).
 	lazyHead bool
 	headMu   sync.Mutex // held by the first write, and by the comment's
 	headOut  bool       // something was written, or WriteTo returned
@@ -101,6 +101,12 @@ type sseRelay struct {
 	release func()
 }
 
+// headDelay is how long an event stream's headers wait to go out with its
+// first event, in one write, before a comment sends them (sseRelay.lazyHead).
+// Most calls are answered sooner. The sidecar's Queue (closewatch.Queue),
+// which waits it, goes off about once per headDelay while streams come.
+const headDelay = 10 * time.Millisecond
+
 // newSSERelay starts relaying resp's events for a client on conn.
 func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
 	r := &sseRelay{s: rl.s, sess: sess, st: st, resp: resp, rd: outbound{rl.s}.newSSEReader(resp)}
@@ -110,7 +116,7 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = closewatch.WatchAfter(conn, &rl.s.soon, &rl.s.closes, func() { rl.clientGone(sess, st) })
+	r.stopWatch = rl.s.closes.Watch(conn, func() { rl.clientGone(sess, st) })
 	if st.Quit() != nil {
 		r.evs = make(chan []byte, 16)
 		r.sides.Store(2)
@@ -362,7 +368,7 @@ func (r *sseRelay) failOpen() []byte {
 // Close is called by fasthttp once the response is done. Done before the
 // upstream's end means that writing to the client failed: it has gone.
 func (r *sseRelay) Close() error {
-	r.stopWatch.Stop()
+	r.stopWatch()
 	r.sess.open.Add(-1)
 	if !r.eof {
 		relay{r.s}.clientGone(r.sess, r.st)

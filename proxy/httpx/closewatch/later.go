@@ -11,8 +11,10 @@ import (
 // function: a response stream that ends within the delay (most do) then
 // costs no timer of its own. Each runtime timer set to go off before any
 // other wakes an idle thread of the process to wait for it, which under a
-// busy load costs the sidecar more than the stream's whole relay; watched
-// streams and late headers (WatchDelay) wait here instead.
+// busy load costs the sidecar more than the stream's whole relay; a
+// stream's late headers wait here instead. Even one timer costs: under a
+// steady load it goes off every delay or so, which is why the close watch
+// (Watch) begins at once, for two system calls, rather than here.
 //
 // A sidecar owns its Queue: Stop, in Cleanup, drops what still waits and
 // waits for what runs. Its delay is a cost saving, not a protocol's time,
@@ -31,36 +33,19 @@ type Queue struct {
 // Pending is a function waiting in a Queue.
 type Pending struct {
 	due     time.Time
-	r       runner
+	f       func()
 	stopped atomic.Bool
 }
-
-// runner is what a Pending runs: a function (Add), or a type of this
-// package's that holds its Pending (a Delayed), so that waiting costs it
-// no allocation of its own.
-type runner interface{ run() }
-
-// fn is a function as a runner.
-type fn func()
-
-func (f fn) run() { f() }
 
 // Add runs f once the delay has passed, from a goroutine of the Queue's
 // own (one after the other with the functions due then), up to half the
 // delay late; unless stopped first.
 func (l *Queue) Add(f func()) *Pending {
-	lf := &Pending{r: fn(f)}
-	l.enqueue(lf)
-	return lf
-}
-
-// enqueue queues lf, its runner set, to run once the delay has passed.
-func (l *Queue) enqueue(lf *Pending) {
-	lf.due = time.Now().Add(l.Delay)
+	lf := &Pending{due: time.Now().Add(l.Delay), f: f}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		return // never runs
+		return lf // never runs
 	}
 	l.queue = append(l.queue, lf)
 	if !l.armed {
@@ -71,6 +56,15 @@ func (l *Queue) enqueue(lf *Pending) {
 			l.timer.Reset(l.Delay)
 		}
 	}
+	return lf
+}
+
+// Waiting returns how many functions wait, stopped ones included until
+// their time comes: while any wait, the Queue's timer goes off.
+func (l *Queue) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
 }
 
 // Stop keeps the function from running, unless it has begun.
@@ -118,7 +112,7 @@ func (l *Queue) fire() {
 	}
 	for _, lf := range due {
 		if !lf.stopped.Load() {
-			lf.r.run()
+			lf.f()
 		}
 	}
 }

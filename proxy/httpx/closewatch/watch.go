@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // Watch calls onClose, from a goroutine of the watcher's, if the peer of
@@ -13,8 +12,9 @@ import (
 // waits for an onClose already running. It never reads from conn: one
 // kernel watcher per sidecar (epoll on Linux, kqueue on macOS and the BSDs),
 // shared by every watched connection and waited on by one goroutine,
-// reports the peer's hang-up, so a watched stream costs a map entry, not a
-// goroutine. Elsewhere (Windows), and once the watcher has stopped, nothing
+// reports the peer's hang-up, so a watched stream costs a map entry and
+// two system calls (its registration and its end), not a goroutine or a
+// timer; a hang-up before the watch began is reported too. Elsewhere (Windows), and once the watcher has stopped, nothing
 // is watched, and a closed stream is seen at the next write to it.
 //
 // fasthttp does not notice a client that goes away while a response
@@ -46,59 +46,6 @@ func (wr *Watcher) Watch(conn net.Conn, onClose func()) (stop func()) {
 		wr.remove(key)
 		// Control runs only while conn is open, so fd is still conn's own.
 		raw.Control(func(fd uintptr) { wr.unregisterIfRunning(fd, key) })
-	}
-}
-
-// WatchDelay is how long a response stream runs before its connection is
-// watched (WatchAfter, with a Queue of this delay): most calls are
-// answered sooner, and a stream that never registers costs no system call.
-// A close meanwhile is seen when the watch begins, the kernel reporting a
-// hang-up that came before.
-const WatchDelay = 10 * time.Millisecond
-
-// WatchAfter is wr.Watch, begun once l's delay has passed, unless the
-// Delayed it returns is stopped by then.
-func WatchAfter(conn net.Conn, l *Queue, wr *Watcher, onClose func()) *Delayed {
-	d := &Delayed{conn: conn, wr: wr, onClose: onClose}
-	d.wait.r = d
-	l.enqueue(&d.wait)
-	return d
-}
-
-// Delayed is a watch WatchAfter begins once its queue's delay has passed:
-// one allocation per stream, most of which end before it begins.
-type Delayed struct {
-	wait    Pending // in the queue; runs begin
-	conn    net.Conn
-	wr      *Watcher
-	onClose func()
-	mu      sync.Mutex // guards stopped and unwatch
-	stopped bool
-	unwatch func()
-}
-
-// run begins the watch, unless Stop was called first.
-func (d *Delayed) run() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.stopped { // Stop not yet called: conn is still this stream's
-		d.unwatch = d.wr.Watch(d.conn, d.onClose)
-	}
-}
-
-// Stop ends the watch, begun or not, as Watch's stop does; a nil Delayed
-// watches nothing.
-func (d *Delayed) Stop() {
-	if d == nil {
-		return
-	}
-	d.wait.Stop()
-	d.mu.Lock()
-	d.stopped = true
-	u := d.unwatch
-	d.mu.Unlock()
-	if u != nil {
-		u()
 	}
 }
 

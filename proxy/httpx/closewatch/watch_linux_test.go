@@ -70,12 +70,11 @@ func TestWatchCloseSeesTheHangUp(t *testing.T) {
 	}
 }
 
-// TestWatchCloseAfterSeesAnEarlierHangUp: a peer that hangs up before the
-// delayed watch begins is reported once it begins (the kernel keeps the
-// hang-up), and a watch stopped before its delay never begins: a later
-// hang-up is not reported.
-func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
-	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchCloseAfterSeesAnEarlierHangUp hung") })
+// TestWatchSeesAnEarlierHangUp: a peer that hung up before the watch
+// began is reported (the kernel keeps the hang-up), and a watch stopped
+// before its peer hangs up reports nothing.
+func TestWatchSeesAnEarlierHangUp(t *testing.T) {
+	tm := time.AfterFunc(20*time.Second, func() { panic("TestWatchSeesAnEarlierHangUp hung") })
 	defer tm.Stop()
 	early, earlyPeer := pipeTCP(t)
 	stopped, stoppedPeer := pipeTCP(t)
@@ -83,21 +82,21 @@ func TestWatchCloseAfterSeesAnEarlierHangUp(t *testing.T) {
 	var wr Watcher
 	defer wr.Stop()
 	earlyPeer.Close() // before the watch begins
-	stopEarly := WatchAfter(early, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "early" })
-	defer stopEarly.Stop()
-	stop := WatchAfter(stopped, &Queue{Delay: time.Hour}, &wr, func() { fired <- "stopped" })
-	stop.Stop()
+	stopEarly := wr.Watch(early, func() { fired <- "early" })
+	defer stopEarly()
+	stop := wr.Watch(stopped, func() { fired <- "stopped" })
+	stop()
 	stoppedPeer.Close()
 	if got := <-fired; got != "early" {
 		t.Fatalf("%s fired, want early", got)
 	}
 	// A third watch, begun after the stopped one's peer hung up, fires:
 	// the watcher has looked at the kernel's events since, and the stopped
-	// watch, never registered, had none.
+	// watch, unregistered, had none.
 	last, lastPeer := pipeTCP(t)
 	lastPeer.Close()
-	stopLast := WatchAfter(last, &Queue{Delay: time.Millisecond}, &wr, func() { fired <- "last" })
-	defer stopLast.Stop()
+	stopLast := wr.Watch(last, func() { fired <- "last" })
+	defer stopLast()
 	if got := <-fired; got != "last" {
 		t.Errorf("%s fired, want last", got)
 	}
