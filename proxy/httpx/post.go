@@ -110,9 +110,11 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		st.post().Headed() // never sent
 		return
 	}
-	stop := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
+	watch := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
-	stop()
+	if err != nil && watch != nil {
+		watch()
+	}
 	switch {
 	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
 		sess.detach(st) // the client closed its stream before the server's headers: the cancel, counted
@@ -135,18 +137,18 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		resp = rl.retryMismatch(ctx, st, d.Data, resp)
 	}
 	sess = rl.noteSession(sess, known, resp, &reserved)
-	streaming = rl.respond(ctx, sess, st, resp, d)
+	streaming = rl.respond(ctx, sess, st, resp, d, watch)
 }
 
 // watchBeforeHeaders watches, in 2026-07-28, the client's connection
 // while its requests wait for the upstream's headers: its close is their
 // cancel (clientGone), which cuts the POST's connection when the server
 // sends no headers until it answers (the go-sdk's, mcp-go's). Once the
-// headers come, the stream's relay watches it. It returns what stops the
-// watch.
+// headers come, the stream's relay watches it (taking this watch on). It
+// returns what stops the watch, nil when there is none.
 func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *relayed, requests int) (stop func()) {
 	if requests == 0 || !sess.protocolVersion().CancelsByClose() {
-		return func() {}
+		return nil // no watch
 	}
 	return rl.s.closes.Watch(ctx.Conn(), func() { rl.clientGone(sess, st) })
 }
@@ -398,9 +400,21 @@ func (ob outbound) eachEvent(resp *fasthttp.Response, each func(ev *framing.Even
 }
 
 // respond relays the upstream's answer to a POST; it reports whether the
-// answer goes on streaming after it returns.
-func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, d decided) bool {
+// answer goes on streaming after it returns. watch stops the watch of the
+// client's close begun before the headers: an event stream's relay takes
+// it on (the same connection, the same cancel), else it stops here.
+func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, d decided, watch func()) bool {
 	status := resp.StatusCode()
+	if watch != nil && (status >= 500 && len(d.Requests) > 0 || !upstream.IsEventStream(resp.Header.ContentType())) {
+		watch() // no stream to relay: the watch ends with the headers
+		watch = nil
+	}
+	relayed := false // the watch is the relay's
+	defer func() {
+		if !relayed && watch != nil {
+			watch()
+		}
+	}()
 	if status >= 500 && len(d.Requests) > 0 {
 		head := upstream.ReadHead(resp)
 		sess.detach(st)
@@ -424,7 +438,8 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 	ctx.SetStatusCode(status)
 	if upstream.IsEventStream(resp.Header.ContentType()) {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
-		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.Replies)
+		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.Replies, watch)
+		relayed = true
 		relay.lazyHead = true // the headers go with the first event: one write, not two
 		ctx.SetBodyStream(relay, -1)
 		return true
@@ -583,7 +598,7 @@ func (rl relay) get(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(resp.StatusCode())
 	st := newRelayed(rl.s.clock)
 	if resp.StatusCode() == fasthttp.StatusOK && upstream.IsEventStream(resp.Header.ContentType()) && st.SetBody(upstream.BodyOf(resp)) {
-		body := rl.newSSERelay(sess, st, resp, ctx.Conn(), nil)
+		body := rl.newSSERelay(sess, st, resp, ctx.Conn(), nil, nil)
 		if !rl.s.detached.Serve(ctx, body, func() { st.CloseWithError(errShutdown) }) {
 			ctx.Response.ImmediateHeaderFlush = true // servers send no event on a fresh GET stream
 			ctx.SetBodyStream(body, -1)

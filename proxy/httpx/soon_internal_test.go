@@ -1,6 +1,8 @@
 package httpx
 
 import (
+	"bytes"
+
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -13,9 +15,34 @@ import (
 // otherwise go off about every headDelay under a steady load, waking the
 // process: the watch begins at once instead.
 func TestWatchedCallSetsNoTimer(t *testing.T) {
+	sc := watchedCall(t, "application/json", `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`)
+	if n := sc.soon.Waiting(); n != 0 {
+		t.Errorf("%d functions wait in the sidecar's queue after a watched call, want none", n)
+	}
+}
+
+// TestEventStreamKeepsItsWatch: the watch of a 2026-07-28 client's close
+// begun before the upstream's headers goes on through the event stream's
+// relay: one registration per call, not one before the headers and
+// another after.
+func TestEventStreamKeepsItsWatch(t *testing.T) {
+	for _, tt := range []struct{ contentType, body string }{
+		{"text/event-stream", "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[]}}\n\n"},
+		{"application/json", `{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`},
+	} {
+		if n := watchedCall(t, tt.contentType, tt.body).closes.Begun(); n != 1 {
+			t.Errorf("%s: %d watches begun for one call, want 1", tt.contentType, n)
+		}
+	}
+}
+
+// watchedCall serves a sidecar in front of an upstream answering body as
+// contentType, sends it one 2026-07-28 tools/call, checks the answer, and
+// returns the sidecar.
+func watchedCall(t *testing.T, contentType, body string) *Sidecar {
 	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`)
+		ctx.SetContentType(contentType)
+		ctx.SetBodyString(body)
 	})
 	sc := &Sidecar{Upstream: up, UpstreamTransport: TransportStreamable, Logger: zaptest.NewLogger(t)}
 	h, err := sc.Handler()
@@ -36,10 +63,8 @@ func TestWatchedCallSetsNoTimer(t *testing.T) {
 	req.Header.Set("Mcp-Name", "echo")
 	req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",` +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
-	if err := (&fasthttp.Client{}).Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+	if err := (&fasthttp.Client{}).Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK || !bytes.Contains(resp.Body(), []byte(`"id":1`)) {
 		t.Fatalf("the call: %v, status %d: %s", err, resp.StatusCode(), resp.Body())
 	}
-	if n := sc.soon.Waiting(); n != 0 {
-		t.Errorf("%d functions wait in the sidecar's queue after a watched call, want none", n)
-	}
+	return sc
 }

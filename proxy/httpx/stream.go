@@ -107,8 +107,10 @@ type sseRelay struct {
 // which waits it, goes off about once per headDelay while streams come.
 const headDelay = 10 * time.Millisecond
 
-// newSSERelay starts relaying resp's events for a client on conn.
-func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response, conn net.Conn, prefix [][]byte) *sseRelay {
+// newSSERelay starts relaying resp's events for a client on conn. watch,
+// if not nil, stops a watch of conn's close begun already, with the same
+// effect (clientGone), which the relay takes on: not two registrations.
+func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response, conn net.Conn, prefix [][]byte, watch func()) *sseRelay {
 	r := &sseRelay{s: rl.s, sess: sess, st: st, resp: resp, rd: outbound{rl.s}.newSSEReader(resp)}
 	sess.open.Add(1)
 	for _, m := range prefix {
@@ -116,7 +118,10 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 	}
 	// A client that closes the stream has the upstream's closed too: in
 	// 2026-07-28 that is the cancel itself, before it is not one.
-	r.stopWatch = rl.s.closes.Watch(conn, func() { rl.clientGone(sess, st) })
+	r.stopWatch = watch
+	if watch == nil {
+		r.stopWatch = rl.s.closes.Watch(conn, func() { rl.clientGone(sess, st) })
+	}
 	if st.Quit() != nil {
 		r.evs = make(chan []byte, 16)
 		r.sides.Store(2)

@@ -91,6 +91,14 @@ type Watcher struct {
 	fdKeys  map[uintptr]uint64 // kqueue's: events carry the descriptor, not the key
 }
 
+// Begun returns how many watches have begun (each a registration with
+// the kernel and, at its stop, its end).
+func (wr *Watcher) Begun() uint64 {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return wr.next
+}
+
 // start creates the kernel watcher and its goroutine, once; never after
 // stop.
 func (wr *Watcher) start() error {
