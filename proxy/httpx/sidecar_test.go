@@ -529,11 +529,8 @@ func TestBatchAnsweredWithJSON(t *testing.T) {
 			`[{"jsonrpc":"2.0","id":3,"method":"ping"}]`,
 			`[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request: invalid JSON-RPC message: message is not a JSON object","data":{"proxy":"mcp-cancel-proxy"}}},{"jsonrpc":"2.0","id":3,"result":{}}]`},
 	} {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(tt.batch))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("MCP-Protocol-Version", "2025-03-26")
-		req.Header.Set("Mcp-Session-Id", "s1")
+		req := (&rawClient{t: t, url: url, session: "s1"}).request(tt.batch)
+		req.Header.Set("MCP-Protocol-Version", "2025-03-26") // batches' revision
 		resp, err := testClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
