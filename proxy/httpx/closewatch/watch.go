@@ -14,8 +14,9 @@ import (
 // shared by every watched connection and waited on by one goroutine,
 // reports the peer's hang-up, so a watched stream costs a map entry and
 // two system calls (its registration and its end), not a goroutine or a
-// timer; a hang-up before the watch began is reported too. Elsewhere (Windows), and once the watcher has stopped, nothing
-// is watched, and a closed stream is seen at the next write to it.
+// timer; a hang-up before the watch began is reported too. Elsewhere
+// (Windows), and once the watcher has stopped, nothing is watched, and a
+// closed stream is seen at the next write to it.
 //
 // fasthttp does not notice a client that goes away while a response
 // streams until a write fails; with nothing to write (a tool still
