@@ -152,7 +152,7 @@ type Frame struct {
 	Batch bool
 	// Msgs holds the messages in order; for a single message, one. Where an
 	// element of a batch is invalid, its Message has Kind KindInvalid and
-	// Errs holds the reason at the same index.
+	// Errs holds the reason (an *InvalidError) at the same index.
 	Msgs []Message
 	Errs []error
 
@@ -204,6 +204,11 @@ func (f *Frame) parseBatch() error {
 			return err
 		}
 		f.Msgs = append(f.Msgs, m)
+		if invalid != nil {
+			// Valid JSON (else the whole frame is a parse error), not a
+			// message: -32600 Invalid Request, as JSON-RPC answers [1].
+			invalid = &InvalidError{invalid}
+		}
 		f.Errs = append(f.Errs, invalid)
 		switch sc.peek() {
 		case ',':

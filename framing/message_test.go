@@ -239,6 +239,9 @@ func TestParseBatch(t *testing.T) {
 	if f.Errs[0] != nil || f.Errs[2] == nil {
 		t.Errorf("Errs = %v, want [nil nil error]", f.Errs)
 	}
+	if ie := (*framing.InvalidError)(nil); !errors.As(f.Errs[2], &ie) {
+		t.Errorf("Errs[2] = %T, want an *InvalidError (-32600, not a parse error)", f.Errs[2])
+	}
 }
 
 func TestSpliceAndErrors(t *testing.T) {

@@ -33,8 +33,7 @@ type governor struct {
 	mu          sync.Mutex // guards the fields below and every record's
 	calls       map[*proxy.Call]*record
 	plain       proxy.CallList // each tools/call in flight that has no record, noted with its tool
-	tool        framing.LastName
-	recent      []answered // the last requests answered: grows to a ring of recentMax
+	recent      []answered     // the last requests answered: grows to a ring of recentMax
 	recentNext  int
 	recentIdx   framing.IDMap[int] // id -> its place in recent
 	tasksCancel bool               // the server declared capabilities.tasks.cancel
@@ -175,7 +174,7 @@ func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	var auto bool
 	if m.Method == "tools/call" {
 		g.mu.Lock()
-		tool = g.tool.Of(m) // no allocation for a name seen before
+		tool = c.Tool() // read and interned by the ledger
 		rule = g.e.m.Load().match(m.Method, tool)
 		budget, auto = g.budgetLocked(rule, m)
 		if rule.Reissue && !m.HasTask && !g.closed && g.act.DefersCancels() {

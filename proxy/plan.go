@@ -82,9 +82,7 @@ func (s *Session) DecideFrame(from Peer, f *framing.Frame, parent TraceContext, 
 		m := &f.Msgs[i]
 		var o Outcome
 		if f.Batch && f.Errs[i] != nil {
-			// Valid JSON (else the whole frame is a parse error), not a
-			// message: -32600 Invalid Request, as JSON-RPC answers [1].
-			o = Outcome{Verdict: Drop, Reply: s.t.Invalid(from, &framing.InvalidError{Err: f.Errs[i]}, m.Raw)}
+			o = Outcome{Verdict: Drop, Reply: s.t.Invalid(from, f.Errs[i], m.Raw)}
 		} else {
 			o = s.Decide(from, m, parent)
 		}

@@ -957,6 +957,11 @@ func (c *Call) ID() framing.ID { return c.id }
 // Method returns the request's method.
 func (c *Call) Method() string { return c.method }
 
+// Tool returns a tools/call's tool, interned (framing.LastName): the
+// ledger reads it once per call, for every reader after it; "" for
+// another method.
+func (c *Call) Tool() string { return c.tool }
+
 // cancelTraced records an accepted cancel on the call's span. A request
 // of the server's ends its span here; a client's ends with its policy
 // story (its audit line), which a governor follows, or here without one.

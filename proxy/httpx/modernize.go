@@ -2,7 +2,6 @@ package httpx
 
 import (
 	"bytes"
-	"io"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -124,7 +123,7 @@ func (rl relay) retryMismatch(ctx *fasthttp.RequestCtx, st *relayed, data []byte
 	if resp.StatusCode() != fasthttp.StatusBadRequest || st.toolsList || f.Parse(data) != nil || f.Batch || f.Msgs[0].Method != "tools/call" {
 		return resp
 	}
-	body, _ := io.ReadAll(io.LimitReader(upstream.BodyOf(resp), int64(rl.s.maxBody)+1))
+	body, _ := upstream.ReadAll(upstream.BodyOf(resp), resp.Header.ContentLength(), rl.s.maxBody)
 	resp.CloseBodyStream()
 	resp.SetBodyStream(bytes.NewReader(body), len(body))
 	if !bytes.Contains(body, headerMismatchCode) {

@@ -112,8 +112,8 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 	}
 	watch := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
 	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
-	if err != nil && watch != nil {
-		watch()
+	if err != nil {
+		endWatch(watch)
 	}
 	switch {
 	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
@@ -151,6 +151,13 @@ func (rl relay) watchBeforeHeaders(ctx *fasthttp.RequestCtx, sess *session, st *
 		return nil // no watch
 	}
 	return rl.s.closes.Watch(ctx.Conn(), func() { rl.clientGone(sess, st) })
+}
+
+// endWatch stops a watch of watchBeforeHeaders, if there is one.
+func endWatch(stop func()) {
+	if stop != nil {
+		stop()
+	}
 }
 
 // refuseFull answers an initialize the relayed sessions' cap leaves no
@@ -405,17 +412,11 @@ func (ob outbound) eachEvent(resp *fasthttp.Response, each func(ev *framing.Even
 // it on (the same connection, the same cancel), else it stops here.
 func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, d decided, watch func()) bool {
 	status := resp.StatusCode()
-	if watch != nil && (status >= 500 && len(d.Requests) > 0 || !upstream.IsEventStream(resp.Header.ContentType())) {
-		watch() // no stream to relay: the watch ends with the headers
-		watch = nil
+	failed, events := status >= 500 && len(d.Requests) > 0, upstream.IsEventStream(resp.Header.ContentType())
+	if failed || !events {
+		endWatch(watch) // no stream to relay: the watch ends with the headers
 	}
-	relayed := false // the watch is the relay's
-	defer func() {
-		if !relayed && watch != nil {
-			watch()
-		}
-	}()
-	if status >= 500 && len(d.Requests) > 0 {
+	if failed {
 		head := upstream.ReadHead(resp)
 		sess.detach(st)
 		rl.s.log.Error("upstream failed", zap.Int("status", status), zap.Int("body_bytes", len(head)))
@@ -423,8 +424,9 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 		rl.failRequests(ctx, sess, d.Requests, fmt.Sprintf("the upstream MCP server failed with HTTP %d", status))
 		return false
 	}
-	if upstream.IsEventStream(resp.Header.ContentType()) && !st.SetBody(upstream.BodyOf(resp)) {
+	if events && !st.SetBody(upstream.BodyOf(resp)) {
 		// Every request it was to answer was ended before it began.
+		endWatch(watch)
 		fasthttp.ReleaseResponse(resp)
 		sess.detach(st)
 		if final := st.TakeFinal(); final != nil {
@@ -436,10 +438,9 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 	}
 	rl.s.copyResponseHeaders(ctx, resp)
 	ctx.SetStatusCode(status)
-	if upstream.IsEventStream(resp.Header.ContentType()) {
+	if events {
 		ctx.Response.Header.Set("X-Accel-Buffering", "no")
 		relay := rl.newSSERelay(sess, st, resp, ctx.Conn(), d.Replies, watch)
-		relayed = true
 		relay.lazyHead = true // the headers go with the first event: one write, not two
 		ctx.SetBodyStream(relay, -1)
 		return true

@@ -483,7 +483,7 @@ func (b *streamBackend) relay(resp *fasthttp.Response, of answering, id *framing
 	body := BodyOf(resp)
 	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
 	if !IsEventStream(resp.Header.ContentType()) {
-		data, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+		data, err := ReadAll(body, resp.Header.ContentLength(), limit)
 		body.CloseWithError(nil)
 		if err == nil && len(data) <= limit && len(bytes.TrimSpace(data)) > 0 {
 			b.answer(data, of)
