@@ -114,9 +114,10 @@ type record struct {
 }
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
-	g := &governor{e: e, session: session, act: a, calls: map[*proxy.Call]*record{}}
-	// The other maps and the ring are made when first needed: many
-	// sessions (a sessionless request is one) see one request.
+	g := &governor{e: e, session: session, act: a}
+	// The maps and the ring are made when first needed: many sessions (a
+	// sessionless request is one) see one request, which no rule may
+	// govern.
 	e.track(g, true)
 	return g
 }
@@ -213,7 +214,7 @@ func (g *governor) admit(c *proxy.Call, m *framing.Message) proxy.Admission {
 	if g.closed {
 		return proxy.Admission{}
 	}
-	g.calls[c] = r
+	g.keepLocked(c, r)
 	a := proxy.Admission{Timed: rule.Timeout > 0 || budget > 0,
 		WantsLate: rule.OnLateResult != nil || rule.OnLateError != nil || m.HasTask}
 	// A deadline that progress pushes back sees progress the client did
@@ -386,7 +387,7 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	if r == nil { // no rule asked anything of it: it gets its audit line all the same
 		tool, _ := g.plain.Remove(c)
 		r = g.plainRecordLocked(c, tool)
-		g.calls[c] = r
+		g.keepLocked(c, r)
 	}
 	if r.st.phase != phaseInFlight {
 		g.mu.Unlock()
@@ -508,6 +509,14 @@ func (g *governor) cancelMissed(id framing.ID) {
 	g.run(r, out)
 }
 
+// keepLocked keeps r, c's record, making the map at its first.
+func (g *governor) keepLocked(c *proxy.Call, r *record) {
+	if g.calls == nil {
+		g.calls = make(map[*proxy.Call]*record)
+	}
+	g.calls[c] = r
+}
+
 // plainRecordLocked makes the record of a request no rule asked anything
 // of, when it comes to need one.
 func (g *governor) plainRecordLocked(c *proxy.Call, tool string) *record {
@@ -543,28 +552,33 @@ func (g *governor) serverReady(m *framing.Message) {
 // still waiting for a late answer are written as they stand, once the
 // actions already asked for have run.
 func (g *governor) Close() {
-	if settle := g.beginClose(); settle != nil {
+	if settle, _ := g.beginClose(); settle != nil {
 		settle()
 	}
 }
 
 // CloseSoon is Close without the wait: the governance ends at once, and
 // what is left to settle is settled in the background. The common end of
-// a request's own session (nothing to settle) costs no goroutine.
-func (g *governor) CloseSoon() {
-	if settle := g.beginClose(); settle != nil {
+// a request's own session (nothing to settle) costs no goroutine. It
+// reports whether the governance ended here with nothing left to settle
+// and no action pending: then the governor acts on its session no more.
+func (g *governor) CloseSoon() (done bool) {
+	settle, first := g.beginClose()
+	if settle != nil {
 		go settle()
 	}
+	return first && settle == nil
 }
 
 // beginClose ends the governance, and returns what settles the requests
-// left, which waits for them; nil when nothing is left.
-func (g *governor) beginClose() (settle func()) {
+// left, which waits for them; nil when nothing is left. first says
+// whether this call ended it (else it had ended before).
+func (g *governor) beginClose() (settle func(), first bool) {
 	g.closeHosted()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	g.closed = true
 	if j := g.joins.Load(); j != nil {
@@ -585,9 +599,9 @@ func (g *governor) beginClose() (settle func()) {
 	if idle { // nothing to settle, and no action pending: the common end of a request's own session
 		g.work.close()
 		g.e.track(g, false)
-		return nil
+		return nil, true
 	}
-	return g.settle
+	return g.settle, true
 }
 
 // settle writes the requests a closed governor leaves as they stand, once

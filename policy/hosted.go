@@ -242,7 +242,7 @@ func (g *governor) keepHostedLocked(h *hosted, c *proxy.Call, m *framing.Message
 	if h.several {
 		g.e.sessionless.Store(h.id, h)
 	}
-	g.calls[c] = h.rec // its story, settled with the session's (the client's call is served: no other event comes for it)
+	g.keepLocked(c, h.rec) // its story, settled with the session's (the client's call is served: no other event comes for it)
 	h.expiry = g.e.clock.AfterFunc(h.ttl, func() { g.work.post(func() { g.taskExpired(h) }) })
 	if rule.Timeout > 0 {
 		r := h.rec

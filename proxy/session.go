@@ -88,14 +88,50 @@ type SessionOptions struct {
 
 // NewSession returns a Session configured by o.
 func NewSession(o SessionOptions) *Session {
-	s := &Session{carrier: o.Carrier, restart: o.Restart, principal: o.Principal}
+	s := new(Session)
+	s.init(o)
+	return s
+}
+
+// Renew makes s, in place, what NewSession(o) makes: nothing of what s
+// was is kept. It is for a transport that makes a session for one request
+// and keeps the spent ones for the next (an HTTP front's requests without
+// a session); the transport must know that nothing refers to s any more:
+// that s is Spent, its governor closed with nothing left to do, and every
+// reader of its own done with it.
+func (s *Session) Renew(o SessionOptions) {
+	*s = Session{}
+	s.init(o)
+}
+
+func (s *Session) init(o SessionOptions) {
+	s.carrier, s.restart, s.principal = o.Carrier, o.Restart, o.Principal
 	s.deferCancels.Store(o.DeferCancels)
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
 	}
 	o.Tracker.Governor = s.gov
 	s.t.init(o.Tracker)
-	return s
+}
+
+// Spent reports whether the session has nothing left to do and nothing
+// more can come of it: no request in flight either way, none held, no
+// cancel kept back, and nothing counted but messages passed on (no cancel
+// seen, nothing suppressed, dropped or withdrawn, no error of the
+// proxy's), so that no late answer or progress can be owed to it and no
+// cancel's work is still running. Only such a session may be Renewed.
+func (s *Session) Spent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) > 0 || len(s.deferred) > 0 {
+		return false
+	}
+	if a, b := s.t.InFlight(); a > 0 || b > 0 {
+		return false
+	}
+	st := s.t.Stats()
+	st.Forwarded = 0
+	return st == Stats{}
 }
 
 // Tracker returns the session's Tracker, for what is not a decision

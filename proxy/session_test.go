@@ -205,3 +205,58 @@ func TestSessionWithdrawsOnTheClientsCancel(t *testing.T) {
 		t.Errorf("withdrawn = %d, want 1", st.Withdrawn)
 	}
 }
+
+// decideIn has the session decide one message from a peer, as a transport
+// does.
+func decideIn(t *testing.T, s *Session, from Peer, msg string) Outcome {
+	t.Helper()
+	var f framing.Frame
+	if err := f.Parse([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	s.Lock()
+	defer s.Unlock()
+	return s.Decide(from, &f.Msgs[0], TraceContext{})
+}
+
+// TestSpentAndRenew: a session is Spent only while nothing is in flight,
+// held or kept back and nothing but messages passed on was counted (a
+// cancel's, a withdrawal's work may still come); Renew makes it new: no
+// call, count, hold or governor of before.
+func TestSpentAndRenew(t *testing.T) {
+	s, g, _ := sessionWith("2")
+	if !s.Spent() {
+		t.Fatal("a new session is not Spent")
+	}
+	request(t, s, 1)
+	if s.Spent() {
+		t.Fatal("Spent with a request in flight")
+	}
+	decideIn(t, s, Server, `{"jsonrpc":"2.0","id":1,"result":{}}`)
+	if !s.Spent() {
+		t.Fatalf("not Spent once its one request is answered: %+v", s.Tracker().Stats())
+	}
+	request(t, s, 2) // held
+	decideIn(t, s, Client, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	if s.Spent() {
+		t.Fatal("Spent after a held request was withdrawn")
+	}
+
+	g2 := &holdingGovernor{hold: map[string]bool{}}
+	rec2 := &recordingCarrier{}
+	s.Renew(SessionOptions{Carrier: rec2, Governor: func(a Actions) Governor { g2.act = a; return g2 }})
+	if !s.Spent() || s.Tracker().Stats() != (Stats{}) || s.Governor() != g2 || g2.act != s || g.act != s {
+		t.Fatalf("renewed: Spent %t, stats %+v, governor %p (want %p)", s.Spent(), s.Tracker().Stats(), s.Governor(), g2)
+	}
+	if s.Restart("why") {
+		t.Fatal("the renewed session kept the Restart of before")
+	}
+	c := request(t, s, 2) // the id of a withdrawn call of before: a new call now
+	if c.ID().String() != "2" || len(s.held) != 0 {
+		t.Fatalf("renewed session: call %s, held %v", c.ID(), s.held)
+	}
+	o := decideIn(t, s, Client, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	if s.Spent() || o.Cancelled != c {
+		t.Fatalf("after a client's cancel: Spent %t, cancelled %v", s.Spent(), o.Cancelled)
+	}
+}

@@ -44,6 +44,13 @@ func (g *Group) Go(f func()) {
 	}()
 }
 
+// Idle reports whether no goroutine of the group's is running.
+func (g *Group) Idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n == 0
+}
+
 // Wait returns once no goroutine of the group's is running, and reports
 // true; or, if some still are after d (each waits for a peer, which a hung
 // peer never answers), false, and how many.

@@ -47,6 +47,7 @@ func newHold(*proxy.Call) any { return &hold{ch: make(chan struct{}), noted: mak
 func (sess *session) Dispatch(c *proxy.Call, held any) {
 	h := held.(*hold)
 	if h.joined != nil { // its POST answers already: the request goes from here
+		sess.late.Store(true)
 		sess.sc.bg.Go(func() { outbound{sess.sc}.forwardJoined(sess, c, h.joined) })
 	}
 	close(h.ch)
@@ -259,7 +260,7 @@ func (sess *session) closeGovernor() {
 	}
 	sess.govOnce.Do(func() {
 		if g, ok := gov.(closerSoon); ok {
-			g.CloseSoon()
+			sess.govDone.Store(g.CloseSoon())
 			return
 		}
 		sess.sc.bg.Go(gov.Close) // Cleanup waits for it
@@ -270,7 +271,8 @@ func (sess *session) closeGovernor() {
 // (package policy's): most sessions, a request's own, have nothing to
 // settle, and then no goroutine is started. Another governor's Close runs
 // on a goroutine of the sidecar's bg group.
-type closerSoon interface{ CloseSoon() }
+// CloseSoon reports whether the governance ended with nothing left to do.
+type closerSoon interface{ CloseSoon() bool }
 
 // heldClientGone withdraws the requests of a POST still waiting in the
 // sidecar whose client closed the stream (protocol 2026-07-28): they are

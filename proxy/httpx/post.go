@@ -281,24 +281,27 @@ func (rl relay) adopt(id string, sess *session, reserved *bool) *session {
 func (rl relay) requestDone(sess *session) {
 	gov := sess.core.Governor()
 	if gov == nil || rl.s.sessions.Holds(sess.sessionID(), sess) {
-		rl.s.own.remove(sess)
+		rl.s.own.done(sess)
 		return
 	}
-	if l, ok := gov.(proxy.Lingerer); ok && l.Linger(func() { rl.lingerDone(sess) }) {
+	if sess.lingerFn == nil { // kept as the session is renewed
+		sess.lingerFn = func() { relay{sess.sc}.lingerDone(sess) }
+	}
+	if l, ok := gov.(proxy.Lingerer); ok && l.Linger(sess.lingerFn) {
 		// The tasks it hosts outlast the request (a request without a
 		// session, 2026-07-28): the session ends with the last of them,
 		// or with the sidecar (CancelAll).
 		sess.lingers.Store(true)
 		return
 	}
-	rl.s.own.remove(sess)
 	sess.closeGovernor()
+	rl.s.own.done(sess) // after: a spent session's governor has ended
 }
 
 // lingerDone ends a session that outlasted its request for the tasks it
 // hosted, once the last of them is over.
 func (rl relay) lingerDone(sess *session) {
-	rl.s.own.remove(sess)
+	rl.s.own.done(sess)
 	sess.endOwn()
 	sess.closeGovernor()
 }
@@ -346,6 +349,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 		// headers yet, the request's connection is all there is to close.
 		st.post().Cut()
 	}
+	sess.late.Store(true)
 	ob.s.bg.Go(func() { // the answer comes to nobody
 		a := <-got
 		if a.resp == nil {
@@ -539,6 +543,7 @@ func (rl relay) readOrQuit(sess *session, st *relayed, read func() ([]byte, erro
 	case a := <-got:
 		return a.body, a.err
 	case <-st.Quit():
+		sess.late.Store(true)
 		rl.s.bg.Go(func() {
 			var f framing.Frame
 			if a := <-got; a.err == nil && f.Parse(a.body) == nil {

@@ -65,11 +65,52 @@ type session struct {
 	// open counts the session's response streams being relayed (GET
 	// streams included).
 	open atomic.Int32
+
+	// What follows serves the reuse of a request's own session
+	// (requestSessions): a spent one serves the next request without a
+	// session, renewed (init), which keeps core and principalFn.
+
+	// principalFn is core's SessionOptions.Principal, and lingerFn what
+	// the governor calls when the tasks the session outlasts its request
+	// for are over (requestDone): made once, each reads the session as it
+	// now is.
+	principalFn func(*proxy.Call) (string, bool)
+	lingerFn    func()
+	// late says that something may still read the session after its
+	// request is done (a late answer's reader): it is never reused.
+	late atomic.Bool
+	// govDone says that the governor ended with nothing left to do
+	// (closeGovernor): it acts on the session no more.
+	govDone atomic.Bool
+	// readers counts the readers of requestSessions.all still holding the
+	// session, and ended says that its request is done; both guarded by
+	// requestSessions.mu.
+	readers int
+	ended   bool
 }
 
+// newSession returns a session with id ("" for a request without one), a
+// spent one renewed where there is one for a governed request without a
+// session (a POST's).
 func newSession(id string, s *Sidecar, governed bool) *session {
+	sess := (*session)(nil)
+	if id == "" && governed {
+		sess = s.own.spare()
+	}
+	if sess == nil {
+		sess = new(session)
+	}
+	sess.init(id, s, governed)
+	return sess
+}
+
+// init makes sess a new session with id, over what it was: only its core
+// (renewed in place), principalFn and lingerFn are kept.
+func (sess *session) init(id string, s *Sidecar, governed bool) {
 	var scope [24]byte
-	sess := &session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s}
+	core, principal, linger := sess.core, sess.principalFn, sess.lingerFn
+	*sess = session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
+		principalFn: principal, lingerFn: linger}
 	opts := s.Tracker
 	opts.Logger, opts.Scope = s.log, zap.String("session", sess.scope) // added only to lines written
 	// Each request's answer comes on its own response stream: requests
@@ -83,7 +124,10 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	}
 	so := proxy.SessionOptions{Carrier: sess}
 	if id == "" {
-		so.Principal = func(*proxy.Call) (string, bool) { return sess.principal, sess.sessionID() == "" }
+		if sess.principalFn == nil {
+			sess.principalFn = func(*proxy.Call) (string, bool) { return sess.principal, sess.sessionID() == "" }
+		}
+		so.Principal = sess.principalFn
 	}
 	if s.Governor != nil && governed {
 		so.Governor = s.Governor(sess.scope)
@@ -92,10 +136,32 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 		opts.Tracer = s.NewTracer()
 	}
 	so.Tracker = opts
-	sess.core = proxy.NewSession(so)
+	if core != nil {
+		core.Renew(so)
+		sess.core = core
+	} else {
+		sess.core = proxy.NewSession(so)
+	}
 	sess.t = sess.core.Tracker()
 	sess.ownsSession()
-	return sess
+}
+
+// spent reports whether nothing refers to the session but its request,
+// which is done, and nothing more can come of it: it had no session id,
+// it hosts no task, its governor ended with nothing left to do, no stream
+// of it is open or known, no request of the proxy's own or cancel's
+// notice of it is running, nothing reads a late answer of it, and its
+// core is Spent (no cancel, nothing in flight). Such a session may serve
+// the next request without a session.
+func (sess *session) spent() bool {
+	if sess.sessionID() != "" || sess.lingers.Load() || sess.late.Load() || sess.open.Load() != 0 ||
+		sess.core.Governor() != nil && !sess.govDone.Load() || !sess.notifying.Idle() {
+		return false
+	}
+	sess.mu.Lock()
+	busy := sess.streams.c != nil || len(sess.streams.more) > 0 || len(sess.deferred) > 0 || len(sess.own) > 0
+	sess.mu.Unlock()
+	return !busy && sess.core.Spent()
 }
 
 // ownsSession lets the governor keep a client's cancel back (reissue:
@@ -344,10 +410,18 @@ func (sess *session) protocolVersion() framing.Revision {
 
 // requestSessions are the sessions that are one request's own (it named no
 // session, or one the upstream did not take), while the request runs: no
-// table holds them, yet a shutdown must cancel their requests too.
+// table holds them, yet a shutdown must cancel their requests too. It
+// keeps the spent ones (session.spent) for the next requests without a
+// session, so that a request does not make a session's objects anew: a
+// session goes back once its request is done (done) and no reader of all
+// holds it (release).
 type requestSessions struct {
-	mu sync.Mutex
-	m  map[*session]struct{}
+	mu     sync.Mutex
+	m      map[*session]struct{}
+	spares sync.Pool // of spent *session
+	// onDone, if set (by tests), is told of each session whose request is
+	// done and whose last reader let go, and whether it was kept.
+	onDone func(kept bool)
 }
 
 func (r *requestSessions) add(sess *session) {
@@ -359,19 +433,60 @@ func (r *requestSessions) add(sess *session) {
 	r.m[sess] = struct{}{}
 }
 
-func (r *requestSessions) remove(sess *session) {
+// done forgets sess, whose request is done; it is kept for another once
+// no reader holds it, if it is spent.
+func (r *requestSessions) done(sess *session) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.m, sess)
+	sess.ended = true
+	free := sess.readers == 0
+	r.mu.Unlock()
+	if free {
+		r.keep(sess)
+	}
 }
 
-// all returns the sessions whose request still runs.
+// keep keeps sess for another request if it is spent.
+func (r *requestSessions) keep(sess *session) {
+	kept := sess.spent()
+	if kept {
+		r.spares.Put(sess)
+	}
+	if r.onDone != nil {
+		r.onDone(kept)
+	}
+}
+
+// spare returns a spent session to renew, or nil.
+func (r *requestSessions) spare() *session {
+	sess, _ := r.spares.Get().(*session)
+	return sess
+}
+
+// all returns the sessions whose request still runs, each held until
+// release: none is reused meanwhile.
 func (r *requestSessions) all() []*session {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	all := make([]*session, 0, len(r.m))
 	for sess := range r.m {
+		sess.readers++
 		all = append(all, sess)
 	}
 	return all
+}
+
+// release lets go of the sessions all returned.
+func (r *requestSessions) release(all []*session) {
+	var free []*session
+	r.mu.Lock()
+	for _, sess := range all {
+		if sess.readers--; sess.readers == 0 && sess.ended {
+			free = append(free, sess)
+		}
+	}
+	r.mu.Unlock()
+	for _, sess := range free {
+		r.keep(sess)
+	}
 }

@@ -412,7 +412,9 @@ func (s *Sidecar) InFlight() int {
 	for _, k := range s.kinds {
 		n += k.InFlight()
 	}
-	for _, sess := range s.own.all() {
+	own := s.own.all()
+	defer s.own.release(own)
+	for _, sess := range own {
 		if !s.sessions.Holds(sess.sessionID(), sess) {
 			n += sess.InFlight()
 		}
@@ -442,7 +444,9 @@ func (s *Sidecar) CancelAll(reason string) {
 		return
 	}
 	sessions := s.sessions.All()
-	for _, sess := range s.own.all() {
+	own := s.own.all()
+	defer s.own.release(own)
+	for _, sess := range own {
 		if !s.sessions.Holds(sess.sessionID(), sess) { // one the upstream took is in both
 			sessions = append(sessions, sess)
 		}

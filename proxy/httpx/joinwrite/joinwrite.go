@@ -58,6 +58,10 @@ type Conn struct {
 	mu   sync.Mutex // guards hold and held; held across writes, to keep them in order
 	hold bool       // the next write is to be held
 	held []byte
+
+	rawOnce sync.Once // makes raw, rawErr (SyscallConn)
+	raw     syscall.RawConn
+	rawErr  error
 }
 
 // NetConn returns the connection c wraps.
@@ -135,10 +139,15 @@ func (c *Conn) Close() error {
 	return c.Conn.Close()
 }
 
-// SyscallConn gives the connection's own (for a close watcher).
+// SyscallConn gives the connection's own (for a close watcher), made at
+// the first call: a watcher asks for it at every request of the
+// connection's.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
+	c.rawOnce.Do(func() {
+		c.rawErr = errors.ErrUnsupported
+		if sc, ok := c.Conn.(syscall.Conn); ok {
+			c.raw, c.rawErr = sc.SyscallConn()
+		}
+	})
+	return c.raw, c.rawErr
 }

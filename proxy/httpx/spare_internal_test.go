@@ -1,0 +1,204 @@
+package httpx
+
+import (
+	"bytes"
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
+)
+
+// spareSidecar serves a sidecar in front of up, with the options set, and
+// returns its URL and what its requests' sessions report when done
+// (requestSessions.onDone: kept or not).
+func spareSidecar(t *testing.T, sc *Sidecar) (string, chan bool) {
+	done := make(chan bool, 16)
+	sc.own.onDone = func(kept bool) { done <- kept }
+	sc.UpstreamTransport, sc.Logger = TransportStreamable, zaptest.NewLogger(t)
+	h, err := sc.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Cleanup("the test ends") })
+	return serveOn(t, h), done
+}
+
+// postCall POSTs a tools/call without a session, of revision version,
+// and returns the answer's body.
+func postCall(t *testing.T, front, version string, id int, tool string) string {
+	t.Helper()
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(front)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", version)
+	meta := ""
+	if version == string(framing.RevisionStateless) {
+		req.Header.Set("Mcp-Method", "tools/call")
+		req.Header.Set("Mcp-Name", tool)
+		meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	}
+	req.SetBodyString(`{"jsonrpc":"2.0","id":` + itoa(id) + `,"method":"tools/call","params":{"name":"` + tool + `"` + meta + `}}`)
+	if err := (&fasthttp.Client{}).Do(req, resp); err != nil {
+		t.Fatalf("call %d: %v", id, err)
+	}
+	return string(resp.Body())
+}
+
+func itoa(i int) string { return string(framing.IntID(int64(i)).AppendJSON(nil)) }
+
+// discover answers the sidecar's server/discover, if ctx is it, as an
+// upstream of the 2025 revisions does, and reports whether it was.
+func discover(ctx *fasthttp.RequestCtx) bool {
+	var f framing.Frame
+	if f.Parse(ctx.PostBody()) != nil || f.Msgs[0].Method != "server/discover" {
+		return false
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"jsonrpc":"2.0","id":` + f.Msgs[0].ID.String() + `,"error":{"code":-32601,"message":"Method not found"}}`)
+	return true
+}
+
+// answerText is an upstream's JSON answer to id with text.
+func answerText(ctx *fasthttp.RequestCtx, id, text string) {
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"` + text + `"}]}}`)
+}
+
+// TestSpentSessionServesTheNext: the session of a request without a
+// session, answered and done, is kept and serves the next such request,
+// renewed: each of four calls with the same id, in both eras, gets its own
+// answer (its tool's name, from the upstream), and each session is kept at
+// its end.
+func TestSpentSessionServesTheNext(t *testing.T) {
+	bounded(t, 30*time.Second)
+	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
+		var f framing.Frame
+		if discover(ctx) || f.Parse(ctx.PostBody()) != nil {
+			return
+		}
+		answerText(ctx, "1", f.Msgs[0].Name())
+	})
+	front, done := spareSidecar(t, &Sidecar{Upstream: up})
+	for i, version := range []string{"2025-06-18", "2026-07-28", "2025-06-18", "2026-07-28"} {
+		tool := "tool" + itoa(i+1)
+		want := `"text":"` + tool + `"`
+		if got := postCall(t, front, version, 1, tool); !bytes.Contains([]byte(got), []byte(want)) {
+			t.Fatalf("call %d (%s): %s, want %s", i+1, version, got, want)
+		}
+		if kept := <-done; !kept {
+			t.Fatalf("call %d (%s): its session was not kept", i+1, version)
+		}
+	}
+}
+
+// TestReaderHoldsTheSession: a session that a reader of the request
+// sessions holds (the status page's count, a shutdown's cancel) when its
+// request ends is kept only once the reader lets it go.
+func TestReaderHoldsTheSession(t *testing.T) {
+	bounded(t, 30*time.Second)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
+		if discover(ctx) {
+			return
+		}
+		arrived <- struct{}{}
+		<-release
+		answerText(ctx, "1", "done")
+	})
+	sc := &Sidecar{Upstream: up}
+	front, done := spareSidecar(t, sc)
+	answered := make(chan string, 1)
+	go func() { answered <- postCall(t, front, "2025-06-18", 1, "echo") }()
+	<-arrived
+	held := sc.own.all()
+	if len(held) != 1 || sc.InFlight() != 1 {
+		t.Fatalf("%d request sessions, %d in flight, want 1 and 1", len(held), sc.InFlight())
+	}
+	close(release)
+	if got := <-answered; !bytes.Contains([]byte(got), []byte(`"done"`)) {
+		t.Fatalf("the call: %s", got)
+	}
+	// The request was done before its answer was written.
+	if len(done) != 0 {
+		t.Fatal("the session was let go while a reader held it")
+	}
+	sc.own.release(held)
+	select {
+	case kept := <-done:
+		if !kept {
+			t.Fatal("the session was not kept once its reader let go")
+		}
+	default:
+		t.Fatal("the session was not let go with its reader")
+	}
+}
+
+// TestCancelledSessionIsNotKept: the session of a request without a
+// session whose deadline passed is not kept (a cancel's work, and the
+// POST's answer, may still come into it), and the next request with the
+// same id gets its own answer, not the late one.
+func TestCancelledSessionIsNotKept(t *testing.T) {
+	bounded(t, 30*time.Second)
+	slowGo, quit := make(chan struct{}, 2), make(chan struct{})
+	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
+		body := ctx.PostBody()
+		switch {
+		case discover(ctx):
+		case bytes.Contains(body, []byte(`notifications/cancelled`)): // the deadline's, which the server ignores
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+		case bytes.Contains(body, []byte(`"slow"`)):
+			select {
+			case <-slowGo:
+			case <-quit: // the test failed
+			}
+			answerText(ctx, "7", "late")
+		default:
+			slowGo <- struct{}{} // the slow call's answer comes while this one is in flight
+			answerText(ctx, "7", "fast")
+		}
+	})
+	t.Cleanup(func() { close(quit) }) // before the upstream's shutdown, which waits for its handlers
+	timeout := 20 * time.Millisecond  // passes: the slow call waits for the next one
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "slow", Timeout: &timeout}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	sc := &Sidecar{Upstream: up, Governor: e.Governor}
+	front, done := spareSidecar(t, sc)
+	for _, version := range []string{"2025-06-18", "2026-07-28"} {
+		if got := postCall(t, front, version, 7, "slow"); !bytes.Contains([]byte(got), []byte(`-32001`)) {
+			t.Fatalf("%s: the slow call: %s, want the deadline's error", version, got)
+		}
+		if kept := <-done; kept {
+			t.Fatalf("%s: the session of a call whose deadline passed was kept", version)
+		}
+		if got := postCall(t, front, version, 7, "fast"); !bytes.Contains([]byte(got), []byte(`"fast"`)) {
+			t.Fatalf("%s: the next call with the same id: %s, want its own answer", version, got)
+		}
+		if kept := <-done; !kept {
+			t.Fatalf("%s: the next call's session was not kept", version)
+		}
+	}
+}
+
+// bounded fails the test binary with every goroutine's stack if the test
+// runs longer than d: a hang shows where it waits, at once.
+func bounded(t *testing.T, d time.Duration) {
+	tm := time.AfterFunc(d, func() {
+		debug.SetTraceback("all")
+		panic("test " + t.Name() + " hung")
+	})
+	t.Cleanup(func() { tm.Stop() })
+}
