@@ -172,6 +172,78 @@ func TestE2EDeadlineStdio(t *testing.T) {
 	}
 }
 
+// lateAfterDeadline is a policy whose deadline passes while the example
+// server's block waits for its release, whose late result goes to the
+// on_late_result hook.
+const lateAfterDeadline = `
+policy:
+  rules:
+    - tool: block
+      timeout: 300ms
+      on_late_result:
+        exec: ["sh", "-c", "cat > $DIR/late.json"]
+`
+
+// TestE2ELateResultAfterADeadline: a call past its deadline gets the
+// proxy's timeout error, and the server's result that comes after it
+// reaches the on_late_result hook, never the client: through the wrapper,
+// the bridge and the sidecar.
+func TestE2ELateResultAfterADeadline(t *testing.T) {
+	t.Parallel()
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"d"}}}`
+	release := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"d"}}}`
+	checkLate := func(t *testing.T, logs *logTail, dir string) {
+		t.Helper()
+		auditLine(t, logs, "1", "late result compensated")
+		if ev := readEvent(t, filepath.Join(dir, "late.json")); ev["event"] != "late_result" {
+			t.Errorf("on_late_result event: %v", ev)
+		}
+	}
+	for _, via := range []string{"wrapper", "bridge"} {
+		t.Run(via, func(t *testing.T) {
+			t.Parallel()
+			cfg, dir := writeConfig(t, lateAfterDeadline)
+			args := []string{"--config", cfg, "--log-level", "debug", "--", proxyBin, "example-server"}
+			if via == "bridge" {
+				up := freePort(t)
+				startBackground(t, proxyBin, "example-server", "--http", up)
+				waitListening(t, up)
+				args = []string{"--config", cfg, "--log-level", "debug", "--upstream", "http://" + up + "/mcp"}
+			}
+			w := startWrapped(t, args...)
+			w.initialize(`{}`)
+			w.send(call)
+			got := w.recvUntil(isResponse(1))
+			if e, _ := got[len(got)-1]["error"].(map[string]any); e == nil || e["code"] != float64(-32001) {
+				t.Fatalf("answer at the deadline: %v", got[len(got)-1])
+			}
+			w.send(release)
+			w.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+			for _, m := range w.recvUntil(isResponse(3)) {
+				if isResponse(1)(m) {
+					t.Errorf("a second answer to 1 reached the client: %v", m)
+				}
+			}
+			checkLate(t, w.logs, dir)
+		})
+	}
+	t.Run("sidecar", func(t *testing.T) {
+		t.Parallel()
+		cfg, dir := writeConfig(t, lateAfterDeadline)
+		run := startSidecarSession(t, nil, "--config", cfg, "--log-level", "debug")
+		resp := mcpPost(t, run.url, run.session, call)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `"id":1`) || !strings.Contains(string(body), `"code":-32001`) {
+			t.Fatalf("answer at the deadline: %s", body)
+		}
+		rel := mcpPost(t, run.url, run.session, release)
+		io.Copy(io.Discard, rel.Body)
+		rel.Body.Close()
+		checkLate(t, run.sc.logs, dir)
+	})
+}
+
 // TestE2EEscalateRestart: a server that ignores both the cancel and
 // SIGTERM is restarted; the client's session goes on (a later call
 // succeeds) and no process of the old server survives.

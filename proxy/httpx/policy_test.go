@@ -214,3 +214,48 @@ func TestLateJSONAnswerIsStillRead(t *testing.T) {
 		t.Errorf("audit: %+v", r)
 	}
 }
+
+// TestLateAnswerAfterADeadlineIsStillRead: a call past its deadline gets
+// the proxy's timeout error at once, and the upstream's answer that comes
+// after it, JSON or an event stream, is still read, so that its late
+// result reaches the hook, as after a client's cancel.
+func TestLateAnswerAfterADeadlineIsStillRead(t *testing.T) {
+	t.Parallel()
+	for _, json := range []bool{true, false} {
+		t.Run(map[bool]string{true: "json", false: "sse"}[json], func(t *testing.T) {
+			t.Parallel()
+			watchdog(t, 30*time.Second)
+			release := make(chan struct{})
+			s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)
+			mcp.AddTool(s, &mcp.Tool{Name: "gate"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+				<-release // deaf to the cancel
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
+			})
+			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: json}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(release) }) // first: the server's Close waits for the tool
+			timeout := 50 * time.Millisecond
+			p := policy.Defaults()
+			p.Rules = []policy.Rule{{Tool: "gate", Timeout: &timeout, OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
+			recs := make(chan *policy.Record, 4)
+			e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t),
+				OnAudit: func(r *policy.Record) { recs <- r }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Shutdown()
+			c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, LateWatch: 20 * time.Second})}
+			c.initialize()
+			resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), `"id":1`) || !strings.Contains(string(body), `-32001`) {
+				t.Fatalf("the call past its deadline: %s, want the proxy's timeout error", body)
+			}
+			release <- struct{}{} // the tool ends now, after the deadline's answer
+			if r := <-recs; r.Status != policy.StatusCompensated || r.Late == nil {
+				t.Errorf("audit: %+v", r)
+			}
+		})
+	}
+}

@@ -252,6 +252,9 @@ func (r *sseRelay) next() bool {
 				r.pending, r.eof = ev, !ok
 			case <-r.st.Quit():
 				r.eof = true // the client's side ends; the pump reads on
+				if final := r.st.TakeFinal(); final != nil {
+					r.pending = framing.AppendSSEMessage(nil, "", final) // a deadline's error
+				}
 			}
 			continue
 		}

@@ -144,14 +144,17 @@ func (st *Stream) Ended() bool {
 	return st.state == ended
 }
 
-// Finish ends the stream with the proxy's own last message.
+// Finish ends the client's side of the stream with the proxy's own last
+// message (a deadline's error): at once the upstream's too, or, when the
+// stream lingers, after the linger, as release does after a cancel, so
+// that a late answer still reaches the tracker and the policy's hooks.
 func (st *Stream) Finish(msg []byte) {
 	st.mu.Lock()
 	if st.state != ended {
 		st.final = msg
 	}
 	st.mu.Unlock()
-	st.CloseWithError(ErrCancelled)
+	st.release()
 }
 
 // WasCut reports whether the front ended the stream early.

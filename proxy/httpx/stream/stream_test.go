@@ -120,3 +120,34 @@ func TestStreamKept(t *testing.T) {
 		t.Fatalf("kept, then not, before the cancel: state %d after the grace and linger", state(st))
 	}
 }
+
+// TestFinishLingers: a stream ended with the proxy's own last message (a
+// deadline's error) ends at once, unless it lingers: then its client's
+// side is over (Quit, the message taken once) and its upstream's is read
+// on for the linger, as after a cancel.
+func TestFinishLingers(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	st, b := New(clk), &fakeBody{}
+	st.SetBody(b)
+	st.Finish([]byte("timeout"))
+	if !st.Ended() || len(b.closed) != 1 || string(st.TakeFinal()) != "timeout" {
+		t.Fatalf("finished: ended %t, closes %v", st.Ended(), b.closed)
+	}
+
+	st, b = New(clk), &fakeBody{}
+	st.LingerFor(time.Minute)
+	st.SetBody(b)
+	st.Finish([]byte("timeout"))
+	select {
+	case <-st.Quit():
+	default:
+		t.Fatal("a lingering stream's quit not closed when it is finished")
+	}
+	if st.Ended() || len(b.closed) != 0 || string(st.TakeFinal()) != "timeout" || st.TakeFinal() != nil {
+		t.Fatalf("finished, lingering: ended %t, closes %v", st.Ended(), b.closed)
+	}
+	clk.Advance(time.Minute)
+	if !st.Ended() || len(b.closed) != 1 {
+		t.Fatalf("after the linger: ended %t, closes %v", st.Ended(), b.closed)
+	}
+}
