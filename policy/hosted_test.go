@@ -256,28 +256,25 @@ func TestHostedTaskSettings(t *testing.T) {
 }
 
 // FuzzDeclareTasks: any initialize result gives one that declares tasks,
-// or nothing, never a panic.
+// or nothing, never a panic. The result is read as a client reads it: its
+// members by their exact names (encoding/json's structs would take
+// "capaBilities" for "capabilities" too).
 func FuzzDeclareTasks(f *testing.F) {
 	f.Add(`{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"requests":{"tools":{}}}}}`)
 	f.Add(`{"capabilities":{"tasks":7}}`)
+	f.Add(`{"capaBilities":{"tAsks":0}}`)
 	f.Fuzz(func(t *testing.T, res string) {
 		out := declareTasks(json.RawMessage(res))
 		if out == nil {
 			return
 		}
-		var got struct {
-			Capabilities struct {
-				Tasks struct {
-					Requests struct {
-						Tools struct {
-							Call json.RawMessage `json:"call"`
-						} `json:"tools"`
-					} `json:"requests"`
-				} `json:"tasks"`
-			} `json:"capabilities"`
-		}
-		if err := json.Unmarshal(out, &got); err != nil || got.Capabilities.Tasks.Requests.Tools.Call == nil {
-			t.Fatalf("%s gave %s (%v)", res, out, err)
+		member := json.RawMessage(out)
+		for _, name := range []string{"capabilities", "tasks", "requests", "tools", "call"} {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(member, &obj); err != nil || obj[name] == nil {
+				t.Fatalf("%s gave %s: no %q in %s (%v)", res, out, name, member, err)
+			}
+			member = obj[name]
 		}
 	})
 }
