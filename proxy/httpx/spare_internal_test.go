@@ -3,6 +3,9 @@ package httpx
 import (
 	"bytes"
 	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,4 +204,87 @@ func bounded(t *testing.T, d time.Duration) {
 		panic("test " + t.Name() + " hung")
 	})
 	t.Cleanup(func() { tm.Stop() })
+}
+
+// TestSessionsReusedUnderLoad: clients without a session call at once, all
+// with the same id, in both eras, some calls past their deadline, whose
+// answers come late, once their clients have the timeout error, while
+// other calls are in flight: every answered call gets its own answer,
+// every other the proxy's timeout error, while spent sessions serve the
+// next calls (a late answer read into a session that served another call
+// would answer that call, or end it).
+func TestSessionsReusedUnderLoad(t *testing.T) {
+	bounded(t, 60*time.Second)
+	quit := make(chan struct{})
+	var late sync.Map // a slow call's tool: closed once its client has the timeout error
+	lateFor := func(tool string) chan struct{} {
+		ch, _ := late.LoadOrStore(tool, make(chan struct{}))
+		return ch.(chan struct{})
+	}
+	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
+		var f framing.Frame
+		switch {
+		case discover(ctx), f.Parse(ctx.PostBody()) != nil:
+		case f.Msgs[0].Method == framing.MethodCancelled:
+			ctx.SetStatusCode(fasthttp.StatusAccepted)
+		case strings.HasPrefix(f.Msgs[0].Name(), "slow"):
+			select {
+			case <-lateFor(f.Msgs[0].Name()): // late, and read for the hook
+			case <-quit:
+			}
+			answerText(ctx, "1", f.Msgs[0].Name())
+		default:
+			answerText(ctx, "1", f.Msgs[0].Name())
+		}
+	})
+	t.Cleanup(func() { close(quit) }) // before the upstream's shutdown, which waits for its handlers
+	timeout := 20 * time.Millisecond
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "slow*", Timeout: &timeout, OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	var kept atomic.Int64
+	sc := &Sidecar{Upstream: up, UpstreamTransport: TransportStreamable, Logger: zaptest.NewLogger(t), Governor: e.Governor,
+		LateWatch: time.Minute}
+	sc.own.onDone = func(k bool) {
+		if k {
+			kept.Add(1)
+		}
+	}
+	h, err := sc.Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Cleanup("the test ends") })
+	front := serveOn(t, h)
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range 30 {
+				version := []string{"2025-06-18", "2026-07-28"}[(g+i)%2]
+				tool, want := "tool-"+itoa(g)+"-"+itoa(i), ""
+				if i%5 == 4 {
+					tool = "slow-" + itoa(g) + "-" + itoa(i)
+					want = `-32001`
+				} else {
+					want = `"text":"` + tool + `"`
+				}
+				got := postCall(t, front, version, 1, tool)
+				if strings.HasPrefix(tool, "slow") {
+					close(lateFor(tool)) // its answer comes now, into its session, while others run
+				}
+				if !strings.Contains(got, want) {
+					t.Errorf("%s (%s): %s, want %s", tool, version, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if kept.Load() == 0 {
+		t.Error("no spent session was kept")
+	}
 }
