@@ -172,47 +172,69 @@ func (w *waitMetrics) Waiting(delta int) {
 	}
 }
 
+// gate is a sidecar, with the policy of rule, in front of a go-sdk server
+// whose tool gate signals its start and answers only once released, deaf
+// to the cancel (JSON answers or event streams); with a client whose
+// session is open, and the policy's audit records.
+type gate struct {
+	c                *rawClient
+	started, release chan struct{}
+	recs             chan *policy.Record
+}
+
+func newGate(t *testing.T, rule policy.Rule, json bool) *gate {
+	g := &gate{started: make(chan struct{}, 1), release: make(chan struct{}), recs: make(chan *policy.Record, 4)}
+	s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "gate"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		g.started <- struct{}{}
+		<-g.release // deaf to the cancel
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: json}))
+	t.Cleanup(srv.Close)                                  // after the client has ended its session
+	t.Cleanup(sync.OnceFunc(func() { close(g.release) })) // before: the server's Close waits for the tool
+	p := policy.Defaults()
+	rule.Tool, rule.OnLateResult = "gate", &policy.Hook{Exec: []string{"true"}}
+	p.Rules = []policy.Rule{rule}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t),
+		OnAudit: func(r *policy.Record) { g.recs <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	g.c = &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, LateWatch: 20 * time.Second})}
+	g.c.initialize()
+	return g
+}
+
+// compensated ends the tool, whose call was cancelled, and checks that
+// its late result reached the hook.
+func (g *gate) compensated(t *testing.T) {
+	g.release <- struct{}{}
+	if r := <-g.recs; r.Status != policy.StatusCompensated || r.Late == nil {
+		t.Errorf("audit: %+v", r)
+	}
+}
+
 // TestLateJSONAnswerIsStillRead: with a JSON-answering upstream, a
 // cancelled request's POST is answered after the grace, but the upstream's
 // answer is still read, so that its late result reaches the hook.
 func TestLateJSONAnswerIsStillRead(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	started, release := make(chan struct{}, 1), make(chan struct{})
-	s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "gate"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		started <- struct{}{}
-		<-release // deaf to the cancel
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
-	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: true}))
-	t.Cleanup(srv.Close) // after the client has ended its session
-	p := policy.Defaults()
-	p.Rules = []policy.Rule{{Tool: "gate", OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
-	recs := make(chan *policy.Record, 4)
-	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t),
-		OnAudit: func(r *policy.Record) { recs <- r }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, LateWatch: 20 * time.Second})}
-	c.initialize()
+	g := newGate(t, policy.Rule{}, true)
 	answer := make(chan *http.Response, 1)
 	go func() {
-		answer <- c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
+		answer <- g.c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
 	}()
-	<-started
-	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`).Body.Close()
+	<-g.started
+	g.c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`).Body.Close()
 	resp := <-answer // after the grace, before the tool ends
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Errorf("the cancelled call's POST: %d %q, want 200 and an empty event stream (never 202)", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	close(release)
-	if r := <-recs; r.Status != policy.StatusCompensated || r.Late == nil {
-		t.Errorf("audit: %+v", r)
-	}
+	g.compensated(t)
 }
 
 // TestLateAnswerAfterADeadlineIsStillRead: a call past its deadline gets
@@ -225,37 +247,16 @@ func TestLateAnswerAfterADeadlineIsStillRead(t *testing.T) {
 		t.Run(map[bool]string{true: "json", false: "sse"}[json], func(t *testing.T) {
 			t.Parallel()
 			watchdog(t, 30*time.Second)
-			release := make(chan struct{})
-			s := mcp.NewServer(&mcp.Implementation{Name: "gate", Version: "1"}, nil)
-			mcp.AddTool(s, &mcp.Tool{Name: "gate"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-				<-release // deaf to the cancel
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done anyway"}}}, nil, nil
-			})
-			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{JSONResponse: json}))
-			t.Cleanup(srv.Close)
-			t.Cleanup(func() { close(release) }) // first: the server's Close waits for the tool
 			timeout := 50 * time.Millisecond
-			p := policy.Defaults()
-			p.Rules = []policy.Rule{{Tool: "gate", Timeout: &timeout, OnLateResult: &policy.Hook{Exec: []string{"true"}}}}
-			recs := make(chan *policy.Record, 4)
-			e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t),
-				OnAudit: func(r *policy.Record) { recs <- r }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Shutdown()
-			c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, LateWatch: 20 * time.Second})}
-			c.initialize()
-			resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
+			g := newGate(t, policy.Rule{Timeout: &timeout}, json)
+			resp := g.c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate"}}`)
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if !strings.Contains(string(body), `"id":1`) || !strings.Contains(string(body), `-32001`) {
 				t.Fatalf("the call past its deadline: %s, want the proxy's timeout error", body)
 			}
-			release <- struct{}{} // the tool ends now, after the deadline's answer
-			if r := <-recs; r.Status != policy.StatusCompensated || r.Late == nil {
-				t.Errorf("audit: %+v", r)
-			}
+			<-g.started
+			g.compensated(t) // the tool ends now, after the deadline's answer
 		})
 	}
 }

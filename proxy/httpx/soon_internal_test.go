@@ -1,8 +1,7 @@
 package httpx
 
 import (
-	"bytes"
-
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -50,21 +49,8 @@ func watchedCall(t *testing.T, contentType, body string) *Sidecar {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sc.Cleanup("the test ends") })
-	front := serveOn(t, h)
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(front)
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.Header.SetContentType("application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
-	req.Header.Set("Mcp-Method", "tools/call")
-	req.Header.Set("Mcp-Name", "echo")
-	req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",` +
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`)
-	if err := (&fasthttp.Client{}).Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK || !bytes.Contains(resp.Body(), []byte(`"id":1`)) {
-		t.Fatalf("the call: %v, status %d: %s", err, resp.StatusCode(), resp.Body())
+	if got := postCall(t, serveOn(t, h), "2026-07-28", 1, "echo"); !strings.Contains(got, `"id":1`) {
+		t.Fatalf("the call: %s", got)
 	}
 	return sc
 }

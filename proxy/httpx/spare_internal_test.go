@@ -32,7 +32,7 @@ func spareSidecar(t *testing.T, sc *Sidecar) (string, chan bool) {
 }
 
 // postCall POSTs a tools/call without a session, of revision version,
-// and returns the answer's body.
+// and returns the answer's body, which must come with 200.
 func postCall(t *testing.T, front, version string, id int, tool string) string {
 	t.Helper()
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -50,8 +50,8 @@ func postCall(t *testing.T, front, version string, id int, tool string) string {
 		meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 	}
 	req.SetBodyString(`{"jsonrpc":"2.0","id":` + itoa(id) + `,"method":"tools/call","params":{"name":"` + tool + `"` + meta + `}}`)
-	if err := (&fasthttp.Client{}).Do(req, resp); err != nil {
-		t.Fatalf("call %d: %v", id, err)
+	if err := (&fasthttp.Client{}).Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("call %d: %v, status %d: %s", id, err, resp.StatusCode(), resp.Body())
 	}
 	return string(resp.Body())
 }
