@@ -270,8 +270,8 @@ func (sess *session) closeGovernor() {
 // closerSoon is a governor that can end without making its closer wait
 // (package policy's): most sessions, a request's own, have nothing to
 // settle, and then no goroutine is started. Another governor's Close runs
-// on a goroutine of the sidecar's bg group.
-// CloseSoon reports whether the governance ended with nothing left to do.
+// on a goroutine of the sidecar's bg group. CloseSoon reports whether the
+// governance ended with nothing left to do.
 type closerSoon interface{ CloseSoon() bool }
 
 // heldClientGone withdraws the requests of a POST still waiting in the

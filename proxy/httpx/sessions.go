@@ -68,7 +68,7 @@ type session struct {
 
 	// What follows serves the reuse of a request's own session
 	// (requestSessions): a spent one serves the next request without a
-	// session, renewed (init), which keeps core and principalFn.
+	// session, renewed (init), which keeps core, principalFn and lingerFn.
 
 	// principalFn is core's SessionOptions.Principal, and lingerFn what
 	// the governor calls when the tasks the session outlasts its request
@@ -93,7 +93,7 @@ type session struct {
 // spent one renewed where there is one for a governed request without a
 // session (a POST's).
 func newSession(id string, s *Sidecar, governed bool) *session {
-	sess := (*session)(nil)
+	var sess *session
 	if id == "" && governed {
 		sess = s.own.spare()
 	}
