@@ -434,12 +434,13 @@ func (r *requestSessions) add(sess *session) {
 }
 
 // done forgets sess, whose request is done; it is kept for another once
-// no reader holds it, if it is spent.
+// no reader holds it, if it is spent. A second call does nothing: a
+// session kept twice would serve two requests at once.
 func (r *requestSessions) done(sess *session) {
 	r.mu.Lock()
 	delete(r.m, sess)
+	free := !sess.ended && sess.readers == 0
 	sess.ended = true
-	free := sess.readers == 0
 	r.mu.Unlock()
 	if free {
 		r.keep(sess)

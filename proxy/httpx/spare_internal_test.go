@@ -288,3 +288,26 @@ func TestSessionsReusedUnderLoad(t *testing.T) {
 		t.Error("no spent session was kept")
 	}
 }
+
+// TestSessionDoneOnce: a request's session told done twice is kept once:
+// kept twice, it would serve two requests at once.
+func TestSessionDoneOnce(t *testing.T) {
+	sc := &Sidecar{Upstream: "http://127.0.0.1:1/mcp", UpstreamTransport: TransportStreamable, Logger: zaptest.NewLogger(t)}
+	if _, err := sc.Handler(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Cleanup("the test ends") })
+	kept := 0
+	sc.own.onDone = func(k bool) {
+		if k {
+			kept++
+		}
+	}
+	sess := newSession("", sc, true)
+	sc.own.add(sess)
+	sc.own.done(sess)
+	sc.own.done(sess)
+	if kept != 1 {
+		t.Fatalf("the session was kept %d times, want once", kept)
+	}
+}
