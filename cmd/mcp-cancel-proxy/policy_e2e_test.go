@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
@@ -187,14 +190,15 @@ policy:
 // TestE2ELateResultAfterADeadline: a call past its deadline gets the
 // proxy's timeout error, and the server's result that comes after it
 // reaches the on_late_result hook, never the client: through the wrapper,
-// the bridge and the sidecar.
+// the bridge and the sidecar over each kind of server (Streamable HTTP,
+// HTTP+SSE, a stdio child).
 func TestE2ELateResultAfterADeadline(t *testing.T) {
 	t.Parallel()
 	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"key":"d"}}}`
 	release := `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"release","arguments":{"key":"d"}}}`
 	checkLate := func(t *testing.T, logs *logTail, dir string) {
 		t.Helper()
-		auditLine(t, logs, "1", "late result compensated")
+		logs.waitFor(t, `"tool":"block"`, `"status":"late result compensated"`) // its audit line, whatever the client numbered it
 		if ev := readEvent(t, filepath.Join(dir, "late.json")); ev["event"] != "late_result" {
 			t.Errorf("on_late_result event: %v", ev)
 		}
@@ -227,20 +231,64 @@ func TestE2ELateResultAfterADeadline(t *testing.T) {
 			checkLate(t, w.logs, dir)
 		})
 	}
-	t.Run("sidecar", func(t *testing.T) {
+	for _, upstream := range []string{"streamable", "sse", "stdio"} { // the sidecar, over each kind of server
+		t.Run("sidecar-"+upstream, func(t *testing.T) {
+			t.Parallel()
+			cfg, dir := writeConfig(t, lateAfterDeadline)
+			front := freePort(t)
+			args := []string{"--config", cfg, "--log-level", "debug", "--listen", front}
+			switch upstream {
+			case "streamable", "sse":
+				up := freePort(t)
+				startBackground(t, proxyBin, "example-server", "--"+map[string]string{"streamable": "http", "sse": "sse"}[upstream], up)
+				waitListening(t, up)
+				args = append(args, "--upstream", "http://"+up+map[string]string{"streamable": "/mcp", "sse": "/sse"}[upstream])
+			case "stdio":
+				args = append(args, "--", proxyBin, "example-server")
+			}
+			sc := startWrapped(t, args...)
+			t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+			sc.events.waitFor(t, events.SidecarListening)
+			url := "http://" + front + "/mcp"
+			resp := mcpPost(t, url, "", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+			session := resp.Header.Get("Mcp-Session-Id")
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mcpPost(t, url, session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`).Body.Close()
+			resp = mcpPost(t, url, session, call)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), `"id":1`) || !strings.Contains(string(body), `"code":-32001`) {
+				t.Fatalf("answer at the deadline: %s", body)
+			}
+			rel := mcpPost(t, url, session, release)
+			io.Copy(io.Discard, rel.Body)
+			rel.Body.Close()
+			checkLate(t, sc.logs, dir)
+		})
+	}
+	t.Run("legacy-client", func(t *testing.T) { // an old HTTP+SSE client, the go-sdk's, through the sidecar
 		t.Parallel()
 		cfg, dir := writeConfig(t, lateAfterDeadline)
-		run := startSidecarSession(t, nil, "--config", cfg, "--log-level", "debug")
-		resp := mcpPost(t, run.url, run.session, call)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(body), `"id":1`) || !strings.Contains(string(body), `"code":-32001`) {
-			t.Fatalf("answer at the deadline: %s", body)
+		up, front := freePort(t), freePort(t)
+		startBackground(t, proxyBin, "example-server", "--http", up)
+		waitListening(t, up)
+		sc := startWrapped(t, "--config", cfg, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
+		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+		sc.events.waitFor(t, events.SidecarListening)
+		ctx := context.Background()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "legacy", Version: "1"}, nil).Connect(ctx, &mcp.SSEClientTransport{Endpoint: "http://" + front + "/sse"}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		rel := mcpPost(t, run.url, run.session, release)
-		io.Copy(io.Discard, rel.Body)
-		rel.Body.Close()
-		checkLate(t, run.sc.logs, dir)
+		defer cs.Close()
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "block", Arguments: map[string]any{"key": "d"}}); err == nil || !strings.Contains(err.Error(), "the proxy's deadline of 300ms passed") {
+			t.Fatalf("answer at the deadline: %v, want the proxy's timeout error", err)
+		}
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "release", Arguments: map[string]any{"key": "d"}}); err != nil {
+			t.Fatal(err)
+		}
+		checkLate(t, sc.logs, dir)
 	})
 }
 

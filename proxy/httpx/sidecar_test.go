@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,13 +24,8 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
-func watchdog(t testing.TB, d time.Duration) {
-	tm := time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic("test " + t.Name() + " hung")
-	})
-	t.Cleanup(func() { tm.Stop() })
-}
+// watchdog bounds a test (httpx.Watchdog).
+var watchdog = httpx.Watchdog
 
 // sdkServer is a real go-sdk Streamable HTTP server with one tool,
 // wait_cancel: it reports progress, waits until it is cancelled, reports

@@ -2,7 +2,7 @@ package httpx
 
 import (
 	"bytes"
-	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,14 +49,12 @@ func postCall(t *testing.T, front, version string, id int, tool string) string {
 		req.Header.Set("Mcp-Name", tool)
 		meta = `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
 	}
-	req.SetBodyString(`{"jsonrpc":"2.0","id":` + itoa(id) + `,"method":"tools/call","params":{"name":"` + tool + `"` + meta + `}}`)
+	req.SetBodyString(`{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"` + tool + `"` + meta + `}}`)
 	if err := (&fasthttp.Client{}).Do(req, resp); err != nil || resp.StatusCode() != fasthttp.StatusOK {
 		t.Fatalf("call %d: %v, status %d: %s", id, err, resp.StatusCode(), resp.Body())
 	}
 	return string(resp.Body())
 }
-
-func itoa(i int) string { return string(framing.IntID(int64(i)).AppendJSON(nil)) }
 
 // discover answers the sidecar's server/discover, if ctx is it, as an
 // upstream of the 2025 revisions does, and reports whether it was.
@@ -82,7 +80,7 @@ func answerText(ctx *fasthttp.RequestCtx, id, text string) {
 // answer (its tool's name, from the upstream), and each session is kept at
 // its end.
 func TestSpentSessionServesTheNext(t *testing.T) {
-	bounded(t, 30*time.Second)
+	Watchdog(t, 30*time.Second)
 	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
 		var f framing.Frame
 		if discover(ctx) || f.Parse(ctx.PostBody()) != nil {
@@ -92,7 +90,7 @@ func TestSpentSessionServesTheNext(t *testing.T) {
 	})
 	front, done := spareSidecar(t, &Sidecar{Upstream: up})
 	for i, version := range []string{"2025-06-18", "2026-07-28", "2025-06-18", "2026-07-28"} {
-		tool := "tool" + itoa(i+1)
+		tool := "tool" + strconv.Itoa(i+1)
 		want := `"text":"` + tool + `"`
 		if got := postCall(t, front, version, 1, tool); !bytes.Contains([]byte(got), []byte(want)) {
 			t.Fatalf("call %d (%s): %s, want %s", i+1, version, got, want)
@@ -107,7 +105,7 @@ func TestSpentSessionServesTheNext(t *testing.T) {
 // sessions holds (the status page's count, a shutdown's cancel) when its
 // request ends is kept only once the reader lets it go.
 func TestReaderHoldsTheSession(t *testing.T) {
-	bounded(t, 30*time.Second)
+	Watchdog(t, 30*time.Second)
 	arrived, release := make(chan struct{}), make(chan struct{})
 	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
 		if discover(ctx) {
@@ -150,7 +148,7 @@ func TestReaderHoldsTheSession(t *testing.T) {
 // POST's answer, may still come into it), and the next request with the
 // same id gets its own answer, not the late one.
 func TestCancelledSessionIsNotKept(t *testing.T) {
-	bounded(t, 30*time.Second)
+	Watchdog(t, 30*time.Second)
 	slowGo, quit := make(chan struct{}, 2), make(chan struct{})
 	up := serveOn(t, func(ctx *fasthttp.RequestCtx) {
 		body := ctx.PostBody()
@@ -196,16 +194,6 @@ func TestCancelledSessionIsNotKept(t *testing.T) {
 	}
 }
 
-// bounded fails the test binary with every goroutine's stack if the test
-// runs longer than d: a hang shows where it waits, at once.
-func bounded(t *testing.T, d time.Duration) {
-	tm := time.AfterFunc(d, func() {
-		debug.SetTraceback("all")
-		panic("test " + t.Name() + " hung")
-	})
-	t.Cleanup(func() { tm.Stop() })
-}
-
 // TestSessionsReusedUnderLoad: clients without a session call at once, all
 // with the same id, in both eras, some calls past their deadline, whose
 // answers come late, once their clients have the timeout error, while
@@ -214,7 +202,7 @@ func bounded(t *testing.T, d time.Duration) {
 // next calls (a late answer read into a session that served another call
 // would answer that call, or end it).
 func TestSessionsReusedUnderLoad(t *testing.T) {
-	bounded(t, 60*time.Second)
+	Watchdog(t, 60*time.Second)
 	quit := make(chan struct{})
 	var late sync.Map // a slow call's tool: closed once its client has the timeout error
 	lateFor := func(tool string) chan struct{} {
@@ -265,9 +253,9 @@ func TestSessionsReusedUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for i := range 30 {
 				version := []string{"2025-06-18", "2026-07-28"}[(g+i)%2]
-				tool, want := "tool-"+itoa(g)+"-"+itoa(i), ""
+				tool, want := "tool-"+strconv.Itoa(g)+"-"+strconv.Itoa(i), ""
 				if i%5 == 4 {
-					tool = "slow-" + itoa(g) + "-" + itoa(i)
+					tool = "slow-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
 					want = `-32001`
 				} else {
 					want = `"text":"` + tool + `"`
