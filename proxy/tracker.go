@@ -686,15 +686,19 @@ func (t *Tracker) TooLarge(from Peer, tl *framing.FrameTooLargeError) (toSender,
 	return nil, nil, nil
 }
 
-// FailInFlight ends every client request still in flight and returns an
-// error response for each, with CodeServerGone and the message why.
+// FailInFlight ends every client request still in flight, whose server
+// is gone (it exited, or was replaced), and returns an error response for
+// each: CodeServerGone with the message why, upstream_lost, and the server
+// may have run it (it was sent).
 func (t *Tracker) FailInFlight(why string) []Reply {
 	var replies []Reply
+	lost := Loss{Reason: ReasonLost, MayHaveRun: true}
 	for _, c := range t.peers[Client].issued.failAll() {
 		if ce := t.opts.Logger.Check(zapcore.WarnLevel, "answering request in flight: server gone"); ce != nil {
 			t.write(ce, zap.Stringer("id", c.id), zap.String("method", c.method))
 		}
-		replies = append(replies, Reply{c, t.ErrorReply(c.id, CodeServerGone, why)})
+		t.replied(c.id, why)
+		replies = append(replies, Reply{c, LossReply(c.id, lost, why)})
 		c.Span().Answered(nil, CodeServerGone, why)
 		t.ended(c)
 	}
@@ -710,9 +714,14 @@ type Reply struct {
 
 // ErrorReply builds the proxy's own error response, and counts it.
 func (t *Tracker) ErrorReply(id framing.ID, code int, msg string) []byte {
+	t.replied(id, msg)
+	return ErrorReply(id, code, msg)
+}
+
+// replied counts an error response of the proxy's own to id, and reports it.
+func (t *Tracker) replied(id framing.ID, msg string) {
 	t.count(cProxyErrors, 1)
 	t.emit(Peer(2), ActReplied, framing.KindResponse, "", id, msg)
-	return ErrorReply(id, code, msg)
 }
 
 // ErrorReply builds an error response of the proxy's own: its data names
@@ -859,12 +868,21 @@ func (t *Tracker) payload(from Peer, raw []byte) {
 // it cannot get (the upstream is unreachable, or failed), and returns the
 // error response for the client; nil if the request was no longer in flight.
 func (t *Tracker) Fail(c *Call, code int, msg string) []byte {
-	if _, v := t.peers[Server].answers.complete(c.upID, nil); v != Forward {
+	if !t.fail(c, code, msg) {
 		return nil
+	}
+	return t.ErrorReply(c.id, code, msg)
+}
+
+// fail ends c, a client's request the proxy answers itself with code and
+// msg, and reports whether it was still in flight.
+func (t *Tracker) fail(c *Call, code int, msg string) bool {
+	if _, v := t.peers[Server].answers.complete(c.upID, nil); v != Forward {
+		return false
 	}
 	c.Span().Answered(nil, code, msg)
 	t.ended(c)
-	return t.ErrorReply(c.id, code, msg)
+	return true
 }
 
 // ended tells the governor of a call that ended without the server's answer.

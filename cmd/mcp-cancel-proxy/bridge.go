@@ -59,9 +59,15 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		case <-done:
 		}
 	}()
+	var upstreamErrors func() // the metrics', once they are made: before the session's first line
 	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
-		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn, Idle: cfg.HTTP.UpstreamIdle}, log)
+		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn, Idle: cfg.HTTP.UpstreamIdle,
+		OnUpstreamError: func() {
+			if upstreamErrors != nil {
+				upstreamErrors()
+			}
+		}}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
 		return 1
@@ -81,6 +87,9 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		return 1
 	}
 	defer stopAdmin()
+	if m != nil {
+		upstreamErrors = m.UpstreamErrors.Inc
+	}
 	popts, err := policyOptions(cfg, nil, log)
 	if err != nil {
 		log.Error("cannot join the fleet", zap.Error(err))

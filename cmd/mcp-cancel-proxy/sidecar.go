@@ -239,7 +239,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			if err != nil {
 				return nil, err
 			}
-			up.KeepRevision = !cfg.HTTP.UpgradeStateless
+			up.KeepRevision, up.OnUpstreamError = !cfg.HTTP.UpgradeStateless, sc.OnUpstreamError
 			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
 			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {
@@ -252,6 +252,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			if err != nil {
 				return nil, err
 			}
+			up.OnUpstreamError = sc.OnUpstreamError
 			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
 			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
 			if err := viaEnvProxy(cfg, up.Client); err != nil {

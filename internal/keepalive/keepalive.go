@@ -29,6 +29,8 @@ package keepalive
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -62,8 +64,10 @@ const maxResends = 8
 type NotSentError struct {
 	// Reason says why, in a few words.
 	Reason string
-	// Err is the write's error, if a write failed.
+	// Err is the write's error, if a write failed, or the dial's.
 	Err error
+	// dial: the connection could not be opened (Dial).
+	dial bool
 }
 
 func (e *NotSentError) Error() string {
@@ -79,6 +83,48 @@ func (e *NotSentError) Unwrap() error { return e.Err }
 func IsNotSent(err error) bool {
 	var ns *NotSentError
 	return errors.As(err, &ns)
+}
+
+// DialFailed wraps the error of a dial function whose connection could not
+// be opened: no request on it was sent. Nil stays nil.
+func DialFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &NotSentError{Reason: "its connection could not be opened", Err: err, dial: true}
+}
+
+// Unsent reports whether err, the failure of a request sent through a
+// client this package Installed, proves that no byte of the request
+// reached its server: its connection could not be opened (dialled, or
+// its TLS handshake failed), was found closed or stale before the request
+// was written, or the request's write failed. It is the one test of "it
+// cannot have run": a request is sent again, or its client told that the
+// server cannot have run it, only when it holds. Any other failure (the
+// connection closed or reset after the request was written, a timeout, a
+// broken answer) may follow a request the server read and ran.
+func Unsent(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case IsNotSent(err), errors.Is(err, fasthttp.ErrDialTimeout), errors.Is(err, fasthttp.ErrTLSHandshakeTimeout),
+		errors.Is(err, fasthttp.ErrNoFreeConns):
+		return true
+	}
+	// A TLS handshake that failed: fasthttp makes it after the dial
+	// function returns, before the request's first byte.
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	var record tls.RecordHeaderError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &record) ||
+		errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // host is what the proxy has learnt of one server address: how long it
@@ -251,7 +297,7 @@ func Dial(d fasthttp.DialFunc) fasthttp.DialFunc {
 	return func(addr string) (net.Conn, error) {
 		c, err := d(addr)
 		if err != nil {
-			return nil, err
+			return nil, DialFailed(err)
 		}
 		return Wrap(addr, c), nil
 	}
@@ -268,28 +314,43 @@ func (t transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, res
 	if next == nil {
 		next = fasthttp.DefaultTransport
 	}
+	// fasthttp drops a request's body stream once it has copied it, the
+	// write failed or not: it is taken now, to be rewound for a resend.
+	var stream io.Reader
+	if req.IsBodyStream() {
+		stream = req.BodyStream()
+	}
 	for resends := 0; ; resends++ {
 		retry, err := next.RoundTrip(hc, req, resp)
 		if err == nil {
 			noteKeepAlive(hc.Addr, resp)
 			return retry, nil
 		}
-		if resends == maxResends || !IsNotSent(err) || !rewind(req) {
+		if resends == maxResends || !resendable(err) || !rewind(req, stream) {
 			return retry, err
 		}
 	}
 }
 
-// rewind makes req's body readable again from its start, and reports
-// whether it could.
-func rewind(req *fasthttp.Request) bool {
-	if !req.IsBodyStream() {
+// rewind makes req's body, stream if it was a stream, readable again from
+// its start, and reports whether it could: a stream must be a Rewinder.
+func rewind(req *fasthttp.Request, stream io.Reader) bool {
+	if stream == nil {
 		return true // its bytes are still there
 	}
-	r, ok := req.BodyStream().(Rewinder)
+	r, ok := stream.(Rewinder)
 	if !ok {
 		return false
 	}
 	req.SetBodyStream(r, r.Rewind())
 	return true
+}
+
+// resendable reports whether a request that failed with err is sent again
+// on another connection: its connection was found closed or stale, or its
+// write failed. One that could not be dialled is not: a new connection
+// would fail the same way, and the caller has the error at once.
+func resendable(err error) bool {
+	var ns *NotSentError
+	return errors.As(err, &ns) && !ns.dial
 }

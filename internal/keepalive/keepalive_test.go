@@ -3,13 +3,17 @@ package keepalive
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,6 +37,16 @@ type idleClosingServer struct {
 	requests atomic.Int32
 	closed   chan struct{}
 	done     chan struct{}
+
+	mu     sync.Mutex
+	bodies []string // the bodies it read, in order
+}
+
+// read returns the bodies the server read.
+func (s *idleClosingServer) read() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.bodies)
 }
 
 func newIdleClosingServer(t *testing.T, h http.HandlerFunc) *idleClosingServer {
@@ -45,7 +59,10 @@ func newIdleClosingServer(t *testing.T, h http.HandlerFunc) *idleClosingServer {
 	s.srv = &http.Server{
 		IdleTimeout: time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
+			body, _ := io.ReadAll(r.Body)
+			s.mu.Lock()
+			s.bodies = append(s.bodies, string(body))
+			s.mu.Unlock()
 			s.requests.Add(1)
 			if h != nil {
 				h(w, r)
@@ -104,8 +121,11 @@ func (r *rewindable) Rewind() int { r.rewinds++; r.Reset(r.s); return len(r.s) }
 // TestRequestAfterTheServerClosedIdleConnection: the server closes the
 // connection the first request used; the second request, a POST whose
 // body is a stream (as the relay's and the bridge's are), goes on a new
-// connection and is read once. On fasthttp alone it fails with "the
-// server closed connection before returning the first response byte".
+// connection and is read once, with its whole body. On fasthttp alone it
+// fails with "the server closed connection before returning the first
+// response byte"; and since fasthttp drops a body stream once it has
+// copied it, whether the write then fails or not, the request was sent
+// again with an empty body (Content-Length: 0), which a server refuses.
 func TestRequestAfterTheServerClosedIdleConnection(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(map[bool]string{false: "bytes", true: "stream"}[stream], func(t *testing.T) {
@@ -126,8 +146,9 @@ func TestRequestAfterTheServerClosedIdleConnection(t *testing.T) {
 			if _, err := post(c, s.addr, body()); err != nil {
 				t.Fatalf("the request after the server's idle close: %v", err)
 			}
-			if n := s.requests.Load(); n != 2 {
-				t.Fatalf("the server read %d requests, want 2", n)
+			const msg = `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`
+			if got := s.read(); !slices.Equal(got, []string{msg, msg}) {
+				t.Fatalf("the server read %q, want the request twice, whole", got)
 			}
 		})
 	}
@@ -329,4 +350,47 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// TestUnsent: the one test of "nothing of the request reached the server".
+// A dial that failed, a connection found closed or stale, a write that
+// failed: unsent. A connection closed or reset after the request was
+// written, a timeout, a broken answer: it may have run.
+func TestUnsent(t *testing.T) {
+	refused := func() error { // a port nothing listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, err = Dial(nil)(addr)
+		return err
+	}()
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"dial refused", refused, true},
+		{"dial refused, wrapped", fmt.Errorf("posting: %w", refused), true},
+		{"stale connection", &NotSentError{Reason: "the server had closed its connection"}, true},
+		{"failed write", &NotSentError{Reason: "writing it failed", Err: syscall.EPIPE}, true},
+		{"dial timeout", fasthttp.ErrDialTimeout, true},
+		{"TLS handshake timeout", fasthttp.ErrTLSHandshakeTimeout, true},
+		{"TLS certificate", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, true},
+		{"closed after the request", fasthttp.ErrConnectionClosed, false},
+		{"reset after the request", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, false},
+		{"timeout", fasthttp.ErrTimeout, false},
+		{"cut short", io.ErrUnexpectedEOF, false},
+		{"none", nil, false},
+	}
+	for _, tt := range tests {
+		if got := Unsent(tt.err); got != tt.want {
+			t.Errorf("%s: Unsent(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
+	if refused == nil || !IsNotSent(refused) || resendable(refused) {
+		t.Errorf("a refused dial: %v; it is unsent, and not sent again", refused)
+	}
 }

@@ -128,7 +128,10 @@ func (ob outbound) forwardJoined(sess *session, c *proxy.Call, j *joinedStream) 
 		}
 	}
 	if err != nil {
-		fail("the upstream MCP server is unreachable: " + upstream.Brief(err))
+		loss, why := upstream.PostLoss(err)
+		if reply := (relay{ob.s}).lose(sess, c, loss, why); reply != nil {
+			j.ev.Send(reply, true)
+		}
 		return
 	}
 	if status := resp.StatusCode(); status >= 500 {
@@ -152,6 +155,9 @@ func (ob outbound) forwardJoined(sess *session, c *proxy.Call, j *joinedStream) 
 	if final := j.st.TakeFinal(); final != nil {
 		j.ev.Send(final, true)
 	} else if !cut {
-		fail(errEndedUnanswered.Error()) // nothing, if it was answered
+		lost := proxy.Loss{Reason: proxy.ReasonLost, MayHaveRun: true}
+		if reply := (relay{ob.s}).lose(sess, c, lost, errEndedUnanswered.Error()); reply != nil {
+			j.ev.Send(reply, true) // nothing, if it was answered
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package httpx
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -129,8 +128,17 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		return
 	case err != nil:
 		sess.detach(st)
-		rl.s.log.Error("upstream unreachable", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("error", upstream.Brief(err)))
-		rl.failRequests(ctx, sess, d.Requests, "the upstream MCP server is unreachable: "+upstream.Brief(err))
+		loss, why := upstream.PostLoss(err)
+		if len(d.Requests) == 0 { // else each request's answer is logged
+			rl.s.log.Warn("posting to the upstream failed", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("why", why))
+		}
+		var replies [][]byte
+		for _, c := range d.Requests {
+			if r := rl.lose(sess, c, loss, why); r != nil {
+				replies = append(replies, r)
+			}
+		}
+		rl.relayReplies(ctx, replies, len(d.Requests) > 0)
 		return
 	}
 	if st.downgrade {
@@ -450,7 +458,7 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 		return true
 	}
 	defer sess.detach(st)
-	rl.relayJSON(ctx, sess, st, resp, d.Replies)
+	rl.relayJSON(ctx, sess, st, resp, d)
 	// A JSON answer is whole: requests it did not answer never will be.
 	for _, c := range d.Requests {
 		sess.t.Abandon(c)
@@ -459,7 +467,11 @@ func (rl relay) respond(ctx *fasthttp.RequestCtx, sess *session, st *relayed, re
 }
 
 // relayJSON relays a JSON response, held back where the tracker says so.
-func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, replies [][]byte) {
+// A request the answer does not answer (cut short, unreadable, over the
+// limit, empty, not JSON-RPC, or the answer to another id) is answered
+// with the proxy's -32000 (upstream_spoiled), in HTTP 200: no request waits
+// for an answer that cannot come.
+func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, resp *fasthttp.Response, d decided) {
 	st.SetBody(upstream.BodyOf(resp)) // so that a deadline can cut the read short
 	read := func() ([]byte, error) {
 		body, err := upstream.ReadAll(resp.BodyStream(), resp.Header.ContentLength(), rl.s.maxBody)
@@ -467,6 +479,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 		fasthttp.ReleaseResponse(resp)
 		return body, err
 	}
+	replies := d.Replies
 	var body []byte
 	var err error
 	if st.Quit() == nil {
@@ -483,47 +496,85 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 		rl.relayReplies(ctx, replies, true)
 		return
 	}
-	if err != nil || len(body) > rl.s.maxBody {
-		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("error", upstream.Brief(cmp.Or(err, errors.New("over the limit")))), zap.Int("limit", rl.s.maxBody))
+	var f framing.Frame
+	spoiled := upstream.SpoiledBody(body, err, rl.s.maxBody, &f)
+	switch {
+	case spoiled != "" && len(d.Requests) > 0 && ctx.Response.StatusCode() < 300:
+		rl.spoil(ctx, sess, d.Requests, replies, spoiled)
+		return
+	case spoiled != "" && (err != nil || len(body) > rl.s.maxBody):
+		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("why", spoiled))
 		ctx.Error("bad gateway", fasthttp.StatusBadGateway)
 		return
-	}
-	var f framing.Frame
-	if len(body) == 0 || f.Parse(body) != nil {
+	case spoiled != "":
 		ctx.SetBody(body) // not JSON-RPC (an HTTP error page, a 202): as it is
 		return
 	}
-	d := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
-	if st.downgrade && d.Data != nil {
+	dd := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+	if st.downgrade && dd.Data != nil {
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
 		// no resultType.
-		d.Data = rl.downgrade(st, d.Data)
+		dd.Data = rl.downgrade(st, dd.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
 	}
+	if ctx.Response.StatusCode() < 300 {
+		// The requests it does not answer never will be: each gets the
+		// proxy's error beside what it does answer.
+		for _, c := range d.Requests {
+			if r := rl.lose(sess, c, proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, upstream.NotAnswered); r != nil {
+				replies = append(replies, r)
+			}
+		}
+	}
 	switch {
-	case d.Data != nil && len(replies) == 0:
-		ctx.SetBody(d.Data) // the answer alone, a message or a batch
-	case d.Data != nil || len(replies) > 0:
+	case dd.Data != nil && len(replies) == 0:
+		ctx.SetBody(dd.Data) // the answer alone, a message or a batch
+	case dd.Data != nil || len(replies) > 0:
 		// The proxy's own answers and the upstream's, in one batch: a
 		// batch's answers each, never the batch within a batch.
 		out := replies
 		if f.Batch {
-			out = append(out, d.Kept...)
-		} else if d.Data != nil {
-			out = append(out, d.Data)
+			out = append(out, dd.Kept...)
+		} else if dd.Data != nil {
+			out = append(out, dd.Data)
 		}
+		ctx.SetStatusCode(fasthttp.StatusOK)
 		ctx.SetBody(proxy.JoinFrame(out, len(out) > 1 || f.Batch))
-	case d.Suppressed > 0: // the late answer of a cancelled request
+	case dd.Suppressed > 0: // the late answer of a cancelled request
 		emptyStream(ctx)
 	default:
-		// The answer names no request in flight (FastMCP answers what it
-		// cannot place with the id "server-error" and HTTP 400): the
-		// client gets it as it is, never a 202 in place of an answer.
+		// The answer names no request in flight under an error status
+		// (FastMCP answers what it cannot place with the id
+		// "server-error" and HTTP 400): the client gets it as it is,
+		// never a 202 in place of an answer.
 		rl.s.log.Warn("upstream answer names no request in flight: relayed as it is",
 			zap.String("session", sess.scope), zap.Int("status", ctx.Response.StatusCode()))
 		ctx.SetBody(body)
 	}
+}
+
+// spoil answers each of a POST's requests, whose JSON answer was no
+// JSON-RPC (why), with the proxy's -32000 (upstream_spoiled), beside the
+// proxy's own replies, in HTTP 200.
+func (rl relay) spoil(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, replies [][]byte, why string) {
+	for _, c := range calls {
+		if r := rl.lose(sess, c, proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, why); r != nil {
+			replies = append(replies, r)
+		}
+	}
+	rl.relayReplies(ctx, replies, len(calls) > 0)
+}
+
+// lose ends c, whose upstream spoiled or lost its answer, and returns the
+// proxy's answer for it, logged and counted once; nil if it was no longer
+// in flight.
+func (rl relay) lose(sess *session, c *proxy.Call, l proxy.Loss, why string) []byte {
+	r := sess.t.FailLost(c, l, why)
+	if r != nil {
+		upstream.Lost(rl.s.log, rl.s.OnUpstreamError, c.ID(), l, why)
+	}
+	return r
 }
 
 // readOrQuit reads a lingering stream's JSON answer, unless the client's

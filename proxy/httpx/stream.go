@@ -292,7 +292,7 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	}
 	switch {
 	case errors.Is(err, framing.ErrBudgetSpent):
-		r.broken = fmt.Errorf("the sidecar's memory for upstream events (%d bytes, limits.event_memory) is spent", outbound{r.s}.budgetSize())
+		r.broken = fmt.Errorf("%w (%d bytes, limits.event_memory)", errBudget, outbound{r.s}.budgetSize())
 	case err == nil && ev.Cut && ev.HasData:
 		r.broken = errors.New("the upstream's stream ended in the middle of an event")
 	case err != nil && !errors.Is(err, io.EOF):
@@ -327,6 +327,10 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	return out, false
 }
 
+// errBudget ends a client's stream whose events the sidecar had no memory
+// left for.
+var errBudget = errors.New("the sidecar's memory for upstream events is spent")
+
 // errEndedUnanswered ends a client's stream whose upstream stream ended,
 // cleanly, without the answers it was to carry.
 var errEndedUnanswered = errors.New("the upstream ended the request's stream without answering it")
@@ -360,8 +364,16 @@ func (ob outbound) budgetSize() int64 { return cmp.Or(ob.s.EventMemory, DefaultE
 func (r *sseRelay) failOpen() []byte {
 	var out []byte
 	n := 0
+	// The upstream's doing, but for the sidecar's own memory bound.
+	loss, upstreams := proxy.Loss{Reason: proxy.ReasonLost, MayHaveRun: true}, !errors.Is(r.broken, errBudget)
 	for _, c := range r.sess.callsOn(r.st) {
-		if reply := r.sess.t.Fail(c, proxy.CodeServerGone, r.broken.Error()); reply != nil {
+		var reply []byte
+		if upstreams {
+			reply = r.sess.t.FailLost(c, loss, r.broken.Error())
+		} else {
+			reply = r.sess.t.Fail(c, proxy.CodeServerGone, r.broken.Error())
+		}
+		if reply != nil {
 			out = framing.AppendSSEMessage(out, "", reply)
 			n++
 		}

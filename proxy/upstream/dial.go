@@ -58,6 +58,9 @@ type Options struct {
 	CAFile string
 	// Auth, if set, signs the requests in (AddAuth).
 	Auth Authorizer
+	// OnUpstreamError, if set, is called for each request the proxy
+	// answers in the upstream's place (not reached, spoiled or lost).
+	OnUpstreamError func()
 }
 
 // Dial returns a session's backend for the MCP server at rawURL,
@@ -98,9 +101,9 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 		log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", transport))
 	}
 	if transport == TransportSSE {
-		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody}).Dial(log)
+		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}).Dial(log)
 	}
-	return (&StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision}).Dial(log)
+	return (&StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision, OnUpstreamError: o.OnUpstreamError}).Dial(log)
 }
 
 // ProbeTransport POSTs initialize to the endpoint; on 400, 404 or 405 it

@@ -57,7 +57,7 @@ func dialUpstream(addr string, timeout time.Duration) (net.Conn, error) {
 		c, err = fasthttp.Dial(addr)
 	}
 	if err != nil {
-		return nil, err
+		return nil, keepalive.DialFailed(err)
 	}
 	return newUpConn(addr, c), nil
 }

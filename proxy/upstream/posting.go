@@ -37,6 +37,7 @@ type Posting struct {
 
 	mu    sync.Mutex // guards the fields below
 	state postingState
+	sends uint32        // how often the request was set to be written anew (Rewind, hold)
 	wake  chan struct{} // closed at the next change of state; made by a waiter
 	// held: the POST waits for its client to sign in (AddAuth), not yet
 	// written; withdrawn: its request was cancelled meanwhile, and it is
@@ -158,6 +159,7 @@ func (p *Posting) Rewind() int {
 	defer p.mu.Unlock()
 	if p.state == postingWritten {
 		p.state = postingSending
+		p.sends++
 		p.wakeLocked()
 	}
 	return int(p.body.Size())
@@ -211,6 +213,7 @@ func (p *Posting) hold(again bool) {
 	p.held = true
 	if again && p.state == postingWritten {
 		p.state = postingSending
+		p.sends++
 	}
 	p.wakeLocked()
 }
@@ -245,15 +248,21 @@ func (p *Posting) Withdraw() bool {
 
 // now returns the state, and a channel closed when it next changes.
 func (p *Posting) now() (postingState, <-chan struct{}) {
+	state, _, wake := p.nowSent()
+	return state, wake
+}
+
+// nowSent is now, with how often the request was set to be written anew.
+func (p *Posting) nowSent() (postingState, uint32, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state == postingHeaded {
-		return p.state, nil
+		return p.state, p.sends, nil
 	}
 	if p.wake == nil {
 		p.wake = make(chan struct{})
 	}
-	return p.state, p.wake
+	return p.state, p.sends, p.wake
 }
 
 // waitWritten waits until the request has been written, or has failed,
@@ -296,22 +305,34 @@ func (p *Posting) BeforeCancel(clk clock.Clock, hurry <-chan struct{}) {
 	if p == nil {
 		return
 	}
-	var due chan struct{}
+	var due <-chan struct{} // nil, and so never, until written
+	var timer clock.Timer
+	var timed uint32 // the write timer waits for
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		state, changed := p.now()
+		state, sends, changed := p.nowSent()
+		if timer != nil && (state == postingSending || sends != timed) {
+			// Rewound (a resend, a sign-in): the wait starts again with
+			// the next write. Each wait's timer closes a channel of its
+			// own, so a timer that fires late closes nothing another
+			// wait holds.
+			timer.Stop()
+			due, timer = nil, nil
+		}
 		switch {
 		case state == postingHeaded:
 			return
-		case state == postingWritten && due == nil:
-			due = make(chan struct{})
-			t := clock.Or(clk).AfterFunc(TakenInWait, func() { close(due) })
-			defer t.Stop()
-		case state == postingSending && due != nil: // rewound: it is to be written anew
-			due = nil
+		case state == postingWritten && timer == nil:
+			d := make(chan struct{})
+			due, timer, timed = d, clock.Or(clk).AfterFunc(TakenInWait, func() { close(d) }), sends
 		}
 		select {
 		case <-changed:
-		case <-due: // nil, and so never, until written
+		case <-due:
 			return
 		case <-hurry:
 			return

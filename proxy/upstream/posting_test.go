@@ -142,3 +142,46 @@ func TestCutBeforeHeaders(t *testing.T) {
 		t.Error("a POST cut before it was written is not said to be unsent")
 	}
 }
+
+// TestBeforeCancelAcrossResends: a cancel waits for its request, which is
+// written, found not sent and rewound (keepalive's resend), and written
+// again, the wait's timer firing at each point in turn; each write sets
+// the wait's timer anew. Before, the timer of the first write closed
+// whatever channel the wait held when it fired: nil after the rewind
+// (panic: close of nil channel, seen under load through the bridge), or
+// the second write's, which its own timer then closed again; and a write
+// after a rewind the wait had not seen set no timer of its own.
+func TestBeforeCancelAcrossResends(t *testing.T) {
+	for i := range 500 {
+		clk := clock.NewFake(time.Now())
+		p := NewPosting()
+		done := make(chan struct{})
+		armed := clk.Armed()
+		go func() { p.BeforeCancel(clk, nil); close(done) }()
+		writes := 1 + i%3
+		for w := range writes {
+			if w > 0 {
+				p.Rewind()
+			}
+			p.Close()
+			select { // the wait has seen this write, and set its timer anew
+			case <-armed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("iteration %d: write %d set no timer", i, w+1)
+			}
+			armed = clk.Armed()
+			if i%2 == 1 && w < writes-1 {
+				clk.Advance(TakenInWait / 2) // a stale timer may fire later
+			}
+		}
+		clk.Advance(TakenInWait)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("iteration %d: the cancel still waits after %d writes", i, writes)
+		}
+		if n := clk.Pending(); n != 0 {
+			t.Fatalf("iteration %d: %d timers left set", i, n)
+		}
+	}
+}

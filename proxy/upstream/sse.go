@@ -46,6 +46,9 @@ type SSEUpstream struct {
 	// EndpointWait bounds the wait for the endpoint event. If zero,
 	// DefaultEndpointWait.
 	EndpointWait time.Duration
+	// OnUpstreamError, if set, is called for each request the proxy
+	// answers in the upstream's place (its POST failed).
+	OnUpstreamError func()
 }
 
 // NewSSEUpstream returns an SSEUpstream for the event stream at rawURL, with
@@ -336,7 +339,7 @@ func (b *sseBackend) post(msg []byte, id *framing.ID, posting *Posting) {
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
 	}
-	reply, refused := postRefused(resp, err, b.log)
+	reply, refused := postRefused(resp, err, b.log, b.u.OnUpstreamError)
 	if !refused {
 		ReadHead(resp) // the answers come on the event stream
 		return

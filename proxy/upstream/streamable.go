@@ -53,6 +53,10 @@ type StreamableUpstream struct {
 	// Clock times the wait for the session's GET stream (StreamWait); if
 	// nil, the real clock.
 	Clock clock.Clock
+	// OnUpstreamError, if set, is called for each request the proxy
+	// answers in the upstream's place: not reached, or its answer spoiled
+	// or lost.
+	OnUpstreamError func()
 }
 
 // StreamWait bounds how long the line that follows the answer to
@@ -345,7 +349,7 @@ func (b *streamBackend) post(o *outgoing) {
 		ReadHead(resp)
 		return
 	}
-	if reply, refused := postRefused(resp, err, b.log); refused {
+	if reply, refused := postRefused(resp, err, b.log, b.u.OnUpstreamError); refused {
 		if isRequest {
 			b.in.Put(reply(f.Msgs[0].ID))
 		}
@@ -408,16 +412,21 @@ func (b *streamBackend) noteInitialized(resp *fasthttp.Response) {
 
 // postRefused reports whether a POST to the upstream failed (err, resp
 // then nil or released) or was refused (HTTP 300 or more); then it has
-// logged why and released resp, and reply makes the proxy's answer for the
-// request the POST carried: for a 401, what the server asked for and how to
-// give it. Otherwise resp is the caller's.
-func postRefused(resp *fasthttp.Response, err error, log *zap.Logger) (reply func(framing.ID) []byte, refused bool) {
+// released resp, and reply makes the proxy's answer for the request the
+// POST carried: for a 401, what the server asked for and how to give it;
+// for a failure, the loss (PostLoss), logged and counted (count) as reply
+// makes it. Otherwise resp is the caller's.
+func postRefused(resp *fasthttp.Response, err error, log *zap.Logger, count func()) (reply func(framing.ID) []byte, refused bool) {
 	var why string
 	switch ae, signIn := errors.AsType[*AuthError](err); {
 	case signIn:
 		why = ae.Error() + "; the bridge's log says more (mcp-cancel-proxy auth logout URL forgets a sign-in that no longer works)"
 	case err != nil:
-		why = "the upstream could not be reached: " + Brief(err)
+		loss, why := PostLoss(err)
+		return func(id framing.ID) []byte {
+			Lost(log, count, id, loss, why)
+			return proxy.LossReply(id, loss, why)
+		}, true
 	case resp.StatusCode() == fasthttp.StatusUnauthorized:
 		challenge := string(Peek(resp.Header.All(), "WWW-Authenticate"))
 		ReadHead(resp)
@@ -485,9 +494,17 @@ func (b *streamBackend) relay(resp *fasthttp.Response, of answering, id *framing
 	if !IsEventStream(resp.Header.ContentType()) {
 		data, err := ReadAll(body, resp.Header.ContentLength(), limit)
 		body.CloseWithError(nil)
-		if err == nil && len(data) <= limit && len(bytes.TrimSpace(data)) > 0 {
-			b.answer(data, of)
+		var why string
+		if id != nil {
+			why = Spoiled(data, err, limit, *id)
+		} else if err != nil || len(data) > limit || len(bytes.TrimSpace(data)) == 0 {
+			return // no request waits for it
 		}
+		if why != "" {
+			b.lose(*id, proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, why)
+			return
+		}
+		b.answer(data, of)
 		return
 	}
 	b.relayStream(body, resp, limit, of, id)
@@ -637,28 +654,35 @@ func wantsAuthorization(challenge string) string {
 	return msg + "): give it to the proxy with --header 'Authorization: Bearer ${TOKEN}' (the token from the environment) or --header-file FILE"
 }
 
-// unanswered gives the session the proxy's -32000 for the request whose
-// stream ended without its answer: broken (the connection cut, an event cut
-// short), or ended cleanly where nothing else can bring the answer (no
-// session to resume in; 2026-07-28, where a broken stream loses the
-// request; a stream whose events had no id, which nothing can resume; one
-// the upstream would not resume). A stream the proxy ended itself, for a
-// cancel or at the backend's stop (whatever error its read then returns,
-// such as a closed connection's), owes nothing: the session ends its
-// requests itself. The sidecar answers a broken upstream stream the same
-// way.
+// unanswered gives the session the proxy's -32000 (upstream_lost) for the
+// request whose stream ended without its answer: broken (the connection
+// cut, an event cut short), or ended cleanly where nothing else can bring
+// the answer (no session to resume in; 2026-07-28, where a broken stream
+// loses the request; a stream whose events had no id, which nothing can
+// resume; one the upstream would not resume). The sidecar answers a broken
+// upstream stream the same way.
 func (b *streamBackend) unanswered(id framing.ID, err error) {
-	var why string
 	switch {
-	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped), b.wasCut(id), b.stopped():
-		return
-	case !errors.Is(err, io.EOF):
-		why = "the upstream's stream broke: " + Brief(err)
+	case errors.Is(err, errStreamCancelled), errors.Is(err, errSSEStopped):
+		return // the proxy ended it itself
+	case errors.Is(err, io.EOF):
+		b.lose(id, proxy.Loss{Reason: proxy.ReasonLost, MayHaveRun: true}, "the upstream ended the request's stream without answering it")
 	default:
-		why = "the upstream ended the request's stream without answering it"
+		b.lose(id, proxy.Loss{Reason: proxy.ReasonLost, MayHaveRun: true}, "the upstream's stream broke: "+Brief(err))
 	}
-	b.log.Warn("a request's stream ended without its answer", zap.String("why", why))
-	b.in.Put(proxy.ErrorReply(id, proxy.CodeServerGone, why))
+}
+
+// lose gives the session the proxy's -32000 for the request id, whose
+// answer the upstream spoiled or lost (why), logged once and counted. A
+// request the proxy cut itself, for a cancel or at the backend's stop
+// (whatever error its read then returns, such as a closed connection's),
+// owes nothing: the session ends its requests itself.
+func (b *streamBackend) lose(id framing.ID, l proxy.Loss, why string) {
+	if b.wasCut(id) || b.stopped() {
+		return
+	}
+	Lost(b.log, b.u.OnUpstreamError, id, l, why)
+	b.in.Put(proxy.LossReply(id, l, why))
 }
 
 // answers reports whether data is the answer to the request id: a scan of
