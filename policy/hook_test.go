@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/rawmcp"
 )
 
 // hookEngine is engine with a real clock: hooks run in real time.
@@ -400,5 +402,38 @@ func TestAuditToAFullDevice(t *testing.T) {
 	defer a.close()
 	if err := a.write(&Record{Status: "x"}); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("write to /dev/full: %v, want ENOSPC", err)
+	}
+}
+
+// TestHTTPHookAfterAnIdleClose: a webhook receiver that closes a
+// keep-alive connection unused for a second (gunicorn's two, Node's five)
+// gets the hook after the close whole, once, on a new connection: a
+// regression guard beside the relay's (its requests carry their bodies as
+// bytes, which a resend keeps).
+func TestHTTPHookAfterAnIdleClose(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	srv := rawmcp.Start(t, rawmcp.Options{IdleClose: time.Second})
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "job", OnCancel: &Hook{HTTP: &HTTPHook{URL: "http://" + srv.Addr + "/compensate"}, Timeout: 10 * time.Second}}}
+	e, recs := hookEngine(t, p)
+	ft := newTransport(t, e)
+	for i := range 2 {
+		ft.client(call(i+1, "job", ""))
+		ft.client(cancel(i + 1))
+		ft.server(result(i+1, `{}`))
+		if r := waitRecord(t, recs); len(r.Hooks) != 1 || !r.Hooks[0].OK {
+			t.Fatalf("hook %d: audit %+v", i+1, r)
+		}
+		<-srv.Quiet() // the receiver closed the connection the hook came on
+	}
+	var bodies int
+	for _, r := range srv.Received() {
+		if r.Path != "/compensate" || len(r.Body) == 0 {
+			t.Errorf("the receiver read %s %s with %d bytes", r.Method, r.Path, len(r.Body))
+		}
+		bodies++
+	}
+	if bodies != 2 || srv.IdleCloses() == 0 {
+		t.Errorf("the receiver read %d hooks and closed %d idle connections, want 2 and some", bodies, srv.IdleCloses())
 	}
 }

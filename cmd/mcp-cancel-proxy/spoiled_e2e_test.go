@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +20,8 @@ import (
 )
 
 // answer is what a client saw of one tools/call: its result's text, or
-// its error's code and data.
+// its error's code and data (code -1: an error of the client's own, not
+// a JSON-RPC one).
 type answer struct {
 	text       string
 	code       int
@@ -34,8 +37,8 @@ func (a answer) String() string {
 	return fmt.Sprintf("error %d %q (reason %q, may_have_run %v)", a.code, a.message, a.reason, a.mayHaveRun)
 }
 
-// caller is a client of one of the proxy's fronts: call calls a tool and
-// returns what the client saw.
+// caller is a client of one of the proxy's fronts: call calls a tool
+// (with the argument name "t") and returns what the client saw.
 type caller func(tool string) answer
 
 // fronts are the ways a client reaches an HTTP upstream through the proxy:
@@ -44,25 +47,34 @@ type caller func(tool string) answer
 var fronts = []string{"bridge", "sidecar", "legacy-client"}
 
 // through starts the proxy as front before the upstream at url, with the
-// configuration cfg (YAML, may be empty), and returns its client.
-func through(t *testing.T, front, url, cfg string) caller {
+// configuration cfg (YAML, may be empty), and returns its client and its
+// admin listener's address.
+func through(t *testing.T, front, url, cfg string) (caller, string) {
 	t.Helper()
 	path, _ := writeConfig(t, cfg+"\n")
+	adm := freePort(t)
 	if front == "bridge" {
-		w := startWrapped(t, "--config", path, "--log-level", "debug", "--upstream", url)
+		w := startWrapped(t, "--config", path, "--log-level", "debug", "--admin", adm, "--upstream", url)
 		w.initialize(`{}`)
 		id := 100
 		return func(tool string) answer {
 			id++
-			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, id, tool))
+			w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"name":"t"}}}`, id, tool))
 			got := w.recvUntil(isResponse(id))
 			return answerOf(got[len(got)-1])
-		}
+		}, adm
 	}
 	addr := freePort(t)
-	sc := startWrapped(t, "--config", path, "--log-level", "debug", "--listen", addr, "--upstream", url)
+	sc := startWrapped(t, "--config", path, "--log-level", "debug", "--admin", adm, "--listen", addr, "--upstream", url)
 	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
 	sc.events.waitFor(t, events.SidecarListening)
+	return goClient(t, front, addr), adm
+}
+
+// goClient connects the go-sdk's client to the sidecar at addr: its
+// Streamable HTTP client, or its old HTTP+SSE one (front legacy-client).
+func goClient(t *testing.T, front, addr string) caller {
+	t.Helper()
 	var transport mcp.Transport = &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}
 	if front == "legacy-client" {
 		transport = &mcp.SSEClientTransport{Endpoint: "http://" + addr + "/sse"}
@@ -76,7 +88,7 @@ func through(t *testing.T, front, url, cfg string) caller {
 	return func(tool string) answer {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a lost answer fails the test, not hangs it
 		defer cancel()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{}})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"name": "t"}})
 		var we *jsonrpc.Error
 		switch {
 		case errors.As(err, &we):
@@ -88,8 +100,8 @@ func through(t *testing.T, front, url, cfg string) caller {
 			json.Unmarshal(we.Data, &data)
 			a.reason, a.mayHaveRun = data.Reason, data.MayHaveRun
 			return a
-		case err != nil:
-			t.Fatalf("calling %s: %v", tool, err)
+		case err != nil: // the client's own error (HTTP, its connection, its timeout)
+			return answer{code: -1, message: err.Error()}
 		}
 		if len(res.Content) == 0 {
 			return answer{}
@@ -126,7 +138,8 @@ func answerOf(m map[string]any) answer {
 // garbage, the answer to another id, or one over limits.max_frame_size:
 // every call gets exactly one answer, the proxy's -32000 with data.reason
 // (upstream_lost, upstream_spoiled) and data.may_have_run true (the server
-// read it), and the session goes on; the server read each call once.
+// read it), counted in mcp_cancel_proxy_upstream_errors_total, and the
+// session goes on; the server read each call once.
 // Through the bridge and the sidecar's two fronts, over a Streamable HTTP
 // upstream, and over an HTTP+SSE upstream's POSTs. Before, the bridge and
 // old clients were left waiting, unanswered and unlogged, for a spoiled
@@ -152,7 +165,7 @@ func TestE2EUpstreamSpoilsAnswers(t *testing.T) {
 				if kind == "sse" {
 					url, cases = "http://"+srv.Addr+"/sse", sse
 				}
-				call := through(t, front, url, "limits:\n  max_frame_size: 1MiB")
+				call, adm := through(t, front, url, "limits:\n  max_frame_size: 1MiB")
 				for _, c := range cases {
 					got := call(c.tool)
 					if got.code != -32000 || got.reason != c.reason || !got.mayHaveRun {
@@ -164,6 +177,10 @@ func TestE2EUpstreamSpoilsAnswers(t *testing.T) {
 				}
 				if got := call("echo"); got.text != "echo" {
 					t.Errorf("a call after them: %v, want its result", got)
+				}
+				// Counted before each answer was written: no wait.
+				if n := metricValue(t, adm, "mcp_cancel_proxy_upstream_errors_total"); n != float64(len(cases)) {
+					t.Errorf("mcp_cancel_proxy_upstream_errors_total = %v, want %d", n, len(cases))
 				}
 			})
 		}
@@ -192,7 +209,7 @@ func TestE2EUpstreamClosesIdleConnections(t *testing.T) {
 					watchdog(t, 90*time.Second)
 					srv := rawmcp.Start(t, rawmcp.Options{IdleClose: time.Second, SayKeepAlive: say})
 					url := "http://" + srv.Addr + map[string]string{"streamable": "/mcp", "sse": "/sse"}[kind]
-					call := through(t, front, url, "")
+					call, _ := through(t, front, url, "")
 					for i := range 2 {
 						if got := call("echo"); got.text != "echo" {
 							t.Fatalf("call %d: %v, want its result", i+1, got)
@@ -232,7 +249,7 @@ func TestE2EUpstreamUnreachable(t *testing.T) {
 			t.Parallel()
 			watchdog(t, 60*time.Second)
 			srv := rawmcp.Start(t, rawmcp.Options{CloseEach: true})
-			call := through(t, front, "http://"+srv.Addr+"/mcp", "")
+			call, _ := through(t, front, "http://"+srv.Addr+"/mcp", "")
 			if got := call("echo"); got.text != "echo" {
 				t.Fatalf("a call: %v", got)
 			}
@@ -242,5 +259,47 @@ func TestE2EUpstreamUnreachable(t *testing.T) {
 				t.Errorf("a call to a stopped upstream: %v, want -32000, upstream_lost, may_have_run false", got)
 			}
 		})
+	}
+}
+
+// TestE2EUpstreamRestarted: the example server restarts under a running
+// sidecar. A client that connects after the restart is served at once:
+// its initialize, which goes first on a connection the old server's end
+// closed, is sent again on a new one, whole. Before, it went again with
+// an empty body, and the new server refused it (400). The client whose
+// session the old server held is told so (the new server's 404), not
+// left waiting.
+func TestE2EUpstreamRestarted(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 90*time.Second)
+	up := freePort(t)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(proxyBin, "example-server", "--http", up)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitListening(t, up)
+		return cmd
+	}
+	server := start()
+	path, _ := writeConfig(t, "\n")
+	front := freePort(t)
+	sc := startWrapped(t, "--config", path, "--log-level", "debug", "--listen", front, "--upstream", "http://"+up+"/mcp")
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.events.waitFor(t, events.SidecarListening)
+	old := goClient(t, "sidecar", front)
+	if got := old("greet"); got.text != "Hello, t!" {
+		t.Fatalf("a call: %v", got)
+	}
+	server.Process.Kill()
+	server.Wait()
+	server = start()
+	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	if got := goClient(t, "sidecar", front)("greet"); got.text != "Hello, t!" {
+		t.Errorf("a call of a client that connected after the restart: %v", got)
+	}
+	if got := old("greet"); got.code == 0 {
+		t.Errorf("a call of a session the old server held: %v, want an error", got)
 	}
 }

@@ -49,7 +49,7 @@ func New(g Gauges) *Metrics {
 		}, []string{"action", "from"}),
 		UpstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "mcp_cancel_proxy", Name: "upstream_errors_total",
-			Help: "Requests the upstream could not be reached for, or answered with a server error.",
+			Help: "Requests the proxy answered in the upstream's place: not reached, answered with a server error, or their answer spoiled or lost.",
 		}),
 		Cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "mcp_cancel_proxy", Name: "cancels_total",
