@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // spy records the bodies of the POSTs that reach the upstream.
@@ -258,5 +260,57 @@ func TestLateAnswerAfterADeadlineIsStillRead(t *testing.T) {
 			<-g.started
 			g.compensated(t) // the tool ends now, after the deadline's answer
 		})
+	}
+}
+
+// deadlineMetrics tells when a deadline fires.
+type deadlineMetrics struct {
+	*waitMetrics
+	fired chan struct{}
+}
+
+func (d deadlineMetrics) DeadlineFired() { d.fired <- struct{}{} }
+
+// TestDeadlineRacingADroppedPost: a call's deadline passes as its server,
+// which read the call, drops the connection: the client gets exactly one
+// answer, the deadline's -32001 or the proxy's -32000, never an empty
+// body. (A guard: the window the fix closes, a deadline that ends the
+// call between the failed POST's return and its answer, is too narrow to
+// hit from here; postFailed and answerJSON now end calls under the core's
+// lock, as Expire does, so that it cannot open.)
+func TestDeadlineRacingADroppedPost(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 60*time.Second)
+	m := deadlineMetrics{&waitMetrics{}, make(chan struct{}, 1)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if !bytes.Contains(body, []byte(`"tools/call"`)) { // server/discover: a 2025 server's answer
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":"x","error":{"code":-32601,"message":"Method not found"}}`)
+			return
+		}
+		<-m.fired // the deadline passed: the connection goes now
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	timeout := 10 * time.Millisecond
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "job", Timeout: &timeout}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t), Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: upstream.TransportStreamable, Governor: e.Governor})}
+	for i := range 10 {
+		id := strconv.Itoa(i + 1)
+		resp := c.post(`{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"job"}}`)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `"id":`+id) || !strings.Contains(string(body), "-32001") && !strings.Contains(string(body), "-32000") {
+			t.Fatalf("call %s: %d %q, want the deadline's -32001 or the proxy's -32000", id, resp.StatusCode, body)
+		}
 	}
 }

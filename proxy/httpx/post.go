@@ -115,8 +115,8 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		endWatch(watch)
 	}
 	switch {
-	case err != nil && st.WasCut() && !errors.Is(err, errGaveUp):
-		sess.detach(st) // the client closed its stream before the server's headers: the cancel, counted
+	case err != nil && !errors.Is(err, errGaveUp):
+		rl.postFailed(ctx, sess, st, d, err)
 		return
 	case errors.Is(err, errGaveUp):
 		sess.detach(st)
@@ -126,26 +126,35 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 			rl.relayReplies(ctx, d.Replies, len(d.Requests) > 0)
 		}
 		return
-	case err != nil:
-		sess.detach(st)
-		loss, why := upstream.PostLoss(err)
-		if len(d.Requests) == 0 { // else each request's answer is logged
-			rl.s.log.Warn("posting to the upstream failed", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("why", why))
-		}
-		var replies [][]byte
-		for _, c := range d.Requests {
-			if r := rl.lose(sess, c, loss, why); r != nil {
-				replies = append(replies, r)
-			}
-		}
-		rl.relayReplies(ctx, replies, len(d.Requests) > 0)
-		return
 	}
 	if st.downgrade {
 		resp = rl.retryMismatch(ctx, st, d.Data, resp)
 	}
 	sess = rl.noteSession(sess, known, resp, &reserved)
 	streaming = rl.respond(ctx, sess, st, resp, d, watch)
+}
+
+// postFailed answers a POST that failed before the upstream's headers
+// (err): each of its requests still in flight gets the loss. They are
+// ended under the core's lock, as a deadline's Expire ends a call and sets
+// its stream's last message: a request whose deadline came first gets
+// that message (before, it got an empty body when the deadline came
+// between the failure and the answer), and one whose deadline comes later
+// finds it answered. One the client cancelled (its close in 2026-07-28)
+// gets nothing more.
+func (rl relay) postFailed(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d decided, err error) {
+	loss, why := upstream.PostLoss(err)
+	if len(d.Requests) == 0 { // else each request's answer is logged
+		rl.s.log.Warn("posting to the upstream failed", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("why", why))
+	}
+	sess.core.Lock()
+	replies := rl.loseAll(sess, d.Requests, loss, why, d.Replies)
+	sess.core.Unlock()
+	sess.detach(st)
+	if final := st.TakeFinal(); final != nil {
+		replies = append(replies, final)
+	}
+	rl.relayReplies(ctx, replies, len(d.Requests) > 0)
 }
 
 // watchBeforeHeaders watches, in 2026-07-28, the client's connection
@@ -500,7 +509,7 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 	spoiled := upstream.SpoiledBody(body, err, rl.s.maxBody, &f)
 	switch {
 	case spoiled != "" && len(d.Requests) > 0 && ctx.Response.StatusCode() < 300:
-		rl.spoil(ctx, sess, d.Requests, replies, spoiled)
+		rl.relayReplies(ctx, rl.loseAll(sess, d.Requests, spoiledLoss, spoiled, replies), true)
 		return
 	case spoiled != "" && (err != nil || len(body) > rl.s.maxBody):
 		rl.s.log.Error("upstream response unreadable or over the size limit", zap.String("why", spoiled))
@@ -510,22 +519,34 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 		ctx.SetBody(body) // not JSON-RPC (an HTTP error page, a 202): as it is
 		return
 	}
-	dd := rl.decideFrame(sess, proxy.Server, &f, proxy.TraceContext{})
+	rl.answerJSON(ctx, sess, st, &f, body, d.Requests, replies)
+}
+
+// answerJSON relays f, the upstream's JSON answer (body) to a POST that
+// carried calls, with the proxy's own replies: what the tracker passes of
+// it, and the proxy's error for each call it does not answer.
+func (rl relay) answerJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, f *framing.Frame, body []byte, calls []*proxy.Call, replies [][]byte) {
+	// Decided under the core's lock, as a deadline's Expire ends a call
+	// and sets its stream's last message: an answer that lost the race
+	// to the deadline is suppressed, and the deadline's message is then
+	// on the stream (before, the client got an empty stream).
+	sess.core.Lock()
+	dd := rl.decideFrame(sess, proxy.Server, f, proxy.TraceContext{})
+	if ctx.Response.StatusCode() < 300 {
+		// The requests it does not answer never will be: each gets the
+		// proxy's error beside what it does answer.
+		replies = rl.loseAll(sess, calls, spoiledLoss, upstream.NotAnswered, replies)
+	}
+	sess.core.Unlock()
+	if final := st.TakeFinal(); final != nil {
+		replies = append(replies, final)
+	}
 	if st.downgrade && dd.Data != nil {
 		// Answered in the client's own revision: a JSON-RPC error is
 		// HTTP 200 there (a 2026-07-28 server says 400), and a result has
 		// no resultType.
 		dd.Data = rl.downgrade(st, dd.Data)
 		ctx.SetStatusCode(fasthttp.StatusOK)
-	}
-	if ctx.Response.StatusCode() < 300 {
-		// The requests it does not answer never will be: each gets the
-		// proxy's error beside what it does answer.
-		for _, c := range d.Requests {
-			if r := rl.lose(sess, c, proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, upstream.NotAnswered); r != nil {
-				replies = append(replies, r)
-			}
-		}
 	}
 	switch {
 	case dd.Data != nil && len(replies) == 0:
@@ -554,16 +575,20 @@ func (rl relay) relayJSON(ctx *fasthttp.RequestCtx, sess *session, st *relayed, 
 	}
 }
 
-// spoil answers each of a POST's requests, whose JSON answer was no
-// JSON-RPC (why), with the proxy's -32000 (upstream_spoiled), beside the
-// proxy's own replies, in HTTP 200.
-func (rl relay) spoil(ctx *fasthttp.RequestCtx, sess *session, calls []*proxy.Call, replies [][]byte, why string) {
+// spoiledLoss is the Loss of a request whose JSON answer was spoiled: the
+// server had it.
+var spoiledLoss = proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}
+
+// loseAll ends each of calls still in flight, whose upstream spoiled or
+// lost its answer (l, why), and returns replies with the proxy's answer
+// for each appended.
+func (rl relay) loseAll(sess *session, calls []*proxy.Call, l proxy.Loss, why string, replies [][]byte) [][]byte {
 	for _, c := range calls {
-		if r := rl.lose(sess, c, proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, why); r != nil {
+		if r := rl.lose(sess, c, l, why); r != nil {
 			replies = append(replies, r)
 		}
 	}
-	rl.relayReplies(ctx, replies, len(calls) > 0)
+	return replies
 }
 
 // lose ends c, whose upstream spoiled or lost its answer, and returns the

@@ -63,8 +63,11 @@ func TestTranscriptsOverHTTP(t *testing.T) {
 // newReplay starts a transcript's replay: its inboxes, its fake clock and
 // its policy, if it has one.
 func newReplay(t *testing.T, tr *transcript.Transcript) *replay {
-	watchdog(t, 30*time.Second)
-	r := &replay{t: t, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
+	// A bound on progress, not on the whole: the soak's thousand calls
+	// each wait for the relay's held headers (a real 10 ms), and take
+	// longer than any fixed bound on a loaded machine.
+	alive := httpx.Stall(t, 30*time.Second)
+	r := &replay{t: t, alive: alive, clk: clock.NewFake(time.Now()), postOf: map[string][]string{}, moved: make(chan struct{}, 1),
 		bodyOf: map[string]io.Closer{}, renamed: map[string]any{}, initAnswer: tr.InitializeAnswer(), clientInit: tr.ClientInitializeAnswer(), traceParent: tr.TraceParent}
 	r.client.init()
 	r.server.init()
@@ -143,6 +146,7 @@ func (r *replay) sidecar(kind string) *httpx.Sidecar {
 // and a scripted server behind it.
 type replay struct {
 	t      *testing.T
+	alive  func() // the replay made progress (httpx.Stall)
 	clk    *clock.Fake
 	url    string
 	stats  func() proxy.Stats
@@ -223,6 +227,7 @@ func (r *replay) onEvent(ev proxy.Event) {
 
 func (r *replay) step(st transcript.Step) {
 	r.t.Helper()
+	r.alive()
 	switch st.Op {
 	case "c>":
 		r.injected += count(st.Arg)
