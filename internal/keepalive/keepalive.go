@@ -49,14 +49,9 @@ import (
 const DefaultIdle = 4 * time.Second
 
 // peekAfter is how long a connection must have been unused before it is
-// looked at for the server's close: a connection reused at once (under
-// load, back to back) is not, since the look costs a system call; one a
-// server closed as it stopped or restarted a moment ago is, so that the
-// request goes again on a new connection rather than being lost on the
-// closed one. (It was 100 ms: a server restarted, or closing idle
-// connections, within that of the connection's last use lost the next
-// request.)
-const peekAfter = time.Millisecond
+// looked at for the server's close: a server closes for idleness only, and
+// the look costs a system call.
+const peekAfter = 100 * time.Millisecond
 
 // maxResends bounds how often one request is sent again: each stale
 // connection in the pool costs one.
