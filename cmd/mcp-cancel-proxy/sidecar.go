@@ -78,10 +78,9 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 		stopAdmin = stop
 	}
 	srv := &fasthttp.Server{
-		Handler:               handler,
+		Handler:               ln.Handler(handler),
 		Name:                  "mcp-cancel-proxy",
 		MaxRequestBodySize:    int(cfg.Limits.MaxFrameSize),
-		ReadTimeout:           readTimeout,
 		IdleTimeout:           idleTimeout,
 		NoDefaultServerHeader: true,
 		// An open event stream holds its write buffer; events are flushed
@@ -101,6 +100,7 @@ func sidecar(sigs *actor.Signals, cfg config.Config, argv []string, stderr io.Wr
 		CloseOnShutdown:   true,
 		ConnState:         ln.ConnState,
 	}
+	connlimit.ReadTimeouts(srv, cfg.HTTP.HeaderTimeout, readTimeout)
 	log.Info("sidecar listening", events.Mark(events.SidecarListening), zap.String("listen", ln.Addr().String()), zap.String("upstream", cfg.HTTP.Upstream),
 		zap.String("path", cfg.HTTP.Path))
 	f := &front{srv: srv, ln: ln, sc: sc, grace: cfg.HTTP.ShutdownGrace, log: log, shut: make(chan struct{})}
@@ -306,7 +306,8 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 }
 
 const (
-	// readTimeout bounds reading a request, headers and body.
+	// readTimeout bounds reading a request's body, after its head
+	// (http.header_timeout).
 	readTimeout = 30 * time.Second
 	// idleTimeout closes keep-alive connections left idle, so that they
 	// neither pile up nor hold up a shutdown.

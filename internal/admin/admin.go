@@ -136,23 +136,32 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 	if err != nil {
 		return nil, err
 	}
+	return serveOn(tcp, token, h, m, ready, engine, feed, log), nil
+}
+
+// serveOn is Serve on a listener.
+func serveOn(tcp net.Listener, token string, h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic.Pointer[policy.Engine], feed *events.Feed, log *zap.Logger) (stop func()) {
 	// As the MCP listener's: accepts go on through a shortage of
 	// descriptors, and a few clients cannot hold every connection.
-	ln := connlimit.New(tcp, connlimit.Options{Max: adminMaxConns, MaxPerClient: adminMaxConnsPerClient, Trusted: h.TrustedPrefixes(), Log: log})
+	// A few connections are kept for /healthz and /readyz, so that a
+	// liveness probe answers while every other connection is busy.
+	ln := connlimit.New(tcp, connlimit.Options{Max: adminMaxConns, MaxPerClient: adminMaxConnsPerClient, Trusted: h.TrustedPrefixes(),
+		Reserve: adminReserve, ReservedPaths: []string{"/healthz", "/readyz"}, Log: log})
 	g := &adminGuard{loopback: onlyLoopback(ln.Addr()), token: token, origins: h.AllowedOrigins}
 	if !g.loopback {
 		log.Warn("the admin listener binds beyond loopback: /healthz, /readyz and /metrics are open to whoever reaches it; "+
 			"/status, /events and /hooks need the admin token", zap.String("admin", ln.Addr().String()), zap.Bool("token_set", token != ""))
 	}
 	follow := &followers{feed: feed, done: make(chan struct{})}
-	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", ReadTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second,
-		Handler: adminHandler(g, m, ready, engine, follow), ConnState: ln.ConnState}
+	srv := &fasthttp.Server{Name: "mcp-cancel-proxy-admin", IdleTimeout: 60 * time.Second,
+		Handler: ln.Handler(adminHandler(g, m, ready, engine, follow)), ConnState: ln.ConnState}
+	connlimit.ReadTimeouts(srv, h.HeaderTimeout, 30*time.Second)
 	go srv.Serve(ln)
 	log.Info("admin listening", events.Mark(events.AdminListening), zap.String("admin", ln.Addr().String()))
 	return func() {
 		close(follow.done) // the /events streams end, so that Shutdown does not wait on them
 		srv.Shutdown()
-	}, nil
+	}
 }
 
 // The admin listener's connection bounds: a scraper, a few status pages
@@ -160,6 +169,7 @@ func Serve(h config.HTTP, m *metrics.Metrics, ready func() error, engine *atomic
 const (
 	adminMaxConns          = 1024
 	adminMaxConnsPerClient = 256
+	adminReserve           = 16
 )
 
 // adminHandler answers the admin endpoints that g allows.

@@ -1,15 +1,22 @@
 package admin
 
 import (
+	"bufio"
 	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 )
@@ -102,5 +109,62 @@ func TestAdminGuard(t *testing.T) {
 				t.Errorf("%s %s %v = %d, want %d", c.method, c.path, c.headers, got, c.want)
 			}
 		})
+	}
+}
+
+// TestHealthzUnderSlowHeads: request heads sent a byte a second from four
+// addresses fill the admin listener's connections, and a liveness probe
+// from a fifth is still answered, each time. Before, only idle connections
+// were closed for room: /healthz failed 33 of 36 probes (a Kubernetes
+// liveness probe would have restarted the pod). A head that never ends is
+// closed at http.header_timeout.
+func TestHealthzUnderSlowHeads(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const headTimeout = 500 * time.Millisecond
+	stop := serveOn(tcp, "", config.HTTP{HeaderTimeout: headTimeout}, metrics.New(metrics.Gauges{}), func() error { return nil }, nil, nil, zap.NewNop())
+	defer stop()
+	addr := tcp.Addr().String()
+	dialFrom := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var slow []net.Conn
+	defer func() {
+		for _, c := range slow {
+			c.Close()
+		}
+	}()
+	for i := range adminMaxConns {
+		c := dialFrom(fmt.Sprintf("127.0.0.%d", 2+i%4))
+		io.WriteString(c, "GET /healthz HT") // and never the rest
+		slow = append(slow, c)
+	}
+	for i := range 5 {
+		c := dialFrom("127.0.0.6")
+		c.SetDeadline(time.Now().Add(10 * time.Second)) // bounds the test
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		var resp fasthttp.Response
+		if err := resp.Read(bufio.NewReader(c)); err != nil || resp.StatusCode() != 200 {
+			t.Fatalf("probe %d under slow heads: %v (status %d)", i, err, resp.StatusCode())
+		}
+		c.Close()
+	}
+	// A slow head still held is closed at the header timeout, not at the
+	// body's 30 s.
+	last := slow[len(slow)-1]
+	last.SetReadDeadline(time.Now().Add(10 * time.Second)) // bounds the test
+	start := time.Now()
+	if _, err := last.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a head that never ends was not closed: %v", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("a slow head was closed after %v, header timeout %v", waited, headTimeout)
 	}
 }

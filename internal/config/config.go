@@ -236,12 +236,17 @@ type HTTP struct {
 	LegacyInitWait time.Duration `yaml:"legacy_init_wait"`
 	// MaxConnections bounds the connections the HTTP listener holds at
 	// once: at the bound the idlest idle connection (between requests) is
-	// closed for a new one, and with none idle the new one is. Default
-	// 16384.
+	// closed for a new one, else the one that has been sending its request
+	// the longest, and with neither the new one is. Default 16384.
 	MaxConnections int `yaml:"max_connections"`
-	// MaxConnectionsPerClient bounds one client address's connections the
-	// same way, but those of TrustedProxies. Default 4096.
+	// MaxConnectionsPerClient bounds one client's connections the same way
+	// (an IPv6 client's by its /64), but those of TrustedProxies; never
+	// more than half of what the descriptor limit allows. Default 4096.
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// HeaderTimeout bounds reading a request's head, from its first byte
+	// (a new connection's from its accept), on the HTTP and the admin
+	// listener; the body then has its own 30 s. Default 10s.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
 	// TrustedProxies are the addresses (an IP or a CIDR prefix) of proxies
 	// in front of the sidecar, such as an ingress, through which every
 	// client shares one address: their connections are not bounded per
@@ -352,7 +357,7 @@ func Defaults() Config {
 			TaskMemory: policy.DefaultTaskMemory, HostedTasks: policy.DefaultHostedTasks},
 		Ledger:  Ledger{RetireAfter: proxy.DefaultRetireAfter, RetireMax: proxy.DefaultRetireMax},
 		Child:   Child{TermAfter: child.DefaultTermAfter, KillAfter: child.DefaultKillAfter, PassEnv: []string{}},
-		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto", AllowPrivate: []string{}}},
+		HTTP:    HTTP{Path: "/mcp", LegacySSEPath: "/sse", LegacyMessagePath: "/message", UpstreamTransport: "auto", AllowedOrigins: []string{}, UpstreamHeaders: map[string]string{}, MaxSessions: 64, MaxRelayedSessions: 10_000, LegacyInitWait: 10 * time.Second, UpstreamIdle: keepalive.DefaultIdle, MaxConnections: 16384, MaxConnectionsPerClient: 4096, HeaderTimeout: 10 * time.Second, TrustedProxies: []string{}, SessionIdle: 30 * time.Minute, CancelGrace: 500 * time.Millisecond, ShutdownGrace: 5 * time.Second, UpgradeStateless: true, Proxy: "none", OAuth: OAuth{Mode: "auto", Keyring: "auto", AllowPrivate: []string{}}},
 		Policy:  policy.Defaults(),
 		Audit:   policy.Audit{Path: "stderr"},
 		Cluster: Cluster{AckWait: 60 * time.Second, SlotLease: 30 * time.Second, MaxDeliver: 120},
@@ -463,7 +468,7 @@ func (c *Config) Validate() error {
 	}
 	positive := map[string]time.Duration{"ledger.retire_after": c.Ledger.RetireAfter, "child.term_after": c.Child.TermAfter,
 		"child.kill_after": c.Child.KillAfter, "http.session_idle": c.HTTP.SessionIdle, "http.cancel_grace": c.HTTP.CancelGrace,
-		"http.shutdown_grace": c.HTTP.ShutdownGrace}
+		"http.shutdown_grace": c.HTTP.ShutdownGrace, "http.header_timeout": c.HTTP.HeaderTimeout}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
 			bad(key, "must be positive, got %v", positive[key])

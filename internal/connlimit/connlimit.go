@@ -1,7 +1,15 @@
 // Package connlimit keeps a server accepting connections through a
 // shortage of file descriptors, and bounds the connections it holds: in
-// all, and per client address, closing the idlest idle connection to make
-// room for a new one.
+// all, and per client address (an IPv6 client by its /64), closing the
+// idlest idle connection, else the one that has been sending its request
+// the longest, to make room for a new one. A few connections may be kept
+// in reserve for some paths (health probes), so that those answer when
+// every other connection is busy.
+//
+// Connections that never go idle would otherwise lock everyone out: slow
+// request heads (a byte a second) from 4 addresses filled 16,384
+// connections when only idle ones were closed for room, and one address
+// was enough under a descriptor limit of 1,024.
 //
 // fasthttp's Serve returns on any accept error but a timeout, EMFILE
 // among them: ~20,000 idle connections from one address (or 1,100 under
@@ -19,6 +27,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +49,13 @@ type Options struct {
 	// ingress): each carries many clients, so MaxPerClient does not apply
 	// to them (Max does).
 	Trusted []netip.Prefix
+	// Reserve is how many of Max are kept for requests to ReservedPaths:
+	// a connection admitted into the reserve (when every other is taken
+	// and none may be closed for it) is answered 503 and closed for any
+	// other path. 0: none.
+	Reserve int
+	// ReservedPaths are the paths the reserve serves (/healthz, /readyz).
+	ReservedPaths []string
 	// Log, if set, says (at most once a minute for each kind) when accepts
 	// fail and when a connection is refused or closed for room.
 	Log *zap.Logger
@@ -52,10 +69,11 @@ type Listener struct {
 	o    Options
 	done chan struct{} // closed by Close
 
-	mu      sync.Mutex
-	conns   map[*Conn]struct{}
-	perAddr map[netip.Addr]int
-	said    [3]atomic.Int64 // when each kind of log line was last written (unix seconds)
+	mu       sync.Mutex
+	conns    map[*Conn]struct{}
+	perAddr  map[netip.Addr]int  // by ClientKey
+	reserved int                 // conns in the reserve
+	said     [kinds]atomic.Int64 // when each kind of log line was last written (unix seconds)
 }
 
 // Kinds of log line, each said at most once a minute.
@@ -63,18 +81,28 @@ const (
 	saidAccept = iota
 	saidRefused
 	saidEvicted
+	saidReserve
+	kinds
 )
 
 // New returns ln bounded by o, and by the process's descriptor limit less
 // a quarter of it (DescriptorBound): the rest is for what the process
 // opens itself (stdio servers' pipes, upstream connections, files), which
-// connections held up to the limit would starve.
+// connections held up to the limit would starve. One client may hold at
+// most half of that bound, whatever o says, so that no single address can
+// take every connection.
 func New(ln net.Listener, o Options) *Listener {
 	if most, ok := DescriptorBound(); ok && (o.Max <= 0 || o.Max > most) {
 		if o.Log != nil {
 			o.Log.Info("connections bounded below the process's descriptor limit", zap.Int("configured", o.Max), zap.Int("bound", most))
 		}
 		o.Max = most
+	}
+	if most, ok := DescriptorBound(); ok && (o.MaxPerClient <= 0 || o.MaxPerClient > max(most/2, 1)) {
+		o.MaxPerClient = max(most/2, 1)
+	}
+	if o.Max > 0 {
+		o.Reserve = min(o.Reserve, o.Max/2)
 	}
 	return &Listener{Listener: ln, o: o, done: make(chan struct{}), conns: make(map[*Conn]struct{}), perAddr: make(map[netip.Addr]int)}
 }
@@ -93,14 +121,20 @@ func DescriptorBound() (int, bool) {
 // Conn is a connection a Listener accepted.
 type Conn struct {
 	net.Conn
-	l     *Listener
-	addr  netip.Addr
-	count bool // counted against MaxPerClient
-	once  sync.Once
+	l       *Listener
+	addr    netip.Addr
+	key     netip.Addr // ClientKey(addr)
+	count   bool       // counted against MaxPerClient
+	reserve bool       // admitted into the reserve
+	once    sync.Once
 	// idleSince is when the connection last became idle (unix nanoseconds;
-	// a new one is idle from its accept), 0 while a request is served or
-	// the connection is hijacked (an event stream).
+	// a new one is idle from its accept), 0 while a request is read or
+	// served or the connection is hijacked (an event stream).
 	idleSince atomic.Int64
+	// readingSince is when the connection began sending its request (its
+	// first byte), 0 once the handler has it (Handler), while idle, or
+	// once hijacked.
+	readingSince atomic.Int64
 }
 
 // Close closes the connection and gives its room back.
@@ -175,29 +209,28 @@ func outOfDescriptors(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
-// admit registers c within the bounds, closing the idlest idle connection
-// (of c's address, for its bound) to make room; it returns nil, having
-// closed c, if there is none.
+// admit registers c within the bounds, making room by closing (of c's
+// client, for its own bound) the idlest idle connection, else the one
+// that has been sending its request the longest; with neither, c goes in
+// the reserve if there is room there. It returns nil, having closed c, if
+// there is no room.
 func (l *Listener) admit(c net.Conn) *Conn {
 	wc := &Conn{Conn: c, l: l, addr: AddrOf(c.RemoteAddr())}
+	wc.key = ClientKey(wc.addr)
 	wc.count = l.o.MaxPerClient > 0 && !l.trusted(wc.addr)
 	wc.idleSince.Store(time.Now().UnixNano())
 	for {
-		l.mu.Lock()
-		perClient := wc.count && l.perAddr[wc.addr] >= l.o.MaxPerClient
-		full := l.o.Max > 0 && len(l.conns) >= l.o.Max
+		perClient, full, reserve := l.tryAdmit(wc)
 		if !perClient && !full {
-			l.conns[wc] = struct{}{}
-			if wc.count {
-				l.perAddr[wc.addr]++
+			if reserve {
+				l.say(saidReserve, "a connection is admitted into the reserve: it is served only for "+strings.Join(l.o.ReservedPaths, ", "),
+					zap.String("client", wc.addr.String()))
 			}
-			l.mu.Unlock()
 			return wc
 		}
-		l.mu.Unlock()
-		same := func(o *Conn) bool { return !perClient || o.addr == wc.addr }
+		same := func(o *Conn) bool { return !perClient || o.key == wc.key }
 		if !l.evict(same) {
-			l.say(saidRefused, "a connection is refused: too many open, none idle (http.max_connections, http.max_connections_per_client)",
+			l.say(saidRefused, "a connection is refused: too many open, none idle or still sending its request (http.max_connections, http.max_connections_per_client)",
 				zap.String("client", wc.addr.String()), zap.Bool("per_client", perClient))
 			c.Close()
 			return nil
@@ -205,25 +238,73 @@ func (l *Listener) admit(c net.Conn) *Conn {
 	}
 }
 
-// evict closes the idlest idle connection that may goes, and reports
-// whether there was one.
-func (l *Listener) evict(may func(*Conn) bool) bool {
-	var victim *Conn
+// tryAdmit registers wc if its client and the listener have room, in the
+// reserve if only that has; it reports which bound stopped it, and
+// whether wc went in the reserve.
+func (l *Listener) tryAdmit(wc *Conn) (perClient, full, reserve bool) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	perClient = wc.count && l.perAddr[wc.key] >= l.o.MaxPerClient
+	full = l.o.Max > 0 && len(l.conns)-l.reserved >= l.o.Max-l.o.Reserve
+	if full && !perClient && l.reserved < l.o.Reserve && !l.evictable() {
+		full, reserve, wc.reserve = false, true, true
+		l.reserved++
+	}
+	if perClient || full {
+		return perClient, full, false
+	}
+	l.conns[wc] = struct{}{}
+	if wc.count {
+		l.perAddr[wc.key]++
+	}
+	return false, false, reserve
+}
+
+// evictable reports whether some connection may be closed for room (l.mu
+// held): the reserve is used only when none may.
+func (l *Listener) evictable() bool {
 	for c := range l.conns {
-		since := c.idleSince.Load()
-		if since != 0 && may(c) && (victim == nil || since < victim.idleSince.Load()) {
-			victim = c
+		if c.idleSince.Load() != 0 || c.readingSince.Load() != 0 {
+			return true
 		}
 	}
-	l.mu.Unlock()
+	return false
+}
+
+// evict closes the idlest idle connection that may go, else the one that
+// has been sending its request the longest (a slow head holds its
+// connection as long as the server lets it), and reports whether there was
+// one.
+func (l *Listener) evict(may func(*Conn) bool) bool {
+	victim, why := l.oldest(may, (*Conn).idle), "the idlest idle connection is closed to make room for another"
+	if victim == nil {
+		victim, why = l.oldest(may, (*Conn).reading), "the connection sending its request the longest is closed to make room for another"
+	}
 	if victim == nil {
 		return false
 	}
-	l.say(saidEvicted, "the idlest idle connection is closed to make room for another", zap.String("client", victim.addr.String()))
+	l.say(saidEvicted, why, zap.String("client", victim.addr.String()))
 	victim.Close()
 	return true
 }
+
+// oldest returns the connection that may go whose since is earliest (and
+// not 0), or nil.
+func (l *Listener) oldest(may func(*Conn) bool, since func(*Conn) int64) *Conn {
+	var victim *Conn
+	var first int64
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		if t := since(c); t != 0 && may(c) && (victim == nil || t < first) {
+			victim, first = c, t
+		}
+	}
+	return victim
+}
+
+func (c *Conn) idle() int64    { return c.idleSince.Load() }
+func (c *Conn) reading() int64 { return c.readingSince.Load() }
 
 // forget gives c's room back.
 func (l *Listener) forget(c *Conn) {
@@ -233,16 +314,20 @@ func (l *Listener) forget(c *Conn) {
 		return
 	}
 	delete(l.conns, c)
+	if c.reserve {
+		l.reserved--
+	}
 	if c.count {
-		if l.perAddr[c.addr]--; l.perAddr[c.addr] <= 0 {
-			delete(l.perAddr, c.addr)
+		if l.perAddr[c.key]--; l.perAddr[c.key] <= 0 {
+			delete(l.perAddr, c.key)
 		}
 	}
 }
 
 // ConnState is the server's ConnState: it notes which connections are
-// idle (between requests); one that serves a request or was hijacked (an
-// event stream) is not.
+// idle (between requests), which are sending a request (from its first
+// byte until the handler has it: Handler), and which are busy (served,
+// or hijacked for an event stream).
 func (l *Listener) ConnState(c net.Conn, st fasthttp.ConnState) {
 	wc := unwrap(c)
 	if wc == nil {
@@ -250,11 +335,36 @@ func (l *Listener) ConnState(c net.Conn, st fasthttp.ConnState) {
 	}
 	switch st {
 	case fasthttp.StateIdle:
+		wc.readingSince.Store(0)
 		wc.idleSince.Store(time.Now().UnixNano())
-	case fasthttp.StateActive, fasthttp.StateHijacked:
+	case fasthttp.StateActive:
 		wc.idleSince.Store(0)
+		wc.readingSince.Store(time.Now().UnixNano())
+	case fasthttp.StateHijacked:
+		wc.idleSince.Store(0)
+		wc.readingSince.Store(0)
 	case fasthttp.StateClosed:
 		wc.once.Do(func() { l.forget(wc) })
+	}
+}
+
+// Handler wraps the server's handler: it notes that the request has been
+// read (its connection is no longer one to close for room), and answers a
+// connection in the reserve 503 and closes it unless the path is one of
+// ReservedPaths. Serve with it, or every request being served counts as
+// one still being sent.
+func (l *Listener) Handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		wc := unwrap(ctx.Conn())
+		if wc != nil {
+			wc.readingSince.Store(0)
+		}
+		if wc != nil && wc.reserve && !slices.Contains(l.o.ReservedPaths, string(ctx.Path())) {
+			ctx.SetConnectionClose()
+			ctx.Error("too many connections: this one is kept for "+strings.Join(l.o.ReservedPaths, ", "), fasthttp.StatusServiceUnavailable)
+			return
+		}
+		h(ctx)
 	}
 }
 
@@ -296,6 +406,30 @@ func AddrOf(a net.Addr) netip.Addr {
 		return ap.Addr().Unmap()
 	}
 	return netip.Addr{}
+}
+
+// ReadTimeouts bounds reading a request on srv: its head within head,
+// from its first byte (a new connection's from its accept), its body
+// within body after. fasthttp's ReadTimeout alone bounds both together, so
+// that a head sent a byte a second held its connection for the whole of
+// it.
+func ReadTimeouts(srv *fasthttp.Server, head, body time.Duration) {
+	srv.ReadTimeout = head
+	srv.HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: body}
+	}
+}
+
+// ClientKey is what the per-client bound counts by: an IPv4 address, or
+// an IPv6 address's /64 (one host's share of addresses: a client that
+// takes a fresh address for each connection stays one client).
+func ClientKey(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		if p, err := a.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
 }
 
 // say logs a line of a kind at most once a minute.

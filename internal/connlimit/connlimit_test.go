@@ -26,6 +26,21 @@ type server struct {
 	l    *Listener
 	mu   sync.Mutex
 	idle map[string]chan struct{} // by client address: a value each time the server has marked its connection idle
+	// active: by client address, a value each time the server has seen a
+	// request's first byte on its connection
+	active map[string]chan struct{}
+}
+
+// activeOf returns the channel of the connection from the client address a.
+func (s *server) activeOf(a string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.active[a]
+	if ch == nil {
+		ch = make(chan struct{}, 16)
+		s.active[a] = ch
+	}
+	return ch
 }
 
 // idleOf returns the channel of the connection from the client address a.
@@ -48,12 +63,15 @@ func serve(t *testing.T, o Options) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{addr: ln.Addr().String(), l: New(ln, o), idle: map[string]chan struct{}{}}
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+	s := &server{addr: ln.Addr().String(), l: New(ln, o), idle: map[string]chan struct{}{}, active: map[string]chan struct{}{}}
+	srv := &fasthttp.Server{Handler: s.l.Handler(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }),
 		ConnState: func(c net.Conn, st fasthttp.ConnState) {
 			s.l.ConnState(c, st)
-			if st == fasthttp.StateIdle {
+			switch st {
+			case fasthttp.StateIdle:
 				s.idleOf(c.RemoteAddr().String()) <- struct{}{}
+			case fasthttp.StateActive:
+				s.activeOf(c.RemoteAddr().String()) <- struct{}{}
 			}
 		}}
 	done := make(chan struct{})
@@ -64,9 +82,10 @@ func serve(t *testing.T, o Options) *server {
 
 // client is one keep-alive connection to the server.
 type client struct {
-	c    net.Conn
-	rd   *bufio.Reader
-	idle chan struct{} // the server's marks of this connection idle
+	c      net.Conn
+	rd     *bufio.Reader
+	idle   chan struct{} // the server's marks of this connection idle
+	active chan struct{} // the server's marks of this connection sending a request
 }
 
 func dial(t *testing.T, s *server) *client {
@@ -76,15 +95,31 @@ func dial(t *testing.T, s *server) *client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &client{c: c, rd: bufio.NewReader(c), idle: s.idleOf(c.LocalAddr().String())}
+	a := c.LocalAddr().String()
+	return &client{c: c, rd: bufio.NewReader(c), idle: s.idleOf(a), active: s.activeOf(a)}
+}
+
+// startHead sends the first bytes of a request head and waits until the
+// server has seen them: the connection is sending its request.
+func (cl *client) startHead(t *testing.T) {
+	t.Helper()
+	io.WriteString(cl.c, "GET / HT")
+	select {
+	case <-cl.active:
+	case <-time.After(10 * time.Second): // bounds the test
+		t.Fatal("the server did not see the head's first bytes")
+	}
 }
 
 // get makes a request, reads its answer whole and waits until the server
 // has marked the connection idle again (the client reads the answer before
 // the server notes it, and which connection is the idlest depends on
 // that); it reports false if the server closed the connection instead.
-func (cl *client) get() bool {
-	io.WriteString(cl.c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+func (cl *client) get() bool { return cl.getPath("/") }
+
+// getPath is get for a path.
+func (cl *client) getPath(path string) bool {
+	io.WriteString(cl.c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	var resp fasthttp.Response
 	if resp.Read(cl.rd) != nil || string(resp.Body()) != "ok" {
 		return false
@@ -271,4 +306,106 @@ func TestOutOfDescriptorsClosesTheIdlest(t *testing.T) {
 		t.Errorf("%d connections held, want the idle one closed", l.Len())
 	}
 	idle.Close()
+}
+
+// TestSlowHeadsMakeRoom: at the bound with every connection sending a
+// request head that never ends (a byte a second), a new connection is
+// served, and the one that has been sending the longest is closed for it.
+// Before, only idle connections were closed for room: the new one was
+// refused, and slow heads from a few addresses locked every client out.
+func TestSlowHeadsMakeRoom(t *testing.T) {
+	s := serve(t, Options{Max: 2})
+	a, b := dial(t, s), dial(t, s)
+	a.startHead(t)
+	b.startHead(t)
+	c := dial(t, s)
+	if !c.get() {
+		t.Fatal("a connection was refused while slow heads held every other")
+	}
+	if !a.closed() {
+		t.Error("the oldest unfinished head was not closed for the new connection")
+	}
+	if n := s.l.Len(); n > 2 {
+		t.Errorf("%d connections held, bound 2", n)
+	}
+	// Per client: one address's slow heads make room for its own.
+	p := serve(t, Options{MaxPerClient: 1})
+	x := dial(t, p)
+	x.startHead(t)
+	if y := dial(t, p); !y.get() || !x.closed() {
+		t.Error("a client's own slow head was not closed for its new connection")
+	}
+}
+
+// TestReserveServesHealth: with every connection busy (none idle, none
+// still sending), a connection goes in the reserve, where it is served for
+// the reserved paths only: a liveness probe answers under an attack that
+// holds every other connection.
+func TestReserveServesHealth(t *testing.T) {
+	s := serve(t, Options{Max: 3, Reserve: 1, ReservedPaths: []string{"/healthz", "/readyz"}})
+	a, b := dial(t, s), dial(t, s)
+	if !a.get() || !b.get() {
+		t.Fatal("not served")
+	}
+	busy := func(v int64) {
+		s.l.mu.Lock()
+		defer s.l.mu.Unlock()
+		for c := range s.l.conns { // as requests being served, or event streams
+			c.idleSince.Store(v)
+		}
+	}
+	busy(0)
+	other := dial(t, s)
+	if other.getPath("/mcp") {
+		t.Error("a connection in the reserve was served for another path")
+	}
+	probe := dial(t, s)
+	if !probe.getPath("/healthz") || !probe.getPath("/readyz") {
+		t.Error("the reserve did not serve the health probe")
+	}
+	busy(0)
+	if over := dial(t, s); over.getPath("/healthz") {
+		t.Error("a connection beyond the reserve was served")
+	}
+	busy(1)
+	if !a.get() {
+		t.Error("a busy connection was closed")
+	}
+}
+
+// TestPerClientCappedAtHalfTheBound: one client holds at most half of the
+// connections the descriptor limit allows, whatever is configured: under a
+// limit of 1,024 one address took every connection before.
+func TestPerClientCappedAtHalfTheBound(t *testing.T) {
+	most, ok := DescriptorBound()
+	if !ok {
+		t.Skip("no descriptor limit here")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, configured := range []int{0, 1 << 30} {
+		if l := New(ln, Options{MaxPerClient: configured}); l.o.MaxPerClient != max(most/2, 1) {
+			t.Errorf("max_connections_per_client %d: bound %d, want %d", configured, l.o.MaxPerClient, most/2)
+		}
+	}
+	if l := New(ln, Options{MaxPerClient: 3}); l.o.MaxPerClient != 3 {
+		t.Errorf("a bound under half was changed to %d", l.o.MaxPerClient)
+	}
+}
+
+// TestClientKey: IPv6 clients are counted by their /64, IPv4 by address.
+func TestClientKey(t *testing.T) {
+	k := func(s string) netip.Addr { return ClientKey(netip.MustParseAddr(s)) }
+	if k("2001:db8::1") != k("2001:db8::ffff:1") {
+		t.Error("two addresses of one /64 are two clients")
+	}
+	if k("2001:db8::1") == k("2001:db8:0:1::1") {
+		t.Error("two /64s are one client")
+	}
+	if k("192.0.2.1") == k("192.0.2.2") || k("192.0.2.1") != netip.MustParseAddr("192.0.2.1") {
+		t.Error("IPv4 clients are not counted by address")
+	}
 }
