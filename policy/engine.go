@@ -102,6 +102,10 @@ type Options struct {
 	// (DefaultTaskMemory, DefaultHostedTasks if zero).
 	TaskMemory  int64
 	HostedTasks int
+	// HostedTasksPerPrincipal bounds the tasks hosted for one principal,
+	// and for one peer, where the process serves several clients
+	// (proxy.Actions.Owner): HostedTasks/8 if zero.
+	HostedTasksPerPrincipal int
 	// TaskIDs mints hosted tasks' ids (nil: unguessable random ones); a
 	// test's replay sets one that counts.
 	TaskIDs func() string
@@ -176,8 +180,9 @@ func New(o Options) (*Engine, error) {
 	}
 	e.kept = &keptAnswers{maxBytes: cmp.Or(o.ReissueMemory, DefaultReissueMemory), maxEntries: cmp.Or(o.ReissueAnswers, DefaultReissueAnswers),
 		metrics: e.metrics}
-	e.hostedTasks = &hostedBound{maxBytes: cmp.Or(o.TaskMemory, DefaultTaskMemory), maxEntries: cmp.Or(o.HostedTasks, DefaultHostedTasks),
-		metrics: e.metrics}
+	maxTasks := cmp.Or(o.HostedTasks, DefaultHostedTasks)
+	e.hostedTasks = &hostedBound{maxBytes: cmp.Or(o.TaskMemory, DefaultTaskMemory), maxEntries: maxTasks,
+		perOwner: cmp.Or(o.HostedTasksPerPrincipal, max(maxTasks/8, 1)), metrics: e.metrics}
 	e.taskID = o.TaskIDs
 	if e.taskID == nil {
 		e.taskID = newTaskID

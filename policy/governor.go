@@ -47,6 +47,7 @@ type governor struct {
 	// itself declared tasks for tools/call (serverTasks) and tasks/list
 	// (serverTaskList), and runs serverTools as tasks: never hosted twice.
 	tasks          map[string]*hosted
+	polls          map[*proxy.Call]*hosted // the tasks/result calls waiting, each on its task
 	serverTasks    bool
 	serverTaskList bool
 	serverTools    map[string]bool
@@ -378,6 +379,7 @@ func (g *governor) cancelled(c *proxy.Call, source proxy.Source, reason string) 
 	if source == proxy.SourceClient {
 		g.cancelsLocked()
 	}
+	g.unpollLocked(c)
 	if g.closed { // the session is over: nothing can be followed up
 		g.mu.Unlock()
 		c.Span().End("cancelled as its session ended", false)

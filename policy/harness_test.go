@@ -46,6 +46,7 @@ type fakeTransport struct {
 	// principal, when set, makes the session several clients': it says
 	// whose each request is (Actions.Principal).
 	principal func(*proxy.Call) string
+	owner     func(*proxy.Call) (principal, peer string)
 	// unsent: the proxy's own requests are never sent before their cancel
 	// (CancelOwn withdraws them).
 	unsent bool
@@ -128,6 +129,13 @@ func (ft *fakeTransport) Principal(c *proxy.Call) (string, bool) {
 		return "", false
 	}
 	return ft.principal(c), true
+}
+
+func (ft *fakeTransport) Owner(c *proxy.Call) (string, string) {
+	if ft.owner == nil {
+		return "", ""
+	}
+	return ft.owner(c)
 }
 
 func (ft *fakeTransport) After(f func()) {

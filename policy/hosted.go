@@ -51,7 +51,7 @@ type hosted struct {
 	// result is the task's answer, once terminal: the tool's result (a
 	// JSON object), or errObj, the error the server answered.
 	result, errObj json.RawMessage
-	waiting        []*proxy.Call // the client's tasks/result calls, held until terminal
+	waiting        []*proxy.Call // the client's tasks/result calls, held until terminal (and in governor.polls)
 	// asks are the server's requests during the task that no tasks/result
 	// has carried to the client yet: the task is input_required meanwhile.
 	asks   [][]byte
@@ -177,6 +177,7 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	rule := g.e.m.Load().match("tools/call", tool)
 	params, task, ok := withoutTask(field(m.Raw, "params"))
 	principal, several := g.act.Principal(c)
+	owner, peer := g.act.Owner(c)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !rule.TaskHost || g.closed || g.serverTools[tool] || !ok || !m.HasTask && g.runsTasksExt() {
@@ -192,10 +193,14 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 	}
 	h := &hosted{id: g.e.taskID(), status: taskWorking, created: now, updated: now, ttl: ttl, poll: rule.TaskPoll, v2: !m.HasTask,
 		several: several, principal: principal, params: params, token: token}
-	if !g.e.hostedTasks.admit(h, g) {
-		g.log().Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()))
+	if key := g.e.hostedTasks.admit(h, g, owner, peer); key != "" {
+		whose := "as many tasks as it may"
+		if key == keyHostedTasksPerPrincipal {
+			whose = "as many tasks for this client as it may"
+		}
+		g.log().Warn("too many hosted tasks: the call is refused", zap.String("tool", tool), zap.Stringer("id", c.ID()), zap.String("bound", key))
 		reply := framing.AppendErrorResponse(nil, c.ID(), framing.ErrorObject{Code: -32603,
-			Message: "the proxy holds as many tasks as it may (limits.hosted_tasks): try again later", Data: map[string]string{"proxy": "mcp-cancel-proxy"}})
+			Message: "the proxy holds " + whose + " (" + key + "): try again later", Data: map[string]string{"proxy": "mcp-cancel-proxy", "bound": key}})
 		g.serveSoon(c, reply)
 		return proxy.Admission{Hold: true}, true
 	}
@@ -377,8 +382,7 @@ func (g *governor) hostedOverLocked(h *hosted, m *framing.Message) func() {
 		r.timer.Stop()
 	}
 	out := g.stepLocked(r, event{kind: evAnswered, at: h.updated})
-	waiting := h.waiting
-	h.waiting = nil
+	waiting := g.takeWaitingLocked(h)
 	return func() {
 		g.run(r, out)
 		g.e.hostedTasks.grew(h, len(h.result)+len(h.errObj))
@@ -408,8 +412,7 @@ func (g *governor) cancelHosted(h *hosted, source proxy.Source, reason string) {
 		g.markCancelledLocked(h, reason)
 	}
 	out := g.cancelLocked(r, source, reason)
-	own, waiting := h.own, h.waiting
-	h.waiting = nil
+	own, waiting := h.own, g.takeWaitingLocked(h)
 	g.mu.Unlock()
 	g.run(r, out)
 	if own != nil {

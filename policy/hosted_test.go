@@ -361,3 +361,71 @@ func TestHostedTaskAsksForInput(t *testing.T) {
 		t.Errorf("%s: %s, want the progress on the waiting tasks/result", n.kind, n.frame)
 	}
 }
+
+// TestHostedTasksPerPrincipal: where the process serves several clients,
+// one principal holds at most limits.hosted_tasks_per_principal tasks (an
+// eighth of limits.hosted_tasks by default), and so does one address: a
+// fresh session or credential from the same address buys no fresh share,
+// while another client's task is still hosted. Before, one client filled
+// the whole bound and every other client's task was refused.
+func TestHostedTasksPerPrincipal(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 16, 1<<20) // 2 per principal
+	owned := func(principal, peer string) *fakeTransport {
+		ft := newTransport(t, e)
+		ft.owner = func(*proxy.Call) (string, string) { return principal, peer }
+		return ft
+	}
+	refused := func(ft *fakeTransport, id int) {
+		t.Helper()
+		ft.client(taskCall(id, "report"))
+		e, _ := serve(t, ft)["error"].(map[string]any)
+		if e == nil || !strings.Contains(e["message"].(string), "limits.hosted_tasks_per_principal") {
+			t.Errorf("a task over the client's share: %v", e)
+		}
+	}
+	greedy := owned("session 1", "192.0.2.1")
+	hostedCall(t, greedy, 1, "report")
+	hostedCall(t, greedy, 2, "report")
+	refused(greedy, 3)
+	refused(owned("session 2", "192.0.2.1"), 4)    // the same address, a fresh session
+	refused(owned("credential x", "192.0.2.1"), 5) // or a fresh credential
+	hostedCall(t, owned("session 3", "192.0.2.2"), 6, "report")
+	// A finished task of the client's own makes room for its next.
+	greedy.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
+	greedy.none()
+	hostedCall(t, greedy, 7, "report")
+}
+
+// TestHostedPollCancelledIsForgotten: a tasks/result poll cancelled by its
+// client (or left by it, proxy.Session.Left) is no longer kept waiting on
+// its task: when the task ends, nothing is served for it. Before, every
+// dropped poll stayed held until its task ended (20,000 held 170 MB).
+func TestHostedPollCancelledIsForgotten(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 16, 1<<20)
+	ft := newTransport(t, e)
+	hostedCall(t, ft, 1, "report")
+	o := ft.client(taskRequest(2, "tasks/result", "t1"))
+	if !o.Hold || o.Request == nil {
+		t.Fatalf("the poll was not held: %+v", o)
+	}
+	g := ft.gov.(*governor)
+	if !g.Waits(o.Request) {
+		t.Fatal("the held poll is not one the proxy waits to answer")
+	}
+	ft.client(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	ft.none()
+	g.mu.Lock()
+	polls, waiting := len(g.polls), len(g.tasks["t1"].waiting)
+	g.mu.Unlock()
+	if polls != 0 || waiting != 0 {
+		t.Errorf("after its cancel the poll is still kept: %d polls, %d waiting on the task", polls, waiting)
+	}
+	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
+	ft.none()
+}

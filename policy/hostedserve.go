@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -57,6 +58,38 @@ func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
 			g.work.post(func() { g.act.Notify(w, frame) })
 		}
 	}
+}
+
+// Waits implements proxy.Waiter: c is a tasks/result waiting for its
+// task to end, which the proxy answers itself.
+func (g *governor) Waits(c *proxy.Call) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.polls[c] != nil
+}
+
+// unpollLocked forgets c if it is a tasks/result waiting (cancelled by
+// its client, or left by it): its task's result is no longer kept for it.
+func (g *governor) unpollLocked(c *proxy.Call) {
+	h := g.polls[c]
+	if h == nil {
+		return
+	}
+	delete(g.polls, c)
+	if i := slices.Index(h.waiting, c); i >= 0 {
+		h.waiting = slices.Delete(h.waiting, i, i+1)
+	}
+}
+
+// takeWaitingLocked returns the tasks/result calls waiting on h, which
+// then waits for none.
+func (g *governor) takeWaitingLocked(h *hosted) []*proxy.Call {
+	waiting := h.waiting
+	h.waiting = nil
+	for _, c := range waiting {
+		delete(g.polls, c)
+	}
+	return waiting
 }
 
 // passAsksLocked carries the server's requests of h to the client on the
@@ -175,6 +208,10 @@ func (g *governor) serveTasks1Locked(c *proxy.Call, m *framing.Message, id strin
 	case "tasks/result":
 		if !h.terminal() {
 			h.waiting = append(h.waiting, c)
+			if g.polls == nil {
+				g.polls = map[*proxy.Call]*hosted{}
+			}
+			g.polls[c] = h
 			g.passAsksLocked(h)
 			break
 		}

@@ -161,6 +161,13 @@ type Actions interface {
 	// It reports false in a session that is one client's. A re-issue
 	// joins only a call of the same principal.
 	Principal(c *Call) (string, bool)
+	// Owner says whose c is, for the bounds that no one client may take
+	// all of (the tasks the proxy hosts): its principal (the session; in a
+	// session several clients share, the credential its request carried,
+	// or for none its address) and its peer (the client's address, or
+	// behind a trusted proxy its client's). Both are "" where the process
+	// serves one client (the wrapper, the bridge).
+	Owner(c *Call) (principal, peer string)
 }
 
 // CodeDeadline is the JSON-RPC error code of the proxy's answer to a

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -30,7 +31,12 @@ type Session struct {
 	deferred     map[*Call][]byte
 	deferCancels atomic.Bool
 	principal    func(*Call) (string, bool)
+	peer         func(*Call) string
+	ownerID      string // names the session as a principal (Owner)
 }
+
+// sessionIDs numbers sessions for Owner.
+var sessionIDs atomic.Int64
 
 // Carrier carries out, on one transport, what a Session decides with no
 // message in hand. Its methods are called with the session's lock held,
@@ -84,6 +90,11 @@ type SessionOptions struct {
 	// upstream gives it an id), and then the digest of the credential
 	// c's request carried. Nil: the session is one client's.
 	Principal func(c *Call) (string, bool)
+	// Peer, if set, says which client sent c (its address, or behind a
+	// trusted proxy its client's), where the process serves several
+	// clients: Owner. Nil: the process's one client (the wrapper, the
+	// bridge).
+	Peer func(c *Call) string
 }
 
 // NewSession returns a Session configured by o.
@@ -105,7 +116,8 @@ func (s *Session) Renew(o SessionOptions) {
 }
 
 func (s *Session) init(o SessionOptions) {
-	s.carrier, s.restart, s.principal = o.Carrier, o.Restart, o.Principal
+	s.carrier, s.restart, s.principal, s.peer = o.Carrier, o.Restart, o.Principal, o.Peer
+	s.ownerID = "session " + strconv.FormatInt(sessionIDs.Add(1), 10)
 	s.deferCancels.Store(o.DeferCancels)
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
@@ -246,6 +258,32 @@ func (s *Session) cancelLocked(c *Call, notice, reply []byte) {
 		return
 	}
 	s.carrier.Cancel(c, notice, reply)
+}
+
+// Waiter is what a Governor may also be: one that holds some requests
+// only to answer them itself when something else happens (a tasks/result
+// poll of a task the proxy hosts).
+type Waiter interface {
+	// Waits reports whether c is such a request. Called with the
+	// session's lock held.
+	Waits(c *Call) bool
+}
+
+// Left tells the session that the client left the stream that was to
+// carry c's answer, where leaving is no cancel (protocol 2025): a request
+// the governor holds only to answer itself (Waiter) is cancelled then,
+// since nothing runs for it upstream and nobody would read its answer
+// (20,000 polls dropped so held 170 MB until their tasks ended); any
+// other request runs on. It reports whether c was cancelled.
+func (s *Session) Left(c *Call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.gov.(Waiter)
+	if _, held := s.held[c]; !held || !ok || !w.Waits(c) {
+		return false
+	}
+	s.cancelLocked(c, s.t.CancelCall(c, SourceDisconnect, "client left the stream of its poll"), nil)
+	return true
 }
 
 // Dispatch implements Actions: a held request is sent now, unless it was
@@ -396,6 +434,22 @@ func (s *Session) ReleaseCancel(c *Call, send bool) {
 
 // DefersCancels implements Actions.
 func (s *Session) DefersCancels() bool { return s.deferCancels.Load() }
+
+// Owner implements Actions.
+func (s *Session) Owner(c *Call) (principal, peer string) {
+	if s.peer == nil {
+		return "", ""
+	}
+	peer = s.peer(c)
+	p, several := s.Principal(c)
+	switch {
+	case !several:
+		return s.ownerID, peer
+	case p == "":
+		return "anonymous " + peer, peer // no credential: one principal per address
+	}
+	return "credential " + p, peer
+}
 
 // Principal implements Actions.
 func (s *Session) Principal(c *Call) (string, bool) {

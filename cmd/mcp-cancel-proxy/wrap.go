@@ -328,7 +328,8 @@ func policyOptions(cfg config.Config, argv []string, log *zap.Logger) (policy.Op
 	o := policy.Options{Policy: cfg.Policy, Audit: cfg.Audit, Logger: log, LogPayloads: cfg.Log.Payloads, PassEnv: cfg.Child.PassEnv,
 		MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes), WebhookProxyFromEnv: cfg.HTTP.Proxy == "env", WebhookIdle: cfg.HTTP.UpstreamIdle,
 		ReissueMemory: int64(cfg.Limits.ReissueMemory), ReissueAnswers: cfg.Limits.ReissueAnswers,
-		TaskMemory: int64(cfg.Limits.TaskMemory), HostedTasks: cfg.Limits.HostedTasks}
+		TaskMemory: int64(cfg.Limits.TaskMemory), HostedTasks: cfg.Limits.HostedTasks,
+		HostedTasksPerPrincipal: cfg.Limits.HostedTasksPerPrincipal}
 	if shared := config.DefaultHookStore(); shared != "" {
 		url := cfg.HTTP.Upstream
 		if len(argv) > 0 {

@@ -326,6 +326,12 @@ type Limits struct {
 	// working. Defaults 64MiB and 1024.
 	TaskMemory  ByteSize `yaml:"task_memory"`
 	HostedTasks int      `yaml:"hosted_tasks"`
+	// HostedTasksPerPrincipal bounds the hosted tasks of one principal
+	// (a session; for requests without a session their credential, or
+	// their address if they carry none), and of one client address, where
+	// the sidecar serves several clients. Default 0: an eighth of
+	// HostedTasks.
+	HostedTasksPerPrincipal int `yaml:"hosted_tasks_per_principal"`
 }
 
 // Ledger configures how long cancelled requests are remembered.
@@ -505,6 +511,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.HostedTasks <= 0 {
 		bad("limits.hosted_tasks", "must be positive, got %d", c.Limits.HostedTasks)
+	}
+	if n := c.Limits.HostedTasksPerPrincipal; n < 0 || n > c.Limits.HostedTasks {
+		bad("limits.hosted_tasks_per_principal", "must be 0 (an eighth of limits.hosted_tasks) or 1..%d, got %d", c.Limits.HostedTasks, n)
 	}
 	if c.HTTP.MaxConnections <= 0 {
 		bad("http.max_connections", "must be positive, got %d", c.HTTP.MaxConnections)

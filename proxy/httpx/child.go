@@ -89,12 +89,13 @@ type childSession struct {
 }
 
 // start opens a session: the child, the stdio.Session and its router.
-// own says the session is one client's (initialize opened it), not the
-// child shared by sessionless requests. Either way the policy may keep a
+// A peer says the session is that client's own (initialize opened it);
+// "" that it is the child shared by sessionless requests, each of whose
+// frames names its client (Submit). Either way the policy may keep a
 // client's cancel back (reissue: join), as over stdio: in a client's own
 // session a re-issue joined there is that client's own; on the shared
 // child it joins only a call of the same credential (its principal).
-func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
+func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 	copts := cs.Child
 	copts.Logger = log
 	proc, err := cs.backend(copts)
@@ -104,7 +105,8 @@ func (cs *Children) start(log *zap.Logger, own bool) (*childSession, error) {
 	sopts := cs.Session
 	sopts.DeferCancels = true
 	sopts.AllowSharedIDs = true // each request's answer goes to its own stream: claude.ai's ids 1 are kept apart
-	if !own {
+	sopts.Peer = func(*proxy.Call) string { return peer }
+	if peer == "" {
 		sopts.Principal = sharedPrincipal
 	}
 	c := &childSession{clock: cs.clock(), retiring: &cs.retiring, tools: &cs.tools}

@@ -54,7 +54,7 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	body = lu.headerTraceInto(ctx, &f, body)
 	var sub *stdio.Submitted
 	var st *stream.Events
-	err = c.Sess.Submit(body, proxy.TraceContext{}, "", func(s *stdio.Submitted) {
+	err = c.Sess.Submit(body, proxy.TraceContext{}, stdio.From{}, func(s *stdio.Submitted) {
 		sub = s
 		if len(s.Requests) > 0 {
 			st = c.Open(s.Requests)
@@ -157,7 +157,7 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 		lu.s.log.Warn("session refused: too many sessions, none idle that this client may evict", zap.Int("sessions", cs.sessions.Len()))
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
-	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))), true)
+	c, err := cs.start(lu.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1)))), peer)
 	if err != nil {
 		lu.s.log.Error("cannot start the server", zap.Error(err))
 		return nil, fasthttp.StatusInternalServerError, "cannot start the MCP server"
@@ -271,7 +271,8 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *fram
 	var st *stream.Events
 	// The principal says whose it is: a re-issue joins only its own.
 	line = lu.headerTraceInto(ctx, f, line)
-	err = c.Sess.Submit(line, proxy.TraceContext{}, principalOf(&ctx.Request), func(s *stdio.Submitted) {
+	from := stdio.From{Principal: principalOf(&ctx.Request), Peer: lu.s.peerOf(ctx)}
+	err = c.Sess.Submit(line, proxy.TraceContext{}, from, func(s *stdio.Submitted) {
 		if sub = s; len(s.Requests) > 0 {
 			st = c.Open(s.Requests)
 		}
@@ -304,7 +305,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 			return cs.shared, nil
 		}
 	}
-	c, err := cs.start(log.With(zap.String("session", "shared")), false)
+	c, err := cs.start(log.With(zap.String("session", "shared")), "")
 	if err != nil {
 		return nil, err
 	}

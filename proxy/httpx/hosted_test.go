@@ -2,7 +2,9 @@ package httpx_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -75,4 +77,146 @@ func lastJSON(t *testing.T, resp *http.Response) []byte {
 		text = text[i+len("data: "):]
 	}
 	return []byte(strings.TrimSpace(text))
+}
+
+// TestHostedTasksPerClient: the sidecar bounds the tasks it hosts for one
+// client (limits.hosted_tasks_per_principal, an eighth of
+// limits.hosted_tasks): a second session from the same address gets the
+// refusal naming the setting, and a client from another address is still
+// served. Before, one client could take every hosted task.
+func TestHostedTasksPerClient(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch {
+		case strings.Contains(string(body), `"initialize"`):
+			w.Header().Set("Mcp-Session-Id", fmt.Sprint("s", time.Now().UnixNano()))
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+		case strings.Contains(string(body), `"tools/call"`):
+			select { // works on until the test ends
+			case <-release:
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":"`+jsonrpcID(body)+`","result":{"content":[]}}`)
+			case <-r.Context().Done():
+			}
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(up.Close)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "report", Task: "host"}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop(), HostedTasks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown) // after the sidecar's
+	// The hosted calls' own POSTs are still out when the test ends: what
+	// the sidecar logs of them then is no matter here.
+	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor, Logger: zap.NewNop()})
+	t.Cleanup(func() { close(release) }) // before the sidecar's: the hosted calls end
+	from := func(ip string) *rawClient {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+		t.Cleanup(hc.CloseIdleConnections)
+		c := &rawClient{t: t, url: url, hc: hc}
+		c.initialize()
+		return c
+	}
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","task":{}}}`
+	if got := lastJSON(t, from("127.0.0.1").post(call)); !strings.Contains(string(got), `"taskId"`) {
+		t.Fatalf("the first task: %s", got)
+	}
+	if got := lastJSON(t, from("127.0.0.1").post(call)); !strings.Contains(string(got), "limits.hosted_tasks_per_principal") {
+		t.Errorf("a second session of the same address: %s, want the refusal naming limits.hosted_tasks_per_principal", got)
+	}
+	if got := lastJSON(t, from("127.0.0.2").post(call)); !strings.Contains(string(got), `"taskId"`) {
+		t.Errorf("another client's task: %s", got)
+	}
+}
+
+// jsonrpcID is the string id of a JSON-RPC request body.
+func jsonrpcID(body []byte) string {
+	var m struct{ ID string }
+	json.Unmarshal(body, &m)
+	return m.ID
+}
+
+// TestHostedPollLeftIsFreed: a client that leaves the stream of its
+// tasks/result poll (protocol 2025: leaving is no cancel) frees the poll,
+// which the proxy answers itself and for which nothing runs upstream; the
+// task itself runs on. Before, every such poll stayed held until its task
+// ended (20,000 held 170 MB).
+func TestHostedPollLeftIsFreed(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch {
+		case strings.Contains(string(body), `"initialize"`):
+			w.Header().Set("Mcp-Session-Id", "s")
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+		case strings.Contains(string(body), `"tools/call"`):
+			select { // works on until the test ends
+			case <-release:
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":"`+jsonrpcID(body)+`","result":{"content":[]}}`)
+			case <-r.Context().Done():
+			}
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(up.Close)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "report", Task: "host"}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown) // after the sidecar's
+	sc := &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor, Logger: zap.NewNop()}
+	c := &rawClient{t: t, url: serveSidecar(t, sc)}
+	t.Cleanup(func() { close(release) }) // before the sidecar's: the hosted call ends
+	c.initialize()
+	created := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","task":{}}}`))
+	var task struct {
+		Result struct {
+			Task struct{ TaskID string } `json:"task"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(created, &task) != nil || task.Result.Task.TaskID == "" {
+		t.Fatalf("no task: %s", created)
+	}
+	before := sc.InFlight()
+	// The poll goes on a connection of its own, which the client then
+	// closes: it leaves the poll's stream.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(c.url, "/mcp"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.request(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"` + task.Result.Task.TaskID + `"}}`).Write(conn)
+	waitFor(t, "the poll held", func() bool { return sc.InFlight() == before+1 })
+	conn.Close()
+	waitFor(t, "the poll freed", func() bool { return sc.InFlight() == before })
+	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+task.Result.Task.TaskID+`"}}`))
+	if !strings.Contains(string(got), `"status":"working"`) {
+		t.Errorf("tasks/get after the poll left: %s, want the task working on", got)
+	}
+}
+
+// waitFor waits until cond holds (checked each millisecond; the test's
+// watchdog bounds it).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		<-tick.C
+	}
 }

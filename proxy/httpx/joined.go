@@ -89,12 +89,10 @@ func (rl relay) streamJoined(ctx *fasthttp.RequestCtx, sess *session, st *relaye
 
 // waitJoined waits until the held request of h is dispatched, answered or
 // withdrawn, or the call it joined reports progress. In 2026-07-28 a
-// client that closes the stream meanwhile withdraws it.
+// client that closes the stream meanwhile withdraws it; in 2025 it frees a
+// poll (watchHeld).
 func (rl relay) waitJoined(ctx *fasthttp.RequestCtx, sess *session, d *decided, h *hold, byClose bool) {
-	if byClose {
-		stop := rl.s.closes.Watch(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
-		defer stop()
-	}
+	defer rl.watchHeld(ctx, sess, d, byClose)()
 	select {
 	case <-h.ch:
 	case <-h.noted:

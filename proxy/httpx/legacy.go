@@ -167,6 +167,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 	st := stream.NewEvents(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	// The one event stream carries everything for the client, answers
 	// (never dropped) and all, as the session's core decided it.
+	sopts.Peer = func(*proxy.Call) string { return peer }
 	sopts.Deliver = func(frame []byte, _ *proxy.Call, last bool) {
 		if len(frame) > 0 {
 			st.Send(frame, last)
@@ -220,7 +221,7 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
 	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
-	err = ls.Sess.Submit(line, proxy.TraceContext{}, "", func(sub *stdio.Submitted) {
+	err = ls.Sess.Submit(line, proxy.TraceContext{}, stdio.From{}, func(sub *stdio.Submitted) {
 		for _, r := range sub.Replies { // refusals go where every answer goes
 			ls.st.Send(r, true)
 		}

@@ -283,16 +283,29 @@ func (rl relay) heldClientGone(sess *session, d *decided) {
 	}
 }
 
+// watchHeld watches the client's connection while d's requests are held,
+// until the returned stop. In 2026-07-28 closing the stream is the
+// cancel: one closed while its requests wait cancels them before
+// dispatch. In 2025 it is no cancel, but a request the proxy would answer
+// itself (a tasks/result poll: proxy.Session.Left) is freed, since nothing
+// runs for it upstream and nobody would read its answer.
+func (rl relay) watchHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided, byClose bool) (stop func()) {
+	gone := func() { rl.heldClientGone(sess, d) }
+	if !byClose {
+		gone = func() {
+			for _, hc := range d.Held {
+				sess.core.Left(hc.Call)
+			}
+		}
+	}
+	return rl.s.closes.Watch(ctx.Conn(), gone)
+}
+
 // waitHeld waits until every held request of a POST is dispatched or
 // withdrawn, and returns the frame to forward without the withdrawn ones,
 // and their deadline replies; data is nil when nothing is left to send.
 func (rl relay) waitHeld(ctx *fasthttp.RequestCtx, sess *session, d *decided) (data []byte, replies [][]byte) {
-	if sess.protocolVersion().CancelsByClose() {
-		// Closing the stream is the cancel: one closed while its requests
-		// wait cancels them before dispatch.
-		stop := rl.s.closes.Watch(ctx.Conn(), func() { rl.heldClientGone(sess, d) })
-		defer stop()
-	}
+	defer rl.watchHeld(ctx, sess, d, sess.protocolVersion().CancelsByClose())()
 	withdrawn := map[*proxy.Call]bool{}
 	for _, hc := range d.Held {
 		h := hc.Handle.(*hold)

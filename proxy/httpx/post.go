@@ -25,13 +25,14 @@ import (
 // upstream refuses it.
 func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
+	peer := rl.s.peerOf(ctx)
 	if id == "" {
-		return newSession(id, rl.s, governed), false
+		return newSession(id, rl.s, governed, peer), false
 	}
 	if sess, ok := rl.s.sessions.Lookup(id); ok {
 		return sess, true
 	}
-	sess := newSession(id, rl.s, governed)
+	sess := newSession(id, rl.s, governed, peer)
 	if !governed {
 		return sess, false
 	}

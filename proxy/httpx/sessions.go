@@ -38,8 +38,10 @@ type session struct {
 	// session, which is several clients' (proxy.SessionOptions.Principal);
 	// set before its messages are decided.
 	principal string
-	sc        *Sidecar // for the session's carrier (see policy.go)
-	govOnce   sync.Once
+	// peer is the client that opened the session (proxy.SessionOptions.Peer).
+	peer    string
+	sc      *Sidecar // for the session's carrier (see policy.go)
+	govOnce sync.Once
 	// notifying owns the goroutines that tell the upstream of the
 	// session's cancels.
 	notifying owned.Group
@@ -75,6 +77,7 @@ type session struct {
 	// for are over (requestDone): made once, each reads the session as it
 	// now is.
 	principalFn func(*proxy.Call) (string, bool)
+	peerFn      func(*proxy.Call) string
 	lingerFn    func()
 	// late says that something may still read the session after its
 	// request is done (a late answer's reader): it is never reused.
@@ -92,7 +95,7 @@ type session struct {
 // newSession returns a session with id ("" for a request without one), a
 // spent one renewed where there is one for a governed request without a
 // session (a POST's).
-func newSession(id string, s *Sidecar, governed bool) *session {
+func newSession(id string, s *Sidecar, governed bool, peer string) *session {
 	var sess *session
 	if id == "" && governed {
 		sess = s.own.spare()
@@ -100,17 +103,20 @@ func newSession(id string, s *Sidecar, governed bool) *session {
 	if sess == nil {
 		sess = new(session)
 	}
-	sess.init(id, s, governed)
+	sess.init(id, s, governed, peer)
 	return sess
 }
 
-// init makes sess a new session with id, over what it was: only its core
-// (renewed in place), principalFn and lingerFn are kept.
-func (sess *session) init(id string, s *Sidecar, governed bool) {
+// init makes sess a new session with id, peer's, over what it was: only
+// its core (renewed in place), principalFn, peerFn and lingerFn are kept.
+func (sess *session) init(id string, s *Sidecar, governed bool, peer string) {
 	var scope [24]byte
-	core, principal, linger := sess.core, sess.principalFn, sess.lingerFn
+	core, principal, peerFn, linger := sess.core, sess.principalFn, sess.peerFn, sess.lingerFn
 	*sess = session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
-		principalFn: principal, lingerFn: linger}
+		principalFn: principal, peerFn: peerFn, lingerFn: linger, peer: peer}
+	if sess.peerFn == nil {
+		sess.peerFn = func(*proxy.Call) string { return sess.peer }
+	}
 	opts := s.Tracker
 	opts.Logger, opts.Scope = s.log, zap.String("session", sess.scope) // added only to lines written
 	// Each request's answer comes on its own response stream: requests
@@ -122,7 +128,7 @@ func (sess *session) init(id string, s *Sidecar, governed bool) {
 	if opts.OnCancel == nil && s.OnCancel != nil {
 		opts.OnCancel = s.cancelled
 	}
-	so := proxy.SessionOptions{Carrier: sess}
+	so := proxy.SessionOptions{Carrier: sess, Peer: sess.peerFn}
 	if id == "" {
 		if sess.principalFn == nil {
 			sess.principalFn = func(*proxy.Call) (string, bool) { return sess.principal, sess.sessionID() == "" }

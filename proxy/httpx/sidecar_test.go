@@ -159,11 +159,16 @@ type rawClient struct {
 	t       *testing.T
 	url     string
 	session string
+	hc      *http.Client // nil: testClient
 }
 
 func (c *rawClient) post(body string) *http.Response {
 	c.t.Helper()
-	resp, err := testClient.Do(c.request(body))
+	hc := c.hc
+	if hc == nil {
+		hc = testClient
+	}
+	resp, err := hc.Do(c.request(body))
 	if err != nil {
 		c.t.Fatalf("POST %s: %v", body, err)
 	}

@@ -291,7 +291,7 @@ func TestSessionDoneOnce(t *testing.T) {
 			kept++
 		}
 	}
-	sess := newSession("", sc, true)
+	sess := newSession("", sc, true, "")
 	sc.own.add(sess)
 	sc.own.done(sess)
 	sc.own.done(sess)

@@ -64,6 +64,10 @@ type Options struct {
 	// server an HTTP front shares among requests without a session):
 	// proxy.SessionOptions.Principal.
 	Principal func(c *proxy.Call) (string, bool)
+	// Peer, if set, names the session's client (proxy.SessionOptions.Peer);
+	// a session several clients share (with Deliver) names each frame's
+	// by Submit's From.
+	Peer      func(c *proxy.Call) string
 	OnRestart func(reason string) bool
 	// LogPayloads: see proxy.TrackerOptions.
 	LogPayloads bool
@@ -124,10 +128,10 @@ type Session struct {
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
 	readerDone               chan struct{} // see ReaderDone
-	// principal is the credential of the client whose frame Submit
-	// decides (Options.Principal); set under the core's lock.
-	principal string
-	running   chan struct{} // closed once Run has set sides up
+	// from is the client whose frame Submit decides (Options.Principal,
+	// Options.Peer); set under the core's lock.
+	from    From
+	running chan struct{} // closed once Run has set sides up
 }
 
 // NewSession returns a Session configured by opts.
@@ -137,9 +141,12 @@ func NewSession(opts Options) *Session {
 	if opts.NewTracer != nil {
 		tracer = opts.NewTracer()
 	}
-	principal := opts.Principal
-	if principal != nil && opts.Deliver != nil {
-		principal = func(*proxy.Call) (string, bool) { return s.principal, true } // Submit's
+	principal, peer := opts.Principal, opts.Peer
+	if principal != nil && opts.Deliver != nil { // Submit's
+		principal = func(*proxy.Call) (string, bool) { return s.from.Principal, true }
+		if peer != nil {
+			peer = func(*proxy.Call) string { return s.from.Peer }
+		}
 	}
 	s.core = proxy.NewSession(proxy.SessionOptions{
 		Tracker: proxy.TrackerOptions{
@@ -147,7 +154,7 @@ func NewSession(opts Options) *Session {
 			Now: opts.Now, OnEvent: opts.OnEvent, LogPayloads: opts.LogPayloads, Tracer: tracer,
 			Observer: opts.Observer, OnCancel: opts.OnCancel, Totals: opts.Totals, AllowSharedIDs: opts.AllowSharedIDs},
 		Governor: opts.Governor, Carrier: carrier{s}, Restart: opts.OnRestart, DeferCancels: opts.DeferCancels,
-		Principal: principal})
+		Principal: principal, Peer: peer})
 	s.t = s.core.Tracker()
 	return s
 }

@@ -26,16 +26,20 @@ type Submitted struct {
 // ErrEnded is Submit's error once the session has ended.
 var ErrEnded = errors.New("the session has ended")
 
+// From is who sent a frame to a session several clients share: the digest
+// of its credential ("" for none) and its address.
+type From struct{ Principal, Peer string }
+
 // Submit decides one frame of the client's (Options.Deliver) and sends
 // the server what passes: the front's way in, in place of the client's
 // In, so that it learns which requests the frame opened and ended. open
 // is called with the decision before anything of the frame can reach the
 // server, so that the front routes the answers before they can come.
-// parent is the trace context the frame came in, if any; principal, the
-// credential of its client (Options.Principal). Submit never waits for a
+// parent is the trace context the frame came in, if any; from, its client
+// (Options.Principal, Options.Peer). Submit never waits for a
 // server that does not read (its frames queue, as the HTTP bodies that
 // brought them were bounded); it waits for Run to have started.
-func (s *Session) Submit(frame []byte, parent proxy.TraceContext, principal string, open func(*Submitted)) error {
+func (s *Session) Submit(frame []byte, parent proxy.TraceContext, from From, open func(*Submitted)) error {
 	<-s.running
 	s.core.Lock()
 	defer s.core.Unlock()
@@ -47,8 +51,8 @@ func (s *Session) Submit(frame []byte, parent proxy.TraceContext, principal stri
 		open(&Submitted{Replies: [][]byte{s.t.Invalid(proxy.Client, err, frame)}})
 		return nil
 	}
-	s.principal = principal
-	defer func() { s.principal = "" }()
+	s.from = from
+	defer func() { s.from = From{} }()
 	if f.Batch {
 		s.submitBatch(&f, parent, open)
 	} else {
