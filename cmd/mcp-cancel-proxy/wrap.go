@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/admin"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/logcut"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/metrics"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/restart"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
@@ -258,6 +259,7 @@ func newLogger(c config.Log, w io.Writer, feed *events.Feed) *zap.Logger {
 	} else {
 		enc = zapcore.NewJSONEncoder(encCfg)
 	}
+	enc = logcut.Encoder(enc) // a peer's 1 MiB id is not a 1 MiB line
 	out := zapcore.Lock(zapcore.AddSync(w))
 	// Warnings and errors repeat when a peer misbehaves in a loop: of each
 	// message, the first 10 a second are written, then every 100th. Below

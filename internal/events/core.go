@@ -16,9 +16,10 @@ func (f *Feed) Core() zapcore.Core {
 }
 
 type core struct {
-	feed   *Feed
-	enc    zapcore.Encoder // with the logger's context fields (With)
-	marked bool            // the context holds the mark
+	feed    *Feed
+	enc     zapcore.Encoder // with the logger's context fields (With)
+	marked  bool            // the context holds the mark
+	session string          // the context's session field, if any
 }
 
 func (c *core) Enabled(zapcore.Level) bool { return c.feed.active.Load() }
@@ -28,7 +29,11 @@ func (c *core) With(fields []zapcore.Field) zapcore.Core {
 	for i := range fields {
 		fields[i].AddTo(enc)
 	}
-	return &core{feed: c.feed, enc: enc, marked: c.marked || marked(fields)}
+	session := c.session
+	if s, ok := sessionOf(fields); ok {
+		session = s
+	}
+	return &core{feed: c.feed, enc: enc, marked: c.marked || marked(fields), session: session}
 }
 
 func (c *core) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -43,6 +48,18 @@ func (c *core) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		return nil
 	}
 	e.LoggerName = ""
+	session := c.session
+	if s, ok := sessionOf(fields); ok {
+		session = s
+	}
+	write, leftOut := c.feed.bound.admit(session, e.Time)
+	if leftOut > 0 {
+		c.feed.publishLeftOut(session, leftOut, e.Time)
+	}
+	if !write {
+		c.feed.dropped.Add(1)
+		return nil
+	}
 	line, err := c.enc.EncodeEntry(e, fields)
 	if err != nil {
 		return err

@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/buffer"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/logcut"
 )
 
 // Key is the field that names an entry's event.
@@ -99,6 +101,11 @@ const (
 	FleetBack        Name = "fleet_back"        // and is back
 	FleetUnreachable Name = "fleet_unreachable" // the fleet's job queue cannot be reached: hooks kept locally
 	FleetStray       Name = "fleet_stray"       // a cancel accepted for a request another replica runs
+
+	// EventsLeftOut: more of a session's events than the feed's bound
+	// came in a window; how many were left out (session, left_out, bound,
+	// window), said before the session's next event.
+	EventsLeftOut Name = "events_left_out"
 )
 
 // Mark is the field that puts a log entry in the feed as an event named n.
@@ -114,13 +121,15 @@ type Feed struct {
 	file    *os.File
 	subs    map[*Subscription]struct{}
 	closed  bool
-	dropped atomic.Int64 // lines not written (a failed write, a full subscriber)
+	dropped atomic.Int64 // lines not written (a failed write, a full subscriber, the bound per session)
+	bound   bound
 }
 
 // Open returns a feed that appends to the file at path ("" for none, only
 // subscribers), created if need be, readable by its owner only.
 func Open(path string) (*Feed, error) {
-	f := &Feed{enc: zapcore.NewJSONEncoder(encoderConfig()), subs: map[*Subscription]struct{}{}}
+	f := &Feed{enc: logcut.Encoder(zapcore.NewJSONEncoder(encoderConfig())), subs: map[*Subscription]struct{}{},
+		bound: bound{perSession: DefaultPerSession, window: DefaultWindow, by: map[string]*window{}}}
 	if path != "" {
 		file, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
@@ -146,7 +155,8 @@ func encoderConfig() zapcore.EncoderConfig {
 }
 
 // Dropped is how many events were not written: a failed write to the file,
-// or a subscriber too slow to take them.
+// a subscriber too slow to take them, or a session's events beyond its
+// bound (bound.go).
 func (f *Feed) Dropped() int64 { return f.dropped.Load() }
 
 // Close stops the feed: the file is closed, every subscription ends.

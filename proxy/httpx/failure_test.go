@@ -261,3 +261,24 @@ func TestCancelSources(t *testing.T) {
 		t.Errorf("DELETE's cancel reported as %q, want session_end", got)
 	}
 }
+
+// TestUnconfirmedSessionForgotten: a POST naming a session this sidecar
+// never saw registers it on sight; when that POST fails before the
+// upstream answers (the upstream crashed), the session is forgotten, not
+// kept holding a slot until http.session_idle. Before, it was kept (about
+// 1,900 per load run with upstream crashes).
+func TestUnconfirmedSessionForgotten(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close() // nothing listens there now
+	sc := &httpx.Sidecar{Upstream: dead}
+	c := &rawClient{t: t, url: serveSidecar(t, sc), session: "from-before-the-crash"}
+	if _, code, _ := errorOf(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)); code != proxy.CodeServerGone {
+		t.Errorf("code %d, want %d", code, proxy.CodeServerGone)
+	}
+	if n := sc.Sessions(); n != 0 {
+		t.Errorf("%d sessions kept after a POST the upstream never answered", n)
+	}
+}
