@@ -3,6 +3,7 @@ package httpx
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -33,7 +34,10 @@ const codeHeaderMismatch = -32020
 func refuseMismatch(ctx *fasthttp.RequestCtx, f *framing.Frame, tools *mcpheader.Tools) bool {
 	version := upstream.Peek(ctx.Request.Header.All(), upstream.VersionHeader)
 	m := &f.Msgs[0]
-	if f.Batch || m.Kind != framing.KindRequest || !framing.Revision(version).CancelsByClose() {
+	// A 2026-07-28 body under an earlier revision's header is checked too:
+	// the header disagrees with it.
+	if f.Batch || m.Kind != framing.KindRequest ||
+		!framing.Revision(version).CancelsByClose() && !framing.Revision(upstream.MetaVersion(m)).CancelsByClose() {
 		return false
 	}
 	why := mismatch(&ctx.Request, m, string(version), tools)
@@ -59,6 +63,9 @@ func refuseTaskMismatch(ctx *fasthttp.RequestCtx, f *framing.Frame) bool {
 // body, or "": the standard ones, and a tools/call's Mcp-Param-* against
 // the tool's annotations, where tools knows them.
 func mismatch(req *fasthttp.Request, m *framing.Message, version string, tools *mcpheader.Tools) string {
+	if name := repeatedHeader(req); name != "" {
+		return "the " + name + " header is repeated"
+	}
 	if v := upstream.MetaVersion(m); v != "" && v != version {
 		return fmt.Sprintf("MCP-Protocol-Version header value %q does not match body value %q", version, v)
 	}
@@ -92,6 +99,24 @@ func mismatch(req *fasthttp.Request, m *framing.Message, version string, tools *
 		if err := tools.Check(want, m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], header); err != nil {
 			return err.Error()
 		}
+	}
+	return ""
+}
+
+// repeatedHeader returns the name of a request metadata header (Mcp-Method,
+// Mcp-Name, an Mcp-Param-*) the request carries more than once, or "": a
+// server reads one value, and an intermediary might read the other.
+func repeatedHeader(req *fasthttp.Request) string {
+	var seen []string
+	for k := range req.Header.All() {
+		name := strings.ToLower(string(k))
+		if name != "mcp-method" && name != "mcp-name" && !strings.HasPrefix(name, "mcp-param-") {
+			continue
+		}
+		if slices.Contains(seen, name) {
+			return string(k)
+		}
+		seen = append(seen, name)
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 package httpx_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,23 +32,33 @@ func TestHeaderMismatchRefused(t *testing.T) {
 			name, body string
 			headers    map[string]string
 			refused    bool
+			version    string      // the MCP-Protocol-Version header; "": 2026-07-28
+			repeat     [][2]string // headers added once more
 		}{
-			{"agree", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, false},
-			{"agree, encoded", fmt.Sprintf(call, "gr\u00fc\u00dfe", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "=?base64?Z3LDvMOfZQ==?="}, false},
-			{"no Mcp-Method", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Name": "echo"}, true},
-			{"other Mcp-Method", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/list", "Mcp-Name": "echo"}, true},
-			{"no Mcp-Name", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call"}, true},
-			{"other Mcp-Name", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "rm"}, true},
-			{"bad sentinel", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "=?base64?!!?="}, true},
-			{"other version in _meta", fmt.Sprintf(call, "echo", "2025-11-25"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, true},
+			{"agree", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, false, "", nil},
+			{"agree, encoded", fmt.Sprintf(call, "gr\u00fc\u00dfe", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "=?base64?Z3LDvMOfZQ==?="}, false, "", nil},
+			{"no Mcp-Method", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Name": "echo"}, true, "", nil},
+			{"other Mcp-Method", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/list", "Mcp-Name": "echo"}, true, "", nil},
+			{"no Mcp-Name", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call"}, true, "", nil},
+			{"other Mcp-Name", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "rm"}, true, "", nil},
+			{"bad sentinel", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "=?base64?!!?="}, true, "", nil},
+			{"other version in _meta", fmt.Sprintf(call, "echo", "2025-11-25"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, true, "", nil},
+			// Before, the four below went on.
+			{"a 2025 header on a 2026-07-28 body", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, true, "2025-11-25", nil},
+			{"repeated Mcp-Method", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, true, "", [][2]string{{"Mcp-Method", "tools/call"}}},
+			{"repeated Mcp-Name", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo"}, true, "", [][2]string{{"mcp-name", "rm"}}},
+			{"repeated Mcp-Param", fmt.Sprintf(call, "echo", "2026-07-28"), map[string]string{"Mcp-Method": "tools/call", "Mcp-Name": "echo", "Mcp-Param-Region": "eu"}, true, "", [][2]string{{"Mcp-Param-Region", "us"}}},
 		} {
 			t.Run(front+"/"+tc.name, func(t *testing.T) {
 				req, _ := http.NewRequest("POST", url, strings.NewReader(tc.body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Accept", "application/json, text/event-stream")
-				req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+				req.Header.Set("MCP-Protocol-Version", cmp.Or(tc.version, "2026-07-28"))
 				for k, v := range tc.headers {
 					req.Header.Set(k, v)
+				}
+				for _, kv := range tc.repeat {
+					req.Header.Add(kv[0], kv[1])
 				}
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {

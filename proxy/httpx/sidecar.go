@@ -348,6 +348,7 @@ func (s *Sidecar) serve(ctx *fasthttp.RequestCtx) {
 	if origin.CORS(ctx, s.AllowedOrigins, s.CheckHost, s.servedPath) {
 		return
 	}
+	s.dropHopHeaders(ctx)
 	if s.Legacy != nil && (legacyFront{s}).serveLegacy(ctx) {
 		return
 	}
