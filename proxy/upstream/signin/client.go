@@ -501,6 +501,7 @@ func (c *Client) guardClients() {
 	g := guard{allowed: c.AllowPrivate}
 	if u, err := url.Parse(c.Server); err == nil {
 		g.server = u.Hostname()
+		g.local = isLoopbackHost(g.server)
 	}
 	c.discovery, c.tokens = g.client(c.HTTP, false, &c.reads), g.client(c.HTTP, true, nil)
 }

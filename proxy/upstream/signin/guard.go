@@ -19,7 +19,10 @@ import (
 // the challenge), the authorization server and its endpoints. Each fetch
 // follows the go-sdk discovery's rules, so that a remote server cannot
 // make a user's bridge (or check --url, or a machine bridge in a cluster)
-// send requests to internal hosts: a URL is HTTPS or loopback; no
+// send requests to internal hosts: a URL is HTTPS, or loopback where the
+// server itself is (any port: a local server's own authorization server),
+// never loopback for a server elsewhere; it carries no user info (the
+// HTTP client would send it as Basic credentials); no
 // private, link-local (169.254.169.254 among them), carrier-grade NAT,
 // multicast or unspecified address, written in the URL or where its name
 // leads when dialled; no redirect that downgrades to HTTP or leads into
@@ -63,6 +66,9 @@ func isLoopbackHost(host string) bool {
 type guard struct {
 	server  string // the server's host (no port), exempt from the address rules
 	allowed []netip.Prefix
+	// local says the server's host is loopback: then, and only then, may
+	// the sign-in fetch loopback URLs (on any port).
+	local bool
 }
 
 // allows reports whether ip may be reached.
@@ -80,9 +86,15 @@ func (g guard) allows(ip netip.Addr) bool {
 
 // checkURL applies the rules to a URL about to be fetched.
 func (g guard) checkURL(u *url.URL) error {
+	if u.User != nil {
+		return fmt.Errorf("the sign-in does not fetch %s: its URL carries user info, which would be sent as credentials", redacted(u))
+	}
 	host := u.Hostname()
 	if host == g.server {
 		return nil
+	}
+	if isLoopbackHost(host) && !g.local {
+		return fmt.Errorf("the sign-in does not fetch %s: a loopback address, for a server that is not on loopback", redacted(u))
 	}
 	if u.Scheme != "https" && !isLoopbackHost(host) {
 		return fmt.Errorf("the sign-in does not fetch %s: not HTTPS, nor loopback", redacted(u))
@@ -241,7 +253,7 @@ func (g guard) dial(ctx context.Context, network, addr string) (net.Conn, error)
 				host = address
 			}
 			ip, err := netip.ParseAddr(host)
-			if err != nil || (!ip.Unmap().IsLoopback() && !g.allows(ip)) {
+			if err != nil || !(g.local && ip.Unmap().IsLoopback()) && !g.allows(ip) {
 				return fmt.Errorf("the sign-in does not connect to %s: a non-public address (http.oauth.allow_private lists those it may reach)", host)
 			}
 			return nil

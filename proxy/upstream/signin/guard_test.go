@@ -81,11 +81,21 @@ func TestSignInFetchesOnlyWhatTheRulesAllow(t *testing.T) {
 	g := guard{server: "mcp.example", allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
 	for raw, ok := range map[string]bool{
 		"https://10.1.2.3/as": true, "https://10.2.0.1/as": false, "http://mcp.example/x": true, "http://as.example/x": false,
-		"http://127.0.0.1:9/x": true, "https://[fe80::1]/x": false, "https://100.64.0.1/x": false, "https://8.8.8.8/x": true,
+		"http://127.0.0.1:9/x": false, "https://localhost/x": false, // loopback, for a server that is not (before: fetched)
+		"https://user:pw@as.example/x": false, "https://mcp.example@10.0.0.1/x": false, // user info, sent as Basic (before: fetched)
+		"https://[fe80::1]/x": false, "https://100.64.0.1/x": false, "https://8.8.8.8/x": true,
 	} {
 		u, _ := url.Parse(raw)
 		if err := g.checkURL(u); (err == nil) != ok {
 			t.Errorf("%s: %v, want allowed %v", raw, err, ok)
+		}
+	}
+	local := guard{server: "127.0.0.1", local: true}
+	for raw, ok := range map[string]bool{"http://127.0.0.1:9/x": true, "http://localhost:8080/as": true, "http://[::1]:7/x": true,
+		"http://user@127.0.0.1:9/x": false, "http://as.example/x": false} {
+		u, _ := url.Parse(raw)
+		if err := local.checkURL(u); (err == nil) != ok {
+			t.Errorf("for a loopback server, %s: %v, want allowed %v", raw, err, ok)
 		}
 	}
 }
