@@ -54,8 +54,18 @@ import (
 // zero.
 const DefaultWait = 5 * time.Minute
 
-// refreshEarly is how long before its expiry a token is refreshed.
+// refreshEarly is how long before its expiry a token is refreshed, at
+// most: a quarter of its life, where the proxy knows it (it refreshed the
+// token itself), is less for a short-lived one.
 const refreshEarly = time.Minute
+
+// schedule is when the token in use is refreshed: once, early by a
+// fraction of its life (dueLocked).
+type schedule struct {
+	token    string    // the access token it is for
+	obtained time.Time // when the proxy got it by a refresh; zero: unknown
+	tried    bool      // its refresh was tried: not again
+}
 
 // Client signs the proxy in to one MCP server. It implements
 // upstream.Authorizer: a request that meets a challenge while a sign-in
@@ -120,6 +130,7 @@ type Client struct {
 	loaded             bool
 	opened             bool    // the last flow showed the user the authorization URL
 	rec                *Record // the registration and token in use; nil before the first sign-in
+	sched              schedule
 	handler            *auth.AuthorizationCodeHandler
 	port               int
 }
@@ -147,13 +158,32 @@ func (c *Client) Token(waiting func()) (string, error) {
 	if c.rec == nil || c.rec.Token == nil {
 		return "", nil
 	}
-	t := c.rec.Token
-	if t.RefreshToken != "" && !t.Expiry.IsZero() && time.Until(t.Expiry) < refreshEarly {
+	if t := c.rec.Token; t.RefreshToken != "" && !t.Expiry.IsZero() && c.dueLocked(t) {
 		if err := c.refreshLocked(); err != nil {
 			c.log().Info("the token could not be refreshed: the server's challenge will start a sign-in", zap.Error(err))
 		}
 	}
 	return c.rec.Token.AccessToken, nil
+}
+
+// dueLocked reports whether t is due for its refresh before it is used:
+// once per token, within a quarter of its life of its expiry where the
+// proxy knows its life, else within refreshEarly. A token that lives under
+// a minute was refreshed before every request, and one whose refresh
+// failed was tried again by each.
+func (c *Client) dueLocked(t *oauth2.Token) bool {
+	if c.sched.token != t.AccessToken {
+		c.sched = schedule{token: t.AccessToken}
+	}
+	early := refreshEarly
+	if !c.sched.obtained.IsZero() {
+		early = min(early, t.Expiry.Sub(c.sched.obtained)/4)
+	}
+	if c.sched.tried || time.Until(t.Expiry) >= early {
+		return false
+	}
+	c.sched.tried = true
+	return true
 }
 
 // Challenged implements upstream.Authorizer.

@@ -18,7 +18,7 @@ func (c *Client) refreshLocked() error {
 	}
 	defer unlock()
 	if rec, err := c.Store.Load(c.Server); err == nil && rec != nil && rec.Token != nil &&
-		rec.Token.AccessToken != c.current() && time.Until(rec.Token.Expiry) >= refreshEarly {
+		rec.Token.AccessToken != c.current() && time.Until(rec.Token.Expiry) > 0 {
 		c.rec = rec
 		return nil
 	}
@@ -32,6 +32,7 @@ func (c *Client) refreshStoredLocked() error {
 	if err != nil {
 		return err
 	}
+	c.sched = schedule{token: tok.AccessToken, obtained: time.Now()}
 	next := *c.rec
 	next.Token = tok
 	c.rec = &next

@@ -101,6 +101,8 @@ type authServer struct {
 	meta              map[string]any // in place of the metadata's own fields
 	elsewhere         string         // the authorization server the resource metadata names, if not this one
 	stale             string         // a client ID the token endpoint no longer knows
+	refreshLife       int            // seconds a refreshed token lives; 0: an hour
+	refuseRefresh     atomic.Bool    // the token endpoint refuses refreshes (400)
 	registered        atomic.Int32
 	codes, refreshes  atomic.Int32
 	mu                sync.Mutex
@@ -155,7 +157,13 @@ func newAuthServer(t *testing.T) *authServer {
 		n := as.codes.Add(1)
 		if r.Form.Get("grant_type") == "refresh_token" {
 			n = as.refreshes.Add(1)
-			writeJSON(w, map[string]any{"access_token": fmt.Sprintf("refreshed-%d", n), "token_type": "Bearer", "expires_in": 3600})
+			if as.refuseRefresh.Load() {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				json.NewEncoder(w).Encode(map[string]any{"error": "invalid_grant"})
+				return
+			}
+			writeJSON(w, map[string]any{"access_token": fmt.Sprintf("refreshed-%d", n), "token_type": "Bearer", "expires_in": cmp.Or(as.refreshLife, 3600)})
 			return
 		}
 		writeJSON(w, map[string]any{"access_token": fmt.Sprintf("access-%d", n), "token_type": "Bearer",
@@ -246,6 +254,40 @@ func TestRefresh(t *testing.T) {
 	defer as.mu.Unlock()
 	if rec.Token.AccessToken != "refreshed-2" || rec.Token.RefreshToken != "refresh-1" || len(as.resources) != 2 || as.resources[1] != server {
 		t.Errorf("kept %+v; resources asked for %q", rec.Token, as.resources)
+	}
+}
+
+// TestRefreshOncePerToken: a short-lived token is refreshed once, early
+// by a quarter of its life, not before every request; a refresh that
+// fails is not tried again for the same token (the server's challenge
+// starts a sign-in). Before, a token living under a minute was refreshed
+// before each request, and a failing refresh was tried by each.
+func TestRefreshOncePerToken(t *testing.T) {
+	as := newAuthServer(t)
+	as.refreshLife = 40
+	st := &Store{Dir: t.TempDir()}
+	server := as.URL + "/mcp"
+	st.Save(&Record{Server: server, ClientID: "dcr-client", TokenURL: as.URL + "/token",
+		Token: &oauth2.Token{AccessToken: "old", RefreshToken: "refresh-1", Expiry: time.Now().Add(10 * time.Second)}})
+	c := &Client{Server: server, Store: st, Open: func(string) { t.Error("a flow, not a refresh") }}
+	for range 5 {
+		if tok, err := c.Token(func() {}); tok != "refreshed-1" || err != nil {
+			t.Fatalf("Token: %q, %v; want the one refresh's", tok, err)
+		}
+	}
+	if n := as.refreshes.Load(); n != 1 {
+		t.Errorf("%d refreshes for 5 requests within a 40 s token's first 30 s, want 1", n)
+	}
+	as.refuseRefresh.Store(true)
+	st2 := &Store{Dir: t.TempDir()}
+	st2.Save(&Record{Server: server, ClientID: "dcr-client", TokenURL: as.URL + "/token",
+		Token: &oauth2.Token{AccessToken: "old", RefreshToken: "refresh-1", Expiry: time.Now().Add(10 * time.Second)}})
+	c2 := &Client{Server: server, Store: st2, Open: func(string) { t.Error("a flow, not a refresh") }}
+	for range 5 {
+		c2.Token(func() {})
+	}
+	if n := as.refreshes.Load(); n != 2 {
+		t.Errorf("%d refreshes tried for 5 requests with a refused refresh, want 1", n-1)
 	}
 }
 
