@@ -87,12 +87,13 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "check: will run tools/call %s %s %d times and cancel each, then once more cancelled at once (and as a task, if the server offers it)\n",
 		*o.tool, raw, *o.runs)
+	opts.OverHTTP = *o.url != ""
 	r, err := check.Run(b, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
-	if *o.url != "" {
+	if *o.url != "" && !upstream.SpeaksSSE(b) { // an HTTP+SSE server's URL takes no Streamable HTTP POST
 		r.Lines = append(r.Lines, check.CancelPOST(*o.url, *o.headers, r.Server.Protocol, *o.timeout))
 	}
 	if *o.json {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -63,8 +64,8 @@ func TestE2ECheckKnownServers(t *testing.T) {
 // bridge does, over Streamable HTTP with a session, without one, and over
 // the 2024-11-05 HTTP+SSE transport. With a session and over HTTP+SSE the
 // verdicts are the same as over stdio (a late isError answer, the race
-// honoured, stray cancels ignored), and a session's late cancel POST is
-// accepted. Without a session the bridge sends the calls as 2026-07-28
+// passed, stray cancels ignored), though no line claims the handler
+// stopped, and a session's late cancel POST is accepted. Without a session the bridge sends the calls as 2026-07-28
 // ones and cancels by closing their streams: no late answer can come, and
 // a cancel that comes before the call's headers still stops it (the race).
 func TestE2ECheckOverHTTP(t *testing.T) {
@@ -79,7 +80,9 @@ func TestE2ECheckOverHTTP(t *testing.T) {
 	}{
 		{"streamable", "/mcp", []string{"--http"}, with(stdioLike, "http-cancel-status", "pass")},
 		{"streamable stateless", "/mcp", []string{"--stateless", "--http"}, with(stdioLike, "late-answer", "pass")},
-		{"sse", "/sse", []string{"--sse"}, stdioLike},
+		// No Streamable HTTP POST goes to an HTTP+SSE server's URL (before,
+		// its http-cancel-status line came of one).
+		{"sse", "/sse", []string{"--sse"}, with(stdioLike, "http-cancel-status", "")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -88,6 +91,11 @@ func TestE2ECheckOverHTTP(t *testing.T) {
 			waitListening(t, up)
 			got, code, out := runCheck(t, nil, append([]string{"--url", "http://" + up + c.path}, call...)...)
 			compareChecks(t, got, c.want, code, 0, out)
+			// Over HTTP, whether a handler stopped cannot be seen: no line
+			// claims it (before: "honoured", "stopped").
+			if bytes.Contains(out, []byte("honoured")) || bytes.Contains(out, []byte("stopped:")) {
+				t.Errorf("a line claims a stop over HTTP:\n%s", out)
+			}
 		})
 	}
 }

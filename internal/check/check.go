@@ -40,6 +40,11 @@ type Options struct {
 	MaxFrame int
 	// Progress, if not nil, is told what is about to run, step by step.
 	Progress func(string)
+	// OverHTTP says the server is reached over HTTP (--url): whether its
+	// handler stopped cannot be seen there (its cancel, or the stream's
+	// close, ends what the server can say to this client), so no line
+	// claims it did.
+	OverHTTP bool
 }
 
 // Tool is one tool of the server's tools/list.

@@ -138,7 +138,10 @@ func (p pipes) Exited() <-chan struct{} {
 }
 
 // runFake checks the fake in mode, in a bubble of fake time.
-func runFake(t *testing.T, mode string) *Report {
+func runFake(t *testing.T, mode string) *Report { return runFakeWith(t, mode, Options{}) }
+
+// runFakeWith is runFake with o (its Tool and Runs set here).
+func runFakeWith(t *testing.T, mode string, o Options) *Report {
 	t.Helper()
 	var r *Report
 	synctest.Test(t, func(t *testing.T) {
@@ -152,7 +155,8 @@ func runFake(t *testing.T, mode string) *Report {
 		done := make(chan struct{})
 		go func() { defer close(done); f.serve(toServer, fromServer) }()
 		var err error
-		r, err = Run(pipes{toClient, fromClient}, Options{Tool: "work", Runs: 2})
+		o.Tool, o.Runs = "work", 2
+		r, err = Run(pipes{toClient, fromClient}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,6 +239,25 @@ func TestReportSays(t *testing.T) {
 		}
 		if strings.ContainsAny(out, "\x1b\x07\u009b") {
 			t.Errorf("%s: the report holds control characters:\n%q", mode, out)
+		}
+	}
+}
+
+// TestOverHTTPClaimsNoStop: over HTTP no line says a handler stopped or
+// honoured its cancel: that cannot be seen there (docs/check.md). Before,
+// a FastMCP tool that ran to its end behind HTTP was reported "ok cancel
+// stopped".
+func TestOverHTTPClaimsNoStop(t *testing.T) {
+	for _, mode := range []string{"honour", "late"} {
+		var b strings.Builder
+		r := runFakeWith(t, mode, Options{OverHTTP: true})
+		Print(&b, r)
+		out := b.String()
+		if strings.Contains(out, "honoured") || strings.Contains(out, "stopped:") || !strings.Contains(out, unseenOverHTTP) {
+			t.Errorf("%s over HTTP:\n%s", mode, out)
+		}
+		if got := verdicts(r); !strings.Contains(got, "cancel=pass") || !strings.Contains(got, "race=pass") {
+			t.Errorf("%s over HTTP: verdicts %s", mode, got)
 		}
 	}
 }

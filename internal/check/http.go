@@ -32,7 +32,10 @@ func CancelPOST(rawURL string, headers []upstream.Header, protocol framing.Revis
 	if err != nil {
 		return Line{Check: check, Verdict: Skip, Says: "initialize: " + upstream.Brief(err)}
 	}
-	session := string(resp.Header.Peek("Mcp-Session-Id"))
+	// Header names in any case: server-everything and FastMCP send
+	// mcp-session-id (a case-sensitive look missed it, and the cancel
+	// went without the session: HTTP 400, a false FAIL).
+	session := string(upstream.Peek(resp.Header.All(), upstream.SessionHeader))
 	upstream.ReadHead(resp) // and releases it
 	post := func(body []byte) (int, error) {
 		resp, err := u.Do(upstream.Request{Body: body, Session: session, Version: string(protocol)}, timeout)

@@ -13,9 +13,11 @@ import (
 const (
 	proxyLate     = "suppressed: the proxy keeps an answer after a cancel from the client"
 	proxyProgress = "suppressed: the proxy keeps a cancelled call's progress from the client"
-	proxyLost     = "the proxy frees the client at once and suppresses the answer; the work upstream still runs (a policy hook can undo it)"
-	proxyStray    = "the proxy drops such cancels itself: the server never sees them"
-	proxyGone     = "the proxy answers the client's open requests with an error and restarts a stdio server (child.restart)"
+	// unseenOverHTTP is why a line over HTTP claims no stop.
+	unseenOverHTTP = "whether the handler stopped cannot be seen over HTTP"
+	proxyLost      = "the proxy frees the client at once and suppresses the answer; the work upstream still runs (a policy hook can undo it)"
+	proxyStray     = "the proxy drops such cancels itself: the server never sees them"
+	proxyGone      = "the proxy answers the client's open requests with an error and restarts a stdio server (child.restart)"
 )
 
 // inFlight is how long after a cancel a message may still come because the
@@ -84,8 +86,12 @@ func (s *session) checkCancels(r *Report) []run {
 		return runs
 	}
 	switch {
+	case late == 0 && progressed == 0 && s.o.OverHTTP:
+		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("quiet: no answer and no progress after the cancel within %s (%d of %d tries); %s", s.o.Watch, n, n, unseenOverHTTP)})
 	case late == 0 && progressed == 0:
 		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("honoured: no answer and no progress after the cancel within %s (%d of %d tries)", s.o.Watch, n, n)})
+	case wentOn == 0 && s.o.OverHTTP:
+		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("no progress after the cancel (%d of %d tries), though it answered the cancelled call in %d (late-answer); %s", n, n, late, unseenOverHTTP)})
 	case wentOn == 0: // its answer is late-answer's to judge, not this line's
 		r.add(Line{Check: "cancel", Verdict: Pass, Says: fmt.Sprintf("stopped: no progress after the cancel (%d of %d tries), though it answered the cancelled call in %d (late-answer)", n, n, late)})
 	default:
@@ -133,6 +139,8 @@ func (s *session) checkRace(r *Report, runs []run) {
 	case u.lastProgress > inFlight:
 		r.add(Line{Check: "race", Verdict: Fail, Rank: "SHOULD", Proxy: proxyLost,
 			Says: fmt.Sprintf("lost: progress went on for %s after the cancel", round(u.lastProgress))})
+	case s.o.OverHTTP:
+		r.add(Line{Check: "race", Verdict: Pass, Says: "no full result and no progress after a cancel right after its request; " + unseenOverHTTP})
 	default:
 		r.add(Line{Check: "race", Verdict: Pass, Says: "honoured: a cancel right after its request stopped the call"})
 	}

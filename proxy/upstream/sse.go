@@ -148,6 +148,13 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 
 // sseBackend is one HTTP+SSE session: the event stream, read into in as
 // lines, and the endpoint that Write POSTs each line to.
+// SpeaksSSE reports whether b is an HTTP+SSE server's connection (the
+// 2024-11-05 transport), which Dial found or was told.
+func SpeaksSSE(b Backend) bool {
+	_, ok := b.(*sseBackend)
+	return ok
+}
+
 type sseBackend struct {
 	u        *SSEUpstream
 	log      *zap.Logger
