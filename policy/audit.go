@@ -133,10 +133,44 @@ func (rec *Record) spanAttrs() []proxy.Attr {
 	return attrs
 }
 
+// The outcomes of a forwarded cancel (Record.Honour), as the metric
+// mcp_cancel_proxy_cancels_settled_total{honoured} and the status page
+// count them.
+const (
+	// HonourSeen: the stop was seen: the server answered the cancelled
+	// request with an error (its answer to the cancel), or was restarted.
+	HonourSeen = "true"
+	// HonourIgnored: the server answered with a result anyway: its work ran
+	// to its end.
+	HonourIgnored = "false"
+	// HonourForwarded: nothing after the cancel showed whether the server
+	// stopped (it went quiet: a server that ignores the cancel and never
+	// answers looks the same).
+	HonourForwarded = "forwarded"
+)
+
+// Honour says what rec, a forwarded cancel's story, showed of the
+// server's stop. Before, a server that went quiet after the cancel was
+// counted as honouring it, though its tool kept working
+// (server-everything's).
+func (rec *Record) Honour() string {
+	switch {
+	case rec.Restarted || rec.Late != nil && (rec.Late.Error || rec.Late.Stopped):
+		return HonourSeen
+	case rec.Late != nil:
+		return HonourIgnored
+	}
+	return HonourForwarded
+}
+
 // Late is a response that came after the cancel and was kept from the client.
 type Late struct {
-	At         time.Time       `json:"at"`
-	Error      bool            `json:"error"`
+	At    time.Time `json:"at"`
+	Error bool      `json:"error"`
+	// Stopped says the answer shows the handler stopped: a JSON-RPC error
+	// or a result marked isError (the go-sdk's answer to a cancel), not a
+	// result of work that ran to its end.
+	Stopped    bool            `json:"stopped,omitempty"`
 	Suppressed bool            `json:"suppressed"`
 	Result     json.RawMessage `json:"result,omitempty"` // with include_results
 }

@@ -35,7 +35,7 @@ type Metrics interface {
 	HooksWaiting(delta int)
 	// CancelSettled says whether the upstream honoured a cancel: no answer
 	// came within the late window.
-	CancelSettled(honoured bool)
+	CancelSettled(honour string)
 	// AuditFailed counts an audit line that could not be written.
 	AuditFailed()
 	// StoreDamaged counts a damaged hook store file set aside.
@@ -339,7 +339,7 @@ func (noMetrics) Orphans(int)             {}
 func (noMetrics) Forwarded(bool)          {}
 func (noMetrics) Waiting(int)             {}
 func (noMetrics) HooksWaiting(int)        {}
-func (noMetrics) CancelSettled(bool)      {}
+func (noMetrics) CancelSettled(string)    {}
 func (noMetrics) AuditFailed()            {}
 func (noMetrics) StoreDamaged()           {}
 func (noMetrics) AnswersKept(int64, int)  {}

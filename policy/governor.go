@@ -469,7 +469,8 @@ func (g *governor) late(c *proxy.Call, m *framing.Message) {
 
 // lateLocked applies the answer m, come after r's cancel, to r's story.
 func (g *governor) lateLocked(r *record, m *framing.Message) []effect {
-	ev := event{kind: evLate, late: &Late{At: g.e.clock.Now(), Error: m.IsError, Suppressed: true},
+	stopped := m.IsError || string(field(m.Raw, "result", "isError")) == "true"
+	ev := event{kind: evLate, late: &Late{At: g.e.clock.Now(), Error: m.IsError, Stopped: stopped, Suppressed: true},
 		answer: field(m.Raw, "result"), phase: "on_late_result", hook: r.rule.OnLateResult}
 	if m.IsError {
 		ev.answer, ev.phase, ev.hook = field(m.Raw, "error"), "on_late_error", r.rule.OnLateError

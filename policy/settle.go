@@ -120,7 +120,7 @@ func (g *governor) write(r *record, rec *Record) {
 	}
 	settled := rec.Dispatched && r.answered.IsZero() && rec.TaskID == ""
 	if settled {
-		g.e.metrics.CancelSettled(rec.Late == nil)
+		g.e.metrics.CancelSettled(rec.Honour())
 	}
 	g.e.stories.note(rec, settled)
 	g.e.writeAudit(rec, g.log)

@@ -48,6 +48,9 @@ type Story struct {
 	Source, Reason, Status               string
 	Steps                                []Step
 	Honoured, Dispatched, CompletedFirst bool
+	// Quiet: forwarded, and nothing after it showed whether the server
+	// stopped (Record.Honour's HonourForwarded).
+	Quiet bool
 }
 
 // Step is one thing that happened in a story, At after the request started.
@@ -62,10 +65,11 @@ type JobStatus struct {
 	Attempts                          int
 }
 
-// ToolHonour counts a tool's cancels by whether the upstream honoured them.
+// ToolHonour counts a tool's forwarded cancels by what showed of the
+// server's stop (Record.Honour): seen, nothing, or a result anyway.
 type ToolHonour struct {
-	Tool                  string
-	Honoured, NotHonoured int
+	Tool                             string
+	Honoured, Forwarded, NotHonoured int
 }
 
 // stories keeps what the status page shows of past requests.
@@ -100,10 +104,13 @@ func (s *stories) note(rec *Record, settled bool) {
 		h = &ToolHonour{Tool: name}
 		s.honour[name] = h
 	}
-	if rec.Late == nil {
+	switch rec.Honour() {
+	case HonourSeen:
 		h.Honoured++
-	} else {
+	case HonourIgnored:
 		h.NotHonoured++
+	default:
+		h.Forwarded++
 	}
 }
 
@@ -111,7 +118,8 @@ func (s *stories) note(rec *Record, settled bool) {
 func storyOf(rec *Record) Story {
 	st := Story{Time: rec.Started, Session: rec.Session, ID: string(rec.ID), Method: rec.Method, Tool: rec.Tool,
 		Source: rec.Source, Reason: rec.Reason, Status: rec.Status, Dispatched: rec.Dispatched,
-		Honoured: rec.Dispatched && rec.Late == nil, CompletedFirst: rec.Status == StatusCompletedBefore}
+		Honoured: rec.Dispatched && rec.Honour() == HonourSeen, Quiet: rec.Dispatched && rec.Honour() == HonourForwarded,
+		CompletedFirst: rec.Status == StatusCompletedBefore}
 	if v, ok := rec.Correlation["run_id"]; ok {
 		st.RunID = plain(v)
 	}

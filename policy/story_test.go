@@ -178,7 +178,7 @@ func TestStoryRefuses(t *testing.T) {
 
 // TestStatus: the status snapshot has the calls in flight of each session,
 // the cancel stories newest first (the last storiesMax), and, per tool,
-// the cancels honoured or answered anyway.
+// the cancels whose stop was seen, that went quiet, or answered anyway.
 func TestStatus(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	p := Defaults()
@@ -198,7 +198,9 @@ func TestStatus(t *testing.T) {
 		st.Stories[0].Steps[1].What != "cancel read (client)" {
 		t.Errorf("stories: %+v", st.Stories)
 	}
-	if len(st.Tools) != 1 || st.Tools[0] != (ToolHonour{Tool: "job", Honoured: 1}) {
+	// Nothing after the cancel showed the server stopped: quiet, not
+	// honoured (before: counted honoured).
+	if len(st.Tools) != 1 || st.Tools[0] != (ToolHonour{Tool: "job", Forwarded: 1}) {
 		t.Errorf("tools: %+v", st.Tools)
 	}
 	for i := range storiesMax + 5 {
@@ -244,5 +246,39 @@ func TestLiveStory(t *testing.T) {
 	st = e.Status()
 	if len(st.Stories) != 1 || st.Stories[0].Live || st.Stories[0].Status != StatusNotConfirmed || !st.Stories[0].Time.Equal(rec.Started) {
 		t.Errorf("stories once the window ended: %+v, want the one finished story", st.Stories)
+	}
+}
+
+// TestHonour: a forwarded cancel counts as honoured only when the stop is
+// seen: the server answered the cancelled call with an error, JSON-RPC's
+// or an isError result (its answer to the cancel); a result anyway is
+// not; and silence is "forwarded", not honoured (server-everything goes
+// quiet while its tool works on).
+func TestHonour(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	for _, c := range []struct{ name, late, want string }{
+		{"an isError result", `{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}`, HonourSeen},
+		{"an error", `{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"cancelled"}}`, HonourSeen},
+		{"a result anyway", `{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}]}}`, HonourIgnored},
+		{"nothing", "", HonourForwarded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := Defaults()
+			p.Rules = []Rule{{Tool: "job"}}
+			e, clk, recs := engine(t, p)
+			ft := newTransport(t, e)
+			ft.client(call(1, "job", ""))
+			ft.client(cancel(1))
+			if c.late != "" {
+				ft.server(c.late)
+			}
+			clk.Advance(p.LateWindow)
+			if got := waitRecord(t, recs).Honour(); got != c.want {
+				t.Errorf("Honour() = %q, want %q", got, c.want)
+			}
+		})
+	}
+	if got := (&Record{Restarted: true}).Honour(); got != HonourSeen {
+		t.Errorf("a restarted server: %q, want %q", got, HonourSeen)
 	}
 }

@@ -116,7 +116,7 @@ policy:
 	t.Logf("screenshot: %s", path)
 	for _, want := range []string{"request 1", "run run-9", "request sent", "cancel read (client)",
 		"cancel forwarded upstream", "late answer suppressed", "hook on_cancel ok", "answered after the cancel", "user pressed stop",
-		"0 quiet after the cancel, 1 answered anyway"} {
+		"0 stop seen, 0 quiet (stop not seen), 1 answered anyway"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the page does not show %q:\n%s", want, text)
 		}

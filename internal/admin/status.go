@@ -33,11 +33,15 @@ func serveStatus(ctx *fasthttp.RequestCtx, engine *atomic.Pointer[policy.Engine]
 var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"ms":  func(d time.Duration) string { return "+" + d.Round(time.Millisecond).String() },
 	"age": func(d time.Duration) string { return d.Round(time.Second).String() },
-	"pct": func(part, a, b int) int {
-		if a+b == 0 {
+	"pct": func(part int, all ...int) int {
+		sum := 0
+		for _, n := range all {
+			sum += n
+		}
+		if sum == 0 {
 			return 0
 		}
-		return part * 100 / (a + b)
+		return part * 100 / sum
 	},
 	"clock": func(t time.Time) string { return t.UTC().Format("15:04:05") },
 }).Parse(`<!doctype html>
@@ -52,7 +56,7 @@ table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:left;border-bo
 ol.timeline{list-style:none;padding:0;margin:0;display:flex;flex-wrap:wrap;gap:.3em}
 ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
 .ok{color:#17643a}.bad{color:#a1261b}
-.bar{display:flex;width:20em;height:1em;background:#eee}.bar .h{background:#3b9a5c}.bar .n{background:#c9473b}
+.bar{display:flex;width:20em;height:1em;background:#eee}.bar .h{background:#3b9a5c}.bar .f{background:#b8bec6}.bar .n{background:#c9473b}
 </style></head><body>
 <h1>mcp-cancel-proxy</h1>
 {{if not .}}<p>No policy engine runs in this process.</p>{{else}}
@@ -65,16 +69,16 @@ ol.timeline li{background:#f1f4f8;border-radius:3px;padding:.1em .5em}
 {{range .Stories}}<div class="story{{if .Live}} live{{end}}">
 <h3>{{or .Tool .Method}} <span class="muted">request {{.ID}} · session {{.Session}}{{if .RunID}} · run {{.RunID}}{{end}}{{if .TraceID}} · trace {{.TraceID}}{{end}} · started {{clock .Time}}</span></h3>
 <ol class="timeline">{{range .Steps}}<li><span class="muted">{{ms .At}}</span> {{.What}}</li>{{end}}</ol>
-<p class="{{if .Live}}muted{{else if or .Honoured .CompletedFirst (not .Dispatched)}}ok{{else}}bad{{end}}">{{.Status}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</p>
+<p class="{{if .Live}}muted{{else if or .Honoured .CompletedFirst (not .Dispatched)}}ok{{else if .Quiet}}muted{{else}}bad{{end}}">{{.Status}}{{if .Reason}} <span class="muted">({{.Reason}})</span>{{end}}</p>
 </div>{{else}}<p class="muted">no cancel yet</p>{{end}}
 <h2>Hook jobs pending or orphaned</h2>
 {{if .Jobs}}<table><tr><th>job</th><th>phase</th><th>tool</th><th>state</th><th>attempts</th><th>last error</th></tr>
 {{range .Jobs}}<tr><td>{{.ID}}</td><td>{{.Phase}}</td><td>{{.Tool}}</td><td>{{.State}}</td><td>{{.Attempts}}</td><td>{{.LastError}}</td></tr>{{end}}</table>
 {{else}}<p class="muted">none</p>{{end}}
-<h2>After a cancel, per tool: quiet, or answered anyway</h2>
-{{if .Tools}}<table>{{range .Tools}}<tr><td>{{.Tool}}</td><td><div class="bar" title="{{.Honoured}} quiet after the cancel, {{.NotHonoured}} answered anyway">
-<div class="h" style="width:{{pct .Honoured .Honoured .NotHonoured}}%"></div><div class="n" style="width:{{pct .NotHonoured .Honoured .NotHonoured}}%"></div></div></td>
-<td>{{.Honoured}} quiet after the cancel, {{.NotHonoured}} answered anyway</td></tr>{{end}}</table>
+<h2>After a cancel, per tool: stop seen, quiet, or answered anyway</h2>
+{{if .Tools}}<table>{{range .Tools}}<tr><td>{{.Tool}}</td><td><div class="bar" title="{{.Honoured}} stop seen, {{.Forwarded}} quiet (stop not seen), {{.NotHonoured}} answered anyway">
+<div class="h" style="width:{{pct .Honoured .Honoured .Forwarded .NotHonoured}}%"></div><div class="f" style="width:{{pct .Forwarded .Honoured .Forwarded .NotHonoured}}%"></div><div class="n" style="width:{{pct .NotHonoured .Honoured .Forwarded .NotHonoured}}%"></div></div></td>
+<td>{{.Honoured}} stop seen, {{.Forwarded}} quiet (stop not seen), {{.NotHonoured}} answered anyway</td></tr>{{end}}</table>
 {{else}}<p class="muted">no cancel forwarded yet</p>{{end}}
 {{end}}</body></html>
 `))

@@ -25,7 +25,7 @@ func exported(t *testing.T) map[string]map[string]bool {
 	p.HookRan("on_cancel", true)
 	p.ClientTimeoutFired(true)
 	p.Forwarded(true)
-	p.CancelSettled(true)
+	p.CancelSettled("true")
 	p.CancelNotified(time.Millisecond)
 	m.Operation("tools/call", "t", "", "tcp", "2025-11-25", time.Millisecond)
 	families, err := m.Registry.Gather()

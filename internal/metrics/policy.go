@@ -57,7 +57,7 @@ func (m *Metrics) NewPolicy(upstream string) *Policy {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "restarts_total",
 			Help: "Server restarts by escalate: restart."}),
 		settled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "cancels_settled_total",
-			Help: "Cancels forwarded upstream, by whether the upstream honoured them (no answer within policy.late_window)."},
+			Help: "Cancels forwarded upstream, by what showed of the server's stop within policy.late_window: honoured=true (an error answer, a restart), false (a result anyway), forwarded (nothing)."},
 			[]string{"upstream", "honoured"}),
 		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mcp_cancel_proxy", Name: "audit_write_failures_total",
 			Help: "Audit lines that could not be written (a full disk): none of them is left half written."}),
@@ -147,13 +147,11 @@ func (p *Policy) Waiting(delta int) { p.waiting.Add(float64(delta)) }
 // HooksWaiting moves the gauge of hooks waiting for a turn.
 func (p *Policy) HooksWaiting(delta int) { p.hooksWaiting.Add(float64(delta)) }
 
-// CancelSettled counts a cancel as honoured or not.
-func (p *Policy) CancelSettled(honoured bool) {
-	h := "false"
-	if honoured {
-		h = "true"
-	}
-	p.settled.WithLabelValues(p.upstream, h).Inc()
+// CancelSettled counts a forwarded cancel by what showed of the server's
+// stop: "true" (seen), "false" (it answered with a result anyway),
+// "forwarded" (nothing showed).
+func (p *Policy) CancelSettled(honour string) {
+	p.settled.WithLabelValues(p.upstream, honour).Inc()
 }
 
 // AuditFailed counts an audit line not written.

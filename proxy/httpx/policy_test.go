@@ -162,7 +162,7 @@ func (w *waitMetrics) HookRan(string, bool)    {}
 func (w *waitMetrics) Orphan()                 {}
 func (w *waitMetrics) Orphans(int)             {}
 func (w *waitMetrics) Forwarded(bool)          {}
-func (w *waitMetrics) CancelSettled(bool)      {}
+func (w *waitMetrics) CancelSettled(string)    {}
 func (w *waitMetrics) AuditFailed()            {}
 func (w *waitMetrics) StoreDamaged()           {}
 func (w *waitMetrics) AnswersKept(int64, int)  {}
