@@ -39,6 +39,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 	signIn, err := signInOf(cfg, headers, log)
 	if err != nil {
 		log.Error("cannot sign in to the upstream", zap.Error(err))
+		refuseClient(stdin, stdout, "cannot sign in to the upstream MCP server: "+err.Error(), int(cfg.Limits.MaxFrameSize))
 		return 1
 	}
 	// From here on, a signal or the client's leaving ends a sign-in that
@@ -70,6 +71,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		}}, log)
 	if err != nil {
 		log.Error("cannot reach the upstream", zap.String("upstream", cfg.HTTP.Upstream), zap.Error(err))
+		refuseClient(stdin, stdout, "cannot reach the upstream MCP server "+upstreamName(cfg.HTTP.Upstream)+": "+err.Error(), int(cfg.Limits.MaxFrameSize))
 		return 1
 	}
 	var running atomic.Pointer[policy.Engine]

@@ -167,3 +167,37 @@ func TestConformanceAuthThroughSidecar(t *testing.T) {
 		})
 	}
 }
+
+// refusedSignIns are the suite's 2026-07-28 auth scenarios whose sign-in
+// the bridge must refuse (an issuer or resource that does not match).
+var refusedSignIns = []string{"iss-supported-missing", "iss-wrong-issuer", "iss-unexpected", "iss-normalized",
+	"metadata-issuer-mismatch", "resource-mismatch"}
+
+// TestConformanceRefusedSignInAnswered: in the suite's scenarios whose
+// sign-in must be refused, the bridge refuses it while it finds out the
+// upstream's transport, and a client that starts as a 2026-07-28 client
+// does (server/discover, then the go-sdk's initialize) has each request
+// answered with the proxy's error naming the cause. Before, the checks
+// passed and the client then waited for server/discover's answer until
+// its own timeout (60 s): the bridge had exited without a word.
+func TestConformanceRefusedSignInAnswered(t *testing.T) {
+	t.Parallel()
+	node, dir := nodePeers(t)
+	watchdog(t, 3*time.Minute)
+	client := bridgeClient(t)
+	for _, name := range refusedSignIns {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(node, filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
+				"client", "--command", client, "--scenario", "auth/"+name, "--spec-version", "2026-07-28")
+			cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir())
+			out, _ := cmd.CombinedOutput()
+			if passed, failed := conformanceTotals(out); failed != 0 || passed == 0 {
+				t.Errorf("%d checks passed, %d failed:\n%s", passed, failed, out)
+			}
+			if !regexp.MustCompile(`bridge-client: connecting through the bridge: calling "(server/discover|initialize)": mcp-cancel-proxy: cannot reach the upstream MCP server`).Match(out) {
+				t.Errorf("the client did not hear why:\n%s", out)
+			}
+		})
+	}
+}

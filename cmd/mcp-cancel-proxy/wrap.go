@@ -44,6 +44,7 @@ func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCl
 	first, err := child.Start(argv, copts)
 	if err != nil {
 		log.Error("cannot start the server", zap.Error(err))
+		refuseClient(stdin, stdout, "cannot start the MCP server: "+err.Error(), int(cfg.Limits.MaxFrameSize))
 		return 1
 	}
 	link := restart.New(first, argv, copts, cfg.Policy.MaxRestarts, log, escalates(cfg.Policy))

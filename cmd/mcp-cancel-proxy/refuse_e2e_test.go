@@ -1,0 +1,84 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2ERefusedClientHearsWhy: a proxy that cannot serve (its command is
+// missing, its upstream unreachable) answers its client's requests with a
+// JSON-RPC error naming the cause, then exits 1 once the client leaves
+// (TestConformanceRefusedSignInAnswered: a sign-in refused while the
+// bridge finds out the upstream's transport). Before,
+// the client saw only "Connection closed", and a client that starts as a
+// 2026-07-28 one does (server/discover first) waited for an answer until
+// its own timeout (the conformance suite's refused-sign-in scenarios).
+func TestE2ERefusedClientHearsWhy(t *testing.T) {
+	t.Parallel()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close() // nothing listens there now
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	const discover = `{"jsonrpc":"2.0","id":"d1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	for _, c := range []struct {
+		name  string
+		args  []string
+		first string
+		id    any
+		why   string
+	}{
+		{"missing command", []string{"--", "/nonexistent/mcp-server"}, initialize, float64(1), "cannot start the MCP server"},
+		{"unreachable upstream", []string{"--upstream", closed}, discover, "d1", "cannot reach the upstream MCP server"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(proxyBin, c.args...)
+			cmd.Env = append(cmd.Environ(), "XDG_STATE_HOME="+t.TempDir(), "BROWSER=false")
+			cmd.WaitDelay = 5 * time.Second
+			in, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill() })
+			io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/ignored"}`+"\n"+c.first+"\n")
+			line := make(chan string, 1)
+			go func() {
+				s, _ := bufio.NewReader(out).ReadString('\n')
+				line <- s
+			}()
+			var got string
+			select {
+			case got = <-line:
+			case <-time.After(30 * time.Second): // bounds the test
+				t.Fatal("the client's first request got no answer")
+			}
+			var answer struct {
+				ID    any
+				Error *struct {
+					Code    int
+					Message string
+					Data    map[string]string
+				}
+			}
+			if json.Unmarshal([]byte(got), &answer) != nil || answer.Error == nil || answer.ID != c.id ||
+				answer.Error.Code != -32000 || !strings.Contains(answer.Error.Message, c.why) || answer.Error.Data["proxy"] != "mcp-cancel-proxy" {
+				t.Errorf("the first request's answer: %q, want the proxy's error naming %q", got, c.why)
+			}
+			in.Close()
+			err := cmd.Wait()
+			if ee, ok := errors.AsType[*exec.ExitError](err); !ok || ee.ExitCode() != 1 {
+				t.Errorf("exit: %v, want status 1", err)
+			}
+		})
+	}
+}
