@@ -148,11 +148,13 @@ func (st *Stream) Ended() bool {
 // message (a deadline's error): at once the upstream's too, or, when the
 // stream lingers, after the linger, as release does after a cancel, so
 // that a late answer still reaches the tracker and the policy's hooks.
+// The message is kept even on a stream already ended: a JSON answer read
+// whole ends its stream before it is decided, and the front that then
+// finds it suppressed writes this message instead (before, the client got
+// an empty body).
 func (st *Stream) Finish(msg []byte) {
 	st.mu.Lock()
-	if st.state != ended {
-		st.final = msg
-	}
+	st.final = msg
 	st.mu.Unlock()
 	st.release()
 }
