@@ -340,7 +340,7 @@ func TestDeadlineWhileAJSONAnswerIsRead(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			io.WriteString(w, `{"jsonrpc":"2.0",`)
 			w.(http.Flusher).Flush() // the headers and half the answer
-			<-release                 // the rest once the client has its answer
+			<-release                // the rest once the client has its answer
 			io.WriteString(w, `"id":1,"result":{"content":[]}}`)
 		default:
 			w.WriteHeader(http.StatusAccepted)
