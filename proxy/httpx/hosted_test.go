@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -47,20 +48,12 @@ func TestHostedTaskFailsWithItsPOST(t *testing.T) {
 	defer e.Shutdown()
 	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor})}
 	c.initialize()
-	created := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","task":{}}}`))
-	var task struct {
-		Result struct {
-			Task struct{ TaskID string } `json:"task"`
-		} `json:"result"`
-	}
-	if json.Unmarshal(created, &task) != nil || task.Result.Task.TaskID == "" {
-		t.Fatalf("no task: %s", created)
-	}
-	res := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"`+task.Result.Task.TaskID+`"}}`))
+	taskID := hostReport(t, c)
+	res := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"`+taskID+`"}}`))
 	if !strings.Contains(string(res), `"error"`) || !strings.Contains(string(res), "HTTP 503") {
 		t.Errorf("tasks/result: %s, want the proxy's error naming HTTP 503", res)
 	}
-	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+task.Result.Task.TaskID+`"}}`))
+	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+taskID+`"}}`))
 	if !strings.Contains(string(got), `"status":"failed"`) {
 		t.Errorf("tasks/get: %s, want failed", got)
 	}
@@ -87,37 +80,7 @@ func lastJSON(t *testing.T, resp *http.Response) []byte {
 func TestHostedTasksPerClient(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	release := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		switch {
-		case strings.Contains(string(body), `"initialize"`):
-			w.Header().Set("Mcp-Session-Id", fmt.Sprint("s", time.Now().UnixNano()))
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
-		case strings.Contains(string(body), `"tools/call"`):
-			select { // works on until the test ends
-			case <-release:
-				w.Header().Set("Content-Type", "application/json")
-				io.WriteString(w, `{"jsonrpc":"2.0","id":"`+jsonrpcID(body)+`","result":{"content":[]}}`)
-			case <-r.Context().Done():
-			}
-		default:
-			w.WriteHeader(http.StatusAccepted)
-		}
-	}))
-	t.Cleanup(up.Close)
-	p := policy.Defaults()
-	p.Rules = []policy.Rule{{Tool: "report", Task: "host"}}
-	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop(), HostedTasks: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown) // after the sidecar's
-	// The hosted calls' own POSTs are still out when the test ends: what
-	// the sidecar logs of them then is no matter here.
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor, Logger: zap.NewNop()})
-	t.Cleanup(func() { close(release) }) // before the sidecar's: the hosted calls end
+	_, url := workingUpstream(t, 8)
 	from := func(ip string) *rawClient {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 		hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
@@ -153,46 +116,10 @@ func jsonrpcID(body []byte) string {
 func TestHostedPollLeftIsFreed(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	release := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		switch {
-		case strings.Contains(string(body), `"initialize"`):
-			w.Header().Set("Mcp-Session-Id", "s")
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
-		case strings.Contains(string(body), `"tools/call"`):
-			select { // works on until the test ends
-			case <-release:
-				w.Header().Set("Content-Type", "application/json")
-				io.WriteString(w, `{"jsonrpc":"2.0","id":"`+jsonrpcID(body)+`","result":{"content":[]}}`)
-			case <-r.Context().Done():
-			}
-		default:
-			w.WriteHeader(http.StatusAccepted)
-		}
-	}))
-	t.Cleanup(up.Close)
-	p := policy.Defaults()
-	p.Rules = []policy.Rule{{Tool: "report", Task: "host"}}
-	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown) // after the sidecar's
-	sc := &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor, Logger: zap.NewNop()}
-	c := &rawClient{t: t, url: serveSidecar(t, sc)}
-	t.Cleanup(func() { close(release) }) // before the sidecar's: the hosted call ends
+	sc, url := workingUpstream(t, 0)
+	c := &rawClient{t: t, url: url}
 	c.initialize()
-	created := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","task":{}}}`))
-	var task struct {
-		Result struct {
-			Task struct{ TaskID string } `json:"task"`
-		} `json:"result"`
-	}
-	if json.Unmarshal(created, &task) != nil || task.Result.Task.TaskID == "" {
-		t.Fatalf("no task: %s", created)
-	}
+	taskID := hostReport(t, c)
 	before := sc.InFlight()
 	// The poll goes on a connection of its own, which the client then
 	// closes: it leaves the poll's stream.
@@ -200,11 +127,11 @@ func TestHostedPollLeftIsFreed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.request(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"` + task.Result.Task.TaskID + `"}}`).Write(conn)
+	c.request(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"` + taskID + `"}}`).Write(conn)
 	waitFor(t, "the poll held", func() bool { return sc.InFlight() == before+1 })
 	conn.Close()
 	waitFor(t, "the poll freed", func() bool { return sc.InFlight() == before })
-	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+task.Result.Task.TaskID+`"}}`))
+	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+taskID+`"}}`))
 	if !strings.Contains(string(got), `"status":"working"`) {
 		t.Errorf("tasks/get after the poll left: %s, want the task working on", got)
 	}
@@ -219,4 +146,68 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	for !cond() {
 		<-tick.C
 	}
+}
+
+// workingUpstream is a Streamable HTTP server whose tools/call works on
+// until the test ends (its answer then comes, so that the hosted calls'
+// own POSTs end before the sidecar's Cleanup waits for them), and a
+// sidecar in front of it that hosts tasks of the tool report under
+// limits.hosted_tasks = tasks (0: the default). It returns the sidecar
+// and its URL.
+func workingUpstream(t *testing.T, tasks int) (*httpx.Sidecar, string) {
+	t.Helper()
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch {
+		case strings.Contains(string(body), `"initialize"`):
+			answerInitialize(w, fmt.Sprint("s", rand.Int64()))
+		case strings.Contains(string(body), `"tools/call"`):
+			select { // works on until the test ends
+			case <-release:
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"jsonrpc":"2.0","id":"`+jsonrpcID(body)+`","result":{"content":[]}}`)
+			case <-r.Context().Done():
+			}
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(up.Close)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "report", Task: "host"}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop(), HostedTasks: tasks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown) // after the sidecar's
+	// What the sidecar logs of the hosted calls' POSTs as the test ends
+	// is no matter here.
+	sc := &httpx.Sidecar{Upstream: up.URL, Governor: e.Governor, Logger: zap.NewNop()}
+	url := serveSidecar(t, sc)
+	t.Cleanup(func() { close(release) }) // before the sidecar's: the hosted calls end
+	return sc, url
+}
+
+// answerInitialize answers an initialize (2025-11-25) as a server with
+// tools and the session id does.
+func answerInitialize(w http.ResponseWriter, session string) {
+	w.Header().Set("Mcp-Session-Id", session)
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+}
+
+// hostReport calls report as a task (id 1) and returns the task's id.
+func hostReport(t *testing.T, c *rawClient) string {
+	t.Helper()
+	created := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"report","task":{}}}`))
+	var task struct {
+		Result struct {
+			Task struct{ TaskID string } `json:"task"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(created, &task) != nil || task.Result.Task.TaskID == "" {
+		t.Fatalf("no task: %s", created)
+	}
+	return task.Result.Task.TaskID
 }

@@ -333,9 +333,7 @@ func TestDeadlineWhileAJSONAnswerIsRead(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		switch {
 		case bytes.Contains(body, []byte(`"initialize"`)):
-			w.Header().Set("Mcp-Session-Id", "s")
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+			answerInitialize(w, "s")
 		case bytes.Contains(body, []byte(`"tools/call"`)):
 			w.Header().Set("Content-Type", "application/json")
 			io.WriteString(w, `{"jsonrpc":"2.0",`)
@@ -392,9 +390,7 @@ func TestDeadlinesRacingAnswers(t *testing.T) {
 				json.Unmarshal(body, &m)
 				switch {
 				case bytes.Contains(body, []byte(`"initialize"`)):
-					w.Header().Set("Mcp-Session-Id", fmt.Sprint("s", rand.Int64()))
-					w.Header().Set("Content-Type", "application/json")
-					io.WriteString(w, `{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+					answerInitialize(w, fmt.Sprint("s", rand.Int64()))
 				case bytes.Contains(body, []byte(`"tools/call"`)):
 					time.Sleep(time.Duration(8000+rand.IntN(4000)) * time.Microsecond) // the work: about the deadline
 					answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`
