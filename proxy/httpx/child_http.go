@@ -3,6 +3,7 @@ package httpx
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -86,6 +87,9 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 	// POSTs a cancel has its requests cancelled after it. (This mode keeps
 	// no event ids, so the client cannot resume the stream meanwhile.)
 	st.OnAbort = func() {
+		// A poll the proxy answers itself (tasks/result) ends with its
+		// stream: nothing runs for it in the server.
+		calls := slices.DeleteFunc(slices.Clone(calls), c.Sess.Left)
 		lu.s.afterDisconnect(c.Log, len(calls), nil, func() { c.cancelAbandoned(st, calls, "client disconnected") })
 	}
 	// A stream the client left no longer keeps its session from the idle

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // TestHostedTaskFailsWithItsPOST: a hosted task's call whose POST fails
@@ -119,22 +120,7 @@ func TestHostedPollLeftIsFreed(t *testing.T) {
 	sc, url := workingUpstream(t, 0)
 	c := &rawClient{t: t, url: url}
 	c.initialize()
-	taskID := hostReport(t, c)
-	before := sc.InFlight()
-	// The poll goes on a connection of its own, which the client then
-	// closes: it leaves the poll's stream.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(c.url, "/mcp"), "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.request(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"` + taskID + `"}}`).Write(conn)
-	waitFor(t, "the poll held", func() bool { return sc.InFlight() == before+1 })
-	conn.Close()
-	waitFor(t, "the poll freed", func() bool { return sc.InFlight() == before })
-	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+taskID+`"}}`))
-	if !strings.Contains(string(got), `"status":"working"`) {
-		t.Errorf("tasks/get after the poll left: %s, want the task working on", got)
-	}
+	pollLeft(t, sc, c, hostReport(t, c))
 }
 
 // waitFor waits until cond holds (checked each millisecond; the test's
@@ -210,4 +196,52 @@ func hostReport(t *testing.T, c *rawClient) string {
 		t.Fatalf("no task: %s", created)
 	}
 	return task.Result.Task.TaskID
+}
+
+// TestHostedPollLeftIsFreedOnAChild: as TestHostedPollLeftIsFreed, for a
+// stdio server served over HTTP: a 2025 client that closes the stream of
+// its tasks/result poll frees the poll; the task runs on.
+func TestHostedPollLeftIsFreedOnAChild(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	p := policy.Defaults()
+	p.Rules = []policy.Rule{{Tool: "hang", Task: "host"}}
+	e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown) // after the sidecar's
+	var sc *httpx.Sidecar
+	cs := &httpx.Children{Session: stdio.Options{Governor: e.Governor("child")}}
+	url := childSidecar(t, cs, func(s *httpx.Sidecar) { sc = s })
+	c := &rawClient{t: t, url: url}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"hang","task":{}}}`)
+	defer resp.Body.Close()
+	created := <-events(resp.Body) // the task; the stream stays open
+	task, _ := created["result"].(map[string]any)["task"].(map[string]any)["taskId"].(string)
+	if task == "" {
+		t.Fatalf("no task: %v", created)
+	}
+	pollLeft(t, sc, c, task)
+}
+
+// pollLeft sends a tasks/result of task on a connection of its own, which
+// it closes once the poll is held (the client leaves the poll's stream),
+// and waits until the poll is freed; the task then still works.
+func pollLeft(t *testing.T, sc *httpx.Sidecar, c *rawClient, task string) {
+	t.Helper()
+	before := sc.InFlight()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(c.url, "/mcp"), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.request(`{"jsonrpc":"2.0","id":2,"method":"tasks/result","params":{"taskId":"` + task + `"}}`).Write(conn)
+	waitFor(t, "the poll held", func() bool { return sc.InFlight() == before+1 })
+	conn.Close()
+	waitFor(t, "the poll freed", func() bool { return sc.InFlight() == before })
+	got := lastJSON(t, c.post(`{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"taskId":"`+task+`"}}`))
+	if !strings.Contains(string(got), `"status":"working"`) {
+		t.Errorf("tasks/get after the poll left: %s, want the task working on", got)
+	}
 }

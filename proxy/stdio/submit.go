@@ -133,3 +133,7 @@ func (s *Session) submitBatch(f *framing.Frame, parent proxy.TraceContext, open 
 func (s *Session) Cancel(c *proxy.Call, source proxy.Source, reason string) bool {
 	return s.core.Cancel(c, source, reason, nil)
 }
+
+// Left tells the session that the client left the stream of c's answer,
+// where leaving is no cancel: proxy.Session.Left.
+func (s *Session) Left(c *proxy.Call) bool { return s.core.Left(c) }
