@@ -10,8 +10,11 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // TestE2ERefusedClientHearsWhy: a proxy that cannot serve (its command is
@@ -80,5 +83,29 @@ func TestE2ERefusedClientHearsWhy(t *testing.T) {
 				t.Errorf("exit: %v, want status 1", err)
 			}
 		})
+	}
+}
+
+// TestE2ESidecarCannotStartItsServer: a sidecar whose stdio server cannot
+// start answers the client's initialize, and a request without a session,
+// with the proxy's -32000 (kind unavailable), not a bare HTTP 500 as
+// before; the command is named in its log only.
+func TestE2ESidecarCannotStartItsServer(t *testing.T) {
+	t.Parallel()
+	front := freePort(t)
+	sc := startWrapped(t, "--listen", front, "--", "/nonexistent/mcp-server")
+	sc.events.waitFor(t, events.SidecarListening)
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, // without a session: the shared server's
+	} {
+		resp := mcpPost(t, "http://"+front+"/mcp", "", body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"code":-32000`) || !strings.Contains(string(b), "cannot start the MCP server") ||
+			strings.Contains(string(b), "/nonexistent") {
+			t.Errorf("%s: %d %s, want the proxy's -32000, the command not named", body, resp.StatusCode, b)
+		}
 	}
 }

@@ -48,6 +48,10 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	c, status, why := lu.childSessionFor(ctx, &f)
+	if c == nil && status == fasthttp.StatusInternalServerError {
+		cannotStart(ctx, &f)
+		return
+	}
 	if c == nil {
 		ctx.Error(why, status)
 		return
@@ -268,7 +272,7 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *fram
 	c, err := lu.s.Children.sharedChild(lu.s.log)
 	if err != nil {
 		lu.s.log.Error("cannot start the server", zap.Error(err))
-		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
+		cannotStart(ctx, f)
 		return
 	}
 	var sub *stdio.Submitted
@@ -316,4 +320,23 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 	c.Share()
 	cs.shared = c
 	return c, nil
+}
+
+// cannotStart answers a POST whose server could not be started: its
+// requests get the proxy's -32000 (kind unavailable), which a client
+// shows, in place of a bare HTTP 500; the cause is in the proxy's log,
+// not told to the client (it names the server's command).
+func cannotStart(ctx *fasthttp.RequestCtx, f *framing.Frame) {
+	var replies [][]byte
+	for _, m := range f.Msgs {
+		if m.Kind == framing.KindRequest {
+			replies = append(replies, proxy.ErrorReplyKind(m.ID, proxy.CodeServerGone,
+				"mcp-cancel-proxy: cannot start the MCP server (the proxy's log says why)", "unavailable"))
+		}
+	}
+	if len(replies) == 0 {
+		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(replies, f.Batch))
 }
