@@ -21,21 +21,38 @@ var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Ho
 func (s *Sidecar) dropHopHeaders(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	var named [][]byte
-	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
-		for name := range bytes.SplitSeq(v, []byte(",")) {
-			name = bytes.TrimSpace(name)
-			if len(name) > 0 && !bytes.EqualFold(name, []byte("close")) && !bytes.EqualFold(name, []byte("keep-alive")) {
-				named = append(named, name)
+	forwarded := false
+	for k, v := range h.All() { // one look at each header: most requests have nothing to drop
+		switch {
+		case bytes.EqualFold(k, []byte(fasthttp.HeaderConnection)):
+			for name := range bytes.SplitSeq(v, []byte(",")) {
+				name = bytes.TrimSpace(name)
+				if len(name) > 0 && !bytes.EqualFold(name, []byte("close")) && !bytes.EqualFold(name, []byte("keep-alive")) {
+					named = append(named, bytes.Clone(name))
+				}
 			}
+		case !forwarded && isForwarding(k):
+			forwarded = true
 		}
 	}
 	for _, name := range named {
 		h.DelBytes(name)
 	}
-	if len(s.TrustedProxies) > 0 && s.trusts(connlimit.AddrOf(ctx.RemoteAddr())) {
+	if !forwarded || len(s.TrustedProxies) > 0 && s.trusts(connlimit.AddrOf(ctx.RemoteAddr())) {
 		return
 	}
 	for _, name := range forwardingHeaders {
 		h.Del(name)
 	}
+}
+
+// isForwarding reports whether a header, named in any case, is one of
+// forwardingHeaders.
+func isForwarding(name []byte) bool {
+	for _, f := range forwardingHeaders {
+		if bytes.EqualFold(name, []byte(f)) {
+			return true
+		}
+	}
+	return false
 }
