@@ -2,6 +2,7 @@ package events
 
 import (
 	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,11 +11,14 @@ import (
 )
 
 // The feed's bound per session: a peer that sends 200,000 messages to be
-// suppressed made 59 MB of events. Of one session's events (by the
-// "session" field; those without one are the process's), at most
-// PerSession are written in each Window; the rest are left out, counted
-// (Dropped), and the session's next event after its window is preceded
-// by an events_left_out event that says how many.
+// suppressed made 59 MB of events. Of one session's events about
+// messages a peer can send without end (Bounded: suppressed, silenced,
+// dropped; by the "session" field, those without one the process's), at
+// most PerSession are written in each Window; the rest are left out,
+// counted (Dropped), and the session's next such event after its window
+// is preceded by an events_left_out event that says how many. The others
+// (a cancel accepted, a server started) are each one of a client's own
+// acts, and all written.
 const (
 	DefaultPerSession = 1000
 	DefaultWindow     = time.Minute
@@ -22,6 +26,19 @@ const (
 	// window is over are forgotten, and if that is not enough, all.
 	maxTracked = 10_000
 )
+
+// Bounded are the events the bound applies to.
+var Bounded = []Name{Suppressed, Silenced, Dropped}
+
+// bounded reports whether fields (or the context's) name a Bounded event.
+func bounded(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if f.Key == Key && f.Type == zapcore.StringType {
+			return slices.Contains(Bounded, Name(f.String))
+		}
+	}
+	return false
+}
 
 // sessionKey is the field that names an event's session.
 const sessionKey = "session"

@@ -52,13 +52,15 @@ func (c *core) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	if s, ok := sessionOf(fields); ok {
 		session = s
 	}
-	write, leftOut := c.feed.bound.admit(session, e.Time)
-	if leftOut > 0 {
-		c.feed.publishLeftOut(session, leftOut, e.Time)
-	}
-	if !write {
-		c.feed.dropped.Add(1)
-		return nil
+	if bounded(fields) {
+		write, leftOut := c.feed.bound.admit(session, e.Time)
+		if leftOut > 0 {
+			c.feed.publishLeftOut(session, leftOut, e.Time)
+		}
+		if !write {
+			c.feed.dropped.Add(1)
+			return nil
+		}
 	}
 	line, err := c.enc.EncodeEntry(e, fields)
 	if err != nil {

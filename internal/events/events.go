@@ -102,9 +102,9 @@ const (
 	FleetUnreachable Name = "fleet_unreachable" // the fleet's job queue cannot be reached: hooks kept locally
 	FleetStray       Name = "fleet_stray"       // a cancel accepted for a request another replica runs
 
-	// EventsLeftOut: more of a session's events than the feed's bound
-	// came in a window; how many were left out (session, left_out, bound,
-	// window), said before the session's next event.
+	// EventsLeftOut: more of a session's Bounded events than the feed's
+	// bound came in a window; how many were left out (session, left_out,
+	// bound, window), said before the session's next such event.
 	EventsLeftOut Name = "events_left_out"
 )
 
