@@ -32,7 +32,7 @@ type Session struct {
 	deferCancels atomic.Bool
 	principal    func(*Call) (string, bool)
 	peer         func(*Call) string
-	ownerID      string // names the session as a principal (Owner)
+	ownerID      int64 // numbers the session as a principal (Owner)
 }
 
 // sessionIDs numbers sessions for Owner.
@@ -117,7 +117,7 @@ func (s *Session) Renew(o SessionOptions) {
 
 func (s *Session) init(o SessionOptions) {
 	s.carrier, s.restart, s.principal, s.peer = o.Carrier, o.Restart, o.Principal, o.Peer
-	s.ownerID = "session " + strconv.FormatInt(sessionIDs.Add(1), 10)
+	s.ownerID = sessionIDs.Add(1)
 	s.deferCancels.Store(o.DeferCancels)
 	if o.Governor != nil {
 		s.gov = o.Governor(s)
@@ -444,7 +444,7 @@ func (s *Session) Owner(c *Call) (principal, peer string) {
 	p, several := s.Principal(c)
 	switch {
 	case !several:
-		return s.ownerID, peer
+		return "session " + strconv.FormatInt(s.ownerID, 10), peer
 	case p == "":
 		return "anonymous " + peer, peer // no credential: one principal per address
 	}

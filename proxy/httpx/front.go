@@ -207,15 +207,23 @@ func streamLeft(log *zap.Logger, n int, then string) {
 		zap.Int("requests", n), zap.String("then", then))
 }
 
-// peerOf names who sent a request, for fairness at a session cap: its
-// address, or behind a trusted proxy its client's (X-Forwarded-For). Not a
+// peerOf names who sent a request, for fairness at a session cap and the
+// bounds one client must not take all of: its address (an IPv6 client's
+// /64), or behind a trusted proxy its client's (X-Forwarded-For). Not a
 // credential the request carries, which the sidecar cannot verify: one
 // client inventing one per session would buy a share each (20 of a
 // victim's idle sessions evicted so).
-func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string {
+func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string { return peerName(s.peerAddr(ctx)) }
+
+// peerName is peerOf's name for the address a.
+func peerName(a netip.Addr) string { return "address:" + connlimit.ClientKey(a).String() }
+
+// peerAddr is the address peerOf names, made without a string: it is
+// taken for every POST.
+func (s *Sidecar) peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
 	addr := connlimit.AddrOf(ctx.RemoteAddr())
 	if !s.trusts(addr) {
-		return "address:" + addr.String()
+		return addr
 	}
 	// A trusted proxy's request: its client is the last address of
 	// X-Forwarded-For that is not a trusted proxy's (RFC 7239's rule for
@@ -232,10 +240,10 @@ func (s *Sidecar) peerOf(ctx *fasthttp.RequestCtx) string {
 			break // a hop that is no address: nothing before it is to be trusted
 		}
 		if a = a.Unmap(); !s.trusts(a) {
-			return "address:" + a.String()
+			return a
 		}
 	}
-	return "address:" + addr.String()
+	return addr
 }
 
 // trusts reports whether a is one of the TrustedProxies.

@@ -24,7 +24,7 @@ func TestSweepRunsUntilCleanup(t *testing.T) {
 	if clk.Pending() != 1 {
 		t.Fatalf("%d timers after Provision, want the sweep's", clk.Pending())
 	}
-	relay{s}.adopt("x", newSession("", s, false, ""), new(bool))
+	relay{s}.adopt("x", newSession("", s, false, netip.Addr{}), new(bool))
 	clk.Advance(2 * time.Hour)
 	if s.Sessions() != 0 {
 		t.Error("the idle session was not swept")

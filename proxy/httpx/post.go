@@ -26,7 +26,7 @@ import (
 // upstream refuses it.
 func (rl relay) sessionFor(ctx *fasthttp.RequestCtx, governed bool) (*session, bool) {
 	id := string(upstream.Peek(ctx.Request.Header.All(), upstream.SessionHeader))
-	peer := rl.s.peerOf(ctx)
+	peer := rl.s.peerAddr(ctx)
 	if id == "" {
 		return newSession(id, rl.s, governed, peer), false
 	}

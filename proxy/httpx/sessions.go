@@ -3,6 +3,7 @@ package httpx
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,8 +39,9 @@ type session struct {
 	// session, which is several clients' (proxy.SessionOptions.Principal);
 	// set before its messages are decided.
 	principal string
-	// peer is the client that opened the session (proxy.SessionOptions.Peer).
-	peer    string
+	// peer is the client that opened the session (proxy.SessionOptions.Peer,
+	// named by peerName when asked).
+	peer    netip.Addr
 	sc      *Sidecar // for the session's carrier (see policy.go)
 	govOnce sync.Once
 	// notifying owns the goroutines that tell the upstream of the
@@ -95,7 +97,7 @@ type session struct {
 // newSession returns a session with id ("" for a request without one), a
 // spent one renewed where there is one for a governed request without a
 // session (a POST's).
-func newSession(id string, s *Sidecar, governed bool, peer string) *session {
+func newSession(id string, s *Sidecar, governed bool, peer netip.Addr) *session {
 	var sess *session
 	if id == "" && governed {
 		sess = s.own.spare()
@@ -109,13 +111,13 @@ func newSession(id string, s *Sidecar, governed bool, peer string) *session {
 
 // init makes sess a new session with id, peer's, over what it was: only
 // its core (renewed in place), principalFn, peerFn and lingerFn are kept.
-func (sess *session) init(id string, s *Sidecar, governed bool, peer string) {
+func (sess *session) init(id string, s *Sidecar, governed bool, peer netip.Addr) {
 	var scope [24]byte
 	core, principal, peerFn, linger := sess.core, sess.principalFn, sess.peerFn, sess.lingerFn
 	*sess = session{id: id, scope: string(strconv.AppendInt(append(scope[:0], 's'), scopes.Add(1), 10)), sc: s,
 		principalFn: principal, peerFn: peerFn, lingerFn: linger, peer: peer}
 	if sess.peerFn == nil {
-		sess.peerFn = func(*proxy.Call) string { return sess.peer }
+		sess.peerFn = func(*proxy.Call) string { return peerName(sess.peer) }
 	}
 	opts := s.Tracker
 	opts.Logger, opts.Scope = s.log, zap.String("session", sess.scope) // added only to lines written

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bytes"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,7 +292,7 @@ func TestSessionDoneOnce(t *testing.T) {
 			kept++
 		}
 	}
-	sess := newSession("", sc, true, "")
+	sess := newSession("", sc, true, netip.Addr{})
 	sc.own.add(sess)
 	sc.own.done(sess)
 	sc.own.done(sess)
