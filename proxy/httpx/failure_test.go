@@ -39,9 +39,7 @@ func errorOf(t *testing.T, resp *http.Response) (id any, code int, data map[stri
 func TestUnreachableUpstream(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String() + "/mcp"
-	ln.Close() // nothing listens there now
+	dead := deadURL()
 	c := &rawClient{t: t, url: startSidecar(t, dead, proxy.TrackerOptions{})}
 	id, code, data := errorOf(t, c.post(`{"jsonrpc":"2.0","id":"x","method":"tools/list"}`))
 	if id != "x" || code != proxy.CodeServerGone || data["proxy"] != "mcp-cancel-proxy" {
@@ -270,9 +268,7 @@ func TestCancelSources(t *testing.T) {
 func TestUnconfirmedSessionForgotten(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String() + "/mcp"
-	ln.Close() // nothing listens there now
+	dead := deadURL()
 	sc := &httpx.Sidecar{Upstream: dead}
 	c := &rawClient{t: t, url: serveSidecar(t, sc), session: "from-before-the-crash"}
 	if _, code, _ := errorOf(t, c.post(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)); code != proxy.CodeServerGone {
@@ -281,4 +277,11 @@ func TestUnconfirmedSessionForgotten(t *testing.T) {
 	if n := sc.Sessions(); n != 0 {
 		t.Errorf("%d sessions kept after a POST the upstream never answered", n)
 	}
+}
+
+// deadURL is an MCP endpoint's URL on a loopback port nothing listens on.
+func deadURL() string {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close() // nothing listens there now
+	return "http://" + ln.Addr().String() + "/mcp"
 }

@@ -317,9 +317,7 @@ func TestSharedChildRefusesTwoProgressTokens(t *testing.T) {
 func TestUnreachableUpstreamIsLogged(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := "http://" + ln.Addr().String() + "/mcp"
-	ln.Close()
+	dead := deadURL()
 	core, logs := observer.New(zapcore.ErrorLevel)
 	c := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: dead, Logger: zap.New(core)})}
 	c.post(`{"jsonrpc":"2.0","id":"x","method":"tools/list"}`).Body.Close()
