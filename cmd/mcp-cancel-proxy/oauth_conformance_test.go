@@ -55,11 +55,8 @@ func TestConformanceClientThroughTheBridge(t *testing.T) {
 		case "machine": // the client credentials grant
 			bridgeArgs, args = "--oauth client_credentials", args[1:]
 		}
-		cmd := exec.Command(node, append([]string{filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
-			"client", "--command", command}, args...)...)
-		cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir(),
-			"BRIDGE_ARGS="+bridgeArgs)
-		out, _ := cmd.CombinedOutput()
+		out := runConformance(node, dir, command, []string{"PROXY_BIN=" + proxyBin, "BROWSER=" + client + " browse",
+			"XDG_STATE_HOME=" + t.TempDir(), "BRIDGE_ARGS=" + bridgeArgs}, args...)
 		passed, failed := conformanceTotals(out)
 		t.Logf("%v: %d passed, %d failed", args, passed, failed)
 		if failed != 0 || passed == 0 {
@@ -95,6 +92,17 @@ func bridgeClient(t *testing.T) string {
 		t.Fatalf("building the bridge's client: %v\n%s", err, out)
 	}
 	return client
+}
+
+// runConformance runs the conformance suite's client scenarios (args) with
+// command as the client under test, env added to its environment, and
+// returns what it printed.
+func runConformance(node, dir, command string, env []string, args ...string) []byte {
+	cmd := exec.Command(node, append([]string{filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
+		"client", "--command", command}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, _ := cmd.CombinedOutput()
+	return out
 }
 
 // conformanceTotals reads the checks passed and failed from the suite's
@@ -188,10 +196,8 @@ func TestConformanceRefusedSignInAnswered(t *testing.T) {
 	for _, name := range refusedSignIns {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(node, filepath.Join(dir, "node_modules", "conformance-next", "dist", "index.js"),
-				"client", "--command", client, "--scenario", "auth/"+name, "--spec-version", "2026-07-28")
-			cmd.Env = append(os.Environ(), "PROXY_BIN="+proxyBin, "BROWSER="+client+" browse", "XDG_STATE_HOME="+t.TempDir())
-			out, _ := cmd.CombinedOutput()
+			out := runConformance(node, dir, client, []string{"PROXY_BIN=" + proxyBin, "BROWSER=" + client + " browse", "XDG_STATE_HOME=" + t.TempDir()},
+				"--scenario", "auth/"+name, "--spec-version", "2026-07-28")
 			if passed, failed := conformanceTotals(out); failed != 0 || passed == 0 {
 				t.Errorf("%d checks passed, %d failed:\n%s", passed, failed, out)
 			}

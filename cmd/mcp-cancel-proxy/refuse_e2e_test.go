@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -89,7 +90,8 @@ func TestE2ERefusedClientHearsWhy(t *testing.T) {
 // TestE2ESidecarCannotStartItsServer: a sidecar whose stdio server cannot
 // start answers the client's initialize, and a request without a session,
 // with the proxy's -32000 (kind unavailable), not a bare HTTP 500 as
-// before; the command is named in its log only.
+// before; the command is named in its log only. An old HTTP+SSE client's
+// initialize gets the proxy's -32000 on its event stream.
 func TestE2ESidecarCannotStartItsServer(t *testing.T) {
 	t.Parallel()
 	front := freePort(t)
@@ -107,5 +109,34 @@ func TestE2ESidecarCannotStartItsServer(t *testing.T) {
 			strings.Contains(string(b), "/nonexistent") {
 			t.Errorf("%s: %d %s, want the proxy's -32000, the command not named", body, resp.StatusCode, b)
 		}
+	}
+	// An old HTTP+SSE client's initialize: the proxy's -32000 comes on its
+	// event stream (the server gone before it answered), which then ends.
+	hc := &http.Client{Timeout: 20 * time.Second} // bounds the test
+	resp, err := hc.Get("http://" + front + "/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	var endpoint string
+	for endpoint == "" {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no endpoint event: %v", err)
+		}
+		endpoint = strings.TrimSpace(strings.TrimPrefix(line, "data: "))
+		if !strings.HasPrefix(endpoint, "/") {
+			endpoint = ""
+		}
+	}
+	post, err := hc.Post("http://"+front+endpoint, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Body.Close()
+	rest, _ := io.ReadAll(rd) // to the stream's end
+	if !strings.Contains(string(rest), `"id":7`) || !strings.Contains(string(rest), `"code":-32000`) {
+		t.Errorf("an HTTP+SSE client's stream after its initialize: %q, want the proxy's error", rest)
 	}
 }
