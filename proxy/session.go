@@ -170,9 +170,36 @@ func (s *Session) Unlock() { s.mu.Unlock() }
 // cancel is dropped), as do those of Outcome.More, which then holds only
 // the ones the server must be told of.
 func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Outcome {
-	o := s.t.DecideIn(from, m, parent)
+	return s.decide(from, m, parent, nil)
+}
+
+// DecideThen is Decide for a transport that sends a client's accepted
+// cancel on itself, at once: then, which it runs after the cancel is on
+// its way (the lock still held), tells the governor of the cancel and
+// says the event (cancel_accepted), which Decide does before it returns.
+// Both wake other threads (a timer armed, a worker, the feed's writer):
+// on the 2-core machine, before the cancel was written, they cost it about
+// 50 µs at p50 over a plain notification through the wrapper
+// (bench/cancel). A cancel that withdraws a held request, that the
+// governor keeps back, or that ends other requests too, has them done
+// first, as Decide does: then is a no-op.
+func (s *Session) DecideThen(from Peer, m *framing.Message, parent TraceContext) (o Outcome, then func()) {
+	var later func()
+	o = s.decide(from, m, parent, &later)
+	if later == nil {
+		return o, func() {}
+	}
+	return o, later
+}
+
+func (s *Session) decide(from Peer, m *framing.Message, parent TraceContext, later *func()) Outcome {
+	o := s.t.decideIn(from, m, parent, later)
 	if from != Client || o.Cancelled == nil {
 		return o
+	}
+	if later != nil && *later != nil && s.cancelWaitsNot(o) {
+		(*later)()
+		*later = nil
 	}
 	if s.withdrawLocked(o.Cancelled) {
 		o.Withdrawn, o.Verdict = true, Drop
@@ -195,6 +222,14 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 		o.More = more
 	}
 	return o
+}
+
+// cancelWaitsNot reports whether a cancel's outcome o must have the
+// governor told of it before the transport acts: it withdraws a held
+// request, the governor keeps it back, or it ends other requests too.
+func (s *Session) cancelWaitsNot(o Outcome) bool {
+	_, held := s.held[o.Cancelled]
+	return held || o.Cancelled.deferCancel && s.deferCancels.Load() || len(o.More) > 0
 }
 
 // deferLocked keeps notice, the client's cancel of c, for the governor to

@@ -265,6 +265,12 @@ func (t *Tracker) Decide(from Peer, m *framing.Message) Outcome {
 // context of the transport's own (an HTTP request's headers): a request
 // with none in its params._meta continues that one.
 func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) Outcome {
+	return t.decideIn(from, m, parent, nil)
+}
+
+// decideIn is DecideIn; a client's cancel accepted, when later is not nil,
+// leaves in *later what accepting it tells the governor and the feed.
+func (t *Tracker) decideIn(from Peer, m *framing.Message, parent TraceContext, later *func()) Outcome {
 	switch m.Kind {
 	case framing.KindRequest:
 		return t.request(from, m, parent)
@@ -273,7 +279,7 @@ func (t *Tracker) DecideIn(from Peer, m *framing.Message, parent TraceContext) O
 	}
 	switch m.Method {
 	case framing.MethodCancelled:
-		return t.cancel(from, m)
+		return t.cancel(from, m, later)
 	case framing.MethodProgress:
 		return t.progress(from, m)
 	case framing.MethodTaskStatus:
@@ -507,7 +513,12 @@ func CapReason(reason string) string {
 	return reason[:cut] + "… (cut: " + strconv.Itoa(len(reason)) + " bytes)"
 }
 
-func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
+// cancel decides a cancel. Once the ledger has accepted it, the governor
+// is told (it arms the late window, starts the hooks' wait) and then the
+// event is said (cancel_accepted); with later not nil these two are left
+// in *later, for the transport to run once it has sent the cancel on
+// (Session.DecideThen).
+func (t *Tracker) cancel(from Peer, m *framing.Message, later *func()) Outcome {
 	if from == Server && m.RequestID.IsValid() {
 		if c := t.peers[Server].answers.teardown(m.RequestID); c != nil {
 			return t.tornDown(m, c)
@@ -537,13 +548,21 @@ func (t *Tracker) cancel(from Peer, m *framing.Message) Outcome {
 		t.opts.OnCancel(SourceClient)
 	}
 	t.cancelTraced(from, c, SourceClient, why)
-	if g != nil {
-		g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
+	dir, kind := p.issued.dir, m.Kind
+	accepted := func() {
+		if g != nil {
+			g.Observe(Change{Kind: ChangeCancelled, Call: c, Source: SourceClient, Reason: why})
+		}
+		// The event comes once the governor has armed what the cancel
+		// starts (its late window, a re-issue's grace): whoever waits on
+		// the event and then moves the clock moves it past them.
+		t.noteCancel(from, dir, kind, c, SourceClient, why)
 	}
-	// The event comes once the governor has armed what the cancel starts
-	// (its late window, a re-issue's grace): whoever waits on the event
-	// and then moves the clock moves it past them.
-	t.noteCancel(from, p.issued.dir, m.Kind, c, SourceClient, why)
+	if later != nil {
+		*later = accepted
+	} else {
+		accepted()
+	}
 	o := Outcome{Cancelled: c}
 	if from == Client && t.opts.AllowSharedIDs {
 		o.More = t.cancelShared(m.RequestID, why)

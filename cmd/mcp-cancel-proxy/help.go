@@ -72,6 +72,30 @@ func printUsage(w io.Writer, head string, fs *flag.FlagSet) {
 // the words the configuration file's do.
 type durationFlag struct{ d *time.Duration }
 
+// zeroableFlag is a durationFlag whose 0 overrides the configuration file:
+// it is kept as setZero, which overlay makes 0.
+type zeroableFlag struct{ durationFlag }
+
+// setZero is a zeroableFlag set to 0.
+const setZero time.Duration = -1
+
+func (f zeroableFlag) Set(v string) error {
+	if err := f.durationFlag.Set(v); err != nil {
+		return err
+	}
+	if *f.d == 0 {
+		*f.d = setZero
+	}
+	return nil
+}
+
+func (f zeroableFlag) String() string {
+	if f.d != nil && *f.d == setZero {
+		return "0s"
+	}
+	return f.durationFlag.String()
+}
+
 func (f durationFlag) String() string {
 	if f.d == nil {
 		return "0s"

@@ -5,8 +5,11 @@ import (
 	"context"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestHelpOnStdout: --help, -h and help print the full usage on stdout and
@@ -79,5 +82,35 @@ func TestNoFlagsNoHeading(t *testing.T) {
 	printUsage(&b, "usage: x\n\nflags:\n", flag.NewFlagSet("x", flag.ContinueOnError))
 	if got := b.String(); got != "usage: x\n" {
 		t.Errorf("usage %q, want no flags heading", got)
+	}
+}
+
+// TestCancelGraceZero: --cancel-grace 0 overrides the configuration
+// file's grace (a 0 flag is not "unset"), and the file's 0 stays 0.
+func TestCancelGraceZero(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte("http:\n  cancel_grace: 2s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "z.yaml")
+	if err := os.WriteFile(zero, []byte("http:\n  cancel_grace: 0s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--config", cfg, "--cancel-grace", "0", "--", "true"}, 0},
+		{[]string{"--config", cfg, "--cancel-grace", "0s", "--", "true"}, 0},
+		{[]string{"--config", cfg, "--cancel-grace", "50ms", "--", "true"}, 50 * time.Millisecond},
+		{[]string{"--config", cfg, "--", "true"}, 2 * time.Second},
+		{[]string{"--config", zero, "--", "true"}, 0},
+		{[]string{"--", "true"}, 500 * time.Millisecond},
+	} {
+		got, _, err := parseWrapArgs(tc.args, io.Discard, io.Discard)
+		if err != nil || got.HTTP.CancelGrace != tc.want {
+			t.Errorf("%q: cancel_grace %v (%v), want %v", tc.args, got.HTTP.CancelGrace, err, tc.want)
+		}
 	}
 }

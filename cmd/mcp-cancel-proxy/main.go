@@ -295,7 +295,7 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 	fs.Var(durationFlag{&over.HTTP.DisconnectCancelAfter}, "disconnect-cancel-after",
 		"with --listen: cancel a 2025-era request whose stream the client dropped and did not resume within this `time` (default off)")
 	fs.StringVar(&over.HTTP.Admin, "admin", "", "serve the operations listener on this `address`: /healthz, /readyz, /metrics, /status, /events and /hooks")
-	fs.Var(durationFlag{&over.HTTP.CancelGrace}, "cancel-grace", "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
+	fs.Var(zeroableFlag{durationFlag{&over.HTTP.CancelGrace}}, "cancel-grace", "with --listen: how long a cancelled request's stream stays open for the server's nested cancels (default 500ms)")
 	fs.Func("header", "a `Name: value` header for every request to the upstream (repeatable; ${VAR} takes VAR from the environment, $$ is a $)", func(v string) error {
 		if over.HTTP.UpstreamHeaders == nil {
 			over.HTTP.UpstreamHeaders = map[string]string{}
@@ -364,7 +364,7 @@ func overlay(cfg *config.Config, over config.Config) {
 	cfg.HTTP.UpstreamTransport = cmp.Or(over.HTTP.UpstreamTransport, cfg.HTTP.UpstreamTransport)
 	cfg.HTTP.DisconnectCancelAfter = cmp.Or(over.HTTP.DisconnectCancelAfter, cfg.HTTP.DisconnectCancelAfter)
 	cfg.HTTP.Admin = cmp.Or(over.HTTP.Admin, cfg.HTTP.Admin)
-	cfg.HTTP.CancelGrace = cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace)
+	cfg.HTTP.CancelGrace = max(cmp.Or(over.HTTP.CancelGrace, cfg.HTTP.CancelGrace), 0) // an explicit 0 is setZero
 	cfg.HTTP.CAFile = cmp.Or(over.HTTP.CAFile, cfg.HTTP.CAFile)
 	o, fo := &cfg.HTTP.OAuth, over.HTTP.OAuth
 	o.Mode, o.ClientID, o.ClientSecretFile = cmp.Or(fo.Mode, o.Mode), cmp.Or(fo.ClientID, o.ClientID), cmp.Or(fo.ClientSecretFile, o.ClientSecretFile)

@@ -64,12 +64,14 @@ func (r *reloader) run() error {
 				continue
 			}
 			r.last, _ = reload(r.path, r.e, r.log, "SIGHUP", nil, r.started)
-		case _, ok := <-changes:
+		case ev, ok := <-changes:
 			if !ok {
 				changes = nil
 				continue
 			}
-			quiet.Reset(settle)
+			if isConfigChange(ev, r.path) {
+				quiet.Reset(settle)
+			}
 		case err, ok := <-errs:
 			if !ok {
 				errs = nil
@@ -116,6 +118,14 @@ func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []b
 			zap.Strings("settings", keys))
 	}
 	return data, true
+}
+
+// isConfigChange reports whether a change in the configuration file's folder is
+// a change of the file (written, or another file renamed to it, as
+// editors save): the folder may hold files that change all the time, the
+// proxy's own events feed among them.
+func isConfigChange(ev fsnotify.Event, path string) bool {
+	return filepath.Clean(ev.Name) == filepath.Clean(path)
 }
 
 // watchFile watches the folder holding path; nil when there is no file

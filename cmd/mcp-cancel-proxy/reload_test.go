@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	zapobs "go.uber.org/zap/zaptest/observer"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
-
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 )
 
@@ -114,6 +114,29 @@ func TestValidateStrict(t *testing.T) {
 		code := run(context.Background(), append([]string{"validate"}, c.args...), io.NopCloser(strings.NewReader("")), outCloser{&stdout}, &stderr)
 		if code != c.code || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("validate %q: exit %d, stderr %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+	}
+}
+
+// TestReloadWatchesTheFileAlone: a change of another file in the
+// configuration file's folder (the events feed beside it, written all the
+// time) is not a change of the configuration; a save, in place or by a
+// rename onto it, is.
+func TestReloadWatchesTheFileAlone(t *testing.T) {
+	path := filepath.Join("dir", "proxy.yaml")
+	for _, tc := range []struct {
+		ev   fsnotify.Event
+		want bool
+	}{
+		{fsnotify.Event{Name: filepath.Join("dir", "events.jsonl"), Op: fsnotify.Write}, false},
+		{fsnotify.Event{Name: filepath.Join("dir", ".proxy.yaml.swp"), Op: fsnotify.Create}, false},
+		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Write}, true},
+		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Create}, true},
+		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Remove}, true},
+		{fsnotify.Event{Name: "dir/./proxy.yaml", Op: fsnotify.Write}, true},
+	} {
+		if got := isConfigChange(tc.ev, path); got != tc.want {
+			t.Errorf("%v: isConfigChange = %v, want %v", tc.ev, got, tc.want)
 		}
 	}
 }

@@ -473,12 +473,15 @@ func (c *Config) Validate() error {
 		bad("limits.event_memory", "%d is below 1MiB", c.Limits.EventMemory)
 	}
 	positive := map[string]time.Duration{"ledger.retire_after": c.Ledger.RetireAfter, "child.term_after": c.Child.TermAfter,
-		"child.kill_after": c.Child.KillAfter, "http.session_idle": c.HTTP.SessionIdle, "http.cancel_grace": c.HTTP.CancelGrace,
+		"child.kill_after": c.Child.KillAfter, "http.session_idle": c.HTTP.SessionIdle,
 		"http.shutdown_grace": c.HTTP.ShutdownGrace, "http.header_timeout": c.HTTP.HeaderTimeout}
 	for _, key := range sortedKeys(positive) {
 		if positive[key] <= 0 {
 			bad(key, "must be positive, got %v", positive[key])
 		}
+	}
+	if c.HTTP.CancelGrace < 0 { // 0: a cancelled request's stream ends at once
+		bad("http.cancel_grace", "must not be negative, got %v", c.HTTP.CancelGrace)
 	}
 	if c.Ledger.RetireMax <= 0 {
 		bad("ledger.retire_max", "must be positive, got %d", c.Ledger.RetireMax)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/buffer"
@@ -117,12 +118,12 @@ type Feed struct {
 	enc    zapcore.Encoder
 	active atomic.Bool // a file or a subscriber: entries are checked at every level
 
-	mu      sync.Mutex // guards file, subs and closed
-	file    *os.File
+	mu      sync.Mutex // guards subs, closed and the file's pending lines
 	subs    map[*Subscription]struct{}
 	closed  bool
 	dropped atomic.Int64 // lines not written (a failed write, a full subscriber, the bound per session)
 	bound   bound
+	file    *fileWriter // nil: no file
 }
 
 // Open returns a feed that appends to the file at path ("" for none, only
@@ -135,21 +136,28 @@ func Open(path string) (*Feed, error) {
 		if err != nil {
 			return nil, err
 		}
-		f.file = file
+		f.file = newFileWriter(file, &f.mu, &f.dropped)
 		f.active.Store(true)
 	}
 	return f, nil
 }
 
-// encoderConfig is the log's JSON form (time, durations with units)
-// without the caller or the logger's name.
+// TimeLayout is the form of an event's time.
+const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+// encoderConfig is the log's JSON form (durations with units) without the
+// caller or the logger's name, its time in UTC to the nanosecond (RFC 3339,
+// nine digits always), so that a program can order events against its own
+// clock (bench/cancel does).
 func encoderConfig() zapcore.EncoderConfig {
 	c := zap.NewProductionEncoderConfig()
 	c.TimeKey = "time"
 	c.NameKey = ""
 	c.CallerKey = ""
 	c.StacktraceKey = ""
-	c.EncodeTime = zapcore.ISO8601TimeEncoder
+	c.EncodeTime = func(t time.Time, enc zapcore.PrimitiveArrayEncoder) {
+		enc.AppendString(t.UTC().Format(TimeLayout))
+	}
 	c.EncodeDuration = zapcore.StringDurationEncoder
 	return c
 }
@@ -176,7 +184,7 @@ func (f *Feed) Close() error {
 		delete(f.subs, s)
 	}
 	if f.file != nil {
-		return f.file.Close()
+		return f.file.closeLocked() // every line published is written first
 	}
 	return nil
 }
@@ -189,9 +197,7 @@ func (f *Feed) publish(line *buffer.Buffer) {
 		return
 	}
 	if f.file != nil {
-		if _, err := f.file.Write(line.Bytes()); err != nil {
-			f.dropped.Add(1)
-		}
+		f.file.addLocked(line.Bytes())
 	}
 	for s := range f.subs {
 		select {

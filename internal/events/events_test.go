@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +75,10 @@ func TestFileHasMarkedEntriesAtEveryLevel(t *testing.T) {
 	for i, m := range got {
 		if m[Key] != string(want[i]) || m["session"] != "s1" || m["time"] == nil {
 			t.Errorf("event %d = %v, want %s with session s1 and a time", i, m, want[i])
+		}
+		at, _ := m["time"].(string)
+		if _, err := time.Parse(time.RFC3339Nano, at); err != nil || len(at) != len("2006-01-02T15:04:05.000000000Z") {
+			t.Errorf("event %d's time %q is not RFC 3339 in UTC to the nanosecond: %v", i, at, err)
 		}
 	}
 	if got[0]["id"] != "2" {
@@ -185,4 +190,47 @@ func TestFeedBoundPerSession(t *testing.T) {
 	if d := f.Dropped(); d != 2 {
 		t.Errorf("dropped %d, want 2", d)
 	}
+}
+
+// TestFileWrittenWholeAtClose: the file is written by the feed's own
+// goroutine; every event published before Close is in it once Close has
+// returned, each publisher's in its order, none torn, however many
+// publishers there were and however far the writer fell behind.
+func TestFileWrittenWholeAtClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events")
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := zap.New(f.Core())
+	const publishers, each = 4, 5000
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Go(func() {
+			for i := range each {
+				log.Info("hook ran", Mark(HookRan), zap.Int("p", p), zap.Int("i", i), zap.String("pad", strings.Repeat("x", 200)))
+			}
+		})
+	}
+	wg.Wait()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(t, b)
+	if len(got) != publishers*each {
+		t.Fatalf("%d events in the file, want %d", len(got), publishers*each)
+	}
+	next := make([]float64, publishers)
+	for _, m := range got {
+		p, i := int(m["p"].(float64)), m["i"].(float64)
+		if i != next[p] {
+			t.Fatalf("publisher %d's event %v came where %v was due", p, i, next[p])
+		}
+		next[p]++
+	}
+	log.Info("after the end", Mark(HookRan)) // dropped, not a panic
 }

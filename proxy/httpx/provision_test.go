@@ -30,7 +30,7 @@ func TestSidecarValidate(t *testing.T) {
 		{"relative path", &httpx.Sidecar{Upstream: "http://127.0.0.1:1/mcp", Path: "mcp"}, `path "mcp" does not start with /`},
 		{"legacy path on the MCP path", &httpx.Sidecar{Upstream: "http://127.0.0.1:1/mcp", Legacy: &httpx.Legacy{SSEPath: "/mcp"}}, `legacy path "/mcp"`},
 		{"legacy paths the same", &httpx.Sidecar{Upstream: "http://127.0.0.1:1/mcp", Legacy: &httpx.Legacy{SSEPath: "/x", MessagePath: "/x"}}, "both"},
-		{"negative grace", &httpx.Sidecar{Upstream: "http://127.0.0.1:1/mcp", CancelGrace: -1}, "negative"},
+		{"negative grace", &httpx.Sidecar{Upstream: "http://127.0.0.1:1/mcp", CancelGrace: -2}, "negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.sc.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -33,7 +33,10 @@ import (
 const (
 	DefaultPath        = "/mcp"
 	DefaultCancelGrace = 500 * time.Millisecond
-	DefaultEventMemory = 256 << 20
+	// NoCancelGrace as a Sidecar's CancelGrace ends a cancelled request's
+	// stream at once.
+	NoCancelGrace      time.Duration = -1
+	DefaultEventMemory               = 256 << 20
 )
 
 // Sidecar relays MCP's Streamable HTTP transport to an upstream MCP server
@@ -101,7 +104,7 @@ type Sidecar struct {
 	// CancelGrace is how long the response stream of a request cancelled by
 	// the client stays open, so that the server's cancels of its own nested
 	// requests reach the client, before the sidecar ends it. If zero,
-	// DefaultCancelGrace.
+	// DefaultCancelGrace; NoCancelGrace for none.
 	CancelGrace time.Duration
 	// DisconnectCancelAfter, when positive, makes a dropped response stream
 	// a cancel in protocol revisions 2025-03-26 to 2025-11-25, for clients
@@ -248,7 +251,7 @@ func (s *Sidecar) Validate() error {
 			errs = append(errs, fmt.Errorf("the legacy event stream and message paths are both %q", l.sseRoute()))
 		}
 	}
-	if s.MaxBodySize < 0 || s.MaxSessions < 0 || s.MaxRelayedSessions < 0 || s.CancelGrace < 0 || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
+	if s.MaxBodySize < 0 || s.MaxSessions < 0 || s.MaxRelayedSessions < 0 || s.CancelGrace < NoCancelGrace || s.DisconnectCancelAfter < 0 || s.SessionIdle < 0 || s.EventMemory < 0 || s.LateWatch < 0 {
 		errs = append(errs, errors.New("a size or a duration is negative"))
 	}
 	return errors.Join(errs...)
@@ -266,7 +269,7 @@ func (s *Sidecar) Provision() error {
 		u, _ := url.Parse(s.Upstream)
 		s.path = cmp.Or(s.Path, DefaultPath)
 		s.maxBody = cmp.Or(s.MaxBodySize, framing.DefaultMaxFrameSize)
-		s.grace = cmp.Or(s.CancelGrace, DefaultCancelGrace)
+		s.grace = max(cmp.Or(s.CancelGrace, DefaultCancelGrace), 0)
 		s.log = s.Logger
 		if s.log == nil {
 			s.log = zap.NewNop()

@@ -17,6 +17,7 @@ import (
 
 	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -25,18 +26,18 @@ import (
 // handler (protocol 2024-11-05) and a sidecar in front of it, and returns
 // the upstream, its HTTP server and the sidecar's URL.
 func sseUpstream(t *testing.T) (*sdkServer, *httptest.Server, string) {
-	return sseUpstreamWith(t, nil, 0)
+	return sseUpstreamWith(t, nil, nil)
 }
 
 // sseUpstreamWrapped is sseUpstream with the server's handler wrapped, if
 // wrap is not nil.
 func sseUpstreamWrapped(t *testing.T, wrap func(http.Handler) http.Handler) (*sdkServer, *httptest.Server, string) {
-	return sseUpstreamWith(t, wrap, 0)
+	return sseUpstreamWith(t, wrap, nil)
 }
 
-// sseUpstreamWith is sseUpstreamWrapped whose sidecar keeps a cancelled
-// request's stream open for grace (0: the tests' default).
-func sseUpstreamWith(t *testing.T, wrap func(http.Handler) http.Handler, grace time.Duration) (*sdkServer, *httptest.Server, string) {
+// sseUpstreamWith is sseUpstreamWrapped whose sidecar is sc (its
+// upstream, children and logger set here), if not nil.
+func sseUpstreamWith(t *testing.T, wrap func(http.Handler) http.Handler, sc *httpx.Sidecar) (*sdkServer, *httptest.Server, string) {
 	u, s := newUpstreamServer()
 	var h http.Handler = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	if wrap != nil {
@@ -51,8 +52,36 @@ func sseUpstreamWith(t *testing.T, wrap func(http.Handler) http.Handler, grace t
 		t.Fatal(err)
 	}
 	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
-	url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Logger: zaptest.NewLogger(t), Children: cs, CancelGrace: grace})
-	return u, srv, url
+	if sc == nil {
+		sc = &httpx.Sidecar{}
+	}
+	sc.Upstream, sc.Logger, sc.Children = srv.URL, zaptest.NewLogger(t), cs
+	return u, srv, serveSidecar(t, sc)
+}
+
+// TestNoCancelGraceEndsTheStream: with NoCancelGrace (http.cancel_grace
+// 0), a cancelled call's stream ends once the cancel is accepted, without
+// waiting on the sidecar's clock (which never moves here); the upstream
+// still gets the cancel.
+func TestNoCancelGraceEndsTheStream(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	clk := clock.NewFake(time.Now())
+	up, _, url := sseUpstreamWith(t, nil, &httpx.Sidecar{CancelGrace: httpx.NoCancelGrace, Clock: clk})
+	c := &rawClient{t: t, url: url}
+	c.initialize()
+	resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"n"},"_meta":{"progressToken":"n"}}}`)
+	msgs := events(resp.Body)
+	if m := <-msgs; m["method"] != "notifications/progress" {
+		t.Fatalf("first message %v, want the call's progress", m)
+	}
+	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
+	if key := <-up.sawCancel; key != "n" {
+		t.Errorf("upstream cancelled %q, want n", key)
+	}
+	for m := range msgs { // ends with the stream, or the watchdog fails the test
+		t.Errorf("after the cancel the client got %v", m)
+	}
 }
 
 // TestSSEUpstreamCancel: a go-sdk client cancels a call through the sidecar
@@ -78,7 +107,7 @@ func TestSSEUpstreamServerCancelsSampling(t *testing.T) {
 	// (the server's cancel comes on the upstream's one stream, and nothing
 	// says it is the last): with the tests' 50 ms, the cancel came after
 	// the stream's end once, in CI.
-	_, _, url := sseUpstreamWith(t, nil, 3*time.Second)
+	_, _, url := sseUpstreamWith(t, nil, &httpx.Sidecar{CancelGrace: 3 * time.Second})
 	nestedCancelReachesClient(t, &rawClient{t: t, url: url})
 }
 

@@ -30,9 +30,14 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		s.handleBatch(from, f, b)
 		return
 	}
-	o := s.core.Decide(from.peer, &f.Msgs[0], proxy.TraceContext{})
+	o, then := s.core.DecideThen(from.peer, &f.Msgs[0], proxy.TraceContext{})
+	if o.Cancelled != nil && !ticketOf(o.Cancelled).written() {
+		then() // it may withdraw its request: the governor hears of the cancel first
+		then = func() {}
+	}
 	s.reply(from, o.Reply)
 	s.carry(from, o, b, false)
+	then() // the cancel is on its way: the governor and the feed hear of it now
 }
 
 // carry carries out what the core decided of one message from a peer,

@@ -188,13 +188,21 @@ func (st *Stream) SetBody(rc fasthttp.ReadCloserWithError) bool {
 	return true
 }
 
-// EndAfter starts the grace of an open stream: it is released after d.
+// EndAfter starts the grace of an open stream: it is released after d
+// (no grace: now, not after a turn of the clock).
 func (st *Stream) EndAfter(d time.Duration) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.state == open {
-		st.state = grace
+	if st.state != open {
+		st.mu.Unlock()
+		return
+	}
+	st.state = grace
+	if d > 0 {
 		st.timer = st.Clock.AfterFunc(d, st.release)
+	}
+	st.mu.Unlock()
+	if d <= 0 {
+		st.release()
 	}
 }
 
