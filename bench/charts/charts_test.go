@@ -40,6 +40,15 @@ after: 2000 idle event streams through the sidecar: RSS 21748 KiB -> 57272 KiB, 
 after: 2000 idle event streams through the sidecar: RSS 21748 KiB -> 57272 KiB, 18.9 KiB per stream
 after: 9900 idle event streams through the sidecar: RSS 21988 KiB -> 186484 KiB, 16.6 KiB per stream
 `,
+	"cancel.txt": `transport           front         conc  calls  cncls  fwded |   forward p50/p99/max |      note p50/p99/max | ratio |    accept p50/p99/max |      free p50/p99/max | unfreed  raced failures errors
+wrapper             direct           1   1000    559    559 |           48/246/3913 |           48/244/2407 |  1.00 |                     - |                     - |      -     18     1074      0
+wrapper             proxy            1   1000    621    586 |           168/574/856 |           96/314/2421 |  1.75 |             85/240/714 |                     - |      -     28        0      0
+wrapper             proxy           16   1000    849    785 |         447/3840/4814 |         452/4006/4657 |  0.99 |         119/2170/3247 |                     - |      -    146        0      0
+legacy-front        direct           1   1000    538    538 |           49/3456/4886 |           50/1112/4069 |  0.96 |                     - |                     - |      -     11     1058      0
+legacy-front        proxy            1   1000    582    549 |          453/4994/9462 |          318/4986/8500 |  1.42 |          213/4171/7013 |                     - |      -     33        0      0
+legacy-front        supergateway     1    799    405    405 |      1360/11253/42930 |      2486/23826/54453 |  0.55 |                     - |                     - |      -      9     792*      0
+legacy-front        mcp-proxy        1     10      5      0 |                     - |                     - |     - |                     - |                     - |      -      0       0*      0
+`,
 	"peers.txt": `front             conc      req/s     p50 µs     p99 µs   front µs servers µs  driver µs  proxy vs it  errors
 mcp-cancel-proxy     1       1471        560       3213        278        315        230        1.00x       0
 mcp-proxy            1        503       1598       7943       1378        540        341        2.78x       0
@@ -66,6 +75,8 @@ func TestChartsFromDriversOutput(t *testing.T) {
 		"wrapper-relay.svg":      {"1 in flight: 0.84", "64 in flight: 0.45", "64 in flight: 0.6"},
 		"idle-memory.svg":        {"before: 28.4 at 9900", "after: 18.9 at 2000", "after: 16.6 at 9900"},
 		"peers.svg":              {"mcp-proxy: 503", "mcp-cancel-proxy: 1471"},
+		"cancel-forward.svg":     {"direct: the cancel: 48", "proxy: the cancel: 168", "proxy: a plain notification: 96", "proxy: the cancel: 453"},
+		"cancel-peers.svg":       {"supergateway: 1.36", "proxy: 0.45"},
 	}
 	for file, figures := range want {
 		b, err := os.ReadFile(filepath.Join(out, file))
@@ -80,6 +91,19 @@ func TestChartsFromDriversOutput(t *testing.T) {
 				t.Errorf("%s lacks %q", file, f)
 			}
 		}
+	}
+}
+
+// TestCancelPeersSayNone: a peer that forwarded no cancel gets the word
+// "none" where its bar would be, not a bar of 0; a peer not run on a
+// transport gets nothing there.
+func TestCancelPeersSayNone(t *testing.T) {
+	svg, err := cancelPeers(strings.NewReader(samples["cancel.txt"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(svg, ">none</text>") || strings.Contains(svg, "<title>mcp-proxy:") || strings.Contains(svg, "<title>mcp-remote:") {
+		t.Errorf("mcp-proxy (no cancel forwarded) and mcp-remote (not run) drawn as:\n%s", svg)
 	}
 }
 

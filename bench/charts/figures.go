@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"math"
 	"slices"
 	"strings"
 )
@@ -241,4 +242,106 @@ func clients(n string) string {
 		return "1 client"
 	}
 	return n + " clients"
+}
+
+// cancelRows are bench/cancel's rows at one concurrency, by transport and
+// front: its whitespace fields (a spread p50/p99/max is one field).
+func cancelRows(r io.Reader, conc string) (transports []string, by map[string]map[string][]string, err error) {
+	rs, err := rows(r, 21)
+	if err != nil {
+		return nil, nil, err
+	}
+	by = map[string]map[string][]string{}
+	for _, f := range rs {
+		if f[2] != conc || f[6] != "|" {
+			continue
+		}
+		if by[f[0]] == nil {
+			by[f[0]] = map[string][]string{}
+			transports = append(transports, f[0])
+		}
+		by[f[0]][f[1]] = f
+	}
+	if len(transports) == 0 {
+		return nil, nil, errNoRows
+	}
+	return transports, by, nil
+}
+
+// p50 is the first figure of a spread, "168/574/856" (NaN for "-":
+// nothing measured).
+func p50(spread string) float64 {
+	if spread == "-" {
+		return math.NaN()
+	}
+	v, _, _ := strings.Cut(spread, "/")
+	return num(v)
+}
+
+// cancelForward: with one call at a time, the time to forward a cancel
+// straight to the server, through the proxy, and beside it a plain
+// notification of the same size through the proxy, per transport.
+func cancelForward(r io.Reader) (string, error) {
+	transports, by, err := cancelRows(r, "1")
+	if err != nil {
+		return "", err
+	}
+	ss := []series{{name: "direct: the cancel"}, {name: "proxy: a plain notification"}, {name: "proxy: the cancel"}}
+	var groups []string
+	for _, tr := range transports {
+		proxy, ok := by[tr]["proxy"]
+		if !ok || by[tr]["direct"] == nil { // the grace's row: the same forward as without it
+			continue
+		}
+		groups = append(groups, tr)
+		ss[0].values = append(ss[0].values, p50(field(by[tr]["direct"], 7)))
+		ss[1].values = append(ss[1].values, p50(proxy[9]))
+		ss[2].values = append(ss[2].values, p50(proxy[7]))
+	}
+	if len(groups) == 0 {
+		return "", errNoRows
+	}
+	return barChart("Time to forward a cancel, p50, one call at a time (bench/cancel)", "µs", groups, ss, nil, ""), nil
+}
+
+// cancelPeers: the same with the peers, for the transports they serve.
+func cancelPeers(r io.Reader) (string, error) {
+	transports, by, err := cancelRows(r, "1")
+	if err != nil {
+		return "", err
+	}
+	fronts := []string{"direct", "proxy", "supergateway", "mcp-proxy", "mcp-remote"}
+	var groups []string
+	var ss []series
+	for _, f := range fronts {
+		ss = append(ss, series{name: f})
+	}
+	for _, tr := range transports {
+		if len(by[tr]) < 3 { // no peer beside direct and the proxy
+			continue
+		}
+		groups = append(groups, tr)
+		for i, f := range fronts {
+			v := math.NaN() // not run on this transport
+			if row, ok := by[tr][f]; ok {
+				v = p50(row[7]) / 1000
+				if row[7] == "-" { // no cancel forwarded
+					v = -1
+				}
+			}
+			ss[i].values = append(ss[i].values, v)
+		}
+	}
+	if len(groups) == 0 {
+		return "", errNoRows
+	}
+	return barChart("Time to forward a cancel beside the peers, p50, one call at a time", "ms", groups, ss, nil, ""), nil
+}
+
+// field is f[i], or "-" when the row is missing.
+func field(f []string, i int) string {
+	if i >= len(f) {
+		return "-"
+	}
+	return f[i]
 }

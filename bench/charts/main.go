@@ -5,7 +5,9 @@
 // wrapper against the bare byte relay, per frame size (relay); memory per
 // idle stream against the number of streams (httpload -idle); and the
 // stdio server over HTTP against mcp-proxy and supergateway (httpload
-// -peers). It needs no network and no library beyond Go's.
+// -peers); and how fast a cancel is forwarded, per transport, beside a
+// plain notification and beside the peers (bench/cancel). It needs no
+// network and no library beyond Go's.
 //
 //	go run ./bench/charts                  # bench/results/*.txt -> docs/charts/*.svg
 package main
@@ -43,6 +45,8 @@ var charts = []chart{
 	{"relay.txt", "wrapper-relay.svg", wrapperRelay},
 	{"idle.txt", "idle-memory.svg", idleMemory},
 	{"peers.txt", "peers.svg", peersChart},
+	{"cancel.txt", "cancel-forward.svg", cancelForward},
+	{"cancel.txt", "cancel-peers.svg", cancelPeers},
 }
 
 // draw writes every chart whose input is saved; a missing input is said

