@@ -32,6 +32,7 @@ type reloader struct {
 	log     *zap.Logger
 	w       *fsnotify.Watcher // nil: the file is not watched
 	last    []byte            // the file as last read
+	gone    bool              // the file was missing at the last change
 	started config.Config     // what runs: a change outside the policy waits for a restart
 	hups    <-chan struct{}   // SIGHUPs
 	quit    chan struct{}
@@ -64,14 +65,12 @@ func (r *reloader) run() error {
 				continue
 			}
 			r.last, _ = reload(r.path, r.e, r.log, "SIGHUP", nil, r.started)
-		case ev, ok := <-changes:
+		case _, ok := <-changes:
 			if !ok {
 				changes = nil
 				continue
 			}
-			if isConfigChange(ev, r.path) {
-				quiet.Reset(settle)
-			}
+			quiet.Reset(settle)
 		case err, ok := <-errs:
 			if !ok {
 				errs = nil
@@ -79,11 +78,26 @@ func (r *reloader) run() error {
 			}
 			r.log.Warn("watching the configuration file", zap.Error(err))
 		case <-quiet.C:
-			r.last, _ = reload(r.path, r.e, r.log, "the configuration file changed", r.last, r.started)
+			r.changed()
 		case <-r.quit:
 			return nil
 		}
 	}
+}
+
+// changed reloads the file once its folder has been quiet after a change.
+// The folder is watched, not the file (an editor's save renames a new
+// file onto it; a Kubernetes ConfigMap swaps a symbolic link), so any file
+// beside it, the proxy's own events feed among them, wakes it: a file that
+// reads as before is left alone (reload), and one that has gone is said
+// once, not at each change beside it.
+func (r *reloader) changed() {
+	_, err := os.Stat(r.path)
+	if err != nil && r.gone {
+		return // said when it went
+	}
+	r.gone = err != nil
+	r.last, _ = reload(r.path, r.e, r.log, "the configuration file changed", r.last, r.started)
 }
 
 // stop makes run return; it is the actor's interrupt.
@@ -118,14 +132,6 @@ func reload(path string, e *policy.Engine, log *zap.Logger, why string, prev []b
 			zap.Strings("settings", keys))
 	}
 	return data, true
-}
-
-// isConfigChange reports whether a change in the configuration file's folder is
-// a change of the file (written, or another file renamed to it, as
-// editors save): the folder may hold files that change all the time, the
-// proxy's own events feed among them.
-func isConfigChange(ev fsnotify.Event, path string) bool {
-	return filepath.Clean(ev.Name) == filepath.Clean(path)
 }
 
 // watchFile watches the folder holding path; nil when there is no file

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	zapobs "go.uber.org/zap/zaptest/observer"
@@ -118,25 +117,36 @@ func TestValidateStrict(t *testing.T) {
 	}
 }
 
-// TestReloadWatchesTheFileAlone: a change of another file in the
-// configuration file's folder (the events feed beside it, written all the
-// time) is not a change of the configuration; a save, in place or by a
-// rename onto it, is.
-func TestReloadWatchesTheFileAlone(t *testing.T) {
-	path := filepath.Join("dir", "proxy.yaml")
-	for _, tc := range []struct {
-		ev   fsnotify.Event
-		want bool
-	}{
-		{fsnotify.Event{Name: filepath.Join("dir", "events.jsonl"), Op: fsnotify.Write}, false},
-		{fsnotify.Event{Name: filepath.Join("dir", ".proxy.yaml.swp"), Op: fsnotify.Create}, false},
-		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Write}, true},
-		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Create}, true},
-		{fsnotify.Event{Name: filepath.Join("dir", "proxy.yaml"), Op: fsnotify.Remove}, true},
-		{fsnotify.Event{Name: "dir/./proxy.yaml", Op: fsnotify.Write}, true},
-	} {
-		if got := isConfigChange(tc.ev, path); got != tc.want {
-			t.Errorf("%v: isConfigChange = %v, want %v", tc.ev, got, tc.want)
-		}
+// TestReloadSaysAGoneFileOnce: the folder of the configuration file is
+// watched, and the events feed beside it changes all the time; once the
+// file has gone, that is said once, not at each change (it was said every
+// 100 ms); once it is back, it is read again.
+func TestReloadSaysAGoneFileOnce(t *testing.T) {
+	t.Parallel()
+	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("policy:\n  rules: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := zapobs.New(zap.DebugLevel)
+	r := &reloader{path: path, e: e, log: zap.New(core), started: config.Defaults()}
+	r.last, _ = os.ReadFile(path)
+	os.Remove(path)
+	for range 5 { // the events feed beside it written, again and again
+		r.changed()
+	}
+	if n := logs.FilterMessageSnippet("invalid").Len(); n != 1 {
+		t.Errorf("the gone file was said %d times, want once:\n%v", n, logs.All())
+	}
+	if err := os.WriteFile(path, []byte("policy:\n  rules:\n    - tool: x\n      timeout: 5s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.changed()
+	if logs.FilterMessageSnippet("reloading the policy").Len() != 1 {
+		t.Errorf("the file back was not read again:\n%v", logs.All())
 	}
 }
