@@ -178,9 +178,9 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 // its way (the lock still held), tells the governor of the cancel and
 // says the event (cancel_accepted), which Decide does before it returns.
 // Both wake other threads (a timer armed, a worker, the feed's writer):
-// on the 2-core machine, before the cancel was written, they cost it about
-// 50 µs at p50 over a plain notification through the wrapper
-// (bench/cancel). A cancel that withdraws a held request, that the
+// on the 2-core machine, done before the cancel was written, they and the
+// feed's write to the disk made it take 2.0x a plain notification's time
+// through the wrapper, 1.2x once they came after (bench/cancel). A cancel that withdraws a held request, that the
 // governor keeps back, or that ends other requests too, has them done
 // first, as Decide does: then is a no-op.
 func (s *Session) DecideThen(from Peer, m *framing.Message, parent TraceContext) (o Outcome, then func()) {

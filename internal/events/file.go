@@ -14,10 +14,10 @@ const maxPending = 1 << 20
 // fileWriter appends the feed's lines to its file from a goroutine of its
 // own, so that an event costs the code that says it (a cancel being
 // accepted, before it is forwarded) no write to the disk: about 35 µs at
-// p50 on the 2-core machine, a third of a cancel's way through the
+// p50 on the 2-core machine, a fifth of a cancel's way through the
 // wrapper (bench/cancel). Lines are written in the order published,
 // batched when they come faster than the disk takes them. The feed's
-// mutex guards pending, closing and busy.
+// mutex guards pending, spare and closing.
 type fileWriter struct {
 	f       *os.File
 	mu      *sync.Mutex // the feed's

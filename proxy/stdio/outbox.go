@@ -78,10 +78,10 @@ func (o *outbox) sendDeferred(b *buf) ticket { return o.enqueue(b, false) }
 // sendUrgent queues a frame ahead of every frame not yet being written,
 // and writes the queue at once, in the caller's goroutine, as flush does
 // (what does not fit goes to the writer goroutine). Waking the writer
-// instead cost a cancel a hand-off to another thread, about 50 µs at p50
-// on the 2-core machine, where a plain notification, flushed by its relay,
-// paid none (bench/cancel). It never waits for space: urgent frames are
-// small and rare.
+// instead handed a cancel to another goroutine, and often another thread,
+// where a plain notification, flushed by its relay, went at once
+// (bench/cancel). It never waits for space: urgent frames are small and
+// rare.
 func (o *outbox) sendUrgent(b *buf) ticket {
 	t := o.enqueue(b, true)
 	o.flush()
