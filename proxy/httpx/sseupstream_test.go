@@ -61,26 +61,35 @@ func sseUpstreamWith(t *testing.T, wrap func(http.Handler) http.Handler, sc *htt
 
 // TestNoCancelGraceEndsTheStream: with NoCancelGrace (http.cancel_grace
 // 0), a cancelled call's stream ends once the cancel is accepted, without
-// waiting on the sidecar's clock (which never moves here); the upstream
-// still gets the cancel.
+// waiting on the sidecar's clock (which never moves here), whether the
+// relay carries it (a Streamable HTTP upstream) or a line session (an
+// HTTP+SSE upstream); the upstream still gets the cancel. Before, a grace
+// of 0 was taken for the default.
 func TestNoCancelGraceEndsTheStream(t *testing.T) {
 	t.Parallel()
-	watchdog(t, 30*time.Second)
-	clk := clock.NewFake(time.Now())
-	up, _, url := sseUpstreamWith(t, nil, &httpx.Sidecar{CancelGrace: httpx.NoCancelGrace, Clock: clk})
-	c := &rawClient{t: t, url: url}
-	c.initialize()
-	resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"n"},"_meta":{"progressToken":"n"}}}`)
-	msgs := events(resp.Body)
-	if m := <-msgs; m["method"] != "notifications/progress" {
-		t.Fatalf("first message %v, want the call's progress", m)
-	}
-	c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
-	if key := <-up.sawCancel; key != "n" {
-		t.Errorf("upstream cancelled %q, want n", key)
-	}
-	for m := range msgs { // ends with the stream, or the watchdog fails the test
-		t.Errorf("after the cancel the client got %v", m)
+	for _, sse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "streamable", true: "sse"}[sse], func(t *testing.T) {
+			t.Parallel()
+			watchdog(t, 30*time.Second)
+			clk := clock.NewFake(time.Now())
+			up, url := autoSidecar(t, sse, nil, zaptest.NewLogger(t), func(sc *httpx.Sidecar) {
+				sc.CancelGrace, sc.Clock = httpx.NoCancelGrace, clk
+			})
+			c := &rawClient{t: t, url: url}
+			c.initialize()
+			resp := c.post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait_cancel","arguments":{"key":"n"},"_meta":{"progressToken":"n"}}}`)
+			msgs := events(resp.Body)
+			if m := <-msgs; m["method"] != "notifications/progress" {
+				t.Fatalf("first message %v, want the call's progress", m)
+			}
+			c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`).Body.Close()
+			if key := <-up.sawCancel; key != "n" {
+				t.Errorf("upstream cancelled %q, want n", key)
+			}
+			for m := range msgs { // ends with the stream, or the watchdog fails the test
+				t.Errorf("after the cancel the client got %v", m)
+			}
+		})
 	}
 }
 
