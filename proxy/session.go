@@ -180,9 +180,10 @@ func (s *Session) Decide(from Peer, m *framing.Message, parent TraceContext) Out
 // Both wake other threads (a timer armed, a worker, the feed's writer):
 // on the 2-core machine, done before the cancel was written, they and the
 // feed's write to the disk made it take 2.0x a plain notification's time
-// through the wrapper, 1.2x once they came after (bench/cancel). A cancel that withdraws a held request, that the
-// governor keeps back, or that ends other requests too, has them done
-// first, as Decide does: then is a no-op.
+// through the wrapper, 1.2x once they came after (bench/cancel). A cancel
+// that withdraws a held request, that the governor keeps back, or that
+// ends other requests too, has them done first, as Decide does: then is
+// a no-op.
 func (s *Session) DecideThen(from Peer, m *framing.Message, parent TraceContext) (o Outcome, then func()) {
 	var later func()
 	o = s.decide(from, m, parent, &later)
@@ -197,7 +198,7 @@ func (s *Session) decide(from Peer, m *framing.Message, parent TraceContext, lat
 	if from != Client || o.Cancelled == nil {
 		return o
 	}
-	if later != nil && *later != nil && s.cancelWaitsNot(o) {
+	if later != nil && *later != nil && s.governorFirst(o) {
 		(*later)()
 		*later = nil
 	}
@@ -224,10 +225,10 @@ func (s *Session) decide(from Peer, m *framing.Message, parent TraceContext, lat
 	return o
 }
 
-// cancelWaitsNot reports whether a cancel's outcome o must have the
-// governor told of it before the transport acts: it withdraws a held
+// governorFirst reports whether the governor must hear of a cancel, whose
+// outcome is o, before the transport acts on it: it withdraws a held
 // request, the governor keeps it back, or it ends other requests too.
-func (s *Session) cancelWaitsNot(o Outcome) bool {
+func (s *Session) governorFirst(o Outcome) bool {
 	_, held := s.held[o.Cancelled]
 	return held || o.Cancelled.deferCancel && s.deferCancels.Load() || len(o.More) > 0
 }
