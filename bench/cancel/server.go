@@ -297,8 +297,7 @@ func (h *holder) streamable(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case b := <-msgs:
-			fmt.Fprintf(w, "event: message\ndata: %s\n\n", b)
-			fl.Flush()
+			writeEvent(w, b)
 			if !isProgress(b) { // the result ends the stream
 				return
 			}
@@ -310,6 +309,12 @@ func (h *holder) streamable(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// writeEvent writes one message as an event, at once.
+func writeEvent(w http.ResponseWriter, msg []byte) {
+	fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg)
+	w.(http.Flusher).Flush()
 }
 
 // isProgress tells the server's own progress from its result.
@@ -347,8 +352,7 @@ func (l *legacyServer) stream(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case b := <-msgs:
-			fmt.Fprintf(w, "event: message\ndata: %s\n\n", b)
-			fl.Flush()
+			writeEvent(w, b)
 		case <-r.Context().Done():
 			return
 		}

@@ -18,17 +18,25 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 )
 
+// defaultEngine is a policy engine of the defaults, audit off, shut down
+// with the test.
+func defaultEngine(t *testing.T) *policy.Engine {
+	t.Helper()
+	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
+}
+
 // TestReloadKeepsThePolicyOfAnEmptyFile: a file rewritten in place is
 // empty for a moment, and an empty file is a valid configuration (the
 // defaults: no rules); a reload that reads it, or a file of only comments,
 // or an invalid one, keeps the policy in force; a real change reloads.
 func TestReloadKeepsThePolicyOfAnEmptyFile(t *testing.T) {
 	t.Parallel()
-	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
+	e := defaultEngine(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	for _, c := range []struct {
 		name, content string
@@ -53,11 +61,7 @@ func TestReloadKeepsThePolicyOfAnEmptyFile(t *testing.T) {
 // warns, naming those settings; one that changes only the policy does not.
 func TestReloadNamesWhatWaitsForARestart(t *testing.T) {
 	t.Parallel()
-	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
+	e := defaultEngine(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	os.WriteFile(path, []byte("http:\n  listen: 127.0.0.1:1\n"), 0o600)
 	started, err := config.Load(path)
@@ -123,11 +127,7 @@ func TestValidateStrict(t *testing.T) {
 // 100 ms); once it is back, it is read again.
 func TestReloadSaysAGoneFileOnce(t *testing.T) {
 	t.Parallel()
-	e, err := policy.New(policy.Options{Policy: policy.Defaults(), Audit: policy.Audit{Path: "off"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
+	e := defaultEngine(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte("policy:\n  rules: []\n"), 0o600); err != nil {
 		t.Fatal(err)
