@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
@@ -122,6 +124,33 @@ func (w lazyOut) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return conn.Out.Write(p)
+}
+
+// SendFrame implements stdio.Sender: a server that takes messages gets
+// them so, one that takes bytes a line.
+func (w lazyOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
+	conn, err := w.l.start()
+	if err != nil {
+		return
+	}
+	if s, ok := conn.Out.(stdio.Sender); ok {
+		s.SendFrame(frame, opens, m)
+		return
+	}
+	conn.Out.Write(append(frame[:len(frame):len(frame)], '\n'))
+}
+
+// SendCancel implements stdio.Sender.
+func (w lazyOut) SendCancel(c *proxy.Call, notice []byte) {
+	conn, err := w.l.start()
+	if err != nil {
+		return
+	}
+	if s, ok := conn.Out.(stdio.Sender); ok {
+		s.SendCancel(c, notice)
+		return
+	}
+	conn.Out.Write(append(notice[:len(notice):len(notice)], '\n'))
 }
 
 func (w lazyOut) Close() error {

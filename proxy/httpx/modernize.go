@@ -104,14 +104,11 @@ func (rl relay) downgrade(st *relayed, data []byte) []byte {
 		if kept != nil {
 			data = kept
 		}
-	case bytes.Contains(data, headerMismatchCode):
+	case upstream.RefusesHeaders(data):
 		rl.s.tools.Forget()
 	}
 	return upstream.Downgrade(data)
 }
-
-// headerMismatchCode is how an answer of HeaderMismatch reads.
-var headerMismatchCode = []byte(`"code":-32020`)
 
 // retryMismatch sends an upgraded tools/call (data) once more when the
 // upstream refused its headers (400, HeaderMismatch: its tools changed),
@@ -126,7 +123,7 @@ func (rl relay) retryMismatch(ctx *fasthttp.RequestCtx, st *relayed, data []byte
 	body, _ := upstream.ReadAll(upstream.BodyOf(resp), resp.Header.ContentLength(), rl.s.maxBody)
 	resp.CloseBodyStream()
 	resp.SetBodyStream(bytes.NewReader(body), len(body))
-	if !bytes.Contains(body, headerMismatchCode) {
+	if !upstream.RefusesHeaders(body) {
 		return resp
 	}
 	rl.s.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", f.Msgs[0].Name()))

@@ -24,6 +24,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // TestCancelNeverOvertakesItsRequest: a Streamable HTTP upstream reached
@@ -57,7 +58,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 	}
 	inBubble(t, handler, slowFirst, func(t *testing.T, back upstream.Backend) {
 		release = make(chan struct{})
-		out := back.Conn().Out
+		out := upstreamtest.Sessioned(back.Conn().Out)
 		out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}` + "\n"))
 		go out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 
@@ -158,9 +159,10 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 		// that waited for a timer would not make time pass for the test.
 		lines := make(chan string)
 		defer close(lines)
+		out := upstreamtest.Sessioned(back.Conn().Out)
 		go func() {
 			for l := range lines {
-				back.Conn().Out.Write([]byte(l + "\n"))
+				out.Write([]byte(l + "\n"))
 			}
 		}()
 		received := func(what string) bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // resumingUpstream is a stateful Streamable HTTP server that ends a call's
@@ -128,6 +129,7 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			}
 			t.Cleanup(func() { back.Stop(); <-back.Exited() })
 			conn := back.Conn()
+			out := upstreamtest.Sessioned(conn.Out)
 			lines := framing.NewReader(conn.In, 0)
 			next := func() map[string]any {
 				t.Helper()
@@ -143,7 +145,7 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			}
 			send := func(line string) {
 				t.Helper()
-				if _, err := io.WriteString(conn.Out, line+"\n"); err != nil {
+				if _, err := io.WriteString(out, line+"\n"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // TestSSEUpstreamWantsAuthorization: an HTTP+SSE upstream that answers
@@ -52,12 +53,13 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	}
 	defer back.Stop()
 	conn := back.Conn()
+	out := upstreamtest.Sessioned(conn.Out)
 	lines := make(chan []byte, 1)
 	go func() { // the answer is a line the backend writes while the POST is handled
 		line, _ := framing.NewReader(conn.In, 0).Read(nil)
 		lines <- line
 	}()
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`+"\n")
+	io.WriteString(out, `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`+"\n")
 	line := <-lines
 	if got := string(line); !strings.Contains(got, `"id":7`) || !strings.Contains(got, `"kind":"unauthorized"`) || !strings.Contains(got, "resource_metadata") {
 		t.Errorf("a request the endpoint refused with 401 got %s, want the proxy's unauthorized error quoting the challenge", got)
@@ -148,9 +150,10 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	}
 	a.gate() // a sign-in is under way from here
 	conn := back.Conn()
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
-	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
+	out := upstreamtest.Sessioned(conn.Out)
+	io.WriteString(out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
+	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
+	io.WriteString(out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
 	close(a.release) // signed in
 	line, err := framing.NewReader(conn.In, 0).Read(nil)
 	if err != nil || !strings.Contains(string(line), `"id":8`) {

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
@@ -28,6 +29,12 @@ type buf struct {
 	// Options.Deliver); nil for other traffic.
 	about *proxy.Call
 	last  bool
+	// opens and cancels, on a frame for a server that takes messages
+	// (Sender), are the request it opens and the request whose cancel it
+	// is; msg is the frame parsed, when hasMsg (its bytes unchanged).
+	opens, cancels *proxy.Call
+	msg            framing.Message
+	hasMsg         bool
 }
 
 const (
@@ -121,6 +128,7 @@ func written(b *buf) {
 // putBuf recycles b under a new generation.
 func putBuf(b *buf) {
 	b.done, b.about, b.last = nil, nil, false
+	b.opens, b.cancels, b.hasMsg = nil, nil, false
 	gen := b.st.Load() >> 2
 	b.st.Store((gen + 1) << 2)
 	b.sent = 0

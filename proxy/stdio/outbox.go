@@ -5,6 +5,9 @@ import (
 	"io"
 	"sync"
 	"syscall"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // maxQueued bounds the memory queued toward one peer, counted as the
@@ -50,6 +53,10 @@ type outbox struct {
 	// about, in place of w (Options.Deliver): written by the goroutine
 	// alone, as on the portable path.
 	deliver Deliver
+	// sender, when set, takes each frame for the server whole, with the
+	// request it opens or cancels, in place of w (a Sender): written by
+	// the goroutine alone.
+	sender Sender
 
 	kick chan struct{} // 1-buffered: wakes the writer goroutine
 	dead chan struct{} // closed when run returns
@@ -57,7 +64,12 @@ type outbox struct {
 }
 
 func newOutbox(w io.WriteCloser) *outbox {
-	o := &outbox{w: w, c: w, raw: nonBlocking(w), kick: make(chan struct{}, 1), dead: make(chan struct{})}
+	o := &outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
+	if s, ok := w.(Sender); ok {
+		o.sender = s
+	} else {
+		o.raw = nonBlocking(w)
+	}
 	o.space.L = &o.mu
 	return o
 }
@@ -271,6 +283,17 @@ func (o *outbox) writeAll(batch []*buf) error {
 		}
 		return nil
 	}
+	if o.sender != nil {
+		for _, b := range batch {
+			if claim(b) {
+				o.sendMessage(b)
+				written(b)
+			} else {
+				putBuf(b)
+			}
+		}
+		return nil
+	}
 	if o.raw != nil {
 		_, err := o.writev(batch, true)
 		return err
@@ -333,4 +356,33 @@ func claim(b *buf) bool {
 	}
 	gen := v >> 2
 	return b.st.CompareAndSwap(gen<<2|bufQueued, gen<<2|bufWriting)
+}
+
+// Sender is a server reached message by message (an upstream.Conn): a
+// server's Out that implements it takes each frame whole, without its
+// newline, with the request it opens, or, for an accepted cancel, the
+// request it cancels, in place of bytes. Each is called by one goroutine,
+// in the order the frames were decided (urgent cancels first, as ever),
+// and must not keep frame.
+type Sender interface {
+	// SendFrame sends a frame; opens is the request it opens, if any, and
+	// m, if not nil, is the frame parsed.
+	SendFrame(frame []byte, opens *proxy.Call, m *framing.Message)
+	// SendCancel carries the accepted cancel of c, whose notice is the
+	// frame the server is to see.
+	SendCancel(c *proxy.Call, notice []byte)
+}
+
+// sendMessage hands b, claimed, to the sender.
+func (o *outbox) sendMessage(b *buf) {
+	frame := b.b[b.sent : len(b.b)-1] // without its newline
+	if b.cancels != nil {
+		o.sender.SendCancel(b.cancels, frame)
+		return
+	}
+	var m *framing.Message
+	if b.hasMsg {
+		m = &b.msg
+	}
+	o.sender.SendFrame(frame, b.opens, m)
 }

@@ -1,6 +1,7 @@
 package stdio
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -36,6 +37,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 		then = func() {}
 	}
 	s.reply(from, o.Reply)
+	s.keepMessage(from, o, b, &f.Msgs[0])
 	s.carry(from, o, b, false)
 	then() // the cancel is on its way: the governor and the feed hear of it now
 }
@@ -61,8 +63,10 @@ func (s *Session) carry(from *side, o proxy.Outcome, b *buf, now bool) {
 	case o.Cancelled != nil:
 		s.sendNotice(from, o.Cancelled, b)
 	case o.Hold:
+		b.opens = o.Request
 		s.core.Hold(o.Request, b)
 	case o.Request != nil:
+		b.opens = o.Request
 		// Only the issuer's side reads the ticket, under the session's
 		// lock: cancels come from the same peer as their request.
 		from.out.sendAs(b, now).keep(o.Request)
@@ -78,6 +82,9 @@ func (s *Session) carry(from *side, o proxy.Outcome, b *buf, now bool) {
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
 func (s *Session) sendNotice(from *side, c *proxy.Call, b *buf) {
+	if from.peer == proxy.Client {
+		b.cancels, b.hasMsg = c, false
+	}
 	switch {
 	case ticketOf(c).withdraw():
 		putBuf(b)
@@ -88,6 +95,16 @@ func (s *Session) sendNotice(from *side, c *proxy.Call, b *buf) {
 	default:
 		s.timeNotice(from, c, b)
 		from.out.sendDeferred(b)
+	}
+}
+
+// keepMessage keeps m, the message b holds, with b, for a server that
+// takes messages (Sender) and so need not parse it again, unless the core
+// rewrote it. Its spans then index b's bytes, which m's equal.
+func (s *Session) keepMessage(from *side, o proxy.Outcome, b *buf, m *framing.Message) {
+	if from.out.sender != nil && o.Verdict == proxy.Forward && o.Rewritten == nil && bytes.Equal(m.Raw, b.b) {
+		b.msg, b.hasMsg = *m, true
+		b.msg.Raw = b.b
 	}
 }
 
@@ -236,12 +253,18 @@ func (k carrier) Notify(c *proxy.Call, _ any, frame []byte) {
 
 // CancelOwn implements proxy.Carrier: the cancel of the proxy's own
 // request goes to the server, after it (one queue carries both).
-func (k carrier) CancelOwn(c *proxy.Call, notice []byte) { k.SendOwn(c, notice) }
+func (k carrier) CancelOwn(c *proxy.Call, notice []byte) {
+	b := getBuf()
+	b.b = append(b.b, notice...)
+	b.cancels = c
+	k.s.sides[proxy.Client].out.send(b)
+}
 
 // SendOwn implements proxy.Carrier.
-func (k carrier) SendOwn(_ *proxy.Call, frame []byte) {
+func (k carrier) SendOwn(c *proxy.Call, frame []byte) {
 	b := getBuf()
 	b.b = append(b.b, frame...)
+	b.opens = c
 	k.s.sides[proxy.Client].out.send(b)
 }
 

@@ -82,6 +82,7 @@ func (s *Session) submitOne(m *framing.Message, parent proxy.TraceContext, open 
 	open(&sub)
 	b := getBuf()
 	b.b = append(b.b, m.Raw...)
+	s.keepMessage(s.sides[proxy.Client], o, b, m)
 	s.carry(s.sides[proxy.Client], o, b, true)
 }
 

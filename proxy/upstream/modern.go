@@ -27,15 +27,15 @@ var discoverRequest = []byte(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-discover",
 const discoverWait = 5 * time.Second
 
 // probeModern asks a stateless upstream whether it speaks 2026-07-28, and
-// sets b.modern if it does.
-func (b *streamBackend) probeModern() {
-	if ok, _ := b.u.SpeaksModern(b.log); !ok {
+// sets c.modern if it does.
+func (c *StreamConn) probeModern() {
+	if ok, _ := c.u.SpeaksModern(c.log); !ok {
 		return
 	}
-	b.mu.Lock()
-	b.modern = true
-	b.mu.Unlock()
-	b.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
+	c.mu.Lock()
+	c.modern = true
+	c.mu.Unlock()
+	c.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
 }
 
 // SpeaksModern asks the server, with server/discover, whether it speaks

@@ -40,20 +40,20 @@ const ownWait = 30 * time.Second
 // tools/call and the backend has read no tools/list (since the last one
 // went stale). A tool the list does not name is called as it is: its
 // server's answer says what it thinks of the call.
-func (b *streamBackend) toolsFirst(m *framing.Message, session string) {
-	if b.modernCall(m) {
-		b.tools.ReadOnce(func() { b.relist(m, session) })
+func (c *StreamConn) toolsFirst(m *framing.Message, session string) {
+	if c.modernCall(m) {
+		c.tools.ReadOnce(func() { c.relist(m, session) })
 	}
 }
 
 // modernCall reports whether m is a tools/call of revision 2026-07-28.
-func (b *streamBackend) modernCall(m *framing.Message) bool {
+func (c *StreamConn) modernCall(m *framing.Message) bool {
 	if m == nil || m.Method != "tools/call" {
 		return false
 	}
-	b.mu.Lock()
-	version := cmp.Or(MetaVersion(m), b.version)
-	b.mu.Unlock()
+	c.mu.Lock()
+	version := cmp.Or(MetaVersion(m), c.version)
+	c.mu.Unlock()
 	return framing.Revision(version).CancelsByClose()
 }
 
@@ -61,34 +61,45 @@ func (b *streamBackend) modernCall(m *framing.Message) bool {
 // its headers (400, HeaderMismatch), after reading tools/list again; resp
 // and err become the second answer's. It returns the answer to give the
 // client instead when the refusal was another one (its body is read).
-func (b *streamBackend) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) func(framing.ID) []byte {
-	if *err != nil || (*resp).StatusCode() != fasthttp.StatusBadRequest || !b.modernCall(m) {
+func (c *StreamConn) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) func(framing.ID) []byte {
+	if *err != nil || (*resp).StatusCode() != fasthttp.StatusBadRequest || !c.modernCall(m) {
 		return nil
 	}
 	head := ReadHead(*resp)
+	if !RefusesHeaders(head) {
+		return refusal(fasthttp.StatusBadRequest, head, c.log)
+	}
+	c.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
+	c.tools.Reread(func() { c.relist(m, session) })
+	*resp, *err = c.request(Request{Body: msg, Session: session, Msg: m, Tools: &c.tools}, 0)
+	return nil
+}
+
+// RefusesHeaders reports whether body is 2026-07-28's HeaderMismatch
+// error (-32020): the server refused a request's mirrored headers, and a
+// client reads tools/list again and sends the request once more. Every
+// client of the proxy's (the relay's, a Conn's) tells a refusal so.
+func RefusesHeaders(body []byte) bool {
+	if !bytes.Contains(body, []byte("-32020")) {
+		return false
+	}
 	var e struct {
 		Error struct{ Code int } `json:"error"`
 	}
-	if json.Unmarshal(head, &e) != nil || e.Error.Code != codeHeaderMismatch {
-		return refusal(fasthttp.StatusBadRequest, head, b.log)
-	}
-	b.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
-	b.tools.Reread(func() { b.relist(m, session) })
-	*resp, *err = b.request(Request{Body: msg, Session: session, Msg: m, Tools: &b.tools}, 0)
-	return nil
+	return json.Unmarshal(body, &e) == nil && e.Error.Code == codeHeaderMismatch
 }
 
 // relist reads the server's tools/list afresh, every page, as the client
 // whose request m is (its _meta), into b.tools; Stop ends the read.
-func (b *streamBackend) relist(m *framing.Message, session string) {
+func (c *StreamConn) relist(m *framing.Message, session string) {
 	watch := func(body fasthttp.ReadCloserWithError) func() {
-		if b.track(body, nil) != nil {
+		if c.track(body, nil) != nil {
 			return nil
 		}
-		return func() { b.untrack(body, nil) }
+		return func() { c.untrack(body, nil) }
 	}
-	b.u.ReadTools(ToolsRead{Tools: &b.tools, Of: m, Session: session, MaxBody: b.u.MaxBodySize, Watch: watch, Log: b.log})
-	b.listed.Store(true)
+	c.u.ReadTools(ToolsRead{Tools: &c.tools, Of: m, Session: session, MaxBody: c.u.MaxBodySize, Watch: watch, Log: c.log})
+	c.listed.Store(true)
 }
 
 // ToolsRead is a client's own read of a 2026-07-28 server's tools/list.

@@ -1,0 +1,58 @@
+package upstream
+
+import (
+	"context"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// Conn is one client session's connection to its server, message by
+// message: what the core decided is sent with the requests it opens, each
+// request's answer comes back on a Stream of its own, and a cancel names
+// the request it ends (a *proxy.Call), never an id, so that a reused or
+// shared id cannot mislead it. How a cancel is carried (a POSTed
+// notification, the close of the request's stream, both) is the Conn's to
+// decide, by the request's revision.
+//
+// Send, Listen and Cancel keep the order they are called in: a frame goes
+// after the ones sent before it, and a cancel after the request it names.
+// Close returns once every goroutine the Conn started has ended.
+type Conn interface {
+	// Send sends one frame (the core's bytes, which Send copies), which
+	// opens calls (none for a notification or a response), and returns the
+	// Stream of what answers it: nothing, the server's messages, or the
+	// proxy's own error in place of an answer that cannot come. ctx ends
+	// the wait for the answer's headers; it does not cancel the request.
+	Send(ctx context.Context, frame []byte, calls []*proxy.Call, a Along) (Stream, error)
+	// Listen returns the Stream of the server's messages that answer no
+	// request of the client's: its own requests and notifications.
+	Listen(ctx context.Context) (Stream, error)
+	// Cancel carries the core's accepted cancel of c; notice is the
+	// cancel's frame as the server is to see it.
+	Cancel(c *proxy.Call, notice []byte) error
+	// Close ends the session upstream and every Stream of it.
+	Close() error
+}
+
+// Stream is what answers one frame, or the session's own traffic
+// (Listen), one message at a time.
+type Stream interface {
+	// Next returns the next message, valid until the next call, or io.EOF
+	// once the stream has ended. One goroutine calls it.
+	Next() ([]byte, error)
+	// Close ends the stream; it may race Next, which it unblocks.
+	Close() error
+}
+
+// Along is what goes with a frame besides its bytes.
+type Along struct {
+	// Msg, if not nil, is the frame parsed (one message, not a batch; its
+	// spans index the frame), so that the Conn need not parse it again.
+	Msg *framing.Message
+	// From, if not nil, is the client's HTTP request the frame came in
+	// (its headers go on: see Request.From).
+	From *fasthttp.Request
+}

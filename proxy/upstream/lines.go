@@ -1,0 +1,125 @@
+package upstream
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// Lines is a Conn as a session of lines reaches its server (a Backend):
+// the session's frames go to the Conn message by message, each with the
+// request it opens or cancels (its Out is a stdio.Sender), and what every
+// Stream of the Conn brings comes back as the session's lines. One
+// goroutine per Stream reads it, for as long as it brings messages.
+type Lines struct {
+	conn   Conn
+	in     *stdio.Frames
+	exited chan struct{}
+
+	lines framing.LineSplitter // Write's
+
+	mu      sync.Mutex // guards readers' Add and stopped
+	readers sync.WaitGroup
+	stopped bool
+	once    sync.Once
+}
+
+// NewLines returns conn as a Backend, its session's own traffic (Listen)
+// read from now on.
+func NewLines(conn Conn) *Lines {
+	l := &Lines{conn: conn, in: stdio.NewFrames(), exited: make(chan struct{})}
+	if st, err := conn.Listen(context.Background()); err == nil {
+		l.read(st)
+	}
+	return l
+}
+
+// Conn implements Backend.
+func (l *Lines) Conn() stdio.Conn { return stdio.Conn{In: l.in, Out: linesOut{l}} }
+
+// Exited implements Backend.
+func (l *Lines) Exited() <-chan struct{} { return l.exited }
+
+// Stop implements Backend: the Conn is closed, and once every Stream has
+// been read to its end, the session's lines end.
+func (l *Lines) Stop() {
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
+		go func() {
+			l.conn.Close()
+			l.readers.Wait()
+			l.in.CloseWrite()
+			close(l.exited)
+		}()
+	})
+}
+
+// read hands each message st brings to the session, until it ends.
+func (l *Lines) read(st Stream) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		st.Close()
+		go drain(st) // its answer's goroutine ends with the Conn
+		return
+	}
+	l.readers.Add(1)
+	go func() {
+		defer l.readers.Done()
+		for {
+			m, err := st.Next()
+			if err != nil {
+				return
+			}
+			l.in.Put(eventLine(m))
+		}
+	}()
+}
+
+// drain reads st to its end, for nobody.
+func drain(st Stream) {
+	for {
+		if _, err := st.Next(); err != nil {
+			return
+		}
+	}
+}
+
+// linesOut is the session's way to its server.
+type linesOut struct{ l *Lines }
+
+// SendFrame implements stdio.Sender.
+func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
+	var calls []*proxy.Call
+	if opens != nil {
+		calls = []*proxy.Call{opens}
+	}
+	if st, err := w.l.conn.Send(context.Background(), frame, calls, Along{Msg: m}); err == nil && st != nil {
+		w.l.read(st)
+	}
+}
+
+// SendCancel implements stdio.Sender.
+func (w linesOut) SendCancel(c *proxy.Call, notice []byte) { w.l.conn.Cancel(c, notice) }
+
+// Write sends each line of p as a frame that opens no request the Conn
+// knows of (so a cancel written so is POSTed, never a cut): for a writer of
+// bytes; a session sends messages (SendFrame).
+func (w linesOut) Write(p []byte) (int, error) {
+	w.l.lines.Split(p, func(line []byte) bool {
+		w.SendFrame(line, nil, nil)
+		return true
+	})
+	return len(p), nil
+}
+
+// Close implements io.Closer: the session is done with its server.
+func (w linesOut) Close() error {
+	w.l.Stop()
+	return nil
+}
