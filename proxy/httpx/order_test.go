@@ -24,7 +24,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // TestCancelNeverOvertakesItsRequest: a Streamable HTTP upstream reached
@@ -58,7 +57,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 	}
 	inBubble(t, handler, slowFirst, func(t *testing.T, back upstream.Backend) {
 		release = make(chan struct{})
-		out := upstreamtest.Sessioned(back.Conn().Out)
+		out := upstream.Issuer(back.Conn().Out)
 		out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}` + "\n"))
 		go out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 
@@ -159,7 +158,7 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 		// that waited for a timer would not make time pass for the test.
 		lines := make(chan string)
 		defer close(lines)
-		out := upstreamtest.Sessioned(back.Conn().Out)
+		out := upstream.Issuer(back.Conn().Out)
 		go func() {
 			for l := range lines {
 				out.Write([]byte(l + "\n"))

@@ -15,7 +15,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // resumingUpstream is a stateful Streamable HTTP server that ends a call's
@@ -129,7 +128,7 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			}
 			t.Cleanup(func() { back.Stop(); <-back.Exited() })
 			conn := back.Conn()
-			out := upstreamtest.Sessioned(conn.Out)
+			out := upstream.Issuer(conn.Out)
 			lines := framing.NewReader(conn.In, 0)
 			next := func() map[string]any {
 				t.Helper()

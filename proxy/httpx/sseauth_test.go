@@ -13,7 +13,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // TestSSEUpstreamWantsAuthorization: an HTTP+SSE upstream that answers
@@ -53,7 +52,7 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	}
 	defer back.Stop()
 	conn := back.Conn()
-	out := upstreamtest.Sessioned(conn.Out)
+	out := upstream.Issuer(conn.Out)
 	lines := make(chan []byte, 1)
 	go func() { // the answer is a line the backend writes while the POST is handled
 		line, _ := framing.NewReader(conn.In, 0).Read(nil)
@@ -150,7 +149,7 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	}
 	a.gate() // a sign-in is under way from here
 	conn := back.Conn()
-	out := upstreamtest.Sessioned(conn.Out)
+	out := upstream.Issuer(conn.Out)
 	io.WriteString(out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
 	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
 	io.WriteString(out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -122,4 +123,50 @@ func (w linesOut) Write(p []byte) (int, error) {
 func (w linesOut) Close() error {
 	w.l.Stop()
 	return nil
+}
+
+// Issuer returns a writer of lines to out, a Backend's Out, for a client
+// of the proxy's own that speaks lines (the check command's): its
+// requests open calls of their own, by the ids it chose (which it does not
+// reuse), and its cancels name them, as a session's core would; other
+// lines go as they are. An out that takes no messages gets the bytes.
+func Issuer(out io.Writer) io.Writer {
+	s, ok := out.(stdio.Sender)
+	if !ok {
+		return out
+	}
+	return &issuer{out: s, calls: map[framing.ID]*proxy.Call{}}
+}
+
+type issuer struct {
+	out   stdio.Sender
+	mu    sync.Mutex // guards the fields below
+	lines framing.LineSplitter
+	calls map[framing.ID]*proxy.Call
+}
+
+func (w *issuer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines.Split(p, func(line []byte) bool {
+		var f framing.Frame
+		if f.Parse(line) != nil || f.Batch {
+			w.out.SendFrame(line, nil, nil)
+			return true
+		}
+		m := &f.Msgs[0]
+		switch {
+		case m.Kind == framing.KindRequest:
+			c := new(proxy.Call)
+			w.calls[m.ID] = c
+			w.out.SendFrame(line, c, m)
+		case m.Method == framing.MethodCancelled && w.calls[m.RequestID] != nil:
+			w.out.SendCancel(w.calls[m.RequestID], line)
+			delete(w.calls, m.RequestID)
+		default:
+			w.out.SendFrame(line, nil, m)
+		}
+		return true
+	})
+	return len(p), nil
 }

@@ -20,7 +20,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // headless is a stateless Streamable HTTP server (no session id) that
@@ -93,7 +92,7 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	}
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
-	out := upstreamtest.Sessioned(conn.Out)
+	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
 	next := func(what string) string {
 		t.Helper()
@@ -161,7 +160,7 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer
 	}
 	t.Cleanup(func() { b.Stop(); <-b.Exited() })
 	conn := b.Conn()
-	out := upstreamtest.Sessioned(conn.Out)
+	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
 	io.WriteString(out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
@@ -380,7 +379,7 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	}
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
-	out := upstreamtest.Sessioned(conn.Out)
+	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
 	io.WriteString(out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
