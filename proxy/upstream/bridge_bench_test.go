@@ -52,6 +52,7 @@ func BenchmarkBridgeCall(b *testing.B) {
 		back.Stop()
 		<-back.Exited()
 		<-done
+		<-sess.ReaderDone()
 	}()
 	lines := bufio.NewReader(fromBridge)
 	ask := func(msg []byte) {

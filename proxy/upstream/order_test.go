@@ -44,6 +44,7 @@ func TestOrderKeptThroughTheBridge(t *testing.T) {
 		back.Stop()
 		<-back.Exited()
 		<-done
+		<-sess.ReaderDone()
 	}()
 	lines := bufio.NewReader(fromBridge)
 	next := func() map[string]any {

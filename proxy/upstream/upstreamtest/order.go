@@ -19,8 +19,9 @@ import (
 // headers at once and ends it without an answer when its cancel comes
 // (Held tells of its arrival); any other request is answered at once.
 type OrderServer struct {
-	// Held is told of each held call the server reads.
-	Held chan struct{}
+	// Held is told of each held call the server reads; Cancelled of each
+	// cancel (of up to 1024 unread).
+	Held, Cancelled chan struct{}
 
 	mu     sync.Mutex
 	got    []orderMsg
@@ -29,7 +30,7 @@ type OrderServer struct {
 
 // NewOrderServer returns an OrderServer.
 func NewOrderServer() *OrderServer {
-	return &OrderServer{Held: make(chan struct{}, 1), cancel: map[string]chan struct{}{}}
+	return &OrderServer{Held: make(chan struct{}, 1), Cancelled: make(chan struct{}, 1024), cancel: map[string]chan struct{}{}}
 }
 
 type orderMsg struct {
@@ -66,6 +67,9 @@ func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if held != nil {
 		s.Held <- struct{}{}
 	}
+	if m.Method == "notifications/cancelled" {
+		s.Cancelled <- struct{}{}
+	}
 	w.Header().Set("Mcp-Session-Id", "s1")
 	switch {
 	case m.Method == "initialize":
@@ -88,11 +92,21 @@ func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Check fails t unless the server read every cancel after the call it
-// names, while that call was in flight, never two calls in flight under
-// one id, and cancels cancels in all.
+// Check waits for the server to have read cancels cancels (a cancel goes
+// on its own, and may come after later frames' answers), then fails t
+// unless the server read every cancel after the call it names, while that
+// call was in flight, and never two calls in flight under one id.
 func (s *OrderServer) Check(t *testing.T, cancels int) {
 	t.Helper()
+	timeout := time.After(10 * time.Second) // bounds the test: it fails
+	for i := 0; i < cancels; i++ {
+		select {
+		case <-s.Cancelled:
+		case <-timeout:
+			t.Errorf("the server read %d cancels, want %d", i, cancels)
+			cancels = i
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}     // calls the server read
