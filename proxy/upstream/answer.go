@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,14 +17,14 @@ import (
 // answer is the Stream of what answers one POST of a StreamConn: nothing
 // (202), the proxy's reply in the upstream's place, a JSON body, or an
 // event stream, resumed while its events carry ids. The POST's goroutine
-// sets resp (or replies) and closes got; Next reads the rest in its
+// sets resp (or replies) and is done with got; Next reads the rest in its
 // caller's goroutine, so a message passes no other goroutine on its way.
 type answer struct {
 	c   *StreamConn
-	o   *outgoing
-	got chan struct{} // closed once the POST's goroutine is done with it
+	o   outgoing       // what was POSTed
+	got sync.WaitGroup // done once the POST's goroutine is done with the answer
 
-	// Set by the POST's goroutine before got closes.
+	// Set by the POST's goroutine before got is done.
 	resp    *fasthttp.Response // the answer to read, if any
 	of      answering
 	replies [][]byte // the proxy's, in the answer's place
@@ -113,7 +114,7 @@ func (a *answer) step() {
 // begin takes the POST's outcome: replies, a JSON body, or an event
 // stream to read.
 func (a *answer) begin() {
-	<-a.got
+	a.got.Wait()
 	a.queue = a.replies
 	if a.resp == nil {
 		a.finish()
@@ -207,7 +208,7 @@ func (a *answer) streamEnded(err error) {
 func (a *answer) finish() {
 	if !a.done {
 		a.done = true
-		a.c.forget(a.o)
+		a.c.forget(&a.o)
 	}
 }
 
@@ -251,7 +252,7 @@ func (a *answer) unanswered(err error) {
 // then returns, such as a closed connection's), owes nothing: the session
 // ends its requests itself.
 func (a *answer) lose(l proxy.Loss, why string) {
-	if a.c.wasCut(a.o) || a.c.stopped() || a.closed.Load() {
+	if a.c.wasCut(&a.o) || a.c.stopped() || a.closed.Load() {
 		return
 	}
 	id := a.o.f.Msgs[0].ID

@@ -22,7 +22,8 @@ import (
 // Close returns once every goroutine the Conn started has ended.
 type Conn interface {
 	// Send sends one frame (the core's bytes, which Send copies), which
-	// opens calls (none for a notification or a response), and returns the
+	// opens calls (none for a notification or a response; Send keeps the
+	// calls, not the slice), and returns the
 	// Stream of what answers it: nothing, the server's messages, or the
 	// proxy's own error in place of an answer that cannot come. ctx ends
 	// the wait for the answer's headers; it does not cancel the request.

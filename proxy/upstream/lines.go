@@ -21,6 +21,7 @@ type Lines struct {
 	exited chan struct{}
 
 	lines framing.LineSplitter // Write's
+	one   [1]*proxy.Call       // SendFrame's: Send keeps no calls
 
 	mu      sync.Mutex // guards readers' Add and stopped
 	readers sync.WaitGroup
@@ -98,7 +99,8 @@ type linesOut struct{ l *Lines }
 func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
 	var calls []*proxy.Call
 	if opens != nil {
-		calls = []*proxy.Call{opens}
+		w.l.one[0] = opens
+		calls = w.l.one[:]
 	}
 	if st, err := w.l.conn.Send(context.Background(), frame, calls, Along{Msg: m}); err == nil && st != nil {
 		w.l.read(st)

@@ -70,7 +70,8 @@ func (l *listenStream) open() bool {
 		ReadHead(resp) // the upstream has no stream for other traffic
 		return false
 	}
-	a := &answer{c: c, o: &outgoing{flight: &inFlight{}}, begun: true}
+	a := &answer{c: c, begun: true}
+	a.o.flight = &a.o.fl
 	l.a.Store(a)
 	if l.closed.Load() {
 		a.closed.Store(true)

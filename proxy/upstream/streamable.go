@@ -202,7 +202,9 @@ func (c *StreamConn) stopped() bool {
 // headers. No POST waits for another's answer. It returns the Stream of the
 // POST's answer, read by whoever calls Next.
 func (c *StreamConn) Send(ctx context.Context, frame []byte, calls []*proxy.Call, h Along) (Stream, error) {
-	o := &outgoing{msg: bytes.Clone(frame), from: h.From, ctx: ctx}
+	a := &answer{c: c}
+	o := &a.o
+	o.msg, o.from, o.ctx = bytes.Clone(frame), h.From, ctx
 	if h.Msg != nil {
 		o.f.Msgs = append(o.f.Msgs[:0], *h.Msg)
 		o.f.Msgs[0].Raw = o.msg
@@ -219,7 +221,7 @@ func (c *StreamConn) Send(ctx context.Context, frame []byte, calls []*proxy.Call
 	if !c.prev.waitWritten(c.stop) || !c.opened() {
 		return nil, errConnClosed
 	}
-	return c.start(o)
+	return c.start(a)
 }
 
 // opened waits until the session's GET stream, if it is being opened, has
@@ -247,27 +249,31 @@ type outgoing struct {
 	ctx       context.Context
 	posting   *Posting    // the POST's
 	call      *proxy.Call // the request's, if it is one the core tracks
-	flight    *inFlight   // call's
+	flight    *inFlight   // the request's: &fl, nil for other frames
+	fl        inFlight
 }
 
-// start begins POSTing o, unless the Conn has closed; order is held.
-func (c *StreamConn) start(o *outgoing) (Stream, error) {
+// start begins POSTing a's frame, unless the Conn has closed; order is
+// held.
+func (c *StreamConn) start(a *answer) (Stream, error) {
+	o := &a.o
 	o.posting = NewPosting()
 	c.prev = o.posting
-	a := &answer{c: c, got: make(chan struct{}), o: o}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, errConnClosed
 	}
 	if o.isRequest {
-		o.flight = &inFlight{posting: o.posting, byClose: c.modern || framing.Revision(cmp.Or(MetaVersion(&o.f.Msgs[0]), c.version)).CancelsByClose()}
+		o.fl = inFlight{posting: o.posting, byClose: c.modern || framing.Revision(cmp.Or(MetaVersion(&o.f.Msgs[0]), c.version)).CancelsByClose()}
+		o.flight = &o.fl
 		if o.call != nil {
 			c.calls[o.call] = o.flight
 		}
 	}
 	c.unheaded[o.posting] = struct{}{}
 	c.running.Add(1)
+	a.got.Add(1)
 	c.mu.Unlock()
 	go c.post(a)
 	return a, nil
@@ -367,8 +373,8 @@ func (c *StreamConn) wasCut(o *outgoing) bool {
 // post sends one frame, and hands what answers it to its Stream.
 func (c *StreamConn) post(a *answer) {
 	defer c.running.Done()
-	defer close(a.got)
-	o := a.o
+	defer a.got.Done()
+	o := &a.o
 	f, msg := &o.f, o.msg
 	initialize := o.isRequest && f.Msgs[0].Method == framing.MethodInitialize
 	c.mu.Lock()
