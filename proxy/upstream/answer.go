@@ -71,7 +71,8 @@ func (a *answer) Next() ([]byte, error) {
 	return m, nil
 }
 
-// Close implements Stream: the answer is read no further.
+// Close implements Stream: the answer is read no further; one that comes
+// after it is let go at once, so a Stream closed unread holds nothing.
 func (a *answer) Close() error {
 	if a.closed.Swap(true) {
 		return nil

@@ -66,8 +66,7 @@ func (l *Lines) read(st Stream) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		st.Close()
-		go drain(st) // its answer's goroutine ends with the Conn
+		st.Close() // nobody reads it: its answer is let go as it comes
 		return
 	}
 	l.readers.Add(1)
@@ -81,15 +80,6 @@ func (l *Lines) read(st Stream) {
 			l.in.Put(eventLine(m))
 		}
 	}()
-}
-
-// drain reads st to its end, for nobody.
-func drain(st Stream) {
-	for {
-		if _, err := st.Next(); err != nil {
-			return
-		}
-	}
 }
 
 // linesOut is the session's way to its server.

@@ -418,6 +418,11 @@ func (c *StreamConn) post(a *answer) {
 	if initialize {
 		c.noteInitialized(resp)
 	}
+	if a.closed.Load() { // nobody is to read it
+		resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		return
+	}
 	a.resp = resp
 	if o.isRequest {
 		a.of = c.answering(m)
