@@ -1,9 +1,7 @@
 package upstream_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"testing"
@@ -12,8 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // BenchmarkBridgeCall: one tools/call at a time through the bridge (a
@@ -36,25 +32,9 @@ func BenchmarkBridgeCall(b *testing.B) {
 		fmt.Fprintf(ctx, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","content":[{"type":"text","text":"ok"}]}}`, id.AppendJSON(nil))
 	}}
 	go srv.Serve(ln)
-	defer srv.Shutdown()
+	b.Cleanup(func() { srv.Shutdown() }) // after the bridge has ended (cleanups run last first)
 	u, _ := url.Parse("http://" + ln.Addr().String() + "/mcp")
-	back, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}).Dial(zap.NewNop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cIn, toBridge := io.Pipe()
-	fromBridge, cOut := io.Pipe()
-	sess := stdio.NewSession(stdio.Options{Logger: zap.NewNop()})
-	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, back.Conn()) }()
-	defer func() {
-		toBridge.Close()
-		back.Stop()
-		<-back.Exited()
-		<-done
-		<-sess.ReaderDone()
-	}()
-	lines := bufio.NewReader(fromBridge)
+	toBridge, lines := bridged(b, u, zap.NewNop())
 	ask := func(msg []byte) {
 		if _, err := toBridge.Write(msg); err != nil {
 			b.Fatal(err)

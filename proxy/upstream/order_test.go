@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"testing"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -27,26 +28,9 @@ import (
 func TestOrderKeptThroughTheBridge(t *testing.T) {
 	srv := upstreamtest.NewOrderServer()
 	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	t.Cleanup(hs.Close) // after the bridge has ended (cleanups run last first)
 	u, _ := url.Parse(hs.URL + "/mcp")
-	log := zaptest.NewLogger(t)
-	back, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}).Dial(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cIn, toBridge := io.Pipe()
-	fromBridge, cOut := io.Pipe()
-	sess := stdio.NewSession(stdio.Options{Logger: log})
-	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, back.Conn()) }()
-	defer func() {
-		toBridge.Close()
-		back.Stop()
-		<-back.Exited()
-		<-done
-		<-sess.ReaderDone()
-	}()
-	lines := bufio.NewReader(fromBridge)
+	toBridge, lines := bridged(t, u, zaptest.NewLogger(t))
 	next := func() map[string]any {
 		t.Helper()
 		line, err := lines.ReadString('\n')
@@ -76,4 +60,27 @@ func TestOrderKeptThroughTheBridge(t *testing.T) {
 		t.Fatalf("the client got %v before the ping's answer, want nothing more", m)
 	}
 	srv.Check(t, rounds)
+}
+
+// bridged runs the bridge (a stdio session over a session of the
+// Streamable HTTP server at u) until the test ends, and returns where its
+// client writes and what it reads.
+func bridged(t testing.TB, u *url.URL, log *zap.Logger) (io.Writer, *bufio.Reader) {
+	back, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}).Dial(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cIn, toBridge := io.Pipe()
+	fromBridge, cOut := io.Pipe()
+	sess := stdio.NewSession(stdio.Options{Logger: log})
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, back.Conn()) }()
+	t.Cleanup(func() {
+		toBridge.Close()
+		back.Stop()
+		<-back.Exited()
+		<-done
+		<-sess.ReaderDone()
+	})
+	return toBridge, bufio.NewReader(fromBridge)
 }
