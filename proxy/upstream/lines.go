@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 
@@ -46,7 +47,8 @@ func (l *Lines) Conn() stdio.Conn { return stdio.Conn{In: l.in, Out: linesOut{l}
 func (l *Lines) Exited() <-chan struct{} { return l.exited }
 
 // Stop implements Backend: the Conn is closed, and once every Stream has
-// been read to its end, the session's lines end.
+// been read to its end, the session's lines end. A Conn whose server ended
+// the session (ErrSessionEnded) stops its Lines so.
 func (l *Lines) Stop() {
 	l.once.Do(func() {
 		l.mu.Lock()
@@ -74,6 +76,9 @@ func (l *Lines) read(st Stream) {
 		defer l.readers.Done()
 		for {
 			m, err := st.Next()
+			if errors.Is(err, ErrSessionEnded) {
+				l.Stop() // the server's lines end once every stream has been read
+			}
 			if err != nil {
 				return
 			}

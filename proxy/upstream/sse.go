@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,24 +19,25 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/keepalive"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // An HTTP+SSE upstream (protocol 2024-11-05) is, for a session, one event
-// stream of the server's messages and one URL to POST the client's to: a
-// byte stream each way, as a stdio child's pipes are. So the sidecar serves
-// it as it serves a stdio server, through Children: a stdio.Session per
-// client session (and one for every sessionless request, with ids and
-// tokens renamed), between the client's HTTP streams and this backend. A
-// client's cancel is a line the session writes, which is POSTed; late
+// stream of the server's messages and one URL to POST the client's to. Its
+// session is a Conn (SSEConn): each frame is POSTed, in order, and its
+// Stream brings only the proxy's error where the POST failed (the answers
+// come on the event stream, which is Listen's); a cancel is POSTed like any
+// other frame, or withdraws its request with it while that waits for a
+// sign-in. The sidecar serves it as it serves a stdio server, through
+// Children: a stdio.Session per client session (and one for every
+// sessionless request, with ids and tokens renamed) over Lines; late
 // answers and progress are the session's to suppress.
 
 // DefaultEndpointWait bounds how long DialSSE waits for the upstream's
 // endpoint event.
 const DefaultEndpointWait = 10 * time.Second
 
-// SSEUpstream dials an HTTP+SSE server: Dial opens one event stream and
-// returns it as a Backend.
+// SSEUpstream dials an HTTP+SSE server: Open opens one event stream, a
+// session, as a Conn; Dial returns it as a Backend.
 type SSEUpstream struct {
 	// URL is the server's SSE endpoint (GET). Required.
 	URL *url.URL
@@ -112,9 +114,18 @@ func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 	return c
 }
 
-// Dial opens the event stream, waits for its endpoint event, and returns
-// the session's backend.
+// Dial opens a session (Open) and returns it as a Backend.
 func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
+	c, err := u.Open(log)
+	if err != nil {
+		return nil, err
+	}
+	return NewLines(c), nil
+}
+
+// Open opens the event stream, waits for its endpoint event, and returns
+// the session.
+func (u *SSEUpstream) Open(log *zap.Logger) (*SSEConn, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(u.URL.String())
@@ -133,71 +144,82 @@ func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
 		ReadHead(resp) // releases resp: its header is read before
 		return nil, fmt.Errorf("the upstream answered its event stream's GET with %d %q, not an event stream", status, ct)
 	}
-	b := &sseBackend{u: u, log: log, resp: resp, body: BodyOf(resp), in: stdio.NewFrames(), exited: make(chan struct{})}
-	b.rd = framing.NewSSEReader(b.body, max(u.MaxBodySize, 0))
-	if err := b.awaitEndpoint(); err != nil {
-		b.Stop()
-		b.rd.Release()
+	first := NewPosting()
+	first.Headed() // no POST before the first
+	c := &SSEConn{u: u, log: log, resp: resp, body: BodyOf(resp), prev: first, postings: map[*proxy.Call]*Posting{}}
+	c.rd = framing.NewSSEReader(c.body, max(u.MaxBodySize, 0))
+	if err := c.awaitEndpoint(); err != nil {
+		c.body.CloseWithError(errSSEStopped)
+		c.rd.Release()
 		fasthttp.ReleaseResponse(resp)
 		return nil, err
 	}
-	log.Info("upstream HTTP+SSE session opened", events.Mark(events.UpstreamSessionOpened), zap.String("endpoint", b.endpoint))
-	go b.pump()
-	return b, nil
+	log.Info("upstream HTTP+SSE session opened", events.Mark(events.UpstreamSessionOpened), zap.String("endpoint", c.endpoint))
+	return c, nil
 }
 
-// sseBackend is one HTTP+SSE session: the event stream, read into in as
-// lines, and the endpoint that Write POSTs each line to.
 // SpeaksSSE reports whether b is an HTTP+SSE server's connection (the
 // 2024-11-05 transport), which Dial found or was told.
 func SpeaksSSE(b Backend) bool {
-	_, ok := b.(*sseBackend)
+	l, ok := b.(*Lines)
+	if !ok {
+		return false
+	}
+	_, ok = l.conn.(*SSEConn)
 	return ok
 }
 
-type sseBackend struct {
+// SSEConn is one HTTP+SSE session, a Conn: its event stream (Listen's)
+// and the endpoint each frame is POSTed to.
+type SSEConn struct {
 	u        *SSEUpstream
 	log      *zap.Logger
 	resp     *fasthttp.Response
 	body     fasthttp.ReadCloserWithError
-	rd       *framing.SSEReader
+	rd       *framing.SSEReader // Listen's
 	endpoint string
 
-	in *stdio.Frames // the server's messages, and the proxy's answers, toward the session
+	order sync.Mutex // held by Send and Cancel while they wait their turn
+	prev  *Posting   // the last POST's: the next waits for its answer; under order
 
-	lines framing.LineSplitter // only Write uses it
+	mu        sync.Mutex
+	postings  map[*proxy.Call]*Posting // each request's, until its POST is answered
+	running   sync.WaitGroup           // the POSTs under way
+	ended     bool                     // the event stream ended, or Close came: no POST starts
+	listening bool                     // Listen was called
 
-	mu       sync.Mutex
-	prev     *Posting                // the last POST's: the next waits for it (Write)
-	postings map[framing.ID]*Posting // each request's, until its POST is answered
-	running  sync.WaitGroup          // the POSTs under way
-	ended    bool                    // the event stream ended: no POST starts
-
-	stopOnce sync.Once
-	stopped  atomic.Bool // Stop was called: the stream's end is no news
-	exited   chan struct{}
+	closeOnce sync.Once
+	stopped   atomic.Bool // Close was called: the stream's end is no news
 }
+
+// ErrSessionEnded ends a Conn's Listen stream when the server ended the
+// session (an HTTP+SSE server's event stream is its session): nothing more
+// can pass either way.
+var ErrSessionEnded = errors.New("the upstream ended the session")
 
 var errSSEStopped = errors.New("the session ended")
 
-func (b *sseBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b} }
-func (b *sseBackend) Exited() <-chan struct{} { return b.exited }
-
-// Stop ends the event stream (the upstream ends its session with it).
-func (b *sseBackend) Stop() {
-	b.stopOnce.Do(func() {
-		b.stopped.Store(true)
-		b.body.CloseWithError(errSSEStopped)
+// Close implements Conn: it ends the event stream (the upstream ends its
+// session with it) and waits for the POSTs under way.
+func (c *SSEConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.stopped.Store(true)
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+		c.body.CloseWithError(errSSEStopped)
 	})
+	c.running.Wait()
+	return nil
 }
 
 // awaitEndpoint reads up to the endpoint event, within EndpointWait, and
 // keeps its URL, resolved against the stream's, if it has the same origin.
-func (b *sseBackend) awaitEndpoint() error {
-	wait := time.AfterFunc(cmp.Or(b.u.EndpointWait, DefaultEndpointWait), b.Stop)
+func (c *SSEConn) awaitEndpoint() error {
+	wait := time.AfterFunc(cmp.Or(c.u.EndpointWait, DefaultEndpointWait), func() { c.body.CloseWithError(errSSEStopped) })
 	defer wait.Stop()
 	for {
-		ev, err := b.rd.Next()
+		ev, err := c.rd.Next()
 		if err != nil {
 			return fmt.Errorf("the upstream's event stream ended before its endpoint event: %w", err)
 		}
@@ -208,137 +230,206 @@ func (b *sseBackend) awaitEndpoint() error {
 		if err != nil {
 			return fmt.Errorf("the upstream's endpoint event %q is not a URL: %w", ev.Data, err)
 		}
-		ep := b.u.URL.ResolveReference(ref)
-		if ep.Scheme != b.u.URL.Scheme || ep.Host != b.u.URL.Host {
-			return fmt.Errorf("the upstream's endpoint %s is not on the stream's origin %s://%s", ep, b.u.URL.Scheme, b.u.URL.Host)
+		ep := c.u.URL.ResolveReference(ref)
+		if ep.Scheme != c.u.URL.Scheme || ep.Host != c.u.URL.Host {
+			return fmt.Errorf("the upstream's endpoint %s is not on the stream's origin %s://%s", ep, c.u.URL.Scheme, c.u.URL.Host)
 		}
-		b.endpoint = ep.String()
+		c.endpoint = ep.String()
 		return nil
 	}
 }
 
-// pump copies the server's messages from the event stream to in, one line
-// each, until the stream ends.
-func (b *sseBackend) pump() {
-	defer close(b.exited)
-	defer fasthttp.ReleaseResponse(b.resp)
-	var err error
+// Listen implements Conn: the event stream, read by its caller. It ends
+// with ErrSessionEnded, once: there is one.
+func (c *SSEConn) Listen(context.Context) (Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listening {
+		return nil, errors.New("the session's event stream is already read")
+	}
+	c.listening = true
+	return &sseEvents{c: c}, nil
+}
+
+// sseEvents is the session's event stream as a Stream.
+type sseEvents struct {
+	c    *SSEConn
+	done bool
+}
+
+// Next implements Stream: the server's next message. An event over the
+// size limit is skipped, as the wrapper skips an over-long line (the
+// session goes on), and if it answered a request, that request gets the
+// proxy's error in its place.
+func (e *sseEvents) Next() ([]byte, error) {
+	if e.done {
+		return nil, ErrSessionEnded
+	}
+	c := e.c
 	for {
-		var ev *framing.Event
-		ev, err = b.rd.Next()
+		ev, err := c.rd.Next()
 		if tl, ok := errors.AsType[*framing.EventTooLargeError](err); ok {
-			// Skipped, as the wrapper skips an over-long line: the session
-			// goes on, and the request it answered gets an error.
-			if err = b.tooLarge(tl); err != nil {
-				break
+			if reply := c.tooLarge(tl); reply != nil {
+				return reply, nil
 			}
 			continue
 		}
 		if err != nil {
-			break
+			e.done = true
+			c.streamEnded(err)
+			return nil, ErrSessionEnded
 		}
-		if len(ev.Type) != 0 && string(ev.Type) != "message" || !ev.HasData {
-			continue
-		}
-		if err = b.in.Put(eventLine(ev.Data)); err != nil {
-			break
+		if (len(ev.Type) == 0 || string(ev.Type) == "message") && ev.HasData {
+			return ev.Data, nil
 		}
 	}
-	b.rd.Release()
+}
+
+// Close implements Stream: the session's event stream is its session.
+func (e *sseEvents) Close() error { return e.c.Close() }
+
+// streamEnded settles the end of the event stream: logged unless Close
+// ended it, and no POST starts after it.
+func (c *SSEConn) streamEnded(err error) {
+	c.rd.Release()
 	switch {
-	case b.stopped.Load() || errors.Is(err, io.ErrClosedPipe):
+	case c.stopped.Load():
 		err = nil // the session ended it
 	case errors.Is(err, io.EOF):
-		b.log.Info("the upstream ended its event stream")
+		c.log.Info("the upstream ended its event stream")
 		err = nil
 	default:
-		b.log.Warn("the upstream's event stream broke", zap.Error(err))
+		c.log.Warn("the upstream's event stream broke", zap.Error(err))
 	}
-	b.body.CloseWithError(err)
-	b.mu.Lock()
-	b.ended = true // so that no POST starts while running is waited for
-	b.mu.Unlock()
-	b.running.Wait() // their refusals go to in first
-	b.in.CloseWrite()
+	c.body.CloseWithError(err)
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	fasthttp.ReleaseResponse(c.resp)
 }
 
 // tooLarge handles an event over the size limit, which the reader skipped:
-// logged, and if it answered a request (its head says so), that request is
-// answered with the proxy's error, so that nobody waits for it.
-func (b *sseBackend) tooLarge(tl *framing.EventTooLargeError) error {
+// logged, and if it answered a request (its head says so), the proxy's
+// error for that request, so that nobody waits for it.
+func (c *SSEConn) tooLarge(tl *framing.EventTooLargeError) []byte {
 	id, isResponse, ok := framing.PeekID(tl.Head)
-	limit := cmp.Or(b.u.MaxBodySize, framing.DefaultMaxFrameSize)
-	b.log.Error("an upstream event over the size limit was skipped", zap.Int("limit", limit), zap.Stringer("id", id))
+	limit := cmp.Or(c.u.MaxBodySize, framing.DefaultMaxFrameSize)
+	c.log.Error("an upstream event over the size limit was skipped", zap.Int("limit", limit), zap.Stringer("id", id))
 	if !ok || !isResponse {
 		return nil
 	}
 	why := fmt.Sprintf("Internal error: the server's response was dropped: an event over the size limit of %d bytes (limits.max_frame_size)", limit)
-	return b.in.Put(proxy.ErrorReply(id, framing.CodeInternalError, why))
+	return proxy.ErrorReply(id, framing.CodeInternalError, why)
 }
 
-// Write POSTs each line it is given to the endpoint, in order: a POST
+// Send implements Conn: it POSTs frame to the endpoint, in order: a POST
 // starts once the one before it is answered, or waits for a sign-in (the
 // POSTs after it then wait for the same sign-in, and go in no set order
-// once it is done). A request the upstream does not take is answered with
-// an error, so that its client is not left waiting; the cancel of a
-// request that waits for a sign-in withdraws it, and neither is sent.
-func (b *sseBackend) Write(p []byte) (int, error) {
-	b.lines.Split(p, func(line []byte) bool {
-		b.prev.waitAnswered()
-		b.start(bytes.Clone(line))
-		return true
-	})
-	return len(p), nil
-}
-
-// start begins POSTing a line.
-func (b *sseBackend) start(line []byte) {
-	var f framing.Frame
-	parsed := f.Parse(line) == nil && !f.Batch
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ended { // the session fails what is in flight as it ends
-		b.log.Debug("a message for an upstream whose event stream ended is not sent", zap.Int("bytes", len(line)))
-		return
-	}
-	if parsed && f.Msgs[0].Method == framing.MethodCancelled && b.postings[f.Msgs[0].RequestID].Withdraw() {
-		b.log.Debug("a request waiting for a sign-in was cancelled: withdrawn", zap.Stringer("id", f.Msgs[0].RequestID))
-		return
-	}
-	posting := NewPosting()
-	b.prev = posting
-	var id *framing.ID
-	if parsed && f.Msgs[0].Kind == framing.KindRequest {
-		id = &f.Msgs[0].ID
-		if b.postings == nil {
-			b.postings = map[framing.ID]*Posting{}
+// once it is done). Its Stream brings the proxy's error for a request the
+// upstream did not take, so that its client is not left waiting.
+func (c *SSEConn) Send(_ context.Context, frame []byte, calls []*proxy.Call, a Along) (Stream, error) {
+	p := &ssePost{msg: bytes.Clone(frame)}
+	if m := a.Msg; m != nil {
+		p.isRequest, p.id = m.Kind == framing.KindRequest, m.ID
+	} else {
+		var f framing.Frame
+		if f.Parse(p.msg) == nil && !f.Batch {
+			p.isRequest, p.id = f.Msgs[0].Kind == framing.KindRequest, f.Msgs[0].ID
 		}
-		b.postings[*id] = posting
 	}
-	b.running.Add(1)
-	go b.post(line, id, posting)
+	if p.isRequest && len(calls) == 1 {
+		p.call = calls[0]
+	}
+	c.order.Lock()
+	defer c.order.Unlock()
+	c.prev.waitAnswered()
+	if !c.start(p) {
+		return nil, errConnClosed
+	}
+	return p, nil
 }
 
-// Close ends the session: the client's side has ended.
-func (b *sseBackend) Close() error {
-	b.Stop()
+// Cancel implements Conn: the cancel is POSTed like any frame, unless its
+// request waits for a sign-in: then the request is withdrawn, and neither
+// is sent.
+func (c *SSEConn) Cancel(call *proxy.Call, notice []byte) error {
+	c.order.Lock()
+	defer c.order.Unlock()
+	c.prev.waitAnswered()
+	c.mu.Lock()
+	withdrawn := c.postings[call].Withdraw()
+	c.mu.Unlock()
+	if withdrawn {
+		c.log.Debug("a request waiting for a sign-in was cancelled: withdrawn")
+		return nil
+	}
+	if !c.start(&ssePost{msg: bytes.Clone(notice)}) {
+		return errConnClosed
+	}
 	return nil
 }
 
-// post sends one message to the endpoint: the request id's, if id is
-// not nil.
-func (b *sseBackend) post(msg []byte, id *framing.ID, posting *Posting) {
-	defer b.running.Done()
+// start begins POSTing p, unless the event stream has ended; order is
+// held.
+func (c *SSEConn) start(p *ssePost) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended { // the session fails what is in flight as it ends
+		c.log.Debug("a message for an upstream whose event stream ended is not sent", zap.Int("bytes", len(p.msg)))
+		return false
+	}
+	p.posting = NewPosting()
+	c.prev = p.posting
+	if p.call != nil {
+		c.postings[p.call] = p.posting
+	}
+	c.running.Add(1)
+	p.got.Add(1)
+	go c.post(p)
+	return true
+}
+
+// ssePost is one POST to the endpoint, and the Stream of the proxy's
+// error in the place of an answer the upstream did not take.
+type ssePost struct {
+	msg       []byte
+	isRequest bool
+	id        framing.ID
+	call      *proxy.Call
+	posting   *Posting
+	got       sync.WaitGroup // done once the POST is over
+	reply     []byte         // set before got is done
+	read      bool           // Next's
+}
+
+// Next implements Stream.
+func (p *ssePost) Next() ([]byte, error) {
+	p.got.Wait()
+	if p.read || p.reply == nil {
+		return nil, io.EOF
+	}
+	p.read = true
+	return p.reply, nil
+}
+
+// Close implements Stream: the answers come on the event stream; there is
+// nothing to end.
+func (p *ssePost) Close() error { return nil }
+
+// post sends one message to the endpoint.
+func (c *SSEConn) post(p *ssePost) {
+	defer c.running.Done()
+	defer p.got.Done()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(b.endpoint)
+	req.SetRequestURI(c.endpoint)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
-	posting.body.Reset(msg)
-	req.SetBodyStream(posting, len(msg))
+	p.posting.body.Reset(p.msg)
+	req.SetBodyStream(p.posting, len(p.msg))
 	resp := fasthttp.AcquireResponse()
-	err := b.u.Client.Do(req, resp)
-	b.answered(id, posting)
+	err := c.u.Client.Do(req, resp)
+	c.answered(p)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		resp = nil
@@ -346,26 +437,26 @@ func (b *sseBackend) post(msg []byte, id *framing.ID, posting *Posting) {
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
 	}
-	reply, refused := postRefused(resp, err, b.log, b.u.OnUpstreamError)
+	reply, refused := postRefused(resp, err, c.log, c.u.OnUpstreamError)
 	if !refused {
 		ReadHead(resp) // the answers come on the event stream
 		return
 	}
-	if id != nil {
-		b.in.Put(reply(*id))
+	if p.isRequest {
+		p.reply = reply(p.id)
 	}
 }
 
 // answered notes that a POST has its answer, or failed: the next may go.
-func (b *sseBackend) answered(id *framing.ID, posting *Posting) {
-	posting.Headed()
-	if id == nil {
+func (c *SSEConn) answered(p *ssePost) {
+	p.posting.Headed()
+	if p.call == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.postings[*id] == posting {
-		delete(b.postings, *id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.postings[p.call] == p.posting {
+		delete(c.postings, p.call)
 	}
 }
 

@@ -37,10 +37,11 @@ func TestSSENoPostAfterTheStreamEnded(t *testing.T) {
 	}
 	defer b.Stop()
 	<-b.Exited()
-	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))
+	out := Issuer(b.Conn().Out)
+	out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))
 	// The second write waits for the first one's POST to be answered, if
 	// there was one.
-	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
+	out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 	if n := posts.Load(); n != 0 {
 		t.Errorf("%d POSTs after the event stream ended, want none", n)
 	}
