@@ -360,8 +360,8 @@ func (l *Listener) Handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 			wc.readingSince.Store(0)
 		}
 		if wc != nil && wc.reserve && !slices.Contains(l.o.ReservedPaths, string(ctx.Path())) {
-			ctx.SetConnectionClose()
 			ctx.Error("too many connections: this one is kept for "+strings.Join(l.o.ReservedPaths, ", "), fasthttp.StatusServiceUnavailable)
+			ctx.SetConnectionClose() // after Error, which resets the response (before, the connection stayed, holding the reserve)
 			return
 		}
 		h(ctx)
