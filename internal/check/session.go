@@ -7,7 +7,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // initializeID is the id of the checker's initialize (cancelled later, on
@@ -31,7 +30,7 @@ func initParams(revision framing.Revision) map[string]any {
 // open initializes a session over conn; on an error it has stopped reading
 // and closed the connection with closeConn.
 func open(conn stdio.Conn, closeConn func(), o Options) (*session, error) {
-	s := &session{c: newClient(conn.In, upstream.Issuer(conn.Out), o.MaxFrame), o: o}
+	s := &session{c: newClient(conn.In, conn.Out, o.MaxFrame), o: o}
 	if err := s.initialize(); err != nil {
 		s.c.stop(closeConn)
 		return nil, fmt.Errorf("initialize: %w", err)

@@ -57,7 +57,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 	}
 	inBubble(t, handler, slowFirst, func(t *testing.T, back upstream.Backend) {
 		release = make(chan struct{})
-		out := upstream.Issuer(back.Conn().Out)
+		out := back.Conn().Out
 		out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}` + "\n"))
 		go out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 
@@ -158,10 +158,9 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 		// that waited for a timer would not make time pass for the test.
 		lines := make(chan string)
 		defer close(lines)
-		out := upstream.Issuer(back.Conn().Out)
 		go func() {
 			for l := range lines {
-				out.Write([]byte(l + "\n"))
+				back.Conn().Out.Write([]byte(l + "\n"))
 			}
 		}()
 		received := func(what string) bool {

@@ -128,7 +128,6 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			}
 			t.Cleanup(func() { back.Stop(); <-back.Exited() })
 			conn := back.Conn()
-			out := upstream.Issuer(conn.Out)
 			lines := framing.NewReader(conn.In, 0)
 			next := func() map[string]any {
 				t.Helper()
@@ -144,7 +143,7 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			}
 			send := func(line string) {
 				t.Helper()
-				if _, err := io.WriteString(out, line+"\n"); err != nil {
+				if _, err := io.WriteString(conn.Out, line+"\n"); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -52,13 +52,12 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	}
 	defer back.Stop()
 	conn := back.Conn()
-	out := upstream.Issuer(conn.Out)
 	lines := make(chan []byte, 1)
 	go func() { // the answer is a line the backend writes while the POST is handled
 		line, _ := framing.NewReader(conn.In, 0).Read(nil)
 		lines <- line
 	}()
-	io.WriteString(out, `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`+"\n")
 	line := <-lines
 	if got := string(line); !strings.Contains(got, `"id":7`) || !strings.Contains(got, `"kind":"unauthorized"`) || !strings.Contains(got, "resource_metadata") {
 		t.Errorf("a request the endpoint refused with 401 got %s, want the proxy's unauthorized error quoting the challenge", got)
@@ -149,10 +148,9 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	}
 	a.gate() // a sign-in is under way from here
 	conn := back.Conn()
-	out := upstream.Issuer(conn.Out)
-	io.WriteString(out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
-	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
-	io.WriteString(out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
 	close(a.release) // signed in
 	line, err := framing.NewReader(conn.In, 0).Read(nil)
 	if err != nil || !strings.Contains(string(line), `"id":8`) {

@@ -3,7 +3,6 @@ package upstream
 import (
 	"context"
 	"errors"
-	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -21,8 +20,8 @@ type Lines struct {
 	in     *stdio.Frames
 	exited chan struct{}
 
-	lines framing.LineSplitter // Write's
-	one   [1]*proxy.Call       // SendFrame's: Send keeps no calls
+	one [1]*proxy.Call // SendFrame's: Send keeps no calls
+	raw issuer         // Write's
 
 	mu      sync.Mutex // guards readers' Add and stopped
 	readers sync.WaitGroup
@@ -33,7 +32,7 @@ type Lines struct {
 // NewLines returns conn as a Backend, its session's own traffic (Listen)
 // read from now on.
 func NewLines(conn Conn) *Lines {
-	l := &Lines{conn: conn, in: stdio.NewFrames(), exited: make(chan struct{})}
+	l := &Lines{conn: conn, in: stdio.NewFrames(), exited: make(chan struct{}), raw: issuer{calls: map[framing.ID]*proxy.Call{}}}
 	if st, err := conn.Listen(context.Background()); err == nil {
 		l.read(st)
 	}
@@ -105,16 +104,12 @@ func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message)
 // SendCancel implements stdio.Sender.
 func (w linesOut) SendCancel(c *proxy.Call, notice []byte) { w.l.conn.Cancel(c, notice) }
 
-// Write sends each line of p as a frame that opens no request the Conn
-// knows of (so a cancel written so is POSTed, never a cut): for a writer of
-// bytes; a session sends messages (SendFrame).
-func (w linesOut) Write(p []byte) (int, error) {
-	w.l.lines.Split(p, func(line []byte) bool {
-		w.SendFrame(line, nil, nil)
-		return true
-	})
-	return len(p), nil
-}
+// Write sends each line of p, for a client of the proxy's own that
+// speaks lines with its own ids (the check command's; a session sends
+// messages, SendFrame): a request opens a call of its own, by its id
+// (which such a client does not reuse while it is in flight), and a
+// cancel names it, as a session's core would; other lines go as they are.
+func (w linesOut) Write(p []byte) (int, error) { return w.l.raw.write(p, w) }
 
 // Close implements io.Closer: the session is done with its server.
 func (w linesOut) Close() error {
@@ -122,33 +117,20 @@ func (w linesOut) Close() error {
 	return nil
 }
 
-// Issuer returns a writer of lines to out, a Backend's Out, for a client
-// of the proxy's own that speaks lines (the check command's): its
-// requests open calls of their own, by the ids it chose (which it does not
-// reuse), and its cancels name them, as a session's core would; other
-// lines go as they are. An out that takes no messages gets the bytes.
-func Issuer(out io.Writer) io.Writer {
-	s, ok := out.(stdio.Sender)
-	if !ok {
-		return out
-	}
-	return &issuer{out: s, calls: map[framing.ID]*proxy.Call{}}
-}
-
+// issuer is Write's: the calls a client of lines opened, by its ids.
 type issuer struct {
-	out   stdio.Sender
 	mu    sync.Mutex // guards the fields below
 	lines framing.LineSplitter
 	calls map[framing.ID]*proxy.Call
 }
 
-func (w *issuer) Write(p []byte) (int, error) {
+func (w *issuer) write(p []byte, out stdio.Sender) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lines.Split(p, func(line []byte) bool {
 		var f framing.Frame
 		if f.Parse(line) != nil || f.Batch {
-			w.out.SendFrame(line, nil, nil)
+			out.SendFrame(line, nil, nil)
 			return true
 		}
 		m := &f.Msgs[0]
@@ -156,12 +138,12 @@ func (w *issuer) Write(p []byte) (int, error) {
 		case m.Kind == framing.KindRequest:
 			c := new(proxy.Call)
 			w.calls[m.ID] = c
-			w.out.SendFrame(line, c, m)
+			out.SendFrame(line, c, m)
 		case m.Method == framing.MethodCancelled && w.calls[m.RequestID] != nil:
-			w.out.SendCancel(w.calls[m.RequestID], line)
+			out.SendCancel(w.calls[m.RequestID], line)
 			delete(w.calls, m.RequestID)
 		default:
-			w.out.SendFrame(line, nil, m)
+			out.SendFrame(line, nil, m)
 		}
 		return true
 	})

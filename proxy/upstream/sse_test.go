@@ -37,11 +37,10 @@ func TestSSENoPostAfterTheStreamEnded(t *testing.T) {
 	}
 	defer b.Stop()
 	<-b.Exited()
-	out := Issuer(b.Conn().Out)
-	out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))
+	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))
 	// The second write waits for the first one's POST to be answered, if
 	// there was one.
-	out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
+	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 	if n := posts.Load(); n != 0 {
 		t.Errorf("%d POSTs after the event stream ended, want none", n)
 	}

@@ -92,7 +92,6 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	}
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
-	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
 	next := func(what string) string {
 		t.Helper()
@@ -102,15 +101,15 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 		}
 		return line
 	}
-	io.WriteString(out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	next("answer to initialize")
-	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","_meta":{"progressToken":"p"}}}`+"\n")
 	<-h.called
 	if !beforeHeaders {
 		close(h.release)
 		next("progress") // the stream is open and read
 	}
-	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
 	if beforeHeaders {
 		close(h.release)
 	}
@@ -120,7 +119,7 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	default:
 		t.Fatal("the backend did not close the stream of the request it was told to cancel")
 	}
-	io.WriteString(out, `{"jsonrpc":"2.0","id":3,"method":"ping"}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":3,"method":"ping"}`+"\n")
 	if got := next("answer to ping"); !strings.Contains(got, `"id":3`) {
 		t.Errorf("after the cancel the session got %s, want nothing before the ping's answer", got)
 	}
@@ -160,13 +159,12 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer
 	}
 	t.Cleanup(func() { b.Stop(); <-b.Exited() })
 	conn := b.Conn()
-	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
-	io.WriteString(out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
 		t.Fatalf("no answer to initialize: %v", err)
 	}
-	return b, out, lines
+	return b, conn.Out, lines
 }
 
 // asker returns a function that writes a message to the session's out and
@@ -379,13 +377,12 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	}
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
-	out := upstream.Issuer(conn.Out)
 	lines := bufio.NewReader(conn.In)
-	io.WriteString(out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
 		t.Fatalf("no answer to initialize: %v", err)
 	}
-	go io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	go io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
 	select {
 	case <-initializedCame: // it did not wait
 	case <-armed: // it waits for the GET
