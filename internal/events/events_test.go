@@ -27,6 +27,20 @@ func logger(f *Feed, log *bytes.Buffer) *zap.Logger {
 	return zap.New(zapcore.NewTee(own, f.Core()))
 }
 
+// closeAndRead closes the feed f, which writes path, and returns the
+// events the file holds.
+func closeAndRead(t *testing.T, f interface{ Close() error }, path string) []map[string]any {
+	t.Helper()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines(t, b)
+}
+
 func lines(t *testing.T, b []byte) []map[string]any {
 	t.Helper()
 	var out []map[string]any
@@ -60,17 +74,10 @@ func TestFileHasMarkedEntriesAtEveryLevel(t *testing.T) {
 		log.Warn("sending SIGKILL", Mark(ServerSignalled), zap.String("signal", "SIGKILL"))
 	}
 	log.With(Mark(SessionIdle)).Info("session idle")
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := lines(t, b)
+	got := closeAndRead(t, f, path)
 	want := []Name{Suppressed, ServerSignalled, ServerSignalled, ServerSignalled, SessionIdle}
 	if len(got) != len(want) {
-		t.Fatalf("%d events, want %d:\n%s", len(got), len(want), b)
+		t.Fatalf("%d events, want %d: %v", len(got), len(want), got)
 	}
 	for i, m := range got {
 		if m[Key] != string(want[i]) || m["session"] != "s1" || m["time"] == nil {
@@ -213,14 +220,7 @@ func TestFileWrittenWholeAtClose(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := lines(t, b)
+	got := closeAndRead(t, f, path)
 	if len(got) != publishers*each {
 		t.Fatalf("%d events in the file, want %d", len(got), publishers*each)
 	}
