@@ -129,28 +129,26 @@ func (w lazyOut) Write(p []byte) (int, error) {
 // SendFrame implements stdio.Sender: a server that takes messages gets
 // them so, one that takes bytes a line.
 func (w lazyOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
-	conn, err := w.l.start()
-	if err != nil {
-		return
-	}
-	if s, ok := conn.Out.(stdio.Sender); ok {
-		s.SendFrame(frame, opens, m)
-		return
-	}
-	conn.Out.Write(append(frame[:len(frame):len(frame)], '\n'))
+	w.send(frame, func(s stdio.Sender) { s.SendFrame(frame, opens, m) })
 }
 
 // SendCancel implements stdio.Sender.
 func (w lazyOut) SendCancel(c *proxy.Call, notice []byte) {
+	w.send(notice, func(s stdio.Sender) { s.SendCancel(c, notice) })
+}
+
+// send starts the server, and hands it frame as a message (by call) if it
+// takes messages, else as a line.
+func (w lazyOut) send(frame []byte, call func(stdio.Sender)) {
 	conn, err := w.l.start()
 	if err != nil {
 		return
 	}
 	if s, ok := conn.Out.(stdio.Sender); ok {
-		s.SendCancel(c, notice)
+		call(s)
 		return
 	}
-	conn.Out.Write(append(notice[:len(notice):len(notice)], '\n'))
+	conn.Out.Write(append(frame[:len(frame):len(frame)], '\n'))
 }
 
 func (w lazyOut) Close() error {

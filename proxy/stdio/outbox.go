@@ -272,25 +272,14 @@ func (o *outbox) stop() {
 
 // writeAll writes a batch, waiting for the peer as long as it takes.
 func (o *outbox) writeAll(batch []*buf) error {
-	if o.deliver != nil {
+	if o.deliver != nil || o.sender != nil {
 		for _, b := range batch {
 			if !claim(b) {
 				putBuf(b)
 				continue
 			}
-			o.deliver(bytes.Clone(b.b[b.sent:len(b.b)-1]), b.about, b.last) // without its newline
+			o.handOver(b)
 			written(b)
-		}
-		return nil
-	}
-	if o.sender != nil {
-		for _, b := range batch {
-			if claim(b) {
-				o.sendMessage(b)
-				written(b)
-			} else {
-				putBuf(b)
-			}
 		}
 		return nil
 	}
@@ -373,16 +362,19 @@ type Sender interface {
 	SendCancel(c *proxy.Call, notice []byte)
 }
 
-// sendMessage hands b, claimed, to the sender.
-func (o *outbox) sendMessage(b *buf) {
-	frame := b.b[b.sent : len(b.b)-1] // without its newline
-	if b.cancels != nil {
+// handOver hands b, claimed, whole and without its newline, to whoever
+// takes frames one by one: the client's front (deliver), or a server that
+// takes messages (sender).
+func (o *outbox) handOver(b *buf) {
+	frame := b.b[b.sent : len(b.b)-1]
+	switch {
+	case o.deliver != nil:
+		o.deliver(bytes.Clone(frame), b.about, b.last)
+	case b.cancels != nil:
 		o.sender.SendCancel(b.cancels, frame)
-		return
+	case b.hasMsg:
+		o.sender.SendFrame(frame, b.opens, &b.msg)
+	default:
+		o.sender.SendFrame(frame, b.opens, nil)
 	}
-	var m *framing.Message
-	if b.hasMsg {
-		m = &b.msg
-	}
-	o.sender.SendFrame(frame, b.opens, m)
 }
