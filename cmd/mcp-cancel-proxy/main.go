@@ -309,7 +309,7 @@ func wrapFlags(over *config.Config, cfgPath *string) *flag.FlagSet {
 		return readHeaderFile(v, over.HTTP.UpstreamHeaders)
 	})
 	oauthFlags(fs, &over.HTTP.OAuth, "with --upstream alone: ")
-	fs.StringVar(&over.HTTP.CAFile, "ca-file", "", "with --upstream alone: trust the CA certificates of this PEM `file` for the upstream's TLS (a private CA)")
+	fs.StringVar(&over.HTTP.CAFile, "ca-file", "", "with --upstream: trust the CA certificates of this PEM `file` for the upstream's TLS (a private CA)")
 	fs.Func("allow-origin", "with --listen: accept requests from this `origin` (repeatable; * for any); requests without an Origin header are always accepted", func(v string) error {
 		over.HTTP.AllowedOrigins = append(over.HTTP.AllowedOrigins, v)
 		return nil

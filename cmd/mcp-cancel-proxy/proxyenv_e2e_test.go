@@ -15,7 +15,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 )
 
 // connectProxy is an HTTP CONNECT proxy on loopback that tunnels to the
@@ -129,5 +132,39 @@ func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 	}
 	if bridgeLists(t, nil, "--upstream", tlsUp.URL+"/mcp") {
 		t.Error("the bridge trusted a private CA it was not given")
+	}
+}
+
+// TestE2ESidecarTrustsCAFile: the sidecar in front of an upstream whose
+// TLS certificate a private CA signed reaches it when --ca-file names the
+// CA (http.ca_file), and only then, as the bridge does: the client of the
+// upstream is made in one place for both. Before, the sidecar ignored the
+// file.
+func TestE2ESidecarTrustsCAFile(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 60e9)
+	up := freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	target, _ := url.Parse("http://" + up)
+	tlsUp := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	t.Cleanup(tlsUp.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw}), 0o600)
+	for _, trusted := range []bool{true, false} {
+		front := freePort(t)
+		args := []string{"--listen", front, "--upstream", tlsUp.URL + "/mcp", "--upstream-transport", "streamable"}
+		if trusted {
+			args = append(args, "--ca-file", ca)
+		}
+		sc := startCommand(t, exec.Command(proxyBin, args...))
+		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+		sc.events.waitFor(t, events.SidecarListening)
+		resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if reached := resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"serverInfo"`); reached != trusted {
+			t.Errorf("--ca-file given: %v; initialize through the sidecar: HTTP %d %s", trusted, resp.StatusCode, body)
+		}
 	}
 }

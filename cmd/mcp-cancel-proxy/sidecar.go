@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +25,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
@@ -202,9 +200,9 @@ func drain(c net.Conn) {
 }
 
 // sidecarPolicy starts the policy engine and gives the sidecar's sessions
-// their governors; with a stdio server (argv), or an HTTP+SSE upstream, it
-// sets up the children, each session's with a governor of its own, and the
-// backends of old clients' sessions.
+// their governors; with a stdio server (argv), or an HTTP+SSE upstream
+// (known or maybe), it sets up the children, each session's with a
+// governor of its own. The sidecar dials its upstream itself.
 func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, argv []string, stderr io.Writer, log *zap.Logger) (*policy.Engine, error) {
 	server := upstreamName(cfg.HTTP.Upstream) // the host, never a path (or credentials) in a label
 	if len(argv) > 0 {
@@ -232,52 +230,13 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 			return engine.Governor(fmt.Sprintf("child%d", sessions.Add(1)))(a)
 		}}
 	sc.Legacy.Session = sopts
-	var dial func(*zap.Logger) (httpx.Backend, error)
-	if len(argv) == 0 {
-		maxBody, maxHeader := int(cfg.Limits.MaxFrameSize), int(cfg.Limits.MaxResponseHeaderBytes)
-		if cfg.HTTP.UpstreamTransport != httpx.TransportSSE { // old clients' sessions of a Streamable HTTP upstream
-			up, err := upstream.NewStreamableUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
-			if err != nil {
-				return nil, err
-			}
-			up.KeepRevision, up.OnUpstreamError = !cfg.HTTP.UpgradeStateless, sc.OnUpstreamError
-			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
-			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
-			if err := viaEnvProxy(cfg, up.Client); err != nil {
-				return nil, err
-			}
-			sc.Legacy.Dial = up.Dial
-		}
-		if cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // HTTP+SSE sessions, known or maybe
-			up, err := upstream.NewSSEUpstream(cfg.HTTP.Upstream, maxBody, maxHeader)
-			if err != nil {
-				return nil, err
-			}
-			up.OnUpstreamError = sc.OnUpstreamError
-			up.Client.MaxIdleConnDuration = cfg.HTTP.UpstreamIdle
-			upstream.AddHeaders(up.Client, sc.UpstreamHeaders)
-			if err := viaEnvProxy(cfg, up.Client); err != nil {
-				return nil, err
-			}
-			dial = up.Dial
-		}
-	}
-	if len(argv) > 0 || dial != nil { // a child per session, or an HTTP+SSE session per session
-		sc.Children = &httpx.Children{Argv: argv, Dial: dial,
+	if len(argv) > 0 || cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // a child per session, or an HTTP+SSE session per session
+		sc.Children = &httpx.Children{Argv: argv,
 			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr},
 			Session: sopts,
 		}
 	}
 	return engine, nil
-}
-
-// viaEnvProxy sends c's requests through the environment's HTTP proxy when
-// http.proxy is env.
-func viaEnvProxy(cfg config.Config, c *fasthttp.Client) error {
-	if cfg.HTTP.Proxy != "env" {
-		return nil
-	}
-	return upstream.UseProxyFromEnv(c, strings.HasPrefix(strings.ToLower(cfg.HTTP.Upstream), "https://"))
 }
 
 // newSidecar builds the sidecar and its metrics from the configuration.
@@ -288,7 +247,7 @@ func newSidecar(cfg config.Config, loopback bool, log *zap.Logger) (*httpx.Sidec
 		MaxRelayedSessions: cfg.HTTP.MaxRelayedSessions, UpstreamHeaders: must(headersOf(cfg)),
 		CheckHost: loopback, MaxBodySize: int(cfg.Limits.MaxFrameSize), MaxResponseHeaderBytes: int(cfg.Limits.MaxResponseHeaderBytes),
 		CancelGrace: cmp.Or(cfg.HTTP.CancelGrace, httpx.NoCancelGrace), DisconnectCancelAfter: cfg.HTTP.DisconnectCancelAfter, Logger: log,
-		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", KeepsHijackedConns: true, UpstreamIdle: cfg.HTTP.UpstreamIdle, TrustedProxies: cfg.HTTP.TrustedPrefixes(),
+		KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: cfg.HTTP.Proxy == "env", CAFile: cfg.HTTP.CAFile, KeepsHijackedConns: true, UpstreamIdle: cfg.HTTP.UpstreamIdle, TrustedProxies: cfg.HTTP.TrustedPrefixes(),
 		SessionIdle: cfg.HTTP.SessionIdle, MaxSessions: cfg.HTTP.MaxSessions, EventMemory: int64(cfg.Limits.EventMemory),
 		Tracker: proxy.TrackerOptions{RetireAfter: cfg.Ledger.RetireAfter, RetireMax: cfg.Ledger.RetireMax, LogPayloads: cfg.Log.Payloads},
 	}

@@ -192,9 +192,9 @@ type HTTP struct {
 	// A value may name environment variables as ${NAME} (an unset one is an
 	// error), so that secrets stay out of the file; $$ is a $. Default none.
 	UpstreamHeaders map[string]string `yaml:"upstream_headers"`
-	// CAFile is a PEM file of CA certificates the bridge trusts for its
-	// upstream's TLS besides the system's (a private CA; SSL_CERT_FILE
-	// works too). Default none.
+	// CAFile is a PEM file of CA certificates the bridge and the sidecar
+	// trust for their upstream's TLS besides the system's (a private CA;
+	// SSL_CERT_FILE works too). Default none.
 	CAFile string `yaml:"ca_file"`
 	// OAuth is how the bridge signs in to an upstream that wants an OAuth
 	// access token (MCP's authorization).

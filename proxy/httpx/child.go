@@ -28,10 +28,11 @@ import (
 // response stream of the request its core says it is about
 // (stdio.Options.Deliver), or to the GET stream.
 type Children struct {
-	// Argv is the server command. Required, unless Dial is set.
+	// Argv is the server command. Without one, each session is one of
+	// the Sidecar's Upstream, an HTTP+SSE server.
 	Argv []string
 	// Dial, when set, reaches each session's server in place of starting
-	// Argv: an HTTP+SSE upstream (DialSSE).
+	// Argv or dialling the Upstream (a test's backends).
 	Dial func(log *zap.Logger) (Backend, error)
 	// Child configures each child's stop ladder and stderr.
 	Child child.Options
@@ -41,11 +42,14 @@ type Children struct {
 	// the Sidecar's: MaxSessions, SessionIdle, Clock.)
 
 	sessions sessiontable.Table[*childSession] // set up by the Sidecar's Provision
-	mu       sync.Mutex                        // guards shared; held while a session starts
-	shared   *childSession                     // serves every sessionless request
-	running  atomic.Int64                      // stdio processes started and not yet ended
-	retiring sync.WaitGroup                    // the sessions idle or evicted, stopping
-	totals   *proxy.Counters                   // the Sidecar's, set by its Provision (kind)
+	// dial is Dial, or else, without Argv, the dial of the Sidecar's
+	// HTTP+SSE upstream (set by its Provision); nil: Argv's children.
+	dial     func(log *zap.Logger) (Backend, error)
+	mu       sync.Mutex      // guards shared; held while a session starts
+	shared   *childSession   // serves every sessionless request
+	running  atomic.Int64    // stdio processes started and not yet ended
+	retiring sync.WaitGroup  // the sessions idle or evicted, stopping
+	totals   *proxy.Counters // the Sidecar's, set by its Provision (kind)
 	// tools is what the servers' tools/list answers said of their tools'
 	// mirrored parameters: a 2026-07-28 tools/call's Mcp-Param-* headers
 	// are checked against them (refuseMismatch).
@@ -124,8 +128,8 @@ func sharedPrincipal(*proxy.Call) (string, bool) { return "", true }
 
 // backend starts a session's server: dials it, or starts the command.
 func (cs *Children) backend(copts child.Options) (Backend, error) {
-	if cs.Dial != nil {
-		return cs.Dial(copts.Logger)
+	if cs.dial != nil {
+		return cs.dial(copts.Logger)
 	}
 	back, err := upstream.StartChild(cs.Argv, copts)
 	if err != nil {

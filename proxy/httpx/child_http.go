@@ -212,9 +212,9 @@ func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 // Count returns how many servers run behind the sidecar: the stdio
 // processes started and not yet ended, for every kind of session (each
 // Streamable HTTP client's, the shared one of sessionless requests, old
-// clients'); with Dial (an HTTP+SSE upstream), the sessions dialled.
+// clients'); for an HTTP+SSE upstream, the sessions dialled.
 func (cs *Children) Count() int {
-	if cs.Dial == nil {
+	if cs.dial == nil {
 		return int(cs.running.Load())
 	}
 	n := cs.sessions.Len()

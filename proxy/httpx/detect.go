@@ -13,13 +13,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
-// modernity remembers whether the upstream speaks 2026-07-28.
-type modernity struct {
-	mu   sync.Mutex // held while asking: one question at a time
-	done atomic.Bool
-	yes  bool // set before done
-}
-
 // The upstream transports Sidecar.UpstreamTransport names (see
 // upstream.TransportStreamable).
 const (
@@ -37,7 +30,7 @@ func targetOf(s *Sidecar) target {
 	switch {
 	case s.Children == nil:
 		return relay{s}
-	case s.Children.Dial == nil || s.UpstreamTransport != upstream.TransportAuto:
+	case s.Children.dial == nil || s.UpstreamTransport != upstream.TransportAuto:
 		return lineUpstream{s}
 	}
 	return &detecting{s: s}
@@ -59,7 +52,7 @@ func (d *detecting) post(ctx *fasthttp.RequestCtx)   { d.now().post(ctx) }
 func (d *detecting) get(ctx *fasthttp.RequestCtx)    { d.now().get(ctx) }
 func (d *detecting) delete(ctx *fasthttp.RequestCtx) { d.now().delete(ctx) }
 func (d *detecting) servesLines() bool               { return d.now().servesLines() }
-func (d *detecting) ready() error                    { return reachable(d.s.endpoint.URL) }
+func (d *detecting) ready() error                    { return reachable(d.s.up.URL) }
 
 func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
 	return d.now().dialLines(log)
@@ -88,7 +81,7 @@ func (d *detecting) detect() bool {
 		return d.sse
 	}
 	s := d.s
-	sse, err := s.endpoint.ProbeTransport(s.maxBody, s.log)
+	sse, err := s.up.ProbeTransport(s.maxBody, s.log)
 	if err != nil {
 		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
 			zap.String("error", upstream.Brief(err)))

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 )
 
 // TestUpgradedRequestsKeepTheirRevisionsShape: a 2025 client's requests
@@ -222,4 +223,60 @@ func rpcOf(r *http.Request) rpcMessage {
 	var m rpcMessage
 	json.NewDecoder(r.Body).Decode(&m)
 	return m
+}
+
+// TestOneUpstreamLearnedOnce: the relay and the old clients' sessions of a
+// stateless 2026-07-28 upstream are one client of it: the upstream is asked
+// once whether it speaks 2026-07-28 and lists its tools once for all of
+// them, and every upgraded call carries its mirrored header. Before, each
+// old client's session asked and listed again (3 and 3 here).
+func TestOneUpstreamLearnedOnce(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	var discovers, lists, calls, bare atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m := rpcOf(r)
+		w.Header().Set("Content-Type", "application/json")
+		result := func(body string) { io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":`+body+`}`) }
+		switch m.Method {
+		case "server/discover":
+			discovers.Add(1)
+			result(`{"supportedVersions":["2025-06-18","2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}`)
+		case "initialize":
+			result(`{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"s","version":"1"}}`)
+		case "tools/list":
+			lists.Add(1)
+			result(`{"resultType":"complete","tools":[{"name":"where","inputSchema":{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}`)
+		case "tools/call":
+			calls.Add(1)
+			if r.Header.Get("Mcp-Param-Region") != "eu" {
+				bare.Add(1)
+			}
+			result(`{"resultType":"complete","content":[{"type":"text","text":"ran"}]}`)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	sc := &httpx.Sidecar{Upstream: srv.URL, Legacy: &httpx.Legacy{}} // old clients reach the sidecar's own upstream
+	url := serveSidecar(t, sc)
+	const call = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{"region":"eu"}}}`
+	if code, body := answer(&rawClient{t: t, url: url}, fmt.Sprintf(call, 1)); code != 200 || !strings.Contains(body, `"ran"`) {
+		t.Fatalf("the relayed call: HTTP %d %s", code, body)
+	}
+	for i := range 2 {
+		c := openLegacyClient(t, strings.TrimSuffix(url, "/mcp"))
+		c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
+		if m := <-c.msgs; m["result"] == nil {
+			t.Fatalf("old client %d: initialize: %v", i, m)
+		}
+		c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		c.post(fmt.Sprintf(call, 2))
+		if m := <-c.msgs; !strings.Contains(fmt.Sprint(m["result"]), "ran") {
+			t.Fatalf("old client %d: the call: %v", i, m)
+		}
+	}
+	if d, l, c, b := discovers.Load(), lists.Load(), calls.Load(), bare.Load(); d != 1 || l != 1 || c != 3 || b != 0 {
+		t.Errorf("the upstream was asked server/discover %d times, tools/list %d, tools/call %d (%d without the header); want 1, 1, 3, 0", d, l, c, b)
+	}
 }

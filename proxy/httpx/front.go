@@ -67,10 +67,16 @@ type (
 	legacyFront struct{ s *Sidecar }
 )
 
-func (rl relay) servesLines() bool { return rl.s.Legacy.Dial != nil }
+func (rl relay) servesLines() bool { return true }
 
+// dialLines dials an old client's session of the Streamable HTTP upstream
+// (Legacy.Dial, or the sidecar's upstream's).
 func (rl relay) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
-	back, err := rl.s.Legacy.Dial(log)
+	dial := rl.s.up.Dial
+	if rl.s.Legacy.Dial != nil {
+		dial = rl.s.Legacy.Dial
+	}
+	back, err := dial(log)
 	sopts, grace := rl.lineOptions()
 	return back, sopts, grace, err
 }
@@ -85,13 +91,13 @@ func (lu lineUpstream) servesLines() bool               { return true }
 // ready: a stdio server starts on demand; an HTTP+SSE upstream must accept
 // connections.
 func (lu lineUpstream) ready() error {
-	if lu.s.Children.Dial == nil {
+	if lu.s.Children.dial == nil {
 		return nil
 	}
-	return reachable(lu.s.endpoint.URL)
+	return reachable(lu.s.up.URL)
 }
 
-func (rl relay) ready() error { return reachable(rl.s.endpoint.URL) }
+func (rl relay) ready() error { return reachable(rl.s.up.URL) }
 
 // reachable reports whether u's host accepts connections.
 func reachable(u *url.URL) error {

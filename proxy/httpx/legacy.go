@@ -45,10 +45,11 @@ type Legacy struct {
 	// If empty, DefaultLegacyMessagePath.
 	MessagePath string
 	// Dial, if set, reaches the upstream for a session when the sidecar
-	// relays a Streamable HTTP upstream (StreamableUpstream.Dial); with a
-	// stdio server or an HTTP+SSE upstream, Children's servers are used.
+	// relays a Streamable HTTP upstream, in place of a session of the
+	// sidecar's Upstream (a test's backends); with a stdio server or an
+	// HTTP+SSE upstream, Children's servers are used.
 	Dial func(log *zap.Logger) (Backend, error)
-	// Session configures the sessions Dial's backends serve.
+	// Session configures the sessions of a Streamable HTTP upstream.
 	Session stdio.Options
 	// (How many sessions at once is the Sidecar's MaxSessions.)
 	// InitWait is how long an old client's event stream may stay open

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
@@ -35,14 +33,6 @@ func legacyFrontWith(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions) (*
 	return u, strings.TrimSuffix(url, "/mcp")
 }
 
-func mustParse(t *testing.T, raw string) *url.URL {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // autoSidecar serves the upstream's MCP server on an HTTP+SSE handler (sse)
 // or a Streamable HTTP one (with opts), and the sidecar in front of it,
 // transport detected, legacy endpoints served; it returns the upstream and
@@ -56,14 +46,8 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) })
-	up, err := upstream.NewSSEUpstream(srv.URL, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
-	streamable := &upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: mustParse(t, srv.URL), Client: up.Client}}
-	legacy := &httpx.Legacy{Dial: streamable.Dial}
-	sc := &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: log, Children: cs, Legacy: legacy}
+	cs := &httpx.Children{Child: child.Options{TermAfter: time.Second}} // sessions of the upstream, if HTTP+SSE
+	sc := &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: log, Children: cs, Legacy: &httpx.Legacy{}}
 	for _, f := range tune {
 		f(sc)
 	}
@@ -218,11 +202,7 @@ func TestOrderKeptThroughTheLegacyFront(t *testing.T) {
 	srv := upstreamtest.NewOrderServer()
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	streamable, err := upstream.NewStreamableUpstream(hs.URL+"/mcp", 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := &httpx.Sidecar{Upstream: hs.URL + "/mcp", Logger: zaptest.NewLogger(t), Legacy: &httpx.Legacy{Dial: streamable.Dial}}
+	sc := &httpx.Sidecar{Upstream: hs.URL + "/mcp", Logger: zaptest.NewLogger(t), Legacy: &httpx.Legacy{}}
 	base := strings.TrimSuffix(serveSidecar(t, sc), "/mcp")
 	c := openLegacyClient(t, base)
 	c.post(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)

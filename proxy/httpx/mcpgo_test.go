@@ -16,7 +16,6 @@ import (
 	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // mcpgoCallAndAbandon connects mark3labs/mcp-go's client to url, calls
@@ -152,11 +151,7 @@ func TestLegacyStopCancelsInFlight(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
-	streamable, err := upstream.NewStreamableUpstream(up.url, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := &httpx.Sidecar{Upstream: up.url, Legacy: &httpx.Legacy{Dial: streamable.Dial}}
+	sc := &httpx.Sidecar{Upstream: up.url, Legacy: &httpx.Legacy{}}
 	base := strings.TrimSuffix(serveSidecar(t, sc), "/mcp")
 	c, err := mcpgoclient.NewSSEMCPClient(base + "/sse")
 	if err != nil {

@@ -1,14 +1,12 @@
 package httpx
 
 import (
-	"bytes"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -33,7 +31,7 @@ import (
 // stream's close as the cancel too.
 func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m *framing.Message, d *decided) {
 	v := sess.protocolVersion()
-	if rl.s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !upstream.Modernizable(m.Method) || !(outbound{rl.s}).upstreamModern() {
+	if rl.s.KeepRevision || v == "" || v.CancelsByClose() || sess.sessionID() != "" || !upstream.Modernizable(m.Method) || !rl.s.up.Modern(rl.s.log) {
 		return
 	}
 	var f framing.Frame
@@ -52,28 +50,6 @@ func (rl relay) modernizeSessionless(ctx *fasthttp.RequestCtx, sess *session, m 
 	sess.setVersion([]byte(version))
 }
 
-// upstreamModern reports whether the upstream speaks 2026-07-28, asking it
-// once (again after a failure to ask).
-func (ob outbound) upstreamModern() bool {
-	m := &ob.s.modern
-	if m.done.Load() {
-		return m.yes
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.done.Load() {
-		yes, err := ob.s.endpoint.SpeaksModern(ob.s.log)
-		if err == nil {
-			m.yes = yes
-			m.done.Store(true)
-		}
-		if yes {
-			ob.s.log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
-		}
-	}
-	return m.yes
-}
-
 // mirrorParams sets the Mcp-Param-* headers of an upgraded tools/call, m,
 // from the tools/list the sidecar read: the upgraded tools/list answers
 // its clients got (downgrade), or, with none read since the list went
@@ -83,11 +59,11 @@ func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
 	if m.Method != "tools/call" || !m.ParamsSpan.Found() {
 		return
 	}
-	s := rl.s
-	s.tools.ReadOnce(func() {
-		s.endpoint.ReadTools(upstream.ToolsRead{Tools: &s.tools, Of: m, MaxBody: s.maxBody, From: req, Log: s.log})
+	s, tools := rl.s, rl.s.up.Tools()
+	tools.ReadOnce(func() {
+		s.up.ReadTools(upstream.ToolsRead{Tools: tools, Of: m, MaxBody: s.maxBody, From: req, Log: s.log})
 	})
-	s.tools.Mirror(m.Name(), m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], req.Header.Set)
+	tools.Mirror(m.Name(), m.Raw[m.ParamsSpan.Start:m.ParamsSpan.End], req.Header.Set)
 }
 
 // downgrade returns an upgraded request's answer (st's) in its client's
@@ -99,13 +75,14 @@ func (rl relay) mirrorParams(req *fasthttp.Request, m *framing.Message) {
 func (rl relay) downgrade(st *relayed, data []byte) []byte {
 	switch {
 	case st.toolsList:
-		kept, rejected := rl.s.tools.Learn(data)
-		upstream.WarnRejected(rl.s.log, rl.s.tools.Unwarned(rejected))
+		tools := rl.s.up.Tools()
+		kept, rejected := tools.Learn(data)
+		upstream.WarnRejected(rl.s.log, tools.Unwarned(rejected))
 		if kept != nil {
 			data = kept
 		}
 	case upstream.RefusesHeaders(data):
-		rl.s.tools.Forget()
+		rl.s.up.Tools().Forget()
 	}
 	return upstream.Downgrade(data)
 }
@@ -117,17 +94,10 @@ func (rl relay) downgrade(st *relayed, data []byte) []byte {
 // put back, when it was another answer (or the second could not be had).
 func (rl relay) retryMismatch(ctx *fasthttp.RequestCtx, st *relayed, data []byte, resp *fasthttp.Response) *fasthttp.Response {
 	var f framing.Frame
-	if resp.StatusCode() != fasthttp.StatusBadRequest || st.toolsList || f.Parse(data) != nil || f.Batch || f.Msgs[0].Method != "tools/call" {
-		return resp
-	}
-	body, _ := upstream.ReadAll(upstream.BodyOf(resp), resp.Header.ContentLength(), rl.s.maxBody)
-	resp.CloseBodyStream()
-	resp.SetBodyStream(bytes.NewReader(body), len(body))
-	if !upstream.RefusesHeaders(body) {
+	if st.toolsList || f.Parse(data) != nil || f.Batch || !rl.s.up.Refused(resp, &f.Msgs[0]) {
 		return resp
 	}
 	rl.s.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", f.Msgs[0].Name()))
-	rl.s.tools.Forget()
 	var stale []string // the first try's Mcp-Param-* headers
 	for k := range ctx.Request.Header.All() {
 		if len(k) > len(paramPrefix) && strings.EqualFold(string(k[:len(paramPrefix)]), paramPrefix) {
@@ -138,7 +108,7 @@ func (rl relay) retryMismatch(ctx *fasthttp.RequestCtx, st *relayed, data []byte
 		ctx.Request.Header.Del(k)
 	}
 	rl.mirrorParams(&ctx.Request, &f.Msgs[0])
-	again, err := rl.s.endpoint.Do(upstream.Request{Body: data, From: &ctx.Request}, 0)
+	again, err := rl.s.up.Do(upstream.Request{Body: data, From: &ctx.Request}, 0)
 	if err != nil {
 		return resp
 	}

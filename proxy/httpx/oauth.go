@@ -52,7 +52,7 @@ func (s *Sidecar) serveResourceMetadata(ctx *fasthttp.RequestCtx) bool {
 // path is rest (the sidecar's endpoint stands for the upstream's) and
 // answers with it, its resource rewritten.
 func (s *Sidecar) relayMetadata(ctx *fasthttp.RequestCtx, rest string) {
-	up := s.endpoint.URL
+	up := s.up.URL
 	origin := up.Scheme + "://" + up.Host
 	where := ""
 	endpoint := rest == s.path || rest == "" && s.path == "/"
@@ -70,7 +70,7 @@ func (s *Sidecar) relayMetadata(ctx *fasthttp.RequestCtx, rest string) {
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(where)
 	req.Header.Set("Accept", "application/json")
-	if err := s.endpoint.Client.DoTimeout(req, resp, metadataTimeout); err != nil {
+	if err := s.up.Client.DoTimeout(req, resp, metadataTimeout); err != nil {
 		s.log.Warn("the upstream's protected resource metadata is unreachable", zap.String("error", upstream.Brief(err)))
 		ctx.Error("the upstream MCP server is unreachable", fasthttp.StatusBadGateway)
 		return
@@ -108,7 +108,7 @@ func (s *Sidecar) publicBase(ctx *fasthttp.RequestCtx) string {
 // resource_metadata, when on the upstream's origin, pointed at the
 // sidecar's relay of it.
 func (s *Sidecar) challenge(ctx *fasthttp.RequestCtx, v []byte) []byte {
-	up := s.endpoint.URL
+	up := s.up.URL
 	origin := up.Scheme + "://" + up.Host + "/"
 	ours := func(u string) bool {
 		if !strings.HasPrefix(u, origin) {

@@ -174,7 +174,7 @@ func (ob outbound) postOwn(sess *session, c *proxy.Call, frame []byte, p *ownPos
 	if sess.protocolVersion().CancelsByClose() && f.Parse(frame) == nil && !f.Batch { // a 2026-07-28 upstream matches headers to the body
 		r.Msg = &f.Msgs[0]
 	}
-	resp, err := ob.s.endpoint.Do(r, 0)
+	resp, err := ob.s.up.Do(r, 0)
 	p.posting.Headed() // its answer's headers have come, or it failed: a cancel of it may go
 	if err != nil && p.posting.WasCut() {
 		return // cancelled before the server answered: its connection closed, as a cancel of 2026-07-28 is

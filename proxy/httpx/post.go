@@ -150,7 +150,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 func (rl relay) postFailed(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d decided, err error) {
 	loss, why := upstream.PostLoss(err)
 	if len(d.Requests) == 0 { // else each request's answer is logged
-		rl.s.log.Warn("posting to the upstream failed", zap.String("upstream", rl.s.endpoint.URL.Redacted()), zap.String("why", why))
+		rl.s.log.Warn("posting to the upstream failed", zap.String("upstream", rl.s.up.URL.Redacted()), zap.String("why", why))
 	}
 	sess.core.Lock()
 	replies := rl.loseAll(sess, d.Requests, loss, why, d.Replies)
@@ -355,7 +355,7 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *relayed, body []byte, timed bool) (*fasthttp.Response, error) {
 	r := upstream.Request{Body: body, From: &ctx.Request, Posting: st.post()}
 	if !timed && st.Quit() == nil {
-		resp, err := ob.s.endpoint.Do(r, 0)
+		resp, err := ob.s.up.Do(r, 0)
 		st.post().Headed()
 		return resp, err
 	}
@@ -365,7 +365,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 	// upstream read a body being overwritten: a data race under load).
 	r.Body = bytes.Clone(body)
 	req := fasthttp.AcquireRequest()
-	ob.s.endpoint.Build(req, r) // copied before ctx is reused
+	ob.s.up.Build(req, r) // copied before ctx is reused
 	type answer struct {
 		resp *fasthttp.Response
 		err  error
@@ -373,7 +373,7 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 	got := make(chan answer, 1)
 	ob.s.bg.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
-		resp, err := ob.s.endpoint.Send(req, 0)
+		resp, err := ob.s.up.Send(req, 0)
 		st.post().Headed()
 		got <- answer{resp, err}
 	})
@@ -760,7 +760,7 @@ func (ob outbound) payload(what string, b []byte) {
 // forward sends the client's request upstream with the given method and
 // body, and returns the response with its body still streaming.
 func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte) (*fasthttp.Response, error) {
-	return ob.s.endpoint.Do(upstream.Request{Method: method, Body: body, From: &ctx.Request}, 0)
+	return ob.s.up.Do(upstream.Request{Method: method, Body: body, From: &ctx.Request}, 0)
 }
 
 // notify POSTs a notification of the proxy's own to the upstream, in a
@@ -770,7 +770,7 @@ func (ob outbound) forward(ctx *fasthttp.RequestCtx, method string, body []byte)
 func (ob outbound) notify(sess *session, msg []byte, taken []*upstream.Posting, calls ...*proxy.Call) {
 	start := time.Now()
 	ob.beforeCancel(taken)
-	resp, err := ob.s.endpoint.Do(upstream.Request{Body: msg, Session: sess.sessionID(), Version: string(sess.protocolVersion())}, 0)
+	resp, err := ob.s.up.Do(upstream.Request{Body: msg, Session: sess.sessionID(), Version: string(sess.protocolVersion())}, 0)
 	if err != nil {
 		ob.s.log.Warn("notifying the upstream failed", zap.String("session", sess.scope), zap.String("error", upstream.Brief(err)))
 		return
@@ -811,11 +811,11 @@ func (ob outbound) beforeCancel(taken []*upstream.Posting) {
 func (ob outbound) forwardDetached(ctx *fasthttp.RequestCtx, body []byte, taken []*upstream.Posting, calls []*proxy.Call) {
 	start := ctx.Time() // when the client's cancel came
 	req := fasthttp.AcquireRequest()
-	ob.s.endpoint.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
+	ob.s.up.Build(req, upstream.Request{Body: body, From: &ctx.Request}) // copied before ctx is reused
 	ob.s.notifying.Go(func() {
 		defer fasthttp.ReleaseRequest(req)
 		ob.beforeCancel(taken)
-		if resp, err := ob.s.endpoint.Send(req, 0); err != nil {
+		if resp, err := ob.s.up.Send(req, 0); err != nil {
 			ob.s.log.Warn("forwarding a cancel upstream failed", zap.String("error", upstream.Brief(err)))
 		} else {
 			if resp.StatusCode() < 300 {

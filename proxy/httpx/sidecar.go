@@ -25,7 +25,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/resourcemeta"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/sessiontable"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/stream"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/mcpheader"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -50,8 +49,8 @@ type Sidecar struct {
 	// Children serves a stdio server instead.
 	Upstream string
 	// Children, when set, serves a stdio MCP server, a child per session,
-	// in place of an upstream URL; or, with a Dial, the sessions of an
-	// HTTP+SSE upstream (see UpstreamTransport).
+	// in place of an upstream URL; or, without a command, the sessions of
+	// the HTTP+SSE server at Upstream (see UpstreamTransport).
 	Children *Children
 	// Legacy, when set, also serves old clients the 2024-11-05 HTTP+SSE
 	// transport's endpoints, in front of Children's servers.
@@ -88,6 +87,9 @@ type Sidecar struct {
 	// UpstreamHeaders are added to each request the sidecar sends the
 	// upstream that does not set them itself (a deployment's API key).
 	UpstreamHeaders []upstream.Header
+	// CAFile, if set, is a PEM file of CA certificates trusted for the
+	// upstream's TLS besides the system's (a private CA): http.ca_file.
+	CAFile string
 	// ProxyFromEnv sends the requests to the upstream through the HTTP
 	// proxy HTTPS_PROXY or HTTP_PROXY names, as NO_PROXY allows (never to a
 	// loopback upstream): http.proxy: env.
@@ -188,12 +190,13 @@ type Sidecar struct {
 	// target is what the front hands a checked request to, chosen once,
 	// by Provision (targetOf).
 	target target
-	modern modernity
-	// tools is what the sidecar, as the 2026-07-28 client of a stateless
-	// upstream for its 2025 clients' requests (modernize.go), read of the
-	// upstream's tools' mirrored parameters (Mcp-Param-*).
-	tools    mcpheader.Tools
-	endpoint upstream.Endpoint            // the upstream's URL, and the client that reaches it
+	// up is the upstream with the one client that reaches it, which the
+	// relay and the old clients' sessions of a Streamable HTTP upstream
+	// share with what they learn of it (its revision, its tools' mirrored
+	// parameters); sse the same server and client as an HTTP+SSE upstream,
+	// for Children's sessions without a command. Both made by Provision.
+	up       *upstream.StreamableUpstream
+	sse      *upstream.SSEUpstream
 	sessions sessiontable.Table[*session] // the sessions relayed upstream
 	own      requestSessions              // the sessions that are a request's own, while it runs
 	// closes sees clients leave their streams; soon runs what waits
@@ -221,14 +224,41 @@ type Sidecar struct {
 	grace   time.Duration
 }
 
+// provisionUpstream makes the one client of the upstream and the
+// upstreams over it (s.up, s.sse). A sidecar of a stdio server has no
+// upstream to reach: its client is never used.
+func (s *Sidecar) provisionUpstream() error {
+	ep := upstream.Endpoint{URL: new(url.URL), Client: upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)}
+	if s.Upstream != "" {
+		var err error
+		ep, err = upstream.NewEndpoint(s.Upstream, upstream.Options{MaxBody: s.maxBody, MaxHeader: s.MaxResponseHeaderBytes,
+			Headers: s.UpstreamHeaders, ProxyFromEnv: s.ProxyFromEnv, Idle: s.UpstreamIdle, CAFile: s.CAFile})
+		if err != nil {
+			return err
+		}
+	}
+	s.up = &upstream.StreamableUpstream{Endpoint: ep, MaxBodySize: s.maxBody, KeepRevision: s.KeepRevision,
+		Clock: s.clock, OnUpstreamError: s.OnUpstreamError}
+	s.sse = &upstream.SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: s.maxBody, OnUpstreamError: s.OnUpstreamError}
+	if cs := s.Children; cs != nil {
+		switch {
+		case cs.Dial != nil:
+			cs.dial = cs.Dial
+		case len(cs.Argv) == 0:
+			cs.dial = s.sse.Dial
+		}
+	}
+	return nil
+}
+
 // Validate checks the configuration, and reports what is wrong with it.
 func (s *Sidecar) Validate() error {
 	var errs []error
 	u, err := url.Parse(s.Upstream)
 	switch {
-	case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil:
-		errs = append(errs, errors.New("no server command for the children"))
-	case s.Children == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
+	case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil && s.Upstream == "":
+		errs = append(errs, errors.New("no server command for the children, and no upstream"))
+	case (s.Children == nil || len(s.Children.Argv) == 0 && s.Children.Dial == nil) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
 		errs = append(errs, fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream))
 	}
 	switch s.UpstreamTransport {
@@ -266,7 +296,6 @@ func (s *Sidecar) Provision() error {
 		if s.initErr = s.Validate(); s.initErr != nil {
 			return
 		}
-		u, _ := url.Parse(s.Upstream)
 		s.path = cmp.Or(s.Path, DefaultPath)
 		s.maxBody = cmp.Or(s.MaxBodySize, framing.DefaultMaxFrameSize)
 		s.grace = max(cmp.Or(s.CancelGrace, DefaultCancelGrace), 0)
@@ -274,16 +303,10 @@ func (s *Sidecar) Provision() error {
 		if s.log == nil {
 			s.log = zap.NewNop()
 		}
-		client := upstream.NewClient(s.maxBody, s.MaxResponseHeaderBytes)
-		client.MaxIdleConnDuration = cmp.Or(s.UpstreamIdle, client.MaxIdleConnDuration)
-		upstream.AddHeaders(client, s.UpstreamHeaders)
-		if s.ProxyFromEnv {
-			if s.initErr = upstream.UseProxyFromEnv(client, upstream.IsTLSURL(s.Upstream)); s.initErr != nil {
-				return
-			}
-		}
-		s.endpoint = upstream.Endpoint{URL: u, Client: client}
 		s.clock = clock.Or(s.Clock)
+		if s.initErr = s.provisionUpstream(); s.initErr != nil {
+			return
+		}
 		idle, most := cmp.Or(s.SessionIdle, DefaultSessionIdle), cmp.Or(s.MaxSessions, DefaultMaxSessions)
 		s.sessions.Init(idle, cmp.Or(s.MaxRelayedSessions, DefaultMaxRelayedSessions), s.clock)
 		s.sessions.NoEvict = true // a relayed session is the client's and the upstream's: never dropped for another

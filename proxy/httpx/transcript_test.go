@@ -112,22 +112,14 @@ func (r *replay) sidecar(kind string) *httpx.Sidecar {
 		url := r.scriptedStreamable()
 		sc.Upstream = url
 		if r.legacy {
-			up, err := upstream.NewStreamableUpstream(url, r.maxFrame, 0)
-			if err != nil {
-				r.t.Fatal(err)
-			}
-			sc.Legacy = &httpx.Legacy{Dial: up.Dial, Session: opts}
+			sc.Legacy = &httpx.Legacy{Session: opts}
 		}
 	case "stdio":
 		b := r.scriptedStdio()
 		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
 	case "sse":
-		up, err := upstream.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		cs = &httpx.Children{Dial: up.Dial}
-		sc.UpstreamTransport = httpx.TransportSSE
+		cs = &httpx.Children{} // sessions of the HTTP+SSE upstream
+		sc.Upstream, sc.UpstreamTransport = r.scriptedSSE(), httpx.TransportSSE
 	}
 	if cs != nil {
 		cs.Session = opts

@@ -37,8 +37,8 @@ const probeWait = 10 * time.Second
 const probeInitialize = `{"jsonrpc":"2.0","id":"mcp-cancel-proxy-probe","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-cancel-proxy","version":"probe"},` +
 	`"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcp-cancel-proxy","version":"probe"}}}}`
 
-// Options are what Dial makes its client of an upstream
-// with.
+// Options are what NewEndpoint makes its client of an upstream with
+// (and Dial its sessions).
 type Options struct {
 	MaxBody   int // an answer or an event at most (zero: the default)
 	MaxHeader int // the response headers at most (zero: the default)
@@ -63,16 +63,17 @@ type Options struct {
 	OnUpstreamError func()
 }
 
-// Dial returns a session's backend for the MCP server at rawURL,
-// speaking transport (TransportAuto: found out first, by probeTransport):
-// what a stdio client needs to reach an HTTP server.
-func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error) {
+// NewEndpoint returns the endpoint at rawURL with the one client that
+// reaches it, made as o says: every client of the proxy's of one server
+// (the bridge's, the sidecar's relay and its sessions of lines) is made
+// here, so that none lacks what another has (a CA file, the environment's
+// proxy, the added headers).
+func NewEndpoint(rawURL string, o Options) (Endpoint, error) {
 	u, err := parseUpstream(rawURL)
 	if err != nil {
-		return nil, err
+		return Endpoint{}, err
 	}
-	maxBody, keepRevision := o.MaxBody, o.KeepRevision
-	client := NewClient(maxBody, o.MaxHeader)
+	client := NewClient(o.MaxBody, o.MaxHeader)
 	client.MaxIdleConnDuration = cmp.Or(o.Idle, client.MaxIdleConnDuration)
 	AddHeaders(client, o.Headers)
 	if o.Auth != nil {
@@ -80,15 +81,26 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 	}
 	if o.ProxyFromEnv {
 		if err := UseProxyFromEnv(client, IsTLSURL(rawURL)); err != nil {
-			return nil, err
+			return Endpoint{}, err
 		}
 	}
 	if o.CAFile != "" {
 		if err := UseCAFile(client, o.CAFile); err != nil {
-			return nil, err
+			return Endpoint{}, err
 		}
 	}
-	ep := Endpoint{URL: u, Client: client}
+	return Endpoint{URL: u, Client: client}, nil
+}
+
+// Dial returns a session's backend for the MCP server at rawURL,
+// speaking transport (TransportAuto: found out first, by probeTransport):
+// what a stdio client needs to reach an HTTP server.
+func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error) {
+	ep, err := NewEndpoint(rawURL, o)
+	if err != nil {
+		return nil, err
+	}
+	maxBody, keepRevision := o.MaxBody, o.KeepRevision
 	if transport == TransportAuto {
 		sse, err := ep.ProbeTransport(maxBody, log)
 		if err != nil {
@@ -101,7 +113,7 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 		log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", transport))
 	}
 	if transport == TransportSSE {
-		return (&SSEUpstream{URL: u, Client: client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}).Dial(log)
+		return (&SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}).Dial(log)
 	}
 	return (&StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision, OnUpstreamError: o.OnUpstreamError}).Dial(log)
 }

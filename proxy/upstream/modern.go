@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -26,16 +28,48 @@ var discoverRequest = []byte(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-discover",
 // discoverWait bounds the wait for an answer to server/discover.
 const discoverWait = 5 * time.Second
 
-// probeModern asks a stateless upstream whether it speaks 2026-07-28, and
-// sets c.modern if it does.
+// probeModern asks a stateless upstream whether it speaks 2026-07-28
+// (once for every session of it: Modern), and sets c.modern if it does.
 func (c *StreamConn) probeModern() {
-	if ok, _ := c.u.SpeaksModern(c.log); !ok {
+	if !c.u.Modern(c.log) {
 		return
 	}
 	c.mu.Lock()
 	c.modern = true
 	c.mu.Unlock()
-	c.log.Info("stateless upstream speaks protocol 2026-07-28: this session's requests are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
+}
+
+// modernity remembers whether a server speaks 2026-07-28.
+type modernity struct {
+	mu   sync.Mutex // held while asking: one question at a time
+	done atomic.Bool
+	yes  bool // set before done
+}
+
+// Modern reports whether the stateless server speaks 2026-07-28, asking it
+// once for every client of it (again after a failure to ask): the relay's
+// 2025 requests without a session and each session of lines are sent as
+// 2026-07-28 ones when it does, so that a closed stream cancels them.
+func (u *StreamableUpstream) Modern(log *zap.Logger) bool {
+	m := &u.modern
+	if m.done.Load() {
+		return m.yes
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done.Load() {
+		return m.yes
+	}
+	yes, err := u.SpeaksModern(log)
+	if err != nil {
+		return false
+	}
+	m.yes = yes
+	m.done.Store(true)
+	if yes {
+		log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
+	}
+	return yes
 }
 
 // SpeaksModern asks the server, with server/discover, whether it speaks

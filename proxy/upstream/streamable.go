@@ -61,7 +61,20 @@ type StreamableUpstream struct {
 	// answers in the upstream's place: not reached, or its answer spoiled
 	// or lost.
 	OnUpstreamError func()
+
+	// What every client of the server learns of it, shared: whether it
+	// speaks 2026-07-28 (Modern), and what its 2026-07-28 answers to
+	// tools/list said of its tools' mirrored parameters (Mcp-Param-*),
+	// which listed says were learned from an answer (a list_changed then
+	// makes them stale).
+	modern modernity
+	tools  mcpheader.Tools
+	listed atomic.Bool
 }
+
+// Tools is what the server's 2026-07-28 tools/list answers said of its
+// tools' mirrored parameters, shared by every client of it.
+func (u *StreamableUpstream) Tools() *mcpheader.Tools { return &u.tools }
 
 // StreamWait bounds how long the frame that follows the answer to
 // initialize (the client's notifications/initialized) waits for the
@@ -112,10 +125,6 @@ type StreamConn struct {
 	clientInfo  json.RawMessage
 	modern      bool
 	initialized bool // the first initialize was answered: later ones name no session
-	// tools is what the 2026-07-28 answers to tools/list said of the
-	// tools' mirrored parameters (Mcp-Param-*).
-	tools  mcpheader.Tools
-	listed atomic.Bool // tools has learned from an answer: a list_changed makes it forget
 	// calls are the requests whose POST has started and whose answer has
 	// not ended: where a cancel finds its request's POST and stream.
 	calls map[*proxy.Call]*inFlight
@@ -341,7 +350,7 @@ func (c *StreamConn) postCancel(notice []byte, of *Posting) {
 	c.mu.Lock()
 	session := c.session
 	c.mu.Unlock()
-	resp, err := c.request(Request{Body: notice, Session: session, Msg: &f.Msgs[0], Tools: &c.tools}, 0)
+	resp, err := c.request(Request{Body: notice, Session: session, Msg: &f.Msgs[0], Tools: &c.u.tools}, 0)
 	if err == nil {
 		ReadHead(resp) // a notification's answer: 202, or a refusal nobody waits for
 	}
@@ -396,12 +405,9 @@ func (c *StreamConn) post(a *answer) {
 	if o.ctx != nil && o.ctx.Done() != nil { // its end gives up the wait for the headers
 		defer context.AfterFunc(o.ctx, func() { o.posting.Cut() })()
 	}
-	resp, err := c.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m, Tools: &c.tools, From: o.from}, 0)
+	resp, err := c.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m, Tools: &c.u.tools, From: o.from}, 0)
 	c.headed(o.posting)
-	if reply := c.retryMismatch(m, msg, session, &resp, &err); reply != nil {
-		a.reply(reply)
-		return
-	}
+	c.retryMismatch(m, msg, session, &resp, &err)
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
 	}
@@ -486,14 +492,14 @@ func (c *StreamConn) noteInitialized(resp *fasthttp.Response) {
 // tools/list result names the tools' mirrored parameters, and loses the
 // tools whose annotations are invalid, which a client must leave out.
 func (c *StreamConn) learn(data []byte, of answering) []byte {
-	if c.listed.Load() && bytes.Contains(data, listChanged) {
-		c.tools.Forget() // read again before the next call
+	if c.u.listed.Load() && bytes.Contains(data, listChanged) {
+		c.u.tools.Forget() // read again before the next call
 	}
 	switch of {
 	case answersToolsList:
-		kept, rejected := c.tools.Learn(data)
-		c.listed.Store(true)
-		WarnRejected(c.log, c.tools.Unwarned(rejected))
+		kept, rejected := c.u.tools.Learn(data)
+		c.u.listed.Store(true)
+		WarnRejected(c.log, c.u.tools.Unwarned(rejected))
 		if kept != nil {
 			return kept
 		}

@@ -42,7 +42,7 @@ const ownWait = 30 * time.Second
 // server's answer says what it thinks of the call.
 func (c *StreamConn) toolsFirst(m *framing.Message, session string) {
 	if c.modernCall(m) {
-		c.tools.ReadOnce(func() { c.relist(m, session) })
+		c.u.tools.ReadOnce(func() { c.relist(m, session) })
 	}
 }
 
@@ -59,26 +59,40 @@ func (c *StreamConn) modernCall(m *framing.Message) bool {
 
 // retryMismatch sends m (its bytes msg) once more when the server refused
 // its headers (400, HeaderMismatch), after reading tools/list again; resp
-// and err become the second answer's. It returns the answer to give the
-// client instead when the refusal was another one (its body is read).
-func (c *StreamConn) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) func(framing.ID) []byte {
-	if *err != nil || (*resp).StatusCode() != fasthttp.StatusBadRequest || !c.modernCall(m) {
-		return nil
+// and err become the second answer's. Another 400 is left as it came.
+func (c *StreamConn) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) {
+	if *err != nil || !c.modernCall(m) || !c.u.Refused(*resp, m) {
+		return
 	}
-	head := ReadHead(*resp)
-	if !RefusesHeaders(head) {
-		return refusal(fasthttp.StatusBadRequest, head, c.log)
-	}
+	fasthttp.ReleaseResponse(*resp)
 	c.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
-	c.tools.Reread(func() { c.relist(m, session) })
-	*resp, *err = c.request(Request{Body: msg, Session: session, Msg: m, Tools: &c.tools}, 0)
-	return nil
+	c.u.tools.Reread(func() { c.relist(m, session) })
+	*resp, *err = c.request(Request{Body: msg, Session: session, Msg: m, Tools: &c.u.tools}, 0)
+}
+
+// Refused reports whether resp, the answer to m, is the server's refusal
+// of the headers a 2026-07-28 tools/call mirrors (400, HeaderMismatch):
+// what the clients of it learned of its tools is then stale, and the call
+// is sent once more after reading tools/list again, as the spec asks a
+// client to. Every client of the proxy's (the relay, a Conn) asks it so.
+// A 400's body is read and put back, for the caller to pass on.
+func (u *StreamableUpstream) Refused(resp *fasthttp.Response, m *framing.Message) bool {
+	if resp.StatusCode() != fasthttp.StatusBadRequest || m == nil || m.Method != "tools/call" {
+		return false
+	}
+	body, _ := ReadAll(BodyOf(resp), resp.Header.ContentLength(), cmp.Or(u.MaxBodySize, framing.DefaultMaxFrameSize))
+	resp.CloseBodyStream()
+	resp.SetBodyStream(bytes.NewReader(body), len(body))
+	if !RefusesHeaders(body) {
+		return false
+	}
+	u.tools.Forget()
+	return true
 }
 
 // RefusesHeaders reports whether body is 2026-07-28's HeaderMismatch
 // error (-32020): the server refused a request's mirrored headers, and a
-// client reads tools/list again and sends the request once more. Every
-// client of the proxy's (the relay's, a Conn's) tells a refusal so.
+// client reads tools/list again and sends the request once more.
 func RefusesHeaders(body []byte) bool {
 	if !bytes.Contains(body, []byte("-32020")) {
 		return false
@@ -98,8 +112,8 @@ func (c *StreamConn) relist(m *framing.Message, session string) {
 		}
 		return func() { c.untrack(body, nil) }
 	}
-	c.u.ReadTools(ToolsRead{Tools: &c.tools, Of: m, Session: session, MaxBody: c.u.MaxBodySize, Watch: watch, Log: c.log})
-	c.listed.Store(true)
+	c.u.ReadTools(ToolsRead{Tools: &c.u.tools, Of: m, Session: session, MaxBody: c.u.MaxBodySize, Watch: watch, Log: c.log})
+	c.u.listed.Store(true)
 }
 
 // ToolsRead is a client's own read of a 2026-07-28 server's tools/list.
