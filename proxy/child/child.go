@@ -40,6 +40,9 @@ type Options struct {
 	// PassEnv names the proxy's own variables (MCP_CANCEL_PROXY_*) that the
 	// child gets; it gets none other (see Environ).
 	PassEnv []string
+	// OnExit, if set, is called once the child has exited (Exited is
+	// closed), on the goroutine that reaped it; it must not block.
+	OnExit func()
 }
 
 // Process is a running child. Its Stdin, Stdout are the pipes to talk to it.
@@ -132,6 +135,9 @@ func (p *Process) wait() {
 	p.err = p.cmd.Wait()
 	p.log.Info("server exited", events.Mark(events.ServerExited), zap.String("status", p.status()))
 	close(p.exited)
+	if p.opts.OnExit != nil {
+		p.opts.OnExit()
+	}
 	if p.group.Terminate() {
 		time.AfterFunc(p.opts.KillAfter, func() {
 			p.group.Kill()

@@ -51,7 +51,7 @@ func BenchmarkSidecarCall(b *testing.B) {
 
 // benchFront serves sc on a loopback port until the benchmark ends, and
 // returns a client of it and a POST to its MCP endpoint, to complete.
-func benchFront(b *testing.B, sc *httpx.Sidecar) (*fasthttp.HostClient, *fasthttp.Request) {
+func benchFront(b testing.TB, sc *httpx.Sidecar) (*fasthttp.HostClient, *fasthttp.Request) {
 	h, err := sc.Handler()
 	if err != nil {
 		b.Fatal(err)
@@ -73,8 +73,11 @@ func benchFront(b *testing.B, sc *httpx.Sidecar) (*fasthttp.HostClient, *fasthtt
 func callLoop(b *testing.B, client *fasthttp.HostClient, req *fasthttp.Request) {
 	var resp fasthttp.Response
 	b.ReportAllocs()
-	started := goroutinesCreated()
-	defer func() { b.ReportMetric(float64(goroutinesCreated()-started)/float64(b.N), "goroutines/op") }()
+	started, ran := goroutinesCreated(), goroutineRuns()
+	defer func() {
+		b.ReportMetric(float64(goroutinesCreated()-started)/float64(b.N), "goroutines/op")
+		b.ReportMetric((goroutineRuns()-ran)/float64(b.N), "runs/op")
+	}()
 	for b.Loop() {
 		if err := client.DoTimeout(req, &resp, 10*time.Second); err != nil {
 			b.Fatal(err)
@@ -92,9 +95,24 @@ func goroutinesCreated() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// goroutineRuns estimates how many times a goroutine was made to run after
+// it became runnable: each hand-off from one goroutine to another (and
+// each wake-up from the network) is one. The runtime times one in 8 of
+// each goroutine's runs (/sched/latencies:seconds); this is their count
+// times 8, an estimate good to compare two runs of one driver by.
+func goroutineRuns() float64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return float64(n) * 8
+}
+
 // serveFast serves h on a loopback port until the benchmark ends, on the
 // listener wrap makes if not nil, and returns its MCP URL.
-func serveFast(b *testing.B, h fasthttp.RequestHandler, wrap func(net.Listener) net.Listener) string {
+func serveFast(b testing.TB, h fasthttp.RequestHandler, wrap func(net.Listener) net.Listener) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -90,6 +90,7 @@ type childSession struct {
 	clock    clock.Clock      // the Children's
 	retiring *sync.WaitGroup  // the Children's: counts the session while it stops, once retired
 	tools    *mcpheader.Tools // the Children's: learns from tools/list answers
+	ended    atomic.Bool      // set once the session has ended, before it is forgotten
 }
 
 // start opens a session: the child, the stdio.Session and its router.
@@ -118,7 +119,10 @@ func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 	c.Session = lines.New(proc, sopts, copts.TermAfter, cs.totals, log)
 	clk := c.clock
 	c.New = func(n int) *stream.Events { return stream.NewEvents(clk, n) }
-	c.Start(c.route, nil)
+	c.Start(c.End, func() { // every stream ends with the session, which is then forgotten
+		c.ended.Store(true)
+		cs.sessions.RemoveIf(c.ID, c)
+	})
 	return c, nil
 }
 
@@ -131,12 +135,13 @@ func (cs *Children) backend(copts child.Options) (Backend, error) {
 	if cs.dial != nil {
 		return cs.dial(copts.Logger)
 	}
+	cs.running.Add(1) // counted while the process runs (Count)
+	copts.OnExit = func() { cs.running.Add(-1) }
 	back, err := upstream.StartChild(cs.Argv, copts)
 	if err != nil {
+		cs.running.Add(-1)
 		return nil, err
 	}
-	cs.running.Add(1) // counted while the process runs (Count)
-	go func() { <-back.Exited(); cs.running.Add(-1) }()
 	return back, nil
 }
 
@@ -152,16 +157,5 @@ func (c *childSession) deliver(frame []byte, about *proxy.Call, last bool) {
 	case demux.Dropped:
 		c.Log.Warn("a client that does not read its stream loses server messages beyond the backlog (answers are kept)",
 			zap.Int("backlog_bytes", stream.Backlog))
-	}
-}
-
-// route waits for the session's end (every message for the client went
-// through deliver), then ends every stream.
-func (c *childSession) route() {
-	for {
-		if _, err := c.Out.Next(nil); err != nil {
-			c.End()
-			return
-		}
 	}
 }

@@ -175,11 +175,9 @@ func (lu lineUpstream) childSessionFor(ctx *fasthttp.RequestCtx, f *framing.Fram
 		lu.s.bg.Go(func() { c.Stop(proxy.SourceSessionEnd, "too many sessions") })
 		return nil, fasthttp.StatusServiceUnavailable, "too many sessions"
 	}
-	// Forget the session once its child is gone.
-	lu.s.bg.Go(func() {
-		<-c.Back.Exited()
+	if c.ended.Load() { // it ended before it was added: forget it now
 		cs.sessions.RemoveIf(c.ID, c)
-	})
+	}
 	return c, 0, ""
 }
 

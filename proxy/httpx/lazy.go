@@ -23,7 +23,11 @@ type lazyBackend struct {
 	err     error         // the start's failure
 	stopped bool          // Stop came first: no server is ever started
 	ready   chan struct{} // closed once started, failed or stopped
-	exited  chan struct{} // closed once the server has ended, or Stop came first
+	// exited is closed once no server runs and none will: the start
+	// failed, or Stop came (first, or after a start once the server's
+	// Stop returned); after a start, Exited is the server's own.
+	exited   chan struct{}
+	exitOnce sync.Once
 }
 
 func newLazyBackend(dial func() (Backend, error)) *lazyBackend {
@@ -50,12 +54,11 @@ func (l *lazyBackend) start() (stdio.Conn, error) {
 	if err != nil {
 		l.err = err
 		close(l.ready)
-		close(l.exited)
+		l.exitOnce.Do(func() { close(l.exited) })
 		return stdio.Conn{}, err
 	}
 	l.back, l.conn = back, back.Conn()
 	close(l.ready)
-	go func() { <-back.Exited(); close(l.exited) }() // ends with the server
 	return l.conn, nil
 }
 
@@ -71,16 +74,24 @@ func (l *lazyBackend) Stop() {
 	if back == nil && !l.stopped && l.err == nil {
 		l.stopped = true
 		close(l.ready)
-		close(l.exited)
 	}
 	l.mu.Unlock()
 	if back != nil {
 		back.Stop()
 	}
+	l.exitOnce.Do(func() { close(l.exited) })
 }
 
-// Exited implements Backend.
-func (l *lazyBackend) Exited() <-chan struct{} { return l.exited }
+// Exited implements Backend: the server's once it was started, else a
+// channel closed once none runs or will (see exited).
+func (l *lazyBackend) Exited() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.back != nil {
+		return l.back.Exited()
+	}
+	return l.exited
+}
 
 // started returns the server's conn once it was started, or ok false if
 // none was and none will be.

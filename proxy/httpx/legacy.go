@@ -176,7 +176,7 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 	}
 	ls := &legacySession{Session: lines.New(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
 	ls.Owner = peer
-	st.OnAbort = func() { ls.In.CloseWrite() }
+	st.OnAbort = func() { ls.CloseClient() }
 	if _, err := l.sessions.Add(ls.ID, ls); err != nil {
 		back.Stop() // never started
 		return nil, err
@@ -184,18 +184,11 @@ func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.
 	uninitialized := lg.s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
 		if !ls.started.Load() {
 			log.Warn("HTTP+SSE client session closed: no message within the wait (http.legacy_init_wait)")
-			ls.In.CloseWrite()
+			ls.CloseClient()
 			st.End()
 		}
 	})
-	ls.Start(func() { // the stream ends with the session (what it sends the client goes through Deliver)
-		for {
-			if _, err := ls.Out.Next(nil); err != nil {
-				st.End()
-				return
-			}
-		}
-	}, func() { // forget the session once it has ended
+	ls.Start(st.End, func() { // the stream ends with the session; it is forgotten once it has ended
 		uninitialized.Stop()
 		l.sessions.RemoveIf(ls.ID, ls)
 	})

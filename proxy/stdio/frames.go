@@ -149,13 +149,6 @@ func (f *Frames) Close() error {
 	return nil
 }
 
-// WriteEnd is a Frames as a Conn's Out: its Close is CloseWrite, so that
-// what the Session wrote before it closed Out is still read.
-type WriteEnd struct{ *Frames }
-
-// Close implements io.Closer.
-func (w WriteEnd) Close() error { return w.CloseWrite() }
-
 // frameSource is an input read frame by frame: a framing.Reader over
 // bytes, or a Frames.
 type frameSource interface {

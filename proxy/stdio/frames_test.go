@@ -67,8 +67,8 @@ func TestFramesWakeTheReader(t *testing.T) {
 		done <- b
 	}()
 	f.Put([]byte("one"))
-	stdio.WriteEnd{Frames: f}.Write([]byte("two\n"))
-	stdio.WriteEnd{Frames: f}.Close()
+	f.Write([]byte("two\n"))
+	f.CloseWrite()
 	if got := string(<-done); got != "one\ntwo\n" {
 		t.Errorf("read %q, want %q", got, "one\ntwo\n")
 	}

@@ -37,6 +37,7 @@ type outbox struct {
 	raw    syscall.RawConn // set when the peer is a non-blocking file
 	vec    vectors         // writev's state; used only by whoever holds busy
 	gather []byte          // the portable path's write buffer; likewise
+	taken  []*buf          // flush's batch; likewise
 
 	mu sync.Mutex // guards the fields below
 	// front holds frames taken for a write that did not finish, the first
@@ -50,8 +51,10 @@ type outbox struct {
 	space                sync.Cond // signalled when frames are taken, or on stop
 
 	// deliver, when set, takes each frame whole, with the request it is
-	// about, in place of w (Options.Deliver): written by the goroutine
-	// alone, as on the portable path.
+	// about, in place of w (Options.Deliver): handed over by the relay
+	// that produced the frames when its input runs dry (flush), as a
+	// writev would be written, since a front's Deliver never blocks; the
+	// frames queued by anyone else, by the goroutine.
 	deliver Deliver
 	// sender, when set, takes each frame for the server whole, with the
 	// request it opens or cancels, in place of w (a Sender): written by
@@ -156,23 +159,30 @@ func (o *outbox) wake() {
 func (o *outbox) wakeLocked() { o.wake() }
 
 // flush writes what is queued, in the caller's goroutine, with a single
-// non-blocking attempt, and leaves what did not fit to the writer goroutine.
+// non-blocking attempt, and leaves what did not fit to the writer goroutine;
+// a front that takes frames (deliver) gets them all, at once.
 func (o *outbox) flush() {
-	if o.raw == nil {
+	if o.raw == nil && o.deliver == nil {
 		o.wake()
 		return
 	}
-	batch, ok := o.take(nil)
+	batch, ok := o.take(o.taken[:0])
 	if !ok {
 		return // the writer goroutine is at it, and will loop for more
 	}
-	if len(batch) > 0 {
+	switch {
+	case len(batch) == 0:
+	case o.deliver != nil:
+		o.writeAll(batch) // hands every frame over; Deliver does not block
+	default:
 		rest, err := o.writev(batch, false)
 		o.putBack(rest)
 		if err != nil {
 			o.wake() // the writer goroutine meets the error again and stops
 		}
 	}
+	clear(batch)
+	o.taken = batch[:0] // the next flush's, once it is busy
 	o.mu.Lock()
 	o.busy = false
 	pending := o.queued > 0 || o.closing
@@ -192,10 +202,14 @@ func (o *outbox) close() {
 }
 
 // run is the outbox's goroutine. It exits after close (once everything
-// queued is written) or on the first write error, and closes the writer.
+// queued is written) or on the first write error, and closes the writer,
+// if it has one (a client's front that takes its frames, deliver, has
+// none).
 func (o *outbox) run() {
 	defer close(o.dead)
-	defer o.c.Close()
+	if o.c != nil {
+		defer o.c.Close()
+	}
 	defer o.stop()
 	var batch []*buf
 	for range o.kick {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,10 +104,13 @@ type Options struct {
 // place; about is nil for other traffic (the server's own requests and
 // notifications). An empty frame says only that about has ended: the
 // server's batch that ended it went as about another request. It is called
-// on one goroutine, in order, and must not block.
+// by one goroutine at a time (the one that read the server's frames, or the
+// session's writer), in order, and must not block.
 type Deliver func(frame []byte, about *proxy.Call, last bool)
 
-// Conn is one peer's pair of byte streams.
+// Conn is one peer's pair of byte streams. A client whose front submits
+// its frames (Submit) and takes what it is sent (Options.Deliver) has
+// neither: its In and Out are nil, and CloseClient ends its side.
 type Conn struct {
 	In  io.ReadCloser  // frames from the peer
 	Out io.WriteCloser // frames to the peer
@@ -128,6 +132,7 @@ type Session struct {
 	// once the server's output has, just before Run closes the client's input.
 	clientClosed, serverGone atomic.Bool
 	readerDone               chan struct{} // see ReaderDone
+	clientEnd                sync.Once     // the end of the client's side, once: its reader's, or CloseClient's
 	// from is the client whose frame Submit decides (Options.Principal,
 	// Options.Peer); set under the core's lock.
 	from    From
@@ -170,7 +175,23 @@ func (s *Session) Invalid(err error, raw []byte) []byte { return s.t.Invalid(pro
 // ReaderDone is closed once Run's reader of the client has stopped, which
 // may be after Run returns: a caller whose client.In wakes when closed (a
 // pipe of its own) waits on it to know that the session is wholly over.
+// Without a reader (client.In nil), it is closed once CloseClient's work
+// is done, or with Run's end if CloseClient was not called.
 func (s *Session) ReaderDone() <-chan struct{} { return s.readerDone }
+
+// CloseClient ends the client's side of a session whose front submits its
+// frames (Run's client.In nil), as the end of its input would: nothing
+// more is submitted, the server gets what was queued for it, then
+// OnClientClosed runs. It does not wait (ReaderDone tells when that is
+// done); a second call does nothing.
+func (s *Session) CloseClient() {
+	s.clientEnd.Do(func() {
+		go func() {
+			<-s.running
+			s.clientEnded()
+		}()
+	})
+}
 
 // InFlight returns how many requests are in flight in each direction.
 func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
@@ -193,23 +214,12 @@ func (s *Session) Run(client, server Conn) error {
 	close(s.running)
 	go toClient.run()
 	go toServer.run()
-	go func() {
-		defer close(s.readerDone)
-		s.relay(s.sides[proxy.Client], client.In)
-		s.clientClosed.Store(true)
-		toServer.close()
-		// The server gets what was queued for it (the last cancels, say)
-		// before anyone stops it, unless it does not read.
-		drain := time.NewTimer(cmp.Or(s.opts.DrainWait, DefaultDrainWait))
-		select {
-		case <-toServer.dead:
-		case <-drain.C:
-		}
-		drain.Stop()
-		if s.opts.OnClientClosed != nil && !s.serverGone.Load() {
-			s.opts.OnClientClosed()
-		}
-	}()
+	if client.In != nil { // else the front submits, and CloseClient ends its side
+		go func() {
+			s.relay(s.sides[proxy.Client], client.In)
+			s.clientEnd.Do(s.clientEnded)
+		}()
+	}
 
 	s.relay(s.sides[proxy.Server], server.In)
 	err := error(nil)
@@ -224,11 +234,35 @@ func (s *Session) Run(client, server Conn) error {
 	<-toClient.dead
 	<-toServer.dead
 	s.serverGone.Store(true)
-	client.In.Close()
+	if client.In != nil {
+		client.In.Close()
+	} else {
+		s.clientEnd.Do(func() { close(s.readerDone) }) // nobody closed it: nothing to end
+	}
 	if gov := s.core.Governor(); gov != nil {
 		gov.Close()
 	}
 	return err
+}
+
+// clientEnded ends the client's side once its input has ended (or its
+// front closed it): the server gets what was queued for it (the last
+// cancels, say) before anyone stops it, unless it does not read; then
+// OnClientClosed runs, and ReaderDone is closed.
+func (s *Session) clientEnded() {
+	defer close(s.readerDone)
+	s.clientClosed.Store(true)
+	toServer := s.sides[proxy.Client].out
+	toServer.close()
+	drain := time.NewTimer(cmp.Or(s.opts.DrainWait, DefaultDrainWait))
+	select {
+	case <-toServer.dead:
+	case <-drain.C:
+	}
+	drain.Stop()
+	if s.opts.OnClientClosed != nil && !s.serverGone.Load() {
+		s.opts.OnClientClosed()
+	}
 }
 
 // relay reads frames from one peer until its input ends: a Frames as it

@@ -1,8 +1,9 @@
 // Package lines runs a client session of an HTTP front whose server
 // speaks in lines (a stdio child, an HTTP+SSE upstream's session, a
 // Streamable HTTP upstream reached as a client): a stdio.Session between
-// the front, which puts the client's messages in and takes what the
-// session sends the client out, and the session's Backend, so that
+// the front, which submits the client's messages (stdio.Session.Submit)
+// and takes what the session sends the client (stdio.Options.Deliver),
+// and the session's Backend, so that
 // cancellation is the stdio relay's, exactly. Both fronts of that kind
 // (Streamable HTTP clients, old HTTP+SSE ones) start, feed and stop their
 // sessions here.
@@ -29,13 +30,9 @@ type Session struct {
 	ID string
 	// Back is the session's server.
 	Back upstream.Backend
-	// Sess decides each message.
+	// Sess decides each message: the front submits the client's (Submit),
+	// and takes what it sends the client (its Options' Deliver).
 	Sess *stdio.Session
-	// In takes the client's messages toward the session, one line each
-	// without its newline (a front whose session delivers, Deliver,
-	// submits them through Sess.Submit, and closes In to end the session);
-	// Out gives what the session sends the client, unless it delivers.
-	In, Out *stdio.Frames
 	// Log is the session's logger.
 	Log  *zap.Logger
 	done chan struct{} // closed once the session has ended
@@ -53,32 +50,32 @@ func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals
 	sopts.Totals = totals
 	sopts.OnClientClosed = func() { go back.Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
-	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts), In: stdio.NewFrames(),
-		Out: stdio.NewFrames(), Log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts),
+		Log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
 }
 
-// Start runs the session, and route beside it: route reads what the
-// session sends the client (Out; with Deliver, nothing comes there) until
-// it ends, which it does once the session has. Then onEnd, if not nil, runs, and Done is closed: the
-// session's goroutines have all ended.
-func (ls *Session) Start(route, onEnd func()) {
+// Start runs the session on a goroutine of its own (the one that reads the
+// server). Once the server's side has ended, every message for the client
+// delivered, ended runs (the front ends the client's streams); once the
+// client's side has ended too and the server is stopped, onEnd, if not
+// nil, runs, and Done is closed: the session's goroutines have all ended.
+func (ls *Session) Start(ended, onEnd func()) {
 	go func() {
 		defer close(ls.done)
-		routed := make(chan struct{})
-		go func() {
-			defer close(routed)
-			route()
-		}()
-		ls.Sess.Run(stdio.Conn{In: ls.In, Out: stdio.WriteEnd{Frames: ls.Out}}, ls.Back.Conn())
-		<-ls.Sess.ReaderDone() // In is ours: closing it ended the reader
+		ls.Sess.Run(stdio.Conn{}, ls.Back.Conn()) // the client's side is Submit's and Deliver's
+		ended()
+		<-ls.Sess.ReaderDone()
 		ls.Back.Stop()
-		<-routed // Out ended with Run
 		ls.cancelling.Wait(ls.grace)
 		if onEnd != nil {
 			onEnd()
 		}
 	}()
 }
+
+// CloseClient ends the client's side: nothing more is submitted, and the
+// session ends once the server has what was queued for it.
+func (ls *Session) CloseClient() { ls.Sess.CloseClient() }
 
 // Done is closed once the session has ended.
 func (ls *Session) Done() <-chan struct{} { return ls.done }
@@ -106,7 +103,7 @@ func (ls *Session) Stop(source proxy.Source, reason string) {
 	case <-done:
 	case <-grace.C: // the relay is held back by a server that does not read its stdin
 	}
-	ls.In.CloseWrite()
+	ls.Sess.CloseClient()
 	// The session stops the backend once it has written what it holds; a
 	// server that does not read would hold it for ever, so the backend's
 	// stop (a process's ladder) starts after the grace regardless.

@@ -28,7 +28,7 @@ func newServer() *server {
 	return &server{says: stdio.NewFrames(), got: stdio.NewFrames(), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
 }
 
-func (s *server) Conn() stdio.Conn        { return stdio.Conn{In: s.says, Out: stdio.WriteEnd{Frames: s.got}} }
+func (s *server) Conn() stdio.Conn        { return stdio.Conn{In: s.says, Out: writeEnd{s.got}} }
 func (s *server) Exited() <-chan struct{} { return s.exited }
 func (s *server) Stop() {
 	select {
@@ -39,24 +39,34 @@ func (s *server) Stop() {
 	}
 }
 
+// writeEnd is a Frames as a Conn's Out: its Close is CloseWrite, so that
+// what the session wrote before it closed Out is still read.
+type writeEnd struct{ *stdio.Frames }
+
+func (w writeEnd) Close() error { return w.CloseWrite() }
+
 // TestSessionRelaysAndStops: a client's request reaches the server and its
 // answer the client; Stop cancels the request still in flight on the
 // server (the client gets -32000 for it), closes the client's side, stops
 // the server, and the session is Done.
 func TestSessionRelaysAndStops(t *testing.T) {
 	srv := newServer()
-	ls := New(srv, stdio.Options{}, time.Second, nil, zap.NewNop())
 	routed := make(chan string, 8)
-	ls.Start(func() {
-		for {
-			line, err := ls.Out.Next(nil)
-			if err != nil {
-				return
-			}
-			routed <- string(line)
+	deliver := func(frame []byte, _ *proxy.Call, _ bool) {
+		if len(frame) > 0 {
+			routed <- string(frame)
 		}
-	}, nil)
-	ls.In.Put([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`))
+	}
+	ls := New(srv, stdio.Options{Deliver: deliver}, time.Second, nil, zap.NewNop())
+	ended := make(chan struct{})
+	ls.Start(func() { close(ended) }, nil)
+	submit := func(line string) {
+		t.Helper()
+		if err := ls.Sess.Submit([]byte(line), proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`)
 	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"id":1`) {
 		t.Fatalf("the server got %s", line)
 	}
@@ -64,7 +74,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 	if got := <-routed; !strings.Contains(got, `"result"`) {
 		t.Fatalf("the client got %s", got)
 	}
-	ls.In.Put([]byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`))
+	submit(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`)
 	srv.got.Next(nil)
 	if n := ls.InFlight(); n != 1 {
 		t.Fatalf("%d in flight, want 1", n)
@@ -81,6 +91,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("the server was not stopped")
 	}
+	<-ended // before Done
 	if ls.ID == "" || len(ls.ID) != 32 {
 		t.Errorf("session id %q", ls.ID)
 	}
