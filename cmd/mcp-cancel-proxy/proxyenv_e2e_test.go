@@ -101,14 +101,9 @@ func bridgeLists(t *testing.T, env []string, args ...string) bool {
 func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 90e9)
-	up := freePort(t)
-	startBackground(t, proxyBin, "example-server", "--http", up)
-	waitListening(t, up)
-	target, _ := url.Parse("http://" + up)
-	// The server takes loopback Host names only: in front of it, a gateway
-	// that names it as it expects, reached by the name the proxy resolves.
-	gw := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
-	t.Cleanup(gw.Close) // after the bridges (cleanups run last first)
+	target := exampleUpstream(t)
+	up := target.Host
+	gw := gatewayTo(t, target, false) // reached by the name the proxy resolves; closed after the bridges
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(gw.URL, "http://"))
 	p := startConnectProxy(t)
 	env := []string{"HTTP_PROXY=http://" + p.addr, "HTTPS_PROXY=http://" + p.addr, "NO_PROXY="}
@@ -123,10 +118,8 @@ func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 		t.Errorf("a loopback upstream: tunnels %v (before %d), want none more and the tools listed", p.seen(), before)
 	}
 
-	tlsUp := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
-	t.Cleanup(tlsUp.Close)
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw}), 0o600)
+	tlsUp := gatewayTo(t, target, true)
+	ca := caFileOf(t, tlsUp)
 	if !bridgeLists(t, nil, "--upstream", tlsUp.URL+"/mcp", "--ca-file", ca) {
 		t.Error("the bridge to a private-CA upstream with --ca-file did not list the tools")
 	}
@@ -143,14 +136,8 @@ func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 func TestE2ESidecarTrustsCAFile(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 60e9)
-	up := freePort(t)
-	startBackground(t, proxyBin, "example-server", "--http", up)
-	waitListening(t, up)
-	target, _ := url.Parse("http://" + up)
-	tlsUp := httptest.NewTLSServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
-	t.Cleanup(tlsUp.Close)
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw}), 0o600)
+	tlsUp := gatewayTo(t, exampleUpstream(t), true)
+	ca := caFileOf(t, tlsUp)
 	for _, trusted := range []bool{true, false} {
 		front := freePort(t)
 		args := []string{"--listen", front, "--upstream", tlsUp.URL + "/mcp", "--upstream-transport", "streamable"}
@@ -167,4 +154,40 @@ func TestE2ESidecarTrustsCAFile(t *testing.T) {
 			t.Errorf("--ca-file given: %v; initialize through the sidecar: HTTP %d %s", trusted, resp.StatusCode, body)
 		}
 	}
+}
+
+// exampleUpstream starts the example server over HTTP and returns its URL.
+func exampleUpstream(t *testing.T) *url.URL {
+	t.Helper()
+	up := freePort(t)
+	startBackground(t, proxyBin, "example-server", "--http", up)
+	waitListening(t, up)
+	return &url.URL{Scheme: "http", Host: up}
+}
+
+// gatewayTo serves a gateway to target that names it as it expects (the
+// example server takes loopback Host names only), over TLS if tls, with a
+// certificate of a private CA (caFileOf). It closes when the test ends,
+// after what the test started since.
+func gatewayTo(t *testing.T, target *url.URL, tls bool) *httptest.Server {
+	t.Helper()
+	gw := httptest.NewUnstartedServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	if tls {
+		gw.StartTLS()
+	} else {
+		gw.Start()
+	}
+	t.Cleanup(gw.Close)
+	return gw
+}
+
+// caFileOf writes the CA certificate a TLS gateway's is signed by as a PEM
+// file, and returns its path.
+func caFileOf(t *testing.T, gw *httptest.Server) string {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gw.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }

@@ -5,9 +5,6 @@ package main
 import (
 	"io"
 	"net"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -23,12 +20,7 @@ import (
 func TestE2EProxySetting(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 90*time.Second)
-	up := freePort(t)
-	startBackground(t, proxyBin, "example-server", "--http", up)
-	waitListening(t, up)
-	target, _ := url.Parse("http://" + up)
-	gw := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
-	t.Cleanup(gw.Close)
+	gw := gatewayTo(t, exampleUpstream(t), false)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(gw.URL, "http://"))
 	p := startConnectProxy(t)
 	env := []string{"HTTP_PROXY=http://" + p.addr, "HTTPS_PROXY=http://" + p.addr, "NO_PROXY="}

@@ -1,8 +1,6 @@
 package httpx
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -42,10 +40,8 @@ func targetOf(s *Sidecar) target {
 // relayed as Streamable HTTP (and fails as such), and the next one probes
 // again.
 type detecting struct {
-	s    *Sidecar
-	mu   sync.Mutex // held while probing: one probe at a time
-	done atomic.Bool
-	sse  bool // set before done
+	s   *Sidecar
+	sse upstream.Asked[bool] // the upstream speaks HTTP+SSE
 }
 
 func (d *detecting) post(ctx *fasthttp.RequestCtx)   { d.now().post(ctx) }
@@ -72,27 +68,19 @@ func (d *detecting) now() target {
 // detect detects the upstream's transport once, and reports whether it is
 // HTTP+SSE.
 func (d *detecting) detect() bool {
-	if d.done.Load() {
-		return d.sse
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.done.Load() {
-		return d.sse
-	}
-	s := d.s
-	sse, err := s.up.ProbeTransport(s.maxBody, s.log)
-	if err != nil {
-		s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
-			zap.String("error", upstream.Brief(err)))
-		return false
-	}
-	d.sse = sse
-	d.done.Store(true)
-	name := upstream.TransportStreamable // the names of http.upstream_transport
-	if sse {
-		name = upstream.TransportSSE
-	}
-	s.log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", name))
-	return sse
+	return d.sse.Get(func() (bool, error) {
+		s := d.s
+		sse, err := s.up.ProbeTransport(s.maxBody, s.log)
+		if err != nil {
+			s.log.Warn("cannot tell the upstream's transport yet: it cannot be reached; the next request tries again",
+				zap.String("error", upstream.Brief(err)))
+			return false, err
+		}
+		name := upstream.TransportStreamable // the names of http.upstream_transport
+		if sse {
+			name = upstream.TransportSSE
+		}
+		s.log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", name))
+		return sse, nil
+	})
 }

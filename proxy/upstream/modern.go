@@ -39,11 +39,33 @@ func (c *StreamConn) probeModern() {
 	c.mu.Unlock()
 }
 
-// modernity remembers whether a server speaks 2026-07-28.
-type modernity struct {
-	mu   sync.Mutex // held while asking: one question at a time
+// Asked is a fact of a server's that its clients ask once for all (whether
+// it speaks 2026-07-28, which transport it speaks), again after a failure
+// to ask: one question at a time, the answer kept.
+type Asked[T any] struct {
+	mu   sync.Mutex // held while asking
 	done atomic.Bool
-	yes  bool // set before done
+	v    T // set before done
+}
+
+// Get returns the answer, asking with ask if there is none yet; a failed
+// ask gives the zero value, and the next Get asks again.
+func (a *Asked[T]) Get(ask func() (T, error)) T {
+	if a.done.Load() {
+		return a.v
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.done.Load() {
+		v, err := ask()
+		if err != nil {
+			var zero T
+			return zero
+		}
+		a.v = v
+		a.done.Store(true)
+	}
+	return a.v
 }
 
 // Modern reports whether the stateless server speaks 2026-07-28, asking it
@@ -51,25 +73,13 @@ type modernity struct {
 // 2025 requests without a session and each session of lines are sent as
 // 2026-07-28 ones when it does, so that a closed stream cancels them.
 func (u *StreamableUpstream) Modern(log *zap.Logger) bool {
-	m := &u.modern
-	if m.done.Load() {
-		return m.yes
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.done.Load() {
-		return m.yes
-	}
-	yes, err := u.SpeaksModern(log)
-	if err != nil {
-		return false
-	}
-	m.yes = yes
-	m.done.Store(true)
-	if yes {
-		log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
-	}
-	return yes
+	return u.modern.Get(func() (bool, error) {
+		yes, err := u.SpeaksModern(log)
+		if yes {
+			log.Info("stateless upstream speaks protocol 2026-07-28: requests of 2025 clients without a session are sent as such, so that a closed stream cancels them", events.Mark(events.UpstreamStateless))
+		}
+		return yes, err
+	})
 }
 
 // SpeaksModern asks the server, with server/discover, whether it speaks

@@ -67,7 +67,7 @@ type StreamableUpstream struct {
 	// tools/list said of its tools' mirrored parameters (Mcp-Param-*),
 	// which listed says were learned from an answer (a list_changed then
 	// makes them stale).
-	modern modernity
+	modern Asked[bool]
 	tools  mcpheader.Tools
 	listed atomic.Bool
 }
