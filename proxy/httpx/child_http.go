@@ -56,10 +56,10 @@ func (lu lineUpstream) childPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error(why, status)
 		return
 	}
-	body = lu.headerTraceInto(ctx, &f, body)
+	lu.headerTraceInto(ctx, &f, body)
 	var sub *stdio.Submitted
 	var st *stream.Events
-	err = c.Sess.Submit(body, proxy.TraceContext{}, stdio.From{}, func(s *stdio.Submitted) {
+	err = c.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(s *stdio.Submitted) {
 		sub = s
 		if len(s.Requests) > 0 {
 			st = c.Open(s.Requests)
@@ -122,19 +122,17 @@ func (lu lineUpstream) childInvalid(ctx *fasthttp.RequestCtx, err error) []byte 
 // POST's traceparent header in a request that carries none in its
 // params._meta: a stdio server's session reads only the line, so the header
 // goes into _meta, where the session's tracker continues it (and replaces
-// it with the proxy's span, as on the relay). It returns the line to send,
-// with f parsed from it.
-func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Frame, line []byte) []byte {
+// it with the proxy's span, as on the relay). f, parsed from line, is the
+// frame to send: parsed anew from the traced bytes where they changed.
+func (lu lineUpstream) headerTraceInto(ctx *fasthttp.RequestCtx, f *framing.Frame, line []byte) {
 	tc := outbound{lu.s}.traceHeaders(&ctx.Request)
 	if tc.Parent == "" || f.Batch || f.Msgs[0].Kind != framing.KindRequest || f.Msgs[0].TraceParentSpan.Found() {
-		return line
+		return
 	}
 	traced, err := framing.WithTraceContext(&f.Msgs[0], tc.Parent, tc.State)
 	if err != nil || f.Parse(traced) != nil {
 		f.Parse(line)
-		return line
 	}
-	return traced
 }
 
 // cancelAbandoned cancels, on the client's behalf, the requests of a
@@ -276,9 +274,9 @@ func (lu lineUpstream) sharedPost(ctx *fasthttp.RequestCtx, line []byte, f *fram
 	var sub *stdio.Submitted
 	var st *stream.Events
 	// The principal says whose it is: a re-issue joins only its own.
-	line = lu.headerTraceInto(ctx, f, line)
+	lu.headerTraceInto(ctx, f, line)
 	from := stdio.From{Principal: principalOf(&ctx.Request), Peer: lu.s.peerOf(ctx)}
-	err = c.Sess.Submit(line, proxy.TraceContext{}, from, func(s *stdio.Submitted) {
+	err = c.Sess.Submit(f, proxy.TraceContext{}, from, func(s *stdio.Submitted) {
 		if sub = s; len(s.Requests) > 0 {
 			st = c.Open(s.Requests)
 		}

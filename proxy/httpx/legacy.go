@@ -208,14 +208,16 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		ctx.Error("the body is not a JSON-RPC message", fasthttp.StatusBadRequest)
 		return
 	}
-	// Parsed here only when a traceparent header is to be carried into
-	// the line, which is all its session reads.
-	var f framing.Frame
-	if lg.s.NewTracer != nil && len(ctx.Request.Header.Peek("traceparent")) > 0 && f.Parse(line) == nil {
-		line = lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
-	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
-	err = ls.Sess.Submit(line, proxy.TraceContext{}, stdio.From{}, func(sub *stdio.Submitted) {
+	var f framing.Frame // parsed once: the session decides it as it is
+	if err := f.Parse(line); err != nil {
+		ls.st.Send(ls.Sess.Invalid(err, line), true) // where every answer goes
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		ctx.SetBodyString("Accepted")
+		return
+	}
+	lineUpstream{lg.s}.headerTraceInto(ctx, &f, line)
+	err = ls.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(sub *stdio.Submitted) {
 		for _, r := range sub.Replies { // refusals go where every answer goes
 			ls.st.Send(r, true)
 		}

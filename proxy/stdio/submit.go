@@ -30,31 +30,28 @@ var ErrEnded = errors.New("the session has ended")
 // of its credential ("" for none) and its address.
 type From struct{ Principal, Peer string }
 
-// Submit decides one frame of the client's (Options.Deliver) and sends
-// the server what passes: the front's way in, in place of the client's
-// In, so that it learns which requests the frame opened and ended. open
+// Submit decides one frame of the client's (Options.Deliver), as the
+// front parsed it (a frame that does not parse is the front's to refuse:
+// Invalid), and sends the server what passes: the front's way in, in
+// place of the client's In, so that it learns which requests the frame
+// opened and ended; the frame is not parsed again. open
 // is called with the decision before anything of the frame can reach the
 // server, so that the front routes the answers before they can come.
 // parent is the trace context the frame came in, if any; from, its client
 // (Options.Principal, Options.Peer). Submit never waits for a
 // server that does not read (its frames queue, as the HTTP bodies that
 // brought them were bounded); it waits for Run to have started.
-func (s *Session) Submit(frame []byte, parent proxy.TraceContext, from From, open func(*Submitted)) error {
+func (s *Session) Submit(f *framing.Frame, parent proxy.TraceContext, from From, open func(*Submitted)) error {
 	<-s.running
 	s.core.Lock()
 	defer s.core.Unlock()
 	if s.clientClosed.Load() || s.serverGone.Load() {
 		return ErrEnded
 	}
-	var f framing.Frame
-	if err := f.Parse(frame); err != nil {
-		open(&Submitted{Replies: [][]byte{s.t.Invalid(proxy.Client, err, frame)}})
-		return nil
-	}
 	s.from = from
 	defer func() { s.from = From{} }()
 	if f.Batch {
-		s.submitBatch(&f, parent, open)
+		s.submitBatch(f, parent, open)
 	} else {
 		s.submitOne(&f.Msgs[0], parent, open)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -62,7 +63,11 @@ func TestSessionRelaysAndStops(t *testing.T) {
 	ls.Start(func() { close(ended) }, nil)
 	submit := func(line string) {
 		t.Helper()
-		if err := ls.Sess.Submit([]byte(line), proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
+		var f framing.Frame
+		if err := f.Parse([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
 			t.Fatal(err)
 		}
 	}
