@@ -209,7 +209,7 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
-	var f framing.Frame // parsed once: the session decides it as it is
+	var f framing.Frame    // parsed once: the session decides it as it is
 	if err := f.Parse(line); err != nil {
 		ls.st.Send(ls.Sess.Invalid(err, line), true) // where every answer goes
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
