@@ -101,7 +101,7 @@ func bridgeLists(t *testing.T, env []string, args ...string) bool {
 func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 90e9)
-	target := exampleUpstream(t)
+	target := exampleUpstream(t, "--http")
 	up := target.Host
 	gw := gatewayTo(t, target, false) // reached by the name the proxy resolves; closed after the bridges
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(gw.URL, "http://"))
@@ -129,38 +129,49 @@ func TestE2EBridgeThroughHTTPProxy(t *testing.T) {
 }
 
 // TestE2ESidecarTrustsCAFile: the sidecar in front of an upstream whose
-// TLS certificate a private CA signed reaches it when --ca-file names the
-// CA (http.ca_file), and only then, as the bridge does: the client of the
-// upstream is made in one place for both. Before, the sidecar ignored the
-// file.
+// TLS certificate a private CA signed, Streamable HTTP or HTTP+SSE,
+// reaches it when --ca-file names the CA (http.ca_file), and only then, as
+// the bridge does: the client of the upstream is made in one place for
+// all. Before, the sidecar ignored the file.
 func TestE2ESidecarTrustsCAFile(t *testing.T) {
 	t.Parallel()
-	watchdog(t, 60e9)
-	tlsUp := gatewayTo(t, exampleUpstream(t), true)
-	ca := caFileOf(t, tlsUp)
-	for _, trusted := range []bool{true, false} {
-		front := freePort(t)
-		args := []string{"--listen", front, "--upstream", tlsUp.URL + "/mcp", "--upstream-transport", "streamable"}
-		if trusted {
-			args = append(args, "--ca-file", ca)
-		}
-		sc := startCommand(t, exec.Command(proxyBin, args...))
-		t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
-		sc.events.waitFor(t, events.SidecarListening)
-		resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if reached := resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"serverInfo"`); reached != trusted {
-			t.Errorf("--ca-file given: %v; initialize through the sidecar: HTTP %d %s", trusted, resp.StatusCode, body)
+	watchdog(t, 90e9)
+	for _, c := range []struct{ transport, flag, path string }{{"streamable", "--http", "/mcp"}, {"sse", "--sse", "/sse"}} {
+		tlsUp := gatewayTo(t, exampleUpstream(t, c.flag), true)
+		ca := caFileOf(t, tlsUp)
+		for _, trusted := range []bool{true, false} {
+			if reached, answer := sidecarReaches(t, tlsUp.URL+c.path, c.transport, trusted, ca); reached != trusted {
+				t.Errorf("%s upstream, --ca-file given: %v; initialize through the sidecar: %s", c.transport, trusted, answer)
+			}
 		}
 	}
 }
 
-// exampleUpstream starts the example server over HTTP and returns its URL.
-func exampleUpstream(t *testing.T) *url.URL {
+// sidecarReaches starts a sidecar in front of upstream (with --ca-file ca
+// if trusted) and reports whether an initialize through it is answered by
+// the server, and the answer.
+func sidecarReaches(t *testing.T, upstream, transport string, trusted bool, ca string) (bool, string) {
+	t.Helper()
+	front := freePort(t)
+	args := []string{"--listen", front, "--upstream", upstream, "--upstream-transport", transport}
+	if trusted {
+		args = append(args, "--ca-file", ca)
+	}
+	sc := startCommand(t, exec.Command(proxyBin, args...))
+	t.Cleanup(func() { sc.cmd.Process.Signal(syscall.SIGTERM) })
+	sc.events.waitFor(t, events.SidecarListening)
+	resp := mcpPost(t, "http://"+front+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"1"}}}`)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"serverInfo"`), fmt.Sprintf("HTTP %d %s", resp.StatusCode, body)
+}
+
+// exampleUpstream starts the example server over HTTP, as transport says
+// (--http: Streamable HTTP; --sse: HTTP+SSE), and returns its URL.
+func exampleUpstream(t *testing.T, transport string) *url.URL {
 	t.Helper()
 	up := freePort(t)
-	startBackground(t, proxyBin, "example-server", "--http", up)
+	startBackground(t, proxyBin, "example-server", transport, up)
 	waitListening(t, up)
 	return &url.URL{Scheme: "http", Host: up}
 }

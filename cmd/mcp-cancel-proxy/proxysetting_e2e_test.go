@@ -20,7 +20,7 @@ import (
 func TestE2EProxySetting(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 90*time.Second)
-	gw := gatewayTo(t, exampleUpstream(t), false)
+	gw := gatewayTo(t, exampleUpstream(t, "--http"), false)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(gw.URL, "http://"))
 	p := startConnectProxy(t)
 	env := []string{"HTTP_PROXY=http://" + p.addr, "HTTPS_PROXY=http://" + p.addr, "NO_PROXY="}
