@@ -47,7 +47,6 @@ type detecting struct {
 func (d *detecting) post(ctx *fasthttp.RequestCtx)   { d.now().post(ctx) }
 func (d *detecting) get(ctx *fasthttp.RequestCtx)    { d.now().get(ctx) }
 func (d *detecting) delete(ctx *fasthttp.RequestCtx) { d.now().delete(ctx) }
-func (d *detecting) servesLines() bool               { return d.now().servesLines() }
 func (d *detecting) ready() error                    { return reachable(d.s.up.URL) }
 
 func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {

@@ -34,8 +34,6 @@ type target interface {
 	post(ctx *fasthttp.RequestCtx)
 	get(ctx *fasthttp.RequestCtx)
 	delete(ctx *fasthttp.RequestCtx)
-	// servesLines reports whether dialLines can serve an old client.
-	servesLines() bool
 	// dialLines starts or dials the server of an old client's session,
 	// and returns it with the options of the session between them and the
 	// grace its stop allows the server.
@@ -67,8 +65,6 @@ type (
 	legacyFront struct{ s *Sidecar }
 )
 
-func (rl relay) servesLines() bool { return true }
-
 // dialLines dials an old client's session of the Streamable HTTP upstream
 // (Legacy.Dial, or the sidecar's upstream's).
 func (rl relay) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
@@ -86,7 +82,6 @@ func (rl relay) lineOptions() (stdio.Options, time.Duration) { return rl.s.Legac
 func (lu lineUpstream) post(ctx *fasthttp.RequestCtx)   { lu.childPost(ctx) }
 func (lu lineUpstream) get(ctx *fasthttp.RequestCtx)    { lu.childGet(ctx) }
 func (lu lineUpstream) delete(ctx *fasthttp.RequestCtx) { lu.childDelete(ctx) }
-func (lu lineUpstream) servesLines() bool               { return true }
 
 // ready: a stdio server starts on demand; an HTTP+SSE upstream must accept
 // connections.

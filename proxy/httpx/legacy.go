@@ -120,10 +120,6 @@ func (lg legacyFront) serveLegacy(ctx *fasthttp.RequestCtx) bool {
 func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	l := lg.s.Legacy
 	up := lg.s.target
-	if !up.servesLines() {
-		ctx.Error("HTTP+SSE clients are not served in front of this upstream: connect to "+lg.s.path, fasthttp.StatusNotImplemented)
-		return
-	}
 	full := func() {
 		lg.s.log.Warn("session refused: too many HTTP+SSE sessions", zap.Int("sessions", l.sessions.Len()))
 		ctx.Error("too many sessions", fasthttp.StatusServiceUnavailable)
