@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestUpgradedRequestsKeepTheirRevisionsShape: a 2025 client's requests
@@ -117,9 +120,27 @@ func TestUpgradedCallsMirrorToolParams(t *testing.T) {
 // change (here the annotation's name), an upgraded call carrying the old
 // headers is refused with -32020; the sidecar reads tools/list again and
 // sends the call once more, with the new header alone, and the client gets
-// the tool's answer. Before, the client got the refusal.
+// the tool's answer. Before, the client got the refusal. The same with a
+// deadline on the call, whose POST is sent apart from its client's
+// request (and was not sent again before the retry was the upstream's).
 func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
 	t.Parallel()
+	t.Run("plain", func(t *testing.T) { t.Parallel(); retriedAfterHeaderMismatch(t, nil) })
+	t.Run("with a deadline", func(t *testing.T) {
+		t.Parallel()
+		timeout := 20 * time.Second
+		p := policy.Defaults()
+		p.Rules = []policy.Rule{{Tool: "where", Timeout: &timeout}}
+		e, err := policy.New(policy.Options{Policy: p, Audit: policy.Audit{Path: "off"}, Logger: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Shutdown)
+		retriedAfterHeaderMismatch(t, e.Governor)
+	})
+}
+
+func retriedAfterHeaderMismatch(t *testing.T, gov func(scope string) func(proxy.Actions) proxy.Governor) {
 	watchdog(t, 30*time.Second)
 	var mu sync.Mutex
 	header := "Region"
@@ -147,7 +168,7 @@ func TestUpgradedCallRetriedAfterHeaderMismatch(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	via := &rawClient{t: t, url: startSidecar(t, srv.URL, proxy.TrackerOptions{})}
+	via := &rawClient{t: t, url: serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: upstream.TransportStreamable, Governor: gov})}
 	const call = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"where","arguments":{"region":"eu"}}}`
 	if code, body := answer(via, fmt.Sprintf(call, 1)); code != 200 || !strings.Contains(body, `"ran"`) {
 		t.Fatalf("the first call: HTTP %d %s", code, body)

@@ -96,9 +96,9 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		}()
 	}
 	if !known && !f.Batch && len(d.Requests) == 1 {
-		rl.modernizeSessionless(ctx, sess, &f.Msgs[0], &d)
-		st.downgrade = d.upgraded
-		st.toolsList = d.upgraded && f.Msgs[0].Method == "tools/list"
+		rl.modernizeSessionless(sess, &f.Msgs[0], &d)
+		st.downgrade = d.upgraded != nil
+		st.toolsList = st.downgrade && f.Msgs[0].Method == "tools/list"
 	}
 	if d.Trace.Parent != "" {
 		setTraceHeaders(&ctx.Request, d.Trace)
@@ -112,7 +112,7 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	watch := rl.watchBeforeHeaders(ctx, sess, st, len(d.Requests))
-	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, d.Data, d.Timed)
+	resp, err := outbound{rl.s}.forwardPost(ctx, sess, st, &d)
 	if err != nil {
 		endWatch(watch)
 	}
@@ -131,9 +131,6 @@ func (rl relay) post(ctx *fasthttp.RequestCtx) {
 			rl.relayReplies(ctx, d.Replies, len(d.Requests) > 0)
 		}
 		return
-	}
-	if st.downgrade {
-		resp = rl.retryMismatch(ctx, st, d.Data, resp)
 	}
 	sess = rl.noteSession(sess, known, resp, &reserved)
 	streaming = rl.respond(ctx, sess, st, resp, d, watch)
@@ -347,25 +344,38 @@ func emptyStream(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream")
 }
 
-// forwardPost forwards a POST. When a request of it has a deadline, or
-// its stream lingers after a cancel, the wait for the upstream's headers
-// is given up as soon as the stream ends (or the client's side of it), and
-// errGaveUp returned; an answer that comes later is read for the tracker
-// alone when the stream lingers, else closed.
-func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *relayed, body []byte, timed bool) (*fasthttp.Response, error) {
-	r := upstream.Request{Body: body, From: &ctx.Request, Posting: st.post()}
-	if !timed && st.Quit() == nil {
+// forwardPost forwards a POST (d's frame). When a request of it has a
+// deadline, or its stream lingers after a cancel, the wait for the
+// upstream's headers is given up as soon as the stream ends (or the
+// client's side of it), and errGaveUp returned; an answer that comes later
+// is read for the tracker alone when the stream lingers, else closed. A
+// call the relay sent upgraded (d.upgraded) goes with the headers that
+// mirror its parameters, sent once more if the upstream refuses them
+// (upstream.AfterCall).
+func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *relayed, d *decided) (*fasthttp.Response, error) {
+	r := upstream.Request{Body: d.Data, From: &ctx.Request, Posting: st.post()}
+	list := upstream.ToolsRead{Log: ob.s.log}
+	if d.upgraded != nil {
+		r.Msg, r.Tools = d.upgraded, ob.s.up.Tools()
+		ob.s.up.BeforeCall(&r, list)
+	}
+	if !d.Timed && st.Quit() == nil {
 		resp, err := ob.s.up.Do(r, 0)
 		st.post().Headed()
-		return resp, err
+		if err != nil {
+			return nil, err
+		}
+		return ob.s.up.AfterCall(r, resp, list)
 	}
 	// The POST may outlive the handler (a deadline, or the client's
 	// cancel, before the upstream's headers), and the client's next
 	// request reuses ctx's buffers: its body goes as a copy (before, the
-	// upstream read a body being overwritten: a data race under load).
-	r.Body = bytes.Clone(body)
+	// upstream read a body being overwritten: a data race under load),
+	// and a second try is built from the first (its client's headers).
+	r.Body = bytes.Clone(d.Data)
 	req := fasthttp.AcquireRequest()
 	ob.s.up.Build(req, r) // copied before ctx is reused
+	r.From, r.Posting = req, nil
 	type answer struct {
 		resp *fasthttp.Response
 		err  error
@@ -375,6 +385,9 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 		defer fasthttp.ReleaseRequest(req)
 		resp, err := ob.s.up.Send(req, 0)
 		st.post().Headed()
+		if err == nil {
+			resp, err = ob.s.up.AfterCall(r, resp, list)
+		}
 		got <- answer{resp, err}
 	})
 	select {

@@ -505,9 +505,9 @@ func (rl relay) filterEvent(sess *session, ev *framing.Event, f *framing.Frame, 
 // what the relay adds to it.
 type decided struct {
 	proxy.Plan
-	// upgraded says the request was sent as a 2026-07-28 one for a client
-	// of the 2025 revisions (http.upgrade_stateless).
-	upgraded bool
+	// upgraded, if not nil, is the request as it is sent: a 2026-07-28
+	// one, for a client of the 2025 revisions (http.upgrade_stateless).
+	upgraded *framing.Message
 	// taken is where the cancels' requests' POSTs have got to: the
 	// cancels wait on them.
 	taken []*upstream.Posting

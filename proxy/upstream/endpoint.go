@@ -3,6 +3,7 @@ package upstream
 import (
 	"cmp"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -90,14 +91,33 @@ func (e *Endpoint) Build(req *fasthttp.Request, r Request) {
 	version := r.Version
 	if r.Msg != nil {
 		MirrorHeaders(req, r.Msg, &version)
-		if r.Tools != nil && r.Msg.Method == "tools/call" && r.Msg.ParamsSpan.Found() && framing.Revision(version).CancelsByClose() {
-			r.Tools.Mirror(r.Msg.Name(), r.Msg.Raw[r.Msg.ParamsSpan.Start:r.Msg.ParamsSpan.End], req.Header.Set)
-		}
+	}
+	if r.mirrorsParams() { // the proxy's, not From's (a first try's, when From is one)
+		delParams(&req.Header)
+		r.Tools.Mirror(r.Msg.Name(), r.Msg.Raw[r.Msg.ParamsSpan.Start:r.Msg.ParamsSpan.End], req.Header.Set)
 	}
 	if version != "" {
 		req.Header.Set(VersionHeader, version)
 	}
 }
+
+// delParams deletes every header that mirrors a tool's parameter
+// (Mcp-Param-*).
+func delParams(h *fasthttp.RequestHeader) {
+	var names []string
+	for k := range h.All() {
+		if len(k) > len(paramPrefix) && strings.EqualFold(string(k[:len(paramPrefix)]), paramPrefix) {
+			names = append(names, string(k))
+		}
+	}
+	for _, k := range names {
+		h.Del(k)
+	}
+}
+
+// paramPrefix begins the name of each header that mirrors a tool's
+// parameter.
+const paramPrefix = "Mcp-Param-"
 
 // Send sends req and returns the response, its body still streaming, for
 // the caller to release; timeout, if positive, bounds the wait for its

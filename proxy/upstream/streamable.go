@@ -98,14 +98,17 @@ func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
 func (u *StreamableUpstream) Open(log *zap.Logger) *StreamConn {
 	first := NewPosting()
 	first.Headed() // no POST before the first
-	return &StreamConn{u: u, log: log, prev: first, stop: make(chan struct{}), initDone: make(chan struct{}),
+	c := &StreamConn{u: u, log: log, prev: first, stop: make(chan struct{}), initDone: make(chan struct{}),
 		calls: make(map[*proxy.Call]*inFlight), unheaded: make(map[*Posting]struct{})}
+	c.list = c.lister()
+	return c
 }
 
 // StreamConn is one session of a Streamable HTTP server, a Conn.
 type StreamConn struct {
-	u   *StreamableUpstream
-	log *zap.Logger
+	u    *StreamableUpstream
+	log  *zap.Logger
+	list ToolsRead // how it reads tools/list itself
 
 	order sync.Mutex // held by Send and Cancel while they wait their turn
 	prev  *Posting   // the previous POST's; under order
@@ -396,18 +399,22 @@ func (c *StreamConn) post(a *answer) {
 			msg = modern
 		}
 	}
+	r := Request{Body: msg, Posting: o.posting, Session: session, Version: c.version, Tools: &c.u.tools, From: o.from}
 	c.mu.Unlock()
 	var m *framing.Message
 	if o.parsed {
 		m = &f.Msgs[0]
+		r.Msg = m
 	}
-	c.toolsFirst(m, session)
+	c.u.BeforeCall(&r, c.list)
 	if o.ctx != nil && o.ctx.Done() != nil { // its end gives up the wait for the headers
 		defer context.AfterFunc(o.ctx, func() { o.posting.Cut() })()
 	}
-	resp, err := c.request(Request{Body: msg, Posting: o.posting, Session: session, Msg: m, Tools: &c.u.tools, From: o.from}, 0)
+	resp, err := c.u.Do(r, 0)
 	c.headed(o.posting)
-	c.retryMismatch(m, msg, session, &resp, &err)
+	if err == nil {
+		resp, err = c.u.AfterCall(r, resp, c.list)
+	}
 	if errors.Is(err, ErrWithdrawn) { // cancelled while it waited for a sign-in: the client has its cancel's answer
 		return
 	}
@@ -492,17 +499,10 @@ func (c *StreamConn) noteInitialized(resp *fasthttp.Response) {
 // tools/list result names the tools' mirrored parameters, and loses the
 // tools whose annotations are invalid, which a client must leave out.
 func (c *StreamConn) learn(data []byte, of answering) []byte {
-	if c.u.listed.Load() && bytes.Contains(data, listChanged) {
-		c.u.tools.Forget() // read again before the next call
-	}
+	c.u.Heard(data)
 	switch of {
 	case answersToolsList:
-		kept, rejected := c.u.tools.Learn(data)
-		c.u.listed.Store(true)
-		WarnRejected(c.log, c.u.tools.Unwarned(rejected))
-		if kept != nil {
-			return kept
-		}
+		return c.u.LearnTools(data, c.log)
 	case answersInitialize:
 		var r struct {
 			Result struct {

@@ -36,38 +36,87 @@ const maxToolPages = 16
 // ownWait bounds the wait for the answer to a tools/list of the backend's.
 const ownWait = 30 * time.Second
 
-// toolsFirst reads tools/list, before m goes, where m is a 2026-07-28
-// tools/call and the backend has read no tools/list (since the last one
-// went stale). A tool the list does not name is called as it is: its
-// server's answer says what it thinks of the call.
-func (c *StreamConn) toolsFirst(m *framing.Message, session string) {
-	if c.modernCall(m) {
-		c.u.tools.ReadOnce(func() { c.relist(m, session) })
+// mirrorsParams reports whether r is a 2026-07-28 tools/call whose
+// mirrored parameters' headers (Mcp-Param-*) the proxy sets, from r.Tools
+// (see Build): its own client mirrors none (a stdio client, an old one, a
+// 2025 client whose request it sent as a 2026-07-28 one).
+func (r *Request) mirrorsParams() bool {
+	m := r.Msg
+	return r.Tools != nil && m != nil && m.Method == "tools/call" && m.ParamsSpan.Found() &&
+		framing.Revision(cmp.Or(MetaVersion(m), r.Version)).CancelsByClose()
+}
+
+// BeforeCall reads tools/list first, as l says (its Log and Watch; the
+// rest is r's), where r is a call whose mirrored parameters the proxy sets
+// and nothing was read since the list went stale. A tool the list does
+// not name is called as it is: its server's answer says what it thinks of
+// the call.
+func (u *StreamableUpstream) BeforeCall(r *Request, l ToolsRead) {
+	if r.mirrorsParams() {
+		u.tools.ReadOnce(func() { u.relist(r, l) })
 	}
 }
 
-// modernCall reports whether m is a tools/call of revision 2026-07-28.
-func (c *StreamConn) modernCall(m *framing.Message) bool {
-	if m == nil || m.Method != "tools/call" {
-		return false
+// AfterCall returns the answer to r, a call sent: resp, or, when the
+// server refused the headers of a call whose parameters the proxy
+// mirrored (400, HeaderMismatch: its tools changed), the answer to r sent
+// once more after reading tools/list again (as l says), as the spec asks a
+// client to. Another answer, or a refusal of the second, is returned as it
+// came. The one retry of a refused call, for the relay's and every Conn's.
+func (u *StreamableUpstream) AfterCall(r Request, resp *fasthttp.Response, l ToolsRead) (*fasthttp.Response, error) {
+	if !r.mirrorsParams() || !u.Refused(resp, r.Msg) {
+		return resp, nil
 	}
-	c.mu.Lock()
-	version := cmp.Or(MetaVersion(m), c.version)
-	c.mu.Unlock()
-	return framing.Revision(version).CancelsByClose()
+	fasthttp.ReleaseResponse(resp)
+	l.Log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", r.Msg.Name()))
+	u.tools.Reread(func() { u.relist(&r, l) })
+	r.Posting = nil // the first one's: written, and answered
+	return u.Do(r, 0)
 }
 
-// retryMismatch sends m (its bytes msg) once more when the server refused
-// its headers (400, HeaderMismatch), after reading tools/list again; resp
-// and err become the second answer's. Another 400 is left as it came.
-func (c *StreamConn) retryMismatch(m *framing.Message, msg []byte, session string, resp **fasthttp.Response, err *error) {
-	if *err != nil || !c.modernCall(m) || !c.u.Refused(*resp, m) {
-		return
+// lister is how the Conn reads tools/list itself: its reads are cut
+// when it closes.
+func (c *StreamConn) lister() ToolsRead {
+	watch := func(body fasthttp.ReadCloserWithError) func() {
+		if c.track(body, nil) != nil {
+			return nil
+		}
+		return func() { c.untrack(body, nil) }
 	}
-	fasthttp.ReleaseResponse(*resp)
-	c.log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", m.Name()))
-	c.u.tools.Reread(func() { c.relist(m, session) })
-	*resp, *err = c.request(Request{Body: msg, Session: session, Msg: m, Tools: &c.u.tools}, 0)
+	return ToolsRead{Watch: watch, Log: c.log}
+}
+
+// LearnTools learns the tools' mirrored parameters from data, a
+// 2026-07-28 tools/list answer a client of the server's gets, and returns
+// it as the client is to see it: without the tools whose x-mcp-header
+// annotations are invalid, which a client must leave out (each warned of
+// once).
+func (u *StreamableUpstream) LearnTools(data []byte, log *zap.Logger) []byte {
+	kept, rejected := u.tools.Learn(data)
+	u.listed.Store(true)
+	WarnRejected(log, u.tools.Unwarned(rejected))
+	if kept != nil {
+		return kept
+	}
+	return data
+}
+
+// Heard notes a message of the server's that a client of it gets: a
+// tools/list_changed makes the tools read from an answer stale (they are
+// read again before the next call).
+func (u *StreamableUpstream) Heard(data []byte) {
+	if u.listed.Load() && bytes.Contains(data, listChanged) {
+		u.tools.Forget()
+	}
+}
+
+// relist reads the server's tools/list afresh, every page, as the client
+// whose call r is (its _meta, its session, its request's headers), into
+// the tools every client of the server shares.
+func (u *StreamableUpstream) relist(r *Request, l ToolsRead) {
+	l.Tools, l.Of, l.Session, l.From, l.MaxBody = &u.tools, r.Msg, r.Session, r.From, u.MaxBodySize
+	u.ReadTools(l)
+	u.listed.Store(true)
 }
 
 // Refused reports whether resp, the answer to m, is the server's refusal
@@ -101,19 +150,6 @@ func RefusesHeaders(body []byte) bool {
 		Error struct{ Code int } `json:"error"`
 	}
 	return json.Unmarshal(body, &e) == nil && e.Error.Code == codeHeaderMismatch
-}
-
-// relist reads the server's tools/list afresh, every page, as the client
-// whose request m is (its _meta), into b.tools; Stop ends the read.
-func (c *StreamConn) relist(m *framing.Message, session string) {
-	watch := func(body fasthttp.ReadCloserWithError) func() {
-		if c.track(body, nil) != nil {
-			return nil
-		}
-		return func() { c.untrack(body, nil) }
-	}
-	c.u.ReadTools(ToolsRead{Tools: &c.u.tools, Of: m, Session: session, MaxBody: c.u.MaxBodySize, Watch: watch, Log: c.log})
-	c.u.listed.Store(true)
 }
 
 // ToolsRead is a client's own read of a 2026-07-28 server's tools/list.
