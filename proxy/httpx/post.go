@@ -367,6 +367,13 @@ func (ob outbound) forwardPost(ctx *fasthttp.RequestCtx, sess *session, st *rela
 		}
 		return ob.s.up.AfterCall(r, resp, list)
 	}
+	return ob.forwardTimed(sess, st, d, r, list)
+}
+
+// forwardTimed is forwardPost for a POST whose wait for the upstream's
+// headers may be given up (a deadline, a lingering stream): r is its
+// request, list how a second try reads tools/list.
+func (ob outbound) forwardTimed(sess *session, st *relayed, d *decided, r upstream.Request, list upstream.ToolsRead) (*fasthttp.Response, error) {
 	// The POST may outlive the handler (a deadline, or the client's
 	// cancel, before the upstream's headers), and the client's next
 	// request reuses ctx's buffers: its body goes as a copy (before, the

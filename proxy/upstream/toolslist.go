@@ -53,8 +53,14 @@ func (r *Request) mirrorsParams() bool {
 // the call.
 func (u *StreamableUpstream) BeforeCall(r *Request, l ToolsRead) {
 	if r.mirrorsParams() {
-		u.tools.ReadOnce(func() { u.relist(r, l) })
+		u.readFirst(*r, l)
 	}
+}
+
+// readFirst is BeforeCall's read, apart: its copies of r and l, which the
+// read's closure holds, are made only for a call that needs them.
+func (u *StreamableUpstream) readFirst(r Request, l ToolsRead) {
+	u.tools.ReadOnce(func() { u.relist(&r, l) })
 }
 
 // AfterCall returns the answer to r, a call sent: resp, or, when the
@@ -67,6 +73,11 @@ func (u *StreamableUpstream) AfterCall(r Request, resp *fasthttp.Response, l Too
 	if !r.mirrorsParams() || !u.Refused(resp, r.Msg) {
 		return resp, nil
 	}
+	return u.callAgain(r, resp, l)
+}
+
+// callAgain is AfterCall's second try, apart (see readFirst).
+func (u *StreamableUpstream) callAgain(r Request, resp *fasthttp.Response, l ToolsRead) (*fasthttp.Response, error) {
 	fasthttp.ReleaseResponse(resp)
 	l.Log.Debug("the upstream refused a call's headers: tools/list is read again, and the call sent once more", zap.String("tool", r.Msg.Name()))
 	u.tools.Reread(func() { u.relist(&r, l) })
