@@ -51,10 +51,10 @@ type outbox struct {
 	space                sync.Cond // signalled when frames are taken, or on stop
 
 	// deliver, when set, takes each frame whole, with the request it is
-	// about, in place of w (Options.Deliver): handed over by the relay
-	// that produced the frames when its input runs dry (flush), as a
-	// writev would be written, since a front's Deliver never blocks; the
-	// frames queued by anyone else, by the goroutine.
+	// about, in place of w (Options.Deliver): handed over by whoever queued
+	// the frames (drain), the relay that produced them when its input runs
+	// dry (flush), as a writev would be written. A front's Deliver never
+	// blocks, so such an outbox has no goroutine: run is not started.
 	deliver Deliver
 	// sender, when set, takes each frame for the server whole, with the
 	// request it opens or cancels, in place of w (a Sender): written by
@@ -131,7 +131,7 @@ func (o *outbox) put(b *buf, urgent, wait bool) ticket {
 	b.st.Store(gen<<2 | bufQueued)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for wait && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
+	for wait && o.deliver == nil && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
 		o.wakeLocked()
 		o.space.Wait()
 	}
@@ -149,32 +149,38 @@ func (o *outbox) put(b *buf, urgent, wait bool) ticket {
 }
 
 func (o *outbox) wake() {
+	if o.deliver != nil {
+		o.drain()
+		return
+	}
 	select {
 	case o.kick <- struct{}{}:
 	default: // already awake, or about to be
 	}
 }
 
-// wakeLocked wakes the writer from under the lock (the send never blocks).
-func (o *outbox) wakeLocked() { o.wake() }
+// wakeLocked wakes the writer from under the lock (the send never
+// blocks); a front's outbox (deliver) never waits for space, so it is
+// never woken so.
+func (o *outbox) wakeLocked() {
+	if o.deliver == nil {
+		o.wake()
+	}
+}
 
 // flush writes what is queued, in the caller's goroutine, with a single
 // non-blocking attempt, and leaves what did not fit to the writer goroutine;
 // a front that takes frames (deliver) gets them all, at once.
 func (o *outbox) flush() {
-	if o.raw == nil && o.deliver == nil {
+	if o.raw == nil || o.deliver != nil {
 		o.wake()
 		return
 	}
-	batch, ok := o.take(o.taken[:0])
+	batch, ok := o.takeOwn()
 	if !ok {
 		return // the writer goroutine is at it, and will loop for more
 	}
-	switch {
-	case len(batch) == 0:
-	case o.deliver != nil:
-		o.writeAll(batch) // hands every frame over; Deliver does not block
-	default:
+	if len(batch) > 0 {
 		rest, err := o.writev(batch, false)
 		o.putBack(rest)
 		if err != nil {
@@ -189,6 +195,36 @@ func (o *outbox) flush() {
 	o.mu.Unlock()
 	if pending {
 		o.wake()
+	}
+}
+
+// drain hands a front (deliver) every frame queued, in the caller's
+// goroutine, until none is left, or until it finds another caller at it,
+// which then loops for more: one caller at a time, in order. Once close
+// was called and nothing is left, it stops the outbox.
+func (o *outbox) drain() {
+	for {
+		batch, ok := o.takeOwn()
+		if !ok {
+			return
+		}
+		o.writeAll(batch) // Deliver does not block
+		clear(batch)
+		o.taken = batch[:0] // the next one's, once it is busy
+		o.mu.Lock()
+		o.busy = false
+		more := o.queued > 0
+		done := o.closing && !more && !o.stopped
+		if done {
+			o.stopLocked()
+		}
+		o.mu.Unlock()
+		if done {
+			close(o.dead)
+		}
+		if !more {
+			return
+		}
 	}
 }
 
@@ -247,6 +283,21 @@ func (o *outbox) take(batch []*buf) ([]*buf, bool) {
 	if o.busy {
 		return batch, false
 	}
+	return o.takeLocked(batch), true
+}
+
+// takeOwn is take into the outbox's own batch (taken), which only the one
+// that is busy uses: for flush and drain, which any goroutine may call.
+func (o *outbox) takeOwn() ([]*buf, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.busy {
+		return nil, false
+	}
+	return o.takeLocked(o.taken[:0]), true
+}
+
+func (o *outbox) takeLocked(batch []*buf) []*buf {
 	o.busy = true
 	batch = append(append(append(batch, o.front...), o.urgent...), o.queue...)
 	clear(o.front)
@@ -254,7 +305,7 @@ func (o *outbox) take(batch []*buf) ([]*buf, bool) {
 	clear(o.queue)
 	o.front, o.urgent, o.queue, o.queued = o.front[:0], o.urgent[:0], o.queue[:0], 0
 	o.space.Broadcast()
-	return batch, true
+	return batch
 }
 
 // putBack returns frames a flush could not finish to the front.
@@ -274,6 +325,10 @@ func (o *outbox) putBack(rest []*buf) {
 func (o *outbox) stop() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.stopLocked()
+}
+
+func (o *outbox) stopLocked() {
 	o.stopped = true
 	for _, q := range [][]*buf{o.front, o.urgent, o.queue} {
 		for _, b := range q {

@@ -212,7 +212,9 @@ func (s *Session) Run(client, server Conn) error {
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	s.core.Unlock()
 	close(s.running)
-	go toClient.run()
+	if toClient.deliver == nil { // else whoever queues hands it over (drain)
+		go toClient.run()
+	}
 	go toServer.run()
 	if client.In != nil { // else the front submits, and CloseClient ends its side
 		go func() {
