@@ -105,6 +105,17 @@ func (f *Frames) Next([]byte) ([]byte, error) {
 	}
 }
 
+// Take returns the frames queued and not yet read, which are then the
+// caller's: for a writer that hands the frames to their reader itself
+// from now on.
+func (f *Frames) Take() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.q[f.head:]
+	f.q, f.head = nil, 0
+	return q
+}
+
 // Ready reports whether a frame is queued: Next would not wait.
 func (f *Frames) Ready() bool {
 	f.mu.Lock()

@@ -114,6 +114,9 @@ type Deliver func(frame []byte, about *proxy.Call, last bool)
 type Conn struct {
 	In  io.ReadCloser  // frames from the peer
 	Out io.WriteCloser // frames to the peer
+	// Push, if set in place of In, is a server that hands the session its
+	// frames itself (Pusher).
+	Push Pusher
 }
 
 // ErrServerGone is returned by Run when the server's output ended while the
@@ -211,6 +214,11 @@ func (s *Session) Run(client, server Conn) error {
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	s.core.Unlock()
+	var pushed *receiver
+	if server.Push != nil { // before any frame can reach the server
+		pushed = &receiver{s: s, ended: make(chan struct{})}
+		server.Push.PushTo(pushed)
+	}
 	close(s.running)
 	if toClient.deliver == nil { // else whoever queues hands it over (drain)
 		go toClient.run()
@@ -223,7 +231,12 @@ func (s *Session) Run(client, server Conn) error {
 		}()
 	}
 
-	s.relay(s.sides[proxy.Server], server.In)
+	if pushed != nil {
+		<-pushed.ended
+		s.t.Logger(proxy.Server).Debug("input ended")
+	} else {
+		s.relay(s.sides[proxy.Server], server.In)
+	}
 	err := error(nil)
 	if !s.clientClosed.Load() {
 		err = ErrServerGone

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -13,11 +14,13 @@ import (
 // Lines is a Conn as a session of lines reaches its server (a Backend):
 // the session's frames go to the Conn message by message, each with the
 // request it opens or cancels (its Out is a stdio.Sender), and what every
-// Stream of the Conn brings comes back as the session's lines. One
-// goroutine per Stream reads it, for as long as it brings messages.
+// Stream of the Conn brings comes back to the session: handed to it by the
+// goroutine that read it (a stdio.Pusher), or, for a reader of bytes (the
+// check command), as the lines of In. One goroutine per Stream reads it,
+// for as long as it brings messages.
 type Lines struct {
 	conn   Conn
-	in     *stdio.Frames
+	in     *stdio.Frames // for a reader of bytes, until a session pushes
 	exited chan struct{}
 
 	one [1]*proxy.Call // SendFrame's: Send keeps no calls
@@ -27,6 +30,13 @@ type Lines struct {
 	readers sync.WaitGroup
 	stopped bool
 	once    sync.Once
+
+	// to is the session's, once it asked to be handed the messages
+	// (PushTo); hand orders the hand-overs with PushTo's, so that what
+	// came before it reaches the session first.
+	hand sync.Mutex
+	to   stdio.Receiver
+	over bool // the messages have ended (ended): a later PushTo ends at once
 }
 
 // NewLines returns conn as a Backend, its session's own traffic (Listen)
@@ -39,8 +49,50 @@ func NewLines(conn Conn) *Lines {
 	return l
 }
 
-// Conn implements Backend.
-func (l *Lines) Conn() stdio.Conn { return stdio.Conn{In: l.in, Out: linesOut{l}} }
+// Conn implements Backend: a session pushed to (Push) or a reader of
+// bytes (In).
+func (l *Lines) Conn() stdio.Conn { return stdio.Conn{In: l.in, Out: linesOut{l}, Push: l} }
+
+// PushTo implements stdio.Pusher: from now on each message goes to r as
+// it is read, and what came before (the session's own traffic, before its
+// client's first frame) first.
+func (l *Lines) PushTo(r stdio.Receiver) {
+	l.hand.Lock()
+	defer l.hand.Unlock()
+	l.to = r
+	for _, frame := range l.in.Take() {
+		r.Receive(frame)
+	}
+	if l.over {
+		r.End()
+	}
+}
+
+// handOver hands one message to the session: pushed, or queued for a reader.
+func (l *Lines) handOver(m []byte) {
+	l.hand.Lock()
+	defer l.hand.Unlock()
+	if l.to == nil {
+		l.in.Put(eventLine(m))
+		return
+	}
+	if bytes.ContainsAny(m, "\r\n") { // a message spread over lines (an event's data may be) goes as one
+		m = eventLine(m)
+	}
+	l.to.Receive(m)
+}
+
+// ended says the messages have ended: to the session pushed to, or to a
+// reader.
+func (l *Lines) ended() {
+	l.hand.Lock()
+	defer l.hand.Unlock()
+	l.over = true
+	if l.to != nil {
+		l.to.End()
+	}
+	l.in.CloseWrite()
+}
 
 // Exited implements Backend.
 func (l *Lines) Exited() <-chan struct{} { return l.exited }
@@ -56,7 +108,7 @@ func (l *Lines) Stop() {
 		go func() {
 			l.conn.Close()
 			l.readers.Wait()
-			l.in.CloseWrite()
+			l.ended()
 			close(l.exited)
 		}()
 	})
@@ -81,7 +133,7 @@ func (l *Lines) read(st Stream) {
 			if err != nil {
 				return
 			}
-			l.in.Put(eventLine(m))
+			l.handOver(m)
 		}
 	}()
 }

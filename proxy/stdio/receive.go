@@ -1,0 +1,57 @@
+package stdio
+
+import (
+	"sync"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+)
+
+// Pusher is a server that hands the session its frames itself, each
+// whole, from goroutines of its own (an upstream connection's streams,
+// each read by the goroutine that waits for it), in place of an In that
+// the session reads: no queue between them, and no hand-off to a reader
+// of the session's. Run gives it the session's Receiver before the client
+// can send anything, and runs until the Receiver's End.
+type Pusher interface {
+	PushTo(r Receiver)
+}
+
+// Receiver takes the frames a Pusher hands the session.
+type Receiver interface {
+	// Receive decides one frame of the server's (one line: no newline
+	// in it) and carries it out, as Run does with each line it reads; the
+	// frame is copied. Any goroutine may call it, the frames of one stream
+	// in their order.
+	Receive(frame []byte)
+	// End says no frame comes after those received: the server's output
+	// has ended, as when a server's In ends.
+	End()
+}
+
+// receiver is the Session's Receiver (Run's, for a server that pushes).
+type receiver struct {
+	s     *Session
+	ended chan struct{}
+	once  sync.Once
+}
+
+// parsed holds the frames Receive parses into, for reuse.
+var parsed = sync.Pool{New: func() any { return new(framing.Frame) }}
+
+// Receive implements Receiver.
+func (r *receiver) Receive(frame []byte) {
+	if len(frame) == 0 {
+		return
+	}
+	b := getBufFor(len(frame) + 1)
+	b.b = append(b.b[:0], frame...)
+	f := parsed.Get().(*framing.Frame)
+	from := r.s.sides[proxy.Server]
+	r.s.handleFrame(from, f, b)
+	parsed.Put(f)
+	from.out.flush()
+}
+
+// End implements Receiver.
+func (r *receiver) End() { r.once.Do(func() { close(r.ended) }) }

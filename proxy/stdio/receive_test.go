@@ -1,0 +1,94 @@
+package stdio_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+)
+
+// pusher is a server that hands the session its frames (stdio.Pusher),
+// and takes what the session sends it as lines.
+type pusher struct {
+	got  chan stdio.Receiver
+	sent chan string
+}
+
+func (p *pusher) PushTo(r stdio.Receiver) { p.got <- r }
+
+func (p *pusher) Write(b []byte) (int, error) {
+	for line := range strings.SplitSeq(strings.TrimSuffix(string(b), "\n"), "\n") {
+		p.sent <- line
+	}
+	return len(b), nil
+}
+
+func (p *pusher) Close() error { return nil }
+
+// TestPushingServer: a server that hands the session its frames itself
+// (an upstream connection's streams) is given the session's Receiver
+// before the client's first frame; what it hands over is decided as a
+// read line is (an answer goes to the client, a cancelled request's late
+// answer and progress do not, frames of two goroutines at once are all
+// decided); its End ends Run as the end of a server's output does: the
+// request still in flight gets the proxy's error, Run ErrServerGone.
+func TestPushingServer(t *testing.T) {
+	watchdog(t, 20*time.Second)
+	p := &pusher{got: make(chan stdio.Receiver, 1), sent: make(chan string, 64)}
+	delivered := make(chan string, 64)
+	sess := stdio.NewSession(stdio.Options{Deliver: func(frame []byte, _ *proxy.Call, _ bool) {
+		if len(frame) > 0 {
+			delivered <- string(frame)
+		}
+	}})
+	done := make(chan error, 1)
+	go func() { done <- sess.Run(stdio.Conn{}, stdio.Conn{Out: p, Push: p}) }()
+	r := <-p.got
+	submit := func(line string) {
+		t.Helper()
+		var f framing.Frame
+		if err := f.Parse([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-p.sent; got != line {
+			t.Fatalf("the server got %s, want %s", got, line)
+		}
+	}
+	submit(callTool)
+	r.Receive([]byte(progress1))
+	r.Receive([]byte(result1))
+	for _, want := range []string{progress1, result1} {
+		if got := <-delivered; got != want {
+			t.Fatalf("delivered %s, want %s", got, want)
+		}
+	}
+
+	submit(strings.Replace(callTool, `"id":1`, `"id":2`, 1))
+	submit(strings.Replace(cancel1, `"requestId":1`, `"requestId":2`, 1))
+	var wg sync.WaitGroup // a late answer and progress, from two streams at once
+	wg.Go(func() { r.Receive([]byte(strings.Replace(result1, `"id":1`, `"id":2`, 1))) })
+	wg.Go(func() { r.Receive([]byte(progress2)) })
+	wg.Wait()
+	submit(strings.NewReplacer(`"id":1`, `"id":3`, `"p1"`, `"p3"`).Replace(callTool))
+	r.End()
+	if got := <-delivered; !strings.Contains(got, `"id":3`) || !strings.Contains(got, `"error"`) {
+		t.Errorf("delivered %s, want the proxy's error for request 3 alone", got)
+	}
+	if err := <-done; !errors.Is(err, stdio.ErrServerGone) {
+		t.Errorf("Run: %v, want ErrServerGone", err)
+	}
+	select {
+	case got := <-delivered:
+		t.Errorf("delivered %s after the end", got)
+	default:
+	}
+	<-sess.ReaderDone()
+}

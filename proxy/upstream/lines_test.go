@@ -1,0 +1,107 @@
+package upstream_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// listening is a Conn whose own traffic (Listen) is what its test feeds.
+type listening struct{ st *fed }
+
+func (c listening) Send(context.Context, []byte, []*proxy.Call, upstream.Along) (upstream.Stream, error) {
+	return nil, nil
+}
+func (c listening) Listen(context.Context) (upstream.Stream, error) { return c.st, nil }
+func (c listening) Cancel(*proxy.Call, []byte) error                { return nil }
+func (c listening) Close() error                                    { c.st.Close(); return nil }
+
+// fed is a Stream of the messages its test feeds; asked tells each call
+// of Next.
+type fed struct {
+	msgs   chan []byte
+	asked  chan struct{}
+	closed chan struct{}
+}
+
+func (s *fed) Next() ([]byte, error) {
+	s.asked <- struct{}{}
+	select {
+	case m := <-s.msgs:
+		return m, nil
+	case <-s.closed:
+		return nil, io.EOF
+	}
+}
+
+func (s *fed) Close() error {
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
+	}
+	return nil
+}
+
+// received is a stdio.Receiver that tells what it got.
+type received struct {
+	got   chan string
+	ended chan struct{}
+}
+
+func (r *received) Receive(frame []byte) { r.got <- string(frame) }
+func (r *received) End()                 { close(r.ended) }
+
+// TestLinesPushToTheSession: a session that asks Lines to hand it the
+// messages (PushTo) gets first what came before it asked (queued for a
+// reader of bytes meanwhile), then each as it comes, a message spread
+// over lines as one line; the Conn's end is its End.
+func TestLinesPushToTheSession(t *testing.T) {
+	st := &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}
+	l := upstream.NewLines(listening{st})
+	<-st.asked
+	st.msgs <- []byte(`{"jsonrpc":"2.0","method":"a"}`)
+	<-st.asked // the first was handed over: queued, nobody having asked
+	r := &received{got: make(chan string, 8), ended: make(chan struct{})}
+	l.Conn().Push.PushTo(r)
+	st.msgs <- []byte("{\"jsonrpc\":\"2.0\",\n\"method\":\"b\"}")
+	for _, want := range []string{`{"jsonrpc":"2.0","method":"a"}`, `{"jsonrpc":"2.0","method":"b"}`} {
+		select {
+		case got := <-r.got:
+			if got != want {
+				t.Errorf("received %s, want %s", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing received, want %s", want)
+		}
+	}
+	l.Stop()
+	select {
+	case <-r.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no End after Stop")
+	}
+	<-l.Exited()
+}
+
+// TestLinesPushedAfterTheEnd: a session that asks for the messages after
+// the Conn ended (an HTTP+SSE server that closed its stream at once) gets
+// what came, then its End: it does not wait for ever.
+func TestLinesPushedAfterTheEnd(t *testing.T) {
+	st := &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}
+	l := upstream.NewLines(listening{st})
+	<-st.asked
+	l.Stop()
+	<-l.Exited()
+	r := &received{got: make(chan string, 8), ended: make(chan struct{})}
+	l.Conn().Push.PushTo(r)
+	select {
+	case <-r.ended:
+	default:
+		t.Fatal("no End for a session that asked after the end")
+	}
+}
