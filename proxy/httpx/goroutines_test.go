@@ -55,8 +55,7 @@ func perSession(t *testing.T, before, after map[string]int, n int) int {
 // (initialized, nothing in flight) runs at most 2 goroutines of the
 // proxy's: the one that reads its server and the writer to the server
 // (what goes to the client's streams is handed over by whoever queued it,
-// since a stream's queue never blocks); a stdio server adds the one that
-// reads its stderr. Before the client's writer went, 3 and 4; before
+// since a stream's queue never blocks); a stdio server adds its reaper. Before the client's writer went, 3 and 4; before
 // that, 6 and 8: one waited for the end of what went to the
 // client through the streams anyway, one read a client input that the
 // front never wrote, one waited for the server's exit to forget the
