@@ -2,7 +2,6 @@ package httpx
 
 import (
 	"errors"
-	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -17,12 +16,14 @@ import (
 type lazyBackend struct {
 	dial func() (Backend, error)
 
-	mu      sync.Mutex    // guards the fields below
-	back    Backend       // once started
-	conn    stdio.Conn    // back's
-	err     error         // the start's failure
-	stopped bool          // Stop came first: no server is ever started
-	ready   chan struct{} // closed once started, failed or stopped
+	mu      sync.Mutex // guards the fields below
+	back    Backend    // once started
+	conn    stdio.Conn // back's
+	err     error      // the start's failure
+	stopped bool       // Stop came first: no server is ever started
+	// to is the session's (PushTo): the server's frames go to it once
+	// started, pushed, or its lines read by the session.
+	to stdio.Receiver
 	// exited is closed once no server runs and none will: the start
 	// failed, or Stop came (first, or after a start once the server's
 	// Stop returned); after a start, Exited is the server's own.
@@ -31,40 +32,77 @@ type lazyBackend struct {
 }
 
 func newLazyBackend(dial func() (Backend, error)) *lazyBackend {
-	return &lazyBackend{dial: dial, ready: make(chan struct{}), exited: make(chan struct{})}
+	return &lazyBackend{dial: dial, exited: make(chan struct{})}
 }
 
 // errNotStarted is the session's write after a Stop that came before any
 // server was started.
 var errNotStarted = errors.New("the session ended before its server was started")
 
-// start starts the server, once.
+// start starts the server, once, and hands its frames to the session if
+// it asked already (PushTo).
 func (l *lazyBackend) start() (stdio.Conn, error) {
+	conn, to, err := l.startLocked()
+	if to != nil { // after the lock: the session may answer the server at once
+		hand(conn, to)
+	}
+	return conn, err
+}
+
+// startLocked is start's part under the lock; it returns the session's
+// Receiver when the frames of a server it started are to be handed to it.
+func (l *lazyBackend) startLocked() (stdio.Conn, stdio.Receiver, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.back != nil:
-		return l.conn, nil
+		return l.conn, nil, nil
 	case l.err != nil:
-		return stdio.Conn{}, l.err
+		return stdio.Conn{}, nil, l.err
 	case l.stopped:
-		return stdio.Conn{}, errNotStarted
+		return stdio.Conn{}, nil, errNotStarted
 	}
 	back, err := l.dial()
 	if err != nil {
 		l.err = err
-		close(l.ready)
+		if l.to != nil {
+			l.to.End()
+		}
 		l.exitOnce.Do(func() { close(l.exited) })
-		return stdio.Conn{}, err
+		return stdio.Conn{}, nil, err
 	}
 	l.back, l.conn = back, back.Conn()
-	close(l.ready)
-	return l.conn, nil
+	return l.conn, l.to, nil
 }
 
-// Conn implements Backend: reading waits for the server's start, and the
-// first write starts it.
-func (l *lazyBackend) Conn() stdio.Conn { return stdio.Conn{In: lazyIn{l}, Out: lazyOut{l}} }
+// hand gives the session (to) the frames of a server that was started:
+// pushed by it, or its lines read by the session.
+func hand(conn stdio.Conn, to stdio.Receiver) {
+	if conn.Push != nil {
+		conn.Push.PushTo(to)
+	} else {
+		to.ReadLines(conn.In)
+	}
+}
+
+// PushTo implements stdio.Pusher: the session gets the server's frames
+// once it is started, and its End at once if none ever will be.
+func (l *lazyBackend) PushTo(r stdio.Receiver) {
+	l.mu.Lock()
+	l.to = r
+	started, conn, over := l.back != nil, l.conn, l.err != nil || l.stopped
+	l.mu.Unlock()
+	switch {
+	case started:
+		hand(conn, r)
+	case over:
+		r.End()
+	}
+}
+
+// Conn implements Backend: the first write starts the server, whose
+// frames are then the session's (PushTo).
+func (l *lazyBackend) Conn() stdio.Conn { return stdio.Conn{Out: lazyOut{l}, Push: l} }
 
 // Stop implements Backend: it stops the server if one was started, and
 // else makes sure none ever is.
@@ -73,7 +111,9 @@ func (l *lazyBackend) Stop() {
 	back := l.back
 	if back == nil && !l.stopped && l.err == nil {
 		l.stopped = true
-		close(l.ready)
+		if l.to != nil {
+			l.to.End() // no server, no frames
+		}
 	}
 	l.mu.Unlock()
 	if back != nil {
@@ -93,37 +133,11 @@ func (l *lazyBackend) Exited() <-chan struct{} {
 	return l.exited
 }
 
-// started returns the server's conn once it was started, or ok false if
-// none was and none will be.
-func (l *lazyBackend) started() (stdio.Conn, bool) {
-	<-l.ready
-	return l.now()
-}
-
 // now returns the server's conn if it was started, without waiting.
 func (l *lazyBackend) now() (stdio.Conn, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.conn, l.back != nil
-}
-
-// lazyIn is the server's lines: none until it is started.
-type lazyIn struct{ l *lazyBackend }
-
-func (r lazyIn) Read(p []byte) (int, error) {
-	conn, ok := r.l.started()
-	if !ok {
-		return 0, io.EOF
-	}
-	return conn.In.Read(p)
-}
-
-func (r lazyIn) Close() error {
-	if conn, started := r.l.now(); started {
-		return conn.In.Close()
-	}
-	r.l.Stop() // a reader waiting for a start that will never come
-	return nil
 }
 
 // lazyOut takes the session's lines, starting the server with the first.

@@ -1,6 +1,7 @@
 package stdio
 
 import (
+	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -27,12 +28,18 @@ type Receiver interface {
 	// End says no frame comes after those received: the server's output
 	// has ended, as when a server's In ends.
 	End()
+	// ReadLines hands the session a server of bytes after all (one started
+	// at the client's first frame, which turned out to be a process):
+	// Run reads in as it reads an In, until it ends. It is called at most
+	// once, in place of End.
+	ReadLines(in io.Reader)
 }
 
 // receiver is the Session's Receiver (Run's, for a server that pushes).
 type receiver struct {
 	s     *Session
 	ended chan struct{}
+	reads chan io.Reader // 1-buffered: ReadLines's
 	once  sync.Once
 }
 
@@ -55,3 +62,17 @@ func (r *receiver) Receive(frame []byte) {
 
 // End implements Receiver.
 func (r *receiver) End() { r.once.Do(func() { close(r.ended) }) }
+
+// ReadLines implements Receiver.
+func (r *receiver) ReadLines(in io.Reader) { r.reads <- in }
+
+// wait is Run's for a server that pushes: until its End, or, if it hands
+// the session an input of bytes, until that input ends.
+func (r *receiver) wait() {
+	select {
+	case <-r.ended:
+		r.s.t.Logger(proxy.Server).Debug("input ended")
+	case in := <-r.reads:
+		r.s.relay(r.s.sides[proxy.Server], in)
+	}
+}

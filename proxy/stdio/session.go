@@ -216,7 +216,7 @@ func (s *Session) Run(client, server Conn) error {
 	s.core.Unlock()
 	var pushed *receiver
 	if server.Push != nil { // before any frame can reach the server
-		pushed = &receiver{s: s, ended: make(chan struct{})}
+		pushed = &receiver{s: s, ended: make(chan struct{}), reads: make(chan io.Reader, 1)}
 		server.Push.PushTo(pushed)
 	}
 	close(s.running)
@@ -232,8 +232,7 @@ func (s *Session) Run(client, server Conn) error {
 	}
 
 	if pushed != nil {
-		<-pushed.ended
-		s.t.Logger(proxy.Server).Debug("input ended")
+		pushed.wait()
 	} else {
 		s.relay(s.sides[proxy.Server], server.In)
 	}
