@@ -51,6 +51,12 @@ type governor struct {
 	serverTasks    bool
 	serverTaskList bool
 	serverTools    map[string]bool
+	// sending counts the hosted calls being sent (sendHosted), whose own
+	// call is not known until SendOwn returns; early keeps what came on
+	// an unknown own call's stream meanwhile (a server that answered at
+	// once), for the call it turns out to be.
+	sending int
+	early   map[*proxy.Call][][]byte
 	// linger, once set (Linger), ends the session when its last hosted
 	// task is forgotten: a request's own session that outlasts it.
 	linger func()

@@ -54,6 +54,9 @@ type fakeTransport struct {
 	// while the governor sends a request of its own. Set before the
 	// request that leads to it.
 	afterOwn func()
+	// ownSent, if set, runs as SendOwn sends each request of the
+	// governor's own, before it returns: a server that answers at once.
+	ownSent func(*proxy.Call)
 }
 
 func newTransport(t *testing.T, e *Engine) *fakeTransport { return transportOf(t, e, "s1", nil) }
@@ -79,6 +82,9 @@ func (ft *fakeTransport) Dispatch(c *proxy.Call) { ft.acts <- action{kind: "disp
 func (ft *fakeTransport) SendOwn(method string, params []byte, progress framing.ID, onAnswer func(*framing.Message)) *proxy.Call {
 	c, frame := ft.tr.OwnCall(method, params, progress, onAnswer)
 	ft.acts <- action{kind: "own", call: c, frame: frame, onAnswer: onAnswer}
+	if ft.ownSent != nil {
+		ft.ownSent(c)
+	}
 	if f := ft.afterOwn; f != nil {
 		ft.afterOwn = nil
 		f()

@@ -263,13 +263,35 @@ func (g *governor) keepHostedLocked(h *hosted, c *proxy.Call, m *framing.Message
 // cancelHosted is still queued) is not: that cancelHosted stops the call,
 // once, after the client's answer, with the story's source.
 func (g *governor) sendHosted(h *hosted, params []byte) {
+	g.mu.Lock()
+	g.sending++
+	g.mu.Unlock()
 	own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
 	g.mu.Lock()
 	h.own = own
+	g.takeEarlyLocked(h)
 	cancelled, source, reason := h.rec.st.phase == phaseCancelled, h.rec.source, h.rec.reason
 	g.mu.Unlock()
 	if cancelled {
 		g.act.CancelOwn(own, source, reason)
+	}
+}
+
+// takeEarlyLocked hands h what came on the stream of its call before the
+// governor knew the call (FromOwn, g.early), and forgets what came for
+// other calls of the proxy's own once no hosted call is being sent. g.mu
+// is held.
+func (g *governor) takeEarlyLocked(h *hosted) {
+	early := g.early[h.own]
+	delete(g.early, h.own)
+	if g.sending--; g.sending == 0 {
+		clear(g.early) // no hosted call's: dropped, as FromOwn drops them
+	}
+	for _, frame := range early {
+		var f framing.Frame
+		if f.Parse(frame) == nil && !f.Batch {
+			g.fromOwnLocked(h, &f.Msgs[0], frame)
+		}
 	}
 }
 

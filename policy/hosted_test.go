@@ -328,6 +328,28 @@ func FuzzWithoutTask(f *testing.F) {
 	})
 }
 
+// TestHostedTaskAsksBeforeItsCallIsKnown: a server that asks for input on
+// a hosted call's stream before the proxy's SendOwn has returned (it read
+// the request and answered at once) still makes the task input_required.
+// Before, the request was dropped: the governor did not know the call yet
+// (TestHostedTaskAsksForInput failed so about 1 run in 150 under -race).
+func TestHostedTaskAsksBeforeItsCallIsKnown(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host"}}
+	e, _, _ := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	ft.ownSent = func(c *proxy.Call) {
+		ft.ownSent = nil
+		ft.gov.(proxy.OwnMessages).FromOwn(c, []byte(`{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","params":{"message":"which?"}}`))
+	}
+	hostedCall(t, ft, 1, "report")
+	ft.client(taskRequest(2, "tasks/get", "t1"))
+	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "input_required" {
+		t.Errorf("tasks/get: %v, want input_required", res)
+	}
+}
+
 // TestHostedTaskAsksForInput: a server's request on a hosted call's own
 // stream (FromOwn) makes the task input_required until a tasks/result
 // carries it, tagged with the task; progress goes only to a tasks/result

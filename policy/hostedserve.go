@@ -28,7 +28,6 @@ func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
 	if f.Parse(frame) != nil || f.Batch {
 		return
 	}
-	m := &f.Msgs[0]
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var h *hosted
@@ -37,6 +36,19 @@ func (g *governor) FromOwn(own *proxy.Call, frame []byte) {
 			h = t
 		}
 	}
+	if h == nil && g.sending > 0 { // perhaps a hosted call's, not yet known
+		if g.early == nil {
+			g.early = map[*proxy.Call][][]byte{}
+		}
+		g.early[own] = append(g.early[own], frame)
+		return
+	}
+	g.fromOwnLocked(h, &f.Msgs[0], frame)
+}
+
+// fromOwnLocked is FromOwn of a message m (its frame) on the stream of h's
+// call (h nil: none the governor hosts). g.mu is held.
+func (g *governor) fromOwnLocked(h *hosted, m *framing.Message, frame []byte) {
 	switch {
 	case h == nil || h.terminal():
 	case m.Kind == framing.KindRequest && h.v2:
