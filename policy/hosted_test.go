@@ -334,17 +334,33 @@ func FuzzWithoutTask(f *testing.F) {
 // Before, the request was dropped: the governor did not know the call yet
 // (TestHostedTaskAsksForInput failed so about 1 run in 150 under -race).
 func TestHostedTaskAsksBeforeItsCallIsKnown(t *testing.T) {
+	ft := reportHosted(t)
+	ft.ownSent = func(c *proxy.Call) {
+		ft.ownSent = nil
+		ft.gov.(proxy.OwnMessages).FromOwn(c, []byte(elicitation))
+	}
+	hostedCall(t, ft, 1, "report")
+	wantInputRequired(t, ft, 2)
+}
+
+// elicitation is a server's request for input.
+const elicitation = `{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","params":{"message":"which?"}}`
+
+// reportHosted is a session whose governor hosts a task for each call of
+// the tool report.
+func reportHosted(t *testing.T) *fakeTransport {
 	watchdog(t, 30*time.Second)
 	p := Defaults()
 	p.Rules = []Rule{{Tool: "report", Task: "host"}}
 	e, _, _ := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
-	ft.ownSent = func(c *proxy.Call) {
-		ft.ownSent = nil
-		ft.gov.(proxy.OwnMessages).FromOwn(c, []byte(`{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","params":{"message":"which?"}}`))
-	}
-	hostedCall(t, ft, 1, "report")
-	ft.client(taskRequest(2, "tasks/get", "t1"))
+	return newTransport(t, e)
+}
+
+// wantInputRequired asks tasks/get (as request id) of task t1, and wants it
+// input_required.
+func wantInputRequired(t *testing.T, ft *fakeTransport, id int) {
+	t.Helper()
+	ft.client(taskRequest(id, "tasks/get", "t1"))
 	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "input_required" {
 		t.Errorf("tasks/get: %v, want input_required", res)
 	}
@@ -355,19 +371,12 @@ func TestHostedTaskAsksBeforeItsCallIsKnown(t *testing.T) {
 // carries it, tagged with the task; progress goes only to a tasks/result
 // that waits.
 func TestHostedTaskAsksForInput(t *testing.T) {
-	watchdog(t, 30*time.Second)
-	p := Defaults()
-	p.Rules = []Rule{{Tool: "report", Task: "host"}}
-	e, _, _ := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
+	ft := reportHosted(t)
 	own, _ := hostedCall(t, ft, 1, "report")
 	g := ft.gov.(proxy.OwnMessages)
 	g.FromOwn(own.call, []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}`)) // none waits: dropped
-	g.FromOwn(own.call, []byte(`{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","params":{"message":"which?"}}`))
-	ft.client(taskRequest(2, "tasks/get", "t1"))
-	if res := serve(t, ft)["result"].(map[string]any); res["status"] != "input_required" {
-		t.Errorf("tasks/get: %v, want input_required", res)
-	}
+	g.FromOwn(own.call, []byte(elicitation))
+	wantInputRequired(t, ft, 2)
 	ft.client(taskRequest(3, "tasks/result", "t1"))
 	n := ft.next()
 	if n.kind != "notify" || !strings.Contains(string(n.frame), `"io.modelcontextprotocol/related-task":{"taskId":"t1"}`) ||

@@ -31,6 +31,17 @@ func (p *pusher) Write(b []byte) (int, error) {
 
 func (p *pusher) Close() error { return nil }
 
+// delivering is a session whose client is a front: what it is sent comes
+// on delivered, in order.
+func delivering() (*stdio.Session, chan string) {
+	delivered := make(chan string, 64)
+	return stdio.NewSession(stdio.Options{Deliver: func(frame []byte, _ *proxy.Call, _ bool) {
+		if len(frame) > 0 {
+			delivered <- string(frame)
+		}
+	}}), delivered
+}
+
 // TestPushingServer: a server that hands the session its frames itself
 // (an upstream connection's streams) is given the session's Receiver
 // before the client's first frame; what it hands over is decided as a
@@ -41,12 +52,7 @@ func (p *pusher) Close() error { return nil }
 func TestPushingServer(t *testing.T) {
 	watchdog(t, 20*time.Second)
 	p := &pusher{got: make(chan stdio.Receiver, 1), sent: make(chan string, 64)}
-	delivered := make(chan string, 64)
-	sess := stdio.NewSession(stdio.Options{Deliver: func(frame []byte, _ *proxy.Call, _ bool) {
-		if len(frame) > 0 {
-			delivered <- string(frame)
-		}
-	}})
+	sess, delivered := delivering()
 	done := make(chan error, 1)
 	go func() { done <- sess.Run(stdio.Conn{}, stdio.Conn{Out: p, Push: p}) }()
 	r := <-p.got
@@ -109,12 +115,7 @@ func TestPushingServerOfBytes(t *testing.T) {
 	sIn, sInW := io.Pipe()
 	sOutR, sOut := io.Pipe()
 	fromProxy := &lineReader{framing.NewReader(sOutR, 0), sOutR}
-	delivered := make(chan string, 8)
-	sess := stdio.NewSession(stdio.Options{Deliver: func(frame []byte, _ *proxy.Call, _ bool) {
-		if len(frame) > 0 {
-			delivered <- string(frame)
-		}
-	}})
+	sess, delivered := delivering()
 	done := make(chan error, 1)
 	go func() { done <- sess.Run(stdio.Conn{}, stdio.Conn{Out: sOut, Push: linesLater{in: sIn}}) }()
 	var f framing.Frame
