@@ -426,7 +426,7 @@ func TestDeadlinesRacingAnswers(t *testing.T) {
 						b, _ := io.ReadAll(resp.Body)
 						resp.Body.Close()
 						if !strings.Contains(string(b), `"id":`+id) || !strings.Contains(string(b), "-32001") && !strings.Contains(string(b), `"result"`) {
-							t.Errorf("call %s: %d %q, want its result or the deadline's -32001", id, resp.StatusCode, b)
+							t.Errorf("call %s: %d %q %v, want its result or the deadline's -32001", id, resp.StatusCode, b, resp.Header)
 						}
 					}
 				})

@@ -145,13 +145,13 @@ func serveSidecar(t *testing.T, sc *httpx.Sidecar) string {
 	return "http://" + ln.Addr().String() + "/mcp"
 }
 
-// testClient is the tests' HTTP client. The sidecars under test close a
-// keep-alive connection after 100 ms idle (so that their Shutdown does not
-// wait for it); this client lets go of idle connections sooner, so that it
-// never sends a request on one the server is closing at that moment (a
-// POST is not retried: the test would see "use of closed network
-// connection").
-var testClient = &http.Client{Transport: &http.Transport{IdleConnTimeout: 30 * time.Millisecond}}
+// testClient is the tests' HTTP client. It opens a connection per request:
+// a keep-alive connection can be closed by the sidecar's idle timer (100 ms
+// here) or the client's own at the moment a request is given it, and a
+// POST is not retried (the test saw "use of closed network connection",
+// and "http: idle connection timeout" under load, then every later call
+// of the test failed with it).
+var testClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // rawClient speaks Streamable HTTP by hand, like the TypeScript SDK: it
 // POSTs the cancel and leaves the request's stream open.

@@ -252,9 +252,9 @@ func (r *sseRelay) next() bool {
 				r.pending, r.eof = ev, !ok
 			case <-r.st.Quit():
 				r.eof = true // the client's side ends; the pump reads on
-				if final := r.st.TakeFinal(); final != nil {
-					r.pending = framing.AppendSSEMessage(nil, "", final) // a deadline's error
-				}
+			}
+			if r.eof { // the pump's end and the quit may both be ready: either way the final goes
+				r.pending = r.takeFinal(r.pending)
 			}
 			continue
 		}
@@ -313,8 +313,8 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 	if r.broken != nil && !r.st.WasCut() {
 		out = r.failOpen()
 	}
-	if final := r.st.TakeFinal(); final != nil {
-		out = framing.AppendSSEMessage(out, "", final)
+	if r.evs == nil { // a lingering stream's final is its client's side's to take (next)
+		out = r.takeFinal(out)
 	}
 	// Read to its clean end, the upstream connection goes back to the
 	// pool now, before the client sees the end; any other end has
@@ -325,6 +325,24 @@ func (r *sseRelay) readEvent() (out []byte, more bool) {
 		r.st.CloseWithError(r.broken)
 	}
 	return out, false
+}
+
+// takeFinal appends the stream's last message, the proxy's own (a
+// deadline's error), to out, once. It is taken under the core's lock: a
+// deadline's Expire cancels the call and sets this message in one step
+// under it, while an answer from the upstream is decided without it, so
+// an answer suppressed for the deadline may end the stream before the
+// message is set (before, the client got an empty event stream, and the
+// message went to a stream already forgotten: 1 call in about 30,000 of
+// TestDeadlinesRacingAnswers/sse at -cpu 4).
+func (r *sseRelay) takeFinal(out []byte) []byte {
+	r.sess.core.Lock()
+	final := r.st.TakeFinal()
+	r.sess.core.Unlock()
+	if final != nil {
+		out = framing.AppendSSEMessage(out, "", final)
+	}
+	return out
 }
 
 // errBudget ends a client's stream whose events the sidecar had no memory
