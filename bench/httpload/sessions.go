@@ -39,7 +39,7 @@ func runSessions(n, rounds int) error {
 	if err != nil {
 		return err
 	}
-	children := &httpx.Children{Dial: up.Dial}
+	children := &httpx.Children{Dial: up}
 	viaSSE, stop2, err := serveSidecar(&httpx.Sidecar{Upstream: sseURL, UpstreamTransport: httpx.TransportSSE, Children: children})
 	if err != nil {
 		return err

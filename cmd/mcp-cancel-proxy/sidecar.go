@@ -25,6 +25,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // sidecar serves the Streamable HTTP sidecar until SIGINT or SIGTERM (or
@@ -231,9 +232,10 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 		}}
 	sc.Legacy.Session = sopts
 	if len(argv) > 0 || cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // a child per session, or an HTTP+SSE session per session
-		sc.Children = &httpx.Children{Argv: argv,
-			Child:   child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr},
-			Session: sopts,
+		sc.Children = &httpx.Children{Session: sopts}
+		if len(argv) > 0 {
+			sc.Children.Dial = &upstream.Command{Argv: argv,
+				Options: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr}}
 		}
 	}
 	return engine, nil

@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/demux"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx/lines"
@@ -19,35 +18,30 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
-// Children serves a stdio MCP server over Streamable HTTP (protocol
-// 2025-03-26 to 2025-11-25, with sessions): each session that initialize
-// opens gets its own child process, and a stdio.Session between the child
-// and the HTTP side, so cancellation works exactly as in the stdio wrapper.
-// This side only routes: each POST's frame goes to the session
-// (stdio.Session.Submit), and what the session sends back goes to the
-// response stream of the request its core says it is about
-// (stdio.Options.Deliver), or to the GET stream.
+// Children serves Streamable HTTP clients in sessions of lines: each
+// session that initialize opens gets its own server from Dial (a stdio
+// server's process, a session of an HTTP+SSE upstream), and a
+// stdio.Session between it and the HTTP side, so cancellation works
+// exactly as in the stdio wrapper. This side only routes: each POST's
+// frame goes to the session (stdio.Session.Submit), and what the session
+// sends back goes to the response stream of the request its core says it
+// is about (stdio.Options.Deliver), or to the GET stream.
 type Children struct {
-	// Argv is the server command. Without one, each session is one of
+	// Dial reaches each session's server: a stdio server's command
+	// (upstream.Command), or a test's. Without one, each session is one of
 	// the Sidecar's Upstream, an HTTP+SSE server.
-	Argv []string
-	// Dial, when set, reaches each session's server in place of starting
-	// Argv or dialling the Upstream (a test's backends).
-	Dial func(log *zap.Logger) (Backend, error)
-	// Child configures each child's stop ladder and stderr.
-	Child child.Options
+	Dial upstream.Dialer
 	// Session configures each session; its OnClientClosed is the sidecar's.
 	Session stdio.Options
 	// (How many sessions at once, how long one may idle, and the clock are
 	// the Sidecar's: MaxSessions, SessionIdle, Clock.)
 
 	sessions sessiontable.Table[*childSession] // set up by the Sidecar's Provision
-	// dial is Dial, or else, without Argv, the dial of the Sidecar's
-	// HTTP+SSE upstream (set by its Provision); nil: Argv's children.
-	dial     func(log *zap.Logger) (Backend, error)
+	// dial is Dial, or else the Sidecar's HTTP+SSE upstream (set by its
+	// Provision).
+	dial     upstream.Dialer
 	mu       sync.Mutex      // guards shared; held while a session starts
 	shared   *childSession   // serves every sessionless request
-	running  atomic.Int64    // stdio processes started and not yet ended
 	retiring sync.WaitGroup  // the sessions idle or evicted, stopping
 	totals   *proxy.Counters // the Sidecar's, set by its Provision (kind)
 	// tools is what the servers' tools/list answers said of their tools'
@@ -101,9 +95,7 @@ type childSession struct {
 // session a re-issue joined there is that client's own; on the shared
 // child it joins only a call of the same credential (its principal).
 func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
-	copts := cs.Child
-	copts.Logger = log
-	proc, err := cs.backend(copts)
+	proc, err := cs.dial.Dial(log)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +108,7 @@ func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 	}
 	c := &childSession{clock: cs.clock(), retiring: &cs.retiring, tools: &cs.tools}
 	sopts.Deliver = c.deliver
-	c.Session = lines.New(proc, sopts, copts.TermAfter, cs.totals, log)
+	c.Session = lines.New(proc, sopts, cs.grace(), cs.totals, log)
 	clk := c.clock
 	c.New = func(n int) *stream.Events { return stream.NewEvents(clk, n) }
 	c.Start(c.End, func() { // every stream ends with the session, which is then forgotten
@@ -130,19 +122,28 @@ func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 // each request's principal is the one its POST gave Submit.
 func sharedPrincipal(*proxy.Call) (string, bool) { return "", true }
 
-// backend starts a session's server: dials it, or starts the command.
-func (cs *Children) backend(copts child.Options) (Backend, error) {
-	if cs.dial != nil {
-		return cs.dial(copts.Logger)
+// grace is how long a session's end allows its server (upstream.Graced).
+func (cs *Children) grace() time.Duration { return graceOf(cs.dial) }
+
+// graceOf is d's servers' grace: their own, or upstream.DefaultGrace.
+func graceOf(d upstream.Dialer) time.Duration {
+	if g, ok := d.(upstream.Graced); ok {
+		return g.Grace()
 	}
-	cs.running.Add(1) // counted while the process runs (Count)
-	copts.OnExit = func() { cs.running.Add(-1) }
-	back, err := upstream.StartChild(cs.Argv, copts)
-	if err != nil {
-		cs.running.Add(-1)
-		return nil, err
-	}
-	return back, nil
+	return upstream.DefaultGrace
+}
+
+// starts returns the command that starts the sessions' servers, if
+// they are processes (a stdio server's), which need no upstream.
+func (cs *Children) starts() (*upstream.Command, bool) {
+	c, ok := cs.Dial.(*upstream.Command)
+	return c, ok
+}
+
+// runsCommand reports whether the sessions' servers are processes.
+func (cs *Children) runsCommand() bool {
+	_, ok := cs.starts()
+	return ok
 }
 
 // deliver routes what the session sends the client to the HTTP streams

@@ -210,8 +210,8 @@ func (lu lineUpstream) childDelete(ctx *fasthttp.RequestCtx) {
 // Streamable HTTP client's, the shared one of sessionless requests, old
 // clients'); for an HTTP+SSE upstream, the sessions dialled.
 func (cs *Children) Count() int {
-	if cs.dial == nil {
-		return int(cs.running.Load())
+	if c, ok := cs.starts(); ok {
+		return c.Running()
 	}
 	n := cs.sessions.Len()
 	cs.mu.Lock()

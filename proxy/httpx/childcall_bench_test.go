@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // BenchmarkChildCall relays tools/call round trips, one at a time, through
@@ -23,7 +24,7 @@ import (
 // session's, the driver's and the server's being fixed.
 func BenchmarkChildCall(b *testing.B) {
 	client, req := benchFront(b, &httpx.Sidecar{Logger: zap.NewNop(),
-		Children: &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil }}})
+		Children: &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil })}})
 	var resp fasthttp.Response
 	req.SetBodyString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}`)
 	if err := client.DoTimeout(req, &resp, 10*time.Second); err != nil || len(resp.Header.Peek("Mcp-Session-Id")) == 0 {

@@ -1,13 +1,10 @@
 package httpx
 
 import (
-	"time"
-
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -28,7 +25,7 @@ func targetOf(s *Sidecar) target {
 	switch {
 	case s.Children == nil:
 		return relay{s}
-	case s.Children.dial == nil || s.UpstreamTransport != upstream.TransportAuto:
+	case s.Children.runsCommand() || s.UpstreamTransport != upstream.TransportAuto:
 		return lineUpstream{s}
 	}
 	return &detecting{s: s}
@@ -49,11 +46,7 @@ func (d *detecting) get(ctx *fasthttp.RequestCtx)    { d.now().get(ctx) }
 func (d *detecting) delete(ctx *fasthttp.RequestCtx) { d.now().delete(ctx) }
 func (d *detecting) ready() error                    { return reachable(d.s.up.URL) }
 
-func (d *detecting) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
-	return d.now().dialLines(log)
-}
-
-func (d *detecting) lineOptions() (stdio.Options, time.Duration) { return d.now().lineOptions() }
+func (d *detecting) lineServers() lineServers { return d.now().lineServers() }
 
 // now returns the target requests go to: the one detected, or the relay
 // while the upstream cannot be reached.

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // echoChildArg makes this test binary an echo child (see echoChild).
@@ -149,11 +150,11 @@ func childSidecar(t testing.TB, cs *httpx.Children, tune ...func(*httpx.Sidecar)
 // serveChildSidecar serves a Sidecar whose sessions are echo children, on
 // a loopback port, and returns its URL and how to stop it.
 func serveChildSidecar(cs *httpx.Children, tune ...func(*httpx.Sidecar)) (url string, stop func(), err error) {
-	if cs.Argv == nil {
-		cs.Argv = []string{os.Args[0], echoChildArg}
+	if cs.Dial == nil {
+		cs.Dial = &upstream.Command{Argv: []string{os.Args[0], echoChildArg}}
 	}
-	if cs.Child.TermAfter == 0 {
-		cs.Child = child.Options{TermAfter: time.Second, KillAfter: time.Second}
+	if c, ok := cs.Dial.(*upstream.Command); ok && c.Options.TermAfter == 0 {
+		c.Options = child.Options{TermAfter: time.Second, KillAfter: time.Second}
 	}
 	sc := &httpx.Sidecar{Children: cs, CheckHost: true, CancelGrace: 50 * time.Millisecond, Logger: zap.NewNop()}
 	for _, f := range tune {

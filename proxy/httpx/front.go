@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // The sidecar's front keeps every client session in a sessionTable, one per
@@ -29,18 +30,14 @@ import (
 // by the session's tracker on the way; or sessions of lines, each with a
 // server of its own (a stdio child, an HTTP+SSE upstream's session), whose
 // cancels the stdio relay decides. Old clients' sessions are always of
-// lines: their backend comes from dialLines.
+// lines: their server comes from lineServers.
 type target interface {
 	post(ctx *fasthttp.RequestCtx)
 	get(ctx *fasthttp.RequestCtx)
 	delete(ctx *fasthttp.RequestCtx)
-	// dialLines starts or dials the server of an old client's session,
-	// and returns it with the options of the session between them and the
-	// grace its stop allows the server.
-	dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error)
-	// lineOptions returns what dialLines returns besides the server: the
-	// session's options and the grace of its stop, without starting one.
-	lineOptions() (stdio.Options, time.Duration)
+	// lineServers says where an old client's session of lines gets its
+	// server.
+	lineServers() lineServers
 	// ready reports whether the upstream can take requests: /readyz.
 	ready() error
 }
@@ -65,19 +62,24 @@ type (
 	legacyFront struct{ s *Sidecar }
 )
 
-// dialLines dials an old client's session of the Streamable HTTP upstream
-// (Legacy.Dial, or the sidecar's upstream's).
-func (rl relay) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
-	dial := rl.s.up.Dial
-	if rl.s.Legacy.Dial != nil {
-		dial = rl.s.Legacy.Dial
-	}
-	back, err := dial(log)
-	sopts, grace := rl.lineOptions()
-	return back, sopts, grace, err
+// lineServers is where a session of lines gets its server: the Dialer,
+// the options of the session between them, and the grace its stop allows
+// the server.
+type lineServers struct {
+	dial  upstream.Dialer
+	opts  stdio.Options
+	grace time.Duration
 }
 
-func (rl relay) lineOptions() (stdio.Options, time.Duration) { return rl.s.Legacy.Session, 0 }
+// lineServers: an old client's session of the Streamable HTTP upstream
+// (Legacy.Dial, or the sidecar's upstream's).
+func (rl relay) lineServers() lineServers {
+	d := upstream.Dialer(rl.s.up)
+	if rl.s.Legacy.Dial != nil {
+		d = rl.s.Legacy.Dial
+	}
+	return lineServers{dial: d, opts: rl.s.Legacy.Session, grace: graceOf(d)}
+}
 
 func (lu lineUpstream) post(ctx *fasthttp.RequestCtx)   { lu.childPost(ctx) }
 func (lu lineUpstream) get(ctx *fasthttp.RequestCtx)    { lu.childGet(ctx) }
@@ -86,7 +88,7 @@ func (lu lineUpstream) delete(ctx *fasthttp.RequestCtx) { lu.childDelete(ctx) }
 // ready: a stdio server starts on demand; an HTTP+SSE upstream must accept
 // connections.
 func (lu lineUpstream) ready() error {
-	if lu.s.Children.dial == nil {
+	if lu.s.Children.runsCommand() {
 		return nil
 	}
 	return reachable(lu.s.up.URL)
@@ -107,17 +109,9 @@ func reachable(u *url.URL) error {
 	return c.Close()
 }
 
-func (lu lineUpstream) dialLines(log *zap.Logger) (Backend, stdio.Options, time.Duration, error) {
+func (lu lineUpstream) lineServers() lineServers {
 	cs := lu.s.Children
-	copts := cs.Child
-	copts.Logger = log
-	back, err := cs.backend(copts)
-	sopts, grace := lu.lineOptions()
-	return back, sopts, grace, err
-}
-
-func (lu lineUpstream) lineOptions() (stdio.Options, time.Duration) {
-	return lu.s.Children.Session, lu.s.Children.Child.TermAfter
+	return lineServers{dial: cs.dial, opts: cs.Session, grace: cs.grace()}
 }
 
 // table is what the sidecar does with each of its session tables.

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestSweepRunsUntilCleanup: the sidecar's one sweep runs every quarter of
@@ -17,7 +18,7 @@ import (
 func TestSweepRunsUntilCleanup(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(0, 0))
-	s := &Sidecar{Children: &Children{Argv: []string{"true"}}, Legacy: &Legacy{}, SessionIdle: time.Hour, Clock: clk}
+	s := &Sidecar{Children: &Children{Dial: &upstream.Command{Argv: []string{"true"}}}, Legacy: &Legacy{}, SessionIdle: time.Hour, Clock: clk}
 	if err := s.Provision(); err != nil {
 		t.Fatal(err)
 	}

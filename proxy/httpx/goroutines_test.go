@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // proxyGoroutines counts the goroutines the proxy's packages started, by
@@ -68,8 +69,8 @@ func TestLineSessionGoroutines(t *testing.T) {
 		cs   *httpx.Children
 		want int
 	}{
-		{"in-process server", &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil }}, 2},
-		{"stdio server", &httpx.Children{Argv: []string{self, echoChildArg}}, 3},
+		{"in-process server", &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil })}, 2},
+		{"stdio server", &httpx.Children{Dial: &upstream.Command{Argv: []string{self, echoChildArg}}}, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			client, req := benchFront(t, &httpx.Sidecar{Logger: zap.NewNop(), Children: c.cs})

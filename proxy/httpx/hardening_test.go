@@ -24,6 +24,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // renamedHeaders makes a real server send its response header names as
@@ -335,7 +336,7 @@ var deafServer = []string{"sh", "-c", `read l; printf '%s\n' '{"jsonrpc":"2.0","
 func TestChildThatStopsReadingIsStopped(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 60*time.Second)
-	cs := &httpx.Children{Argv: deafServer, Child: child.Options{TermAfter: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}}
+	cs := &httpx.Children{Dial: &upstream.Command{Argv: deafServer, Options: child.Options{TermAfter: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}}}
 	c := &childClient{t: t, url: childSidecar(t, cs)}
 	c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	// Messages bigger than the outbox holds (it takes one whole while

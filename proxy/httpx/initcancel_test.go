@@ -25,7 +25,7 @@ func TestInitializeCancelIsDroppedOnAStdioServer(t *testing.T) {
 	watchdog(t, 30*time.Second)
 	script := `read init; read next; printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"sh","version":"1"}}}'; cat > /dev/null`
 	// No grace after a cancel: a stream the cancel ended would end at once.
-	url := childSidecar(t, &httpx.Children{Argv: []string{"sh", "-c", script}}, func(sc *httpx.Sidecar) { sc.CancelGrace = time.Nanosecond })
+	url := childSidecar(t, &httpx.Children{Dial: &upstream.Command{Argv: []string{"sh", "-c", script}}}, func(sc *httpx.Sidecar) { sc.CancelGrace = time.Nanosecond })
 	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -68,7 +68,7 @@ func TestUpstreamGoneBeforeTheFirstAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{Dial: up.Dial})}
+	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{Dial: up})}
 	code, body := c.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
 	if !strings.Contains(body, `"code":-32000`) {
 		t.Errorf("the first initialize: %d %q, want the proxy's -32000", code, body)

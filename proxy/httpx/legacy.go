@@ -44,11 +44,11 @@ type Legacy struct {
 	// MessagePath is the path messages are POSTed to, with ?sessionId=.
 	// If empty, DefaultLegacyMessagePath.
 	MessagePath string
-	// Dial, if set, reaches the upstream for a session when the sidecar
+	// Dial, if set, reaches the server of a session when the sidecar
 	// relays a Streamable HTTP upstream, in place of a session of the
-	// sidecar's Upstream (a test's backends); with a stdio server or an
-	// HTTP+SSE upstream, Children's servers are used.
-	Dial func(log *zap.Logger) (Backend, error)
+	// sidecar's Upstream (a test's servers); with Children, theirs are
+	// used.
+	Dial upstream.Dialer
 	// Session configures the sessions of a Streamable HTTP upstream.
 	Session stdio.Options
 	// (How many sessions at once is the Sidecar's MaxSessions.)
@@ -133,13 +133,14 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	// The server starts (or is dialled) at the client's first POST: a
 	// stream that never POSTs costs no process.
 	back := newLazyBackend(func() (Backend, error) {
-		b, _, _, err := up.dialLines(log)
+		b, err := up.lineServers().dial.Dial(log)
 		if err != nil {
 			log.Error("cannot start the server", zap.Error(err))
 		}
 		return b, err
 	})
-	sopts, grace := up.lineOptions()
+	servers := up.lineServers()
+	sopts, grace := servers.opts, servers.grace
 	// An old client's one event stream carries every answer, as a stdio
 	// client's pipe does: the session keeps a cancel the policy defers
 	// (reissue: join) as the bridge does, and reads the server's answer on.

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
@@ -46,7 +45,7 @@ func autoSidecar(t *testing.T, sse bool, opts *mcp.StreamableHTTPOptions, log *z
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(u.release) })
-	cs := &httpx.Children{Child: child.Options{TermAfter: time.Second}} // sessions of the upstream, if HTTP+SSE
+	cs := &httpx.Children{} // sessions of the upstream, if HTTP+SSE
 	sc := &httpx.Sidecar{Upstream: srv.URL, UpstreamTransport: httpx.TransportAuto, Logger: log, Children: cs, Legacy: &httpx.Legacy{}}
 	for _, f := range tune {
 		f(sc)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestListenTornDownEndsItsStream: a stdio server ends a client's
@@ -20,7 +21,7 @@ func TestListenTornDownEndsItsStream(t *testing.T) {
 		`read initialized; read listen; ` +
 		`printf '%s\n' '{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}'; ` +
 		`printf '%s\n' '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"sub-1","reason":"done"}}'; cat > /dev/null`
-	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{Argv: []string{"sh", "-c", script}})}
+	c := &childClient{t: t, url: childSidecar(t, &httpx.Children{Dial: &upstream.Command{Argv: []string{"sh", "-c", script}}})}
 	c.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`)
 	c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	ended := make(chan string, 1)

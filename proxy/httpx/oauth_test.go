@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // protectedUpstream is an MCP server that wants a bearer token (MCP
@@ -129,7 +130,7 @@ func TestResourceMetadataEdges(t *testing.T) {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
 		}
 	}
-	stdio := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Children: &httpx.Children{Argv: []string{"true"}}}), "/mcp")
+	stdio := strings.TrimSuffix(serveSidecar(t, &httpx.Sidecar{Children: &httpx.Children{Dial: &upstream.Command{Argv: []string{"true"}}}}), "/mcp")
 	resp, err := testClient.Get(stdio + "/.well-known/oauth-protected-resource/mcp")
 	if err != nil {
 		t.Fatal(err)

@@ -241,11 +241,9 @@ func (s *Sidecar) provisionUpstream() error {
 		Clock: s.clock, OnUpstreamError: s.OnUpstreamError}
 	s.sse = &upstream.SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: s.maxBody, OnUpstreamError: s.OnUpstreamError}
 	if cs := s.Children; cs != nil {
-		switch {
-		case cs.Dial != nil:
-			cs.dial = cs.Dial
-		case len(cs.Argv) == 0:
-			cs.dial = s.sse.Dial
+		cs.dial = cs.Dial
+		if cs.dial == nil {
+			cs.dial = s.sse
 		}
 	}
 	return nil
@@ -256,9 +254,9 @@ func (s *Sidecar) Validate() error {
 	var errs []error
 	u, err := url.Parse(s.Upstream)
 	switch {
-	case s.Children != nil && len(s.Children.Argv) == 0 && s.Children.Dial == nil && s.Upstream == "":
+	case s.Children != nil && s.Children.Dial == nil && s.Upstream == "":
 		errs = append(errs, errors.New("no server command for the children, and no upstream"))
-	case (s.Children == nil || len(s.Children.Argv) == 0 && s.Children.Dial == nil) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
+	case (s.Children == nil || s.Children.Dial == nil) && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == ""):
 		errs = append(errs, fmt.Errorf("upstream %q is not an http(s) URL", s.Upstream))
 	}
 	switch s.UpstreamTransport {

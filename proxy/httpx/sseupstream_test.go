@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	feed "github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -51,7 +50,7 @@ func sseUpstreamWith(t *testing.T, wrap func(http.Handler) http.Handler, sc *htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := &httpx.Children{Dial: up.Dial, Child: child.Options{TermAfter: time.Second}}
+	cs := &httpx.Children{Dial: up}
 	if sc == nil {
 		sc = &httpx.Sidecar{}
 	}

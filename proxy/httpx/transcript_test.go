@@ -116,7 +116,7 @@ func (r *replay) sidecar(kind string) *httpx.Sidecar {
 		}
 	case "stdio":
 		b := r.scriptedStdio()
-		cs = &httpx.Children{Dial: func(*zap.Logger) (httpx.Backend, error) { return b, nil }}
+		cs = &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return b, nil })}
 	case "sse":
 		cs = &httpx.Children{} // sessions of the HTTP+SSE upstream
 		sc.Upstream, sc.UpstreamTransport = r.scriptedSSE(), httpx.TransportSSE

@@ -19,7 +19,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/owned"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -51,7 +50,7 @@ func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals
 	sopts.OnClientClosed = func() { go back.Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
 	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts),
-		Log: log, done: make(chan struct{}), grace: cmp.Or(grace, child.DefaultTermAfter)}
+		Log: log, done: make(chan struct{}), grace: cmp.Or(grace, upstream.DefaultGrace)}
 }
 
 // Start runs the session on a goroutine of its own (the one that reads the
