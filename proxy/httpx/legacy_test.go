@@ -2,7 +2,6 @@ package httpx_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // legacyFront serves the sidecar, with its legacy endpoints, in front of
@@ -185,44 +183,4 @@ func (c *legacyClient) post(msg string) {
 	if resp.StatusCode != http.StatusAccepted {
 		c.t.Fatalf("POST %s: HTTP %d", msg, resp.StatusCode)
 	}
-}
-
-// TestOrderKeptThroughTheLegacyFront: an old HTTP+SSE client in front of a
-// Streamable HTTP server (its session a Conn of the sidecar's) that POSTs
-// a call, then, once the server has it, its cancel and a new call reusing
-// the id, round after round: the server reads every cancel after the call
-// it names and before the call that reuses its id, never two calls in
-// flight under one id; the client gets the answer of every call it did
-// not cancel, and nothing of the ones it did (TestOrderKeptThroughTheBridge
-// on the bridge).
-func TestOrderKeptThroughTheLegacyFront(t *testing.T) {
-	t.Parallel()
-	watchdog(t, 30*time.Second)
-	srv := upstreamtest.NewOrderServer()
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	sc := &httpx.Sidecar{Upstream: hs.URL + "/mcp", Logger: zaptest.NewLogger(t), Legacy: &httpx.Legacy{}}
-	base := strings.TrimSuffix(serveSidecar(t, sc), "/mcp")
-	c := openLegacyClient(t, base)
-	c.post(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
-	if m := <-c.msgs; m["id"] != "init" {
-		t.Fatalf("initialize: %v", m)
-	}
-	c.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	const rounds = 20
-	for r := range rounds {
-		id := r % 2
-		c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"hold":true}}}`, id))
-		<-srv.Held // the server has it: its cancel is one to carry, not a withdrawal
-		c.post(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id))
-		c.post(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, id))
-		if m := <-c.msgs; m["id"] != float64(id) || m["result"] == nil {
-			t.Fatalf("round %d: the client got %v, want the answer of the call that reused id %d", r, m, id)
-		}
-	}
-	c.post(`{"jsonrpc":"2.0","id":"last","method":"ping"}`)
-	if m := <-c.msgs; m["id"] != "last" {
-		t.Fatalf("the client got %v before the ping's answer, want nothing more", m)
-	}
-	srv.Check(t, rounds)
 }

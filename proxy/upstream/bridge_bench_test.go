@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // BenchmarkBridgeCall: one tools/call at a time through the bridge (a
@@ -34,7 +35,7 @@ func BenchmarkBridgeCall(b *testing.B) {
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Shutdown() }) // after the bridge has ended (cleanups run last first)
 	u, _ := url.Parse("http://" + ln.Addr().String() + "/mcp")
-	toBridge, lines := bridged(b, u, zap.NewNop())
+	toBridge, lines := bridged(b, &upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}, zap.NewNop())
 	ask := func(msg []byte) {
 		if _, err := toBridge.Write(msg); err != nil {
 			b.Fatal(err)

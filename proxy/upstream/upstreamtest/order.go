@@ -3,6 +3,7 @@
 package upstreamtest
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,11 +14,13 @@ import (
 	"time"
 )
 
-// OrderServer is a Streamable HTTP server with a session that logs every
-// POST in the order it read them, for a test of the order frames reach a
-// server in. A tools/call whose arguments say hold gets its stream's
-// headers at once and ends it without an answer when its cancel comes
-// (Held tells of its arrival); any other request is answered at once.
+// OrderServer is an MCP server with one session that logs every message
+// in the order it read them, for a test of the order frames reach a server
+// in, over any transport: Streamable HTTP (ServeHTTP), HTTP+SSE (SSE),
+// stdio (ServeLines). A tools/call whose arguments say hold is never
+// answered (over Streamable HTTP its stream's headers come at once, and
+// it ends at the call's cancel); Held tells of its arrival. Any other
+// request is answered at once.
 type OrderServer struct {
 	// Held is told of each held call the server reads; Cancelled of each
 	// cancel (of up to 1024 unread).
@@ -44,15 +47,11 @@ type orderMsg struct {
 	} `json:"params"`
 }
 
-func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var m orderMsg
-	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&m) != nil {
-		w.WriteHeader(http.StatusMethodNotAllowed) // no GET stream
-		return
-	}
+// take logs m, and returns the channel closed at its cancel if m is a
+// held call.
+func (s *OrderServer) take(m orderMsg) (held chan struct{}) {
 	s.mu.Lock()
 	s.got = append(s.got, m)
-	var held chan struct{}
 	switch {
 	case m.Method == "tools/call" && m.Params.Arguments.Hold:
 		held = make(chan struct{})
@@ -70,11 +69,31 @@ func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.Method == "notifications/cancelled" {
 		s.Cancelled <- struct{}{}
 	}
-	w.Header().Set("Mcp-Session-Id", "s1")
+	return held
+}
+
+// answerOf returns m's answer: none for a notification or a held call.
+func answerOf(m orderMsg, held bool) []byte {
 	switch {
 	case m.Method == "initialize":
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"order","version":"1"}}}`)
+		return []byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"order","version":"1"}}}`)
+	case held || m.ID == nil:
+		return nil
+	}
+	return []byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{}}`)
+}
+
+// ServeHTTP serves the Streamable HTTP transport: a held call's stream
+// ends, unanswered, at its cancel.
+func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var m orderMsg
+	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&m) != nil {
+		w.WriteHeader(http.StatusMethodNotAllowed) // no GET stream
+		return
+	}
+	held := s.take(m)
+	w.Header().Set("Mcp-Session-Id", "s1")
+	switch answer := answerOf(m, held != nil); {
 	case held != nil:
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
@@ -84,11 +103,70 @@ func (s *OrderServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-time.After(30 * time.Second): // bounds the test: it fails
 		}
-	case m.ID != nil:
+	case answer != nil:
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(m.ID)+`,"result":{}}`)
+		w.Write(answer)
 	default:
 		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// SSE returns the server as an HTTP+SSE (2024-11-05) server: GET opens a
+// session's event stream, whose endpoint event names where its messages
+// are POSTed; each is taken with 202, and its answer goes on the stream (a
+// held call gets none). One session at a time.
+func (s *OrderServer) SSE() http.Handler {
+	var mu sync.Mutex
+	var events chan []byte // the open session's
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
+		ch := make(chan []byte, 1024)
+		mu.Lock()
+		events = ch
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: endpoint\ndata: /message?sessionId=s1\n\n")
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case m := <-ch:
+				fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
+		var m orderMsg
+		if json.NewDecoder(r.Body).Decode(&m) != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		held := s.take(m)
+		w.WriteHeader(http.StatusAccepted)
+		if answer := answerOf(m, held != nil); answer != nil {
+			mu.Lock()
+			events <- answer
+			mu.Unlock()
+		}
+	})
+	return mux
+}
+
+// ServeLines serves the stdio transport on in and out until in ends: each
+// line is a message, each answer a line (a held call gets none).
+func (s *OrderServer) ServeLines(in io.Reader, out io.Writer) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		var m orderMsg
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		held := s.take(m)
+		if answer := answerOf(m, held != nil); answer != nil {
+			out.Write(append(answer, '\n'))
+		}
 	}
 }
 
@@ -142,4 +220,75 @@ func (s *OrderServer) Check(t *testing.T, cancels int) {
 		}
 		t.Log("the server read:\n" + b.String())
 	}
+}
+
+// OrderClient is the client of an order test, on any front of the proxy.
+type OrderClient interface {
+	// Send sends msgs, in order, in one burst where the transport can (a
+	// write of several lines); it does not wait for their answers.
+	Send(t *testing.T, msgs ...string)
+	// Next returns the next message the client got.
+	Next(t *testing.T) map[string]any
+}
+
+// Run drives c through the server's order test: an initialize, then,
+// round after round, a held call and, once the server has it, its cancel
+// and a new call reusing its id in one burst. The client must get the
+// answer of every call it did not cancel, and nothing of the ones it did;
+// the server must read every cancel after the call it names and before
+// the call that reuses its id (Check).
+func (s *OrderServer) Run(t *testing.T, c OrderClient, rounds int) {
+	t.Helper()
+	c.Send(t, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if m := c.Next(t); m["id"] != "init" {
+		t.Fatalf("initialize: the client got %v", m)
+	}
+	c.Send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for r := range rounds {
+		id := r % 2
+		c.Send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{"hold":true}}}`, id))
+		select {
+		case <-s.Held: // the server has it: its cancel is one to carry, not a withdrawal
+		case <-time.After(10 * time.Second): // bounds the test: it fails
+			t.Fatalf("round %d: the server never got the held call", r)
+		}
+		c.Send(t, fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id),
+			fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"t","arguments":{}}}`, id))
+		if m := c.Next(t); m["id"] != float64(id) || m["result"] == nil {
+			t.Fatalf("round %d: the client got %v, want the answer of the call that reused id %d", r, m, id)
+		}
+	}
+	c.Send(t, `{"jsonrpc":"2.0","id":"last","method":"ping"}`)
+	if m := c.Next(t); m["id"] != "last" {
+		t.Fatalf("the client got %v before the ping's answer, want nothing more", m)
+	}
+	s.Check(t, rounds)
+}
+
+// LineClient is an OrderClient that writes lines to W and reads lines
+// from R: a client of the wrapper or the bridge.
+type LineClient struct {
+	W io.Writer
+	R *bufio.Reader
+}
+
+// Send implements OrderClient: msgs go in one write.
+func (c LineClient) Send(t *testing.T, msgs ...string) {
+	if _, err := io.WriteString(c.W, strings.Join(msgs, "\n")+"\n"); err != nil {
+		t.Fatalf("the proxy's input: %v", err)
+	}
+}
+
+// Next implements OrderClient.
+func (c LineClient) Next(t *testing.T) map[string]any {
+	t.Helper()
+	line, err := c.R.ReadString('\n')
+	if err != nil {
+		t.Fatalf("the proxy's output ended: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("the proxy wrote %q: %v", line, err)
+	}
+	return m
 }
