@@ -57,6 +57,9 @@ type fakeTransport struct {
 	// ownSent, if set, runs as SendOwn sends each request of the
 	// governor's own, before it returns: a server that answers at once.
 	ownSent func(*proxy.Call)
+	// ownCancelled, if set, runs as CancelOwn returns: what the client does
+	// while the governor cancels a request of its own.
+	ownCancelled func(*proxy.Call)
 }
 
 func newTransport(t *testing.T, e *Engine) *fakeTransport { return transportOf(t, e, "s1", nil) }
@@ -100,6 +103,11 @@ func (ft *fakeTransport) CancelOwn(c *proxy.Call, source proxy.Source, reason st
 		ft.tr.WithdrawOwn(c) // its POST is cut before a byte of it went, as the HTTP front's is
 	}
 	ft.acts <- action{kind: "cancel-own", call: c, cancel: cancel, source: source, reason: reason}
+	if f := ft.ownCancelled; f != nil {
+		ft.mu.Unlock() // the client's message takes the lock
+		f(c)
+		ft.mu.Lock()
+	}
 }
 
 func (ft *fakeTransport) Serve(c *proxy.Call, reply []byte) bool {

@@ -62,7 +62,11 @@ type hosted struct {
 	// (under task_after, a call answered sooner gets its plain answer, and
 	// no task ever shows).
 	v2, served bool
-	after      Timer
+	// expired: its ttl passed; it is being cancelled and forgotten, and a
+	// tasks/* request naming it is answered as for an unknown task
+	// (listedLocked) from that moment, not from the moment it is gone.
+	expired bool
+	after   Timer
 	// several: the task's call came without a session, which several
 	// clients share; principal, the digest of its credential. Only a
 	// request of the same principal sees the task.
@@ -491,11 +495,21 @@ func (g *governor) hostedDeadline(h *hosted, gen int) {
 func (g *governor) taskExpired(h *hosted) {
 	g.mu.Lock()
 	working := !h.terminal() && !g.closed
+	h.expired = true
 	g.mu.Unlock()
 	if working {
 		g.cancelHosted(h, proxy.SourceTaskTTL, fmt.Sprintf("the task's ttl of %v passed", h.ttl))
 	}
 	g.forgetHosted(h)
+}
+
+// listedLocked returns the task named id, if the client may still ask
+// about it: nil for one unknown, or one whose ttl passed.
+func (g *governor) listedLocked(id string) *hosted {
+	if h := g.tasks[id]; h != nil && !h.expired {
+		return h
+	}
+	return nil
 }
 
 // forgetHosted drops h: a tasks/* naming it is answered as for an

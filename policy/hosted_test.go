@@ -305,6 +305,35 @@ func TestHostedTaskTTLRunsTheTimeoutHook(t *testing.T) {
 	}
 }
 
+// TestHostedTaskUnknownOnceItsTTLPassed: a tasks/get that comes while the
+// proxy cancels a task whose ttl passed is answered as for an unknown
+// task, as every later one is (before, it got the task's cancelled view
+// until the task was forgotten, a moment after its cancel went upstream:
+// the transcript task-hosted-ttl-ends-the-task failed under -cpu 4).
+func TestHostedTaskUnknownOnceItsTTLPassed(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "report", Task: "host", TaskTTL: dur(time.Minute)}}
+	e, clk, _ := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	hostedCall(t, ft, 1, "report")
+	ft.ownCancelled = func(*proxy.Call) {
+		ft.ownCancelled = nil
+		ft.client(taskRequest(2, "tasks/get", "t1"))
+	}
+	clk.Advance(time.Minute)
+	if c := ft.next(); c.kind != "cancel-own" || c.source != proxy.SourceTaskTTL {
+		t.Fatalf("%s from %s", c.kind, c.source)
+	}
+	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("tasks/get as the ttl's cancel goes: %v, want -32602 (unknown task)", e)
+	}
+	ft.client(taskRequest(3, "tasks/list", ""))
+	if tasks, _ := serve(t, ft)["result"].(map[string]any)["tasks"].([]any); len(tasks) != 0 {
+		t.Errorf("tasks/list after the ttl: %v, want none", tasks)
+	}
+}
+
 // FuzzWithoutTask: any params give the server's params, without task and
 // without the tasks extension, or nothing; never a panic.
 func FuzzWithoutTask(f *testing.F) {

@@ -186,7 +186,9 @@ func (g *governor) listTasksLocked(c *proxy.Call) (proxy.Admission, bool) {
 	}
 	views := []taskView{}
 	for _, h := range g.tasks {
-		views = append(views, h.view())
+		if !h.expired {
+			views = append(views, h.view())
+		}
 	}
 	sortViews(views)
 	b, _ := json.Marshal(struct {
@@ -205,7 +207,7 @@ func (g *governor) serveSoon(c *proxy.Call, reply []byte) {
 // serveTasks1Locked serves a 2025-11-25 tasks/get, tasks/result or
 // tasks/cancel of task id, if the proxy hosts it.
 func (g *governor) serveTasks1Locked(c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
-	h := g.tasks[id]
+	h := g.listedLocked(id)
 	if h == nil {
 		if g.serverTasks {
 			return proxy.Admission{}, false // the server's task, or none: the server says
@@ -274,7 +276,7 @@ func (g *governor) serveFor(via *governor, c *proxy.Call, m *framing.Message, id
 // server may know better (it runs tasks itself) go to it. The answer goes
 // on via's request (g's own, or another request's without a session).
 func (g *governor) serveTasks2Locked(via *governor, c *proxy.Call, m *framing.Message, id string) (proxy.Admission, bool) {
-	h := g.tasks[id]
+	h := g.listedLocked(id)
 	if h != nil && h.several {
 		if principal, _ := via.act.Principal(c); principal != h.principal {
 			h = nil // another client's: as if unknown
