@@ -217,8 +217,17 @@ func (g *governor) serveTasks1Locked(c *proxy.Call, m *framing.Message, id strin
 	}
 	switch m.Method {
 	case "tasks/get":
-		b, _ := json.Marshal(h.view())
-		g.serveSoon(c, answerWith(c.ID(), b))
+		// The task as it is when the answer goes, after what the queue
+		// holds before it: a call being sent, with what its server asked
+		// meanwhile (before, a tasks/get then said working where the task
+		// was input_required: TestHostedTaskAsksBeforeItsCallIsKnown failed
+		// under -cpu 4).
+		g.work.post(func() {
+			g.mu.Lock()
+			b, _ := json.Marshal(h.view())
+			g.mu.Unlock()
+			g.act.Serve(c, answerWith(c.ID(), b))
+		})
 	case "tasks/result":
 		if !h.terminal() {
 			h.waiting = append(h.waiting, c)
