@@ -222,12 +222,16 @@ func (g *governor) host(c *proxy.Call, m *framing.Message) (proxy.Admission, boo
 		if after == 0 && !g.giveTask(h) {
 			return // the client cancelled its call as it was hosted: it never goes
 		}
-		g.sendHosted(h, params)
 		if after > 0 {
+			// Counted from before the call goes, not from after SendOwn
+			// returned: a clock that moved meanwhile (the server had the call)
+			// delayed the task by as much (a transcript under -cpu 4 never
+			// gave it). It is given from this queue, after the send.
 			g.mu.Lock()
 			h.after = g.e.clock.AfterFunc(after, func() { g.work.post(func() { g.giveTask(h) }) })
 			g.mu.Unlock()
 		}
+		g.sendHosted(h, params)
 	})
 	return proxy.Admission{Hold: true}, true
 }

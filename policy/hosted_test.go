@@ -334,6 +334,34 @@ func TestHostedTaskUnknownOnceItsTTLPassed(t *testing.T) {
 	}
 }
 
+// TestHostedTaskAfterCountsFromTheSend: under task_after, a 2026-07-28
+// call still running when it passes gets its task, even when the clock
+// moved while the call was being sent (before, the wait began after
+// SendOwn returned, and a clock that had moved meanwhile delayed the task
+// by as much: a transcript under -cpu 4 never gave it).
+func TestHostedTaskAfterCountsFromTheSend(t *testing.T) {
+	watchdog(t, 30*time.Second)
+	p := Defaults()
+	p.Rules = []Rule{{Tool: "quick", Task: "host", TaskAfter: dur(time.Second)}}
+	e, clk, _ := hostingEngine(t, p, 0, 0)
+	ft := newTransport(t, e)
+	ft.ownSent = func(*proxy.Call) {
+		ft.ownSent = nil
+		clk.Advance(time.Second) // the server has the call as the second passes
+	}
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"quick","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}}`
+	if o := ft.client(call); !o.Hold {
+		t.Fatalf("the call was not held: %+v", o)
+	}
+	if a := ft.next(); a.kind != "own" {
+		t.Fatalf("action %s, want the call sent", a.kind)
+	}
+	if res, _ := serve(t, ft)["result"].(map[string]any); res["resultType"] != "task" {
+		t.Errorf("after task_after: %v, want the task", res)
+	}
+}
+
 // FuzzWithoutTask: any params give the server's params, without task and
 // without the tasks extension, or nothing; never a panic.
 func FuzzWithoutTask(f *testing.F) {
