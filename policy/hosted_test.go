@@ -300,9 +300,7 @@ func TestHostedTaskTTLRunsTheTimeoutHook(t *testing.T) {
 		t.Errorf("audit: %+v", r)
 	}
 	ft.client(taskRequest(2, "tasks/get", "t1"))
-	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
-		t.Errorf("tasks/get after the ttl: %v", e)
-	}
+	wantUnknownTask(t, ft, "after the ttl")
 }
 
 // TestHostedTaskUnknownOnceItsTTLPassed: a tasks/get that comes while the
@@ -311,11 +309,7 @@ func TestHostedTaskTTLRunsTheTimeoutHook(t *testing.T) {
 // until the task was forgotten, a moment after its cancel went upstream:
 // the transcript task-hosted-ttl-ends-the-task failed under -cpu 4).
 func TestHostedTaskUnknownOnceItsTTLPassed(t *testing.T) {
-	watchdog(t, 30*time.Second)
-	p := Defaults()
-	p.Rules = []Rule{{Tool: "report", Task: "host", TaskTTL: dur(time.Minute)}}
-	e, clk, _ := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
+	ft, clk := hostingSession(t, Rule{Tool: "report", Task: "host", TaskTTL: dur(time.Minute)})
 	hostedCall(t, ft, 1, "report")
 	ft.ownCancelled = func(*proxy.Call) {
 		ft.ownCancelled = nil
@@ -325,9 +319,7 @@ func TestHostedTaskUnknownOnceItsTTLPassed(t *testing.T) {
 	if c := ft.next(); c.kind != "cancel-own" || c.source != proxy.SourceTaskTTL {
 		t.Fatalf("%s from %s", c.kind, c.source)
 	}
-	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
-		t.Errorf("tasks/get as the ttl's cancel goes: %v, want -32602 (unknown task)", e)
-	}
+	wantUnknownTask(t, ft, "as the ttl's cancel goes")
 	ft.client(taskRequest(3, "tasks/list", ""))
 	if tasks, _ := serve(t, ft)["result"].(map[string]any)["tasks"].([]any); len(tasks) != 0 {
 		t.Errorf("tasks/list after the ttl: %v, want none", tasks)
@@ -340,11 +332,7 @@ func TestHostedTaskUnknownOnceItsTTLPassed(t *testing.T) {
 // SendOwn returned, and a clock that had moved meanwhile delayed the task
 // by as much: a transcript under -cpu 4 never gave it).
 func TestHostedTaskAfterCountsFromTheSend(t *testing.T) {
-	watchdog(t, 30*time.Second)
-	p := Defaults()
-	p.Rules = []Rule{{Tool: "quick", Task: "host", TaskAfter: dur(time.Second)}}
-	e, clk, _ := hostingEngine(t, p, 0, 0)
-	ft := newTransport(t, e)
+	ft, clk := hostingSession(t, Rule{Tool: "quick", Task: "host", TaskAfter: dur(time.Second)})
 	ft.ownSent = func(*proxy.Call) {
 		ft.ownSent = nil
 		clk.Advance(time.Second) // the server has the call as the second passes
@@ -406,11 +394,27 @@ const elicitation = `{"jsonrpc":"2.0","id":"ask","method":"elicitation/create","
 // reportHosted is a session whose governor hosts a task for each call of
 // the tool report.
 func reportHosted(t *testing.T) *fakeTransport {
+	ft, _ := hostingSession(t, Rule{Tool: "report", Task: "host"})
+	return ft
+}
+
+// hostingSession is a session under one rule, and the clock of its
+// engine.
+func hostingSession(t *testing.T, rule Rule) (*fakeTransport, *clock.Fake) {
 	watchdog(t, 30*time.Second)
 	p := Defaults()
-	p.Rules = []Rule{{Tool: "report", Task: "host"}}
-	e, _, _ := hostingEngine(t, p, 0, 0)
-	return newTransport(t, e)
+	p.Rules = []Rule{rule}
+	e, clk, _ := hostingEngine(t, p, 0, 0)
+	return newTransport(t, e), clk
+}
+
+// wantUnknownTask wants the next action to serve the error of an unknown
+// task (-32602); when says when the request came.
+func wantUnknownTask(t *testing.T, ft *fakeTransport, when string) {
+	t.Helper()
+	if e, _ := serve(t, ft)["error"].(map[string]any); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("a tasks/* request %s: %v, want -32602 (unknown task)", when, e)
+	}
 }
 
 // wantInputRequired asks tasks/get (as request id) of task t1, and wants it
