@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -266,7 +268,7 @@ func (g *governor) rearmLocked(t *Timer, gen *int, at time.Time, f func(gen int)
 	}
 	*gen++
 	n := *gen
-	*t = g.e.clock.AfterFunc(at.Sub(g.e.clock.Now()), func() { g.work.post(func() { f(n) }) })
+	*t = clock.At(g.e.clock, at, func() { g.work.post(func() { f(n) }) })
 }
 
 // progress is told of progress from the server for a call in flight.

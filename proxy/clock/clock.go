@@ -31,6 +31,19 @@ func (real) Now() time.Time { return time.Now() }
 
 func (real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
+// At calls f in its own goroutine at t on c, at once if t has passed:
+// AfterFunc of the time from now to t, but with the time read once, by the
+// clock, so that a fake clock moved in between (Advance) neither skips it
+// nor delays it past t.
+func At(c Clock, t time.Time, f func()) Timer {
+	if a, ok := c.(interface {
+		afterFuncAt(time.Time, func()) Timer
+	}); ok {
+		return a.afterFuncAt(t, f)
+	}
+	return c.AfterFunc(t.Sub(c.Now()), f)
+}
+
 // Or returns c, or Real when c is nil.
 func Or(c Clock) Clock {
 	if c == nil {
@@ -42,10 +55,11 @@ func Or(c Clock) Clock {
 // Fake is a Clock for tests: it moves only in Advance, which runs the
 // functions that fall due, in order, on the caller's goroutine.
 type Fake struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-	armed  chan struct{} // closed and replaced when a timer is set
+	mu        sync.Mutex
+	now       time.Time
+	timers    []*fakeTimer
+	armed     chan struct{} // closed and replaced when a timer is set
+	advancing bool          // an Advance runs: it fires what falls due, a timer set meanwhile too
 }
 
 type fakeTimer struct {
@@ -72,7 +86,25 @@ func (c *Fake) Now() time.Time {
 func (c *Fake) AfterFunc(d time.Duration, f func()) Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
+	return c.setLocked(c.now.Add(d), f)
+}
+
+// afterFuncAt is At's: f runs at at, in the Advance that reaches it; a
+// time already reached while no Advance runs fires at once, in a goroutine
+// of its own, as the real clock's would.
+func (c *Fake) afterFuncAt(at time.Time, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !at.After(c.now) && !c.advancing {
+		go f()
+		return &fakeTimer{c: c, at: at, stopped: true}
+	}
+	return c.setLocked(at, f)
+}
+
+// setLocked sets a timer for f at at.
+func (c *Fake) setLocked(at time.Time, f func()) Timer {
+	t := &fakeTimer{c: c, at: at, f: f}
 	c.timers = append(c.timers, t)
 	close(c.armed)
 	c.armed = make(chan struct{})
@@ -112,6 +144,7 @@ func (c *Fake) Armed() <-chan struct{} {
 // Advance moves the clock by d, running every function that falls due.
 func (c *Fake) Advance(d time.Duration) {
 	c.mu.Lock()
+	c.advancing = true
 	end := c.now.Add(d)
 	for {
 		sort.SliceStable(c.timers, func(i, j int) bool { return c.timers[i].at.Before(c.timers[j].at) })
@@ -126,12 +159,15 @@ func (c *Fake) Advance(d time.Duration) {
 			break
 		}
 		due.stopped = true
-		c.now = due.at
+		if due.at.After(c.now) { // a timer set meanwhile for a time already reached: never backwards
+			c.now = due.at
+		}
 		c.mu.Unlock()
 		due.f()
 		c.mu.Lock()
 	}
 	c.timers = slices.DeleteFunc(c.timers, func(t *fakeTimer) bool { return t.stopped })
 	c.now = end
+	c.advancing = false
 	c.mu.Unlock()
 }

@@ -49,3 +49,32 @@ func TestFake(t *testing.T) {
 		t.Error("Or")
 	}
 }
+
+// TestAtAPassedTime: a function set for a time the fake clock has passed
+// (its Advance done) runs at once, as the real clock's would; with
+// AfterFunc of the time left, read before an Advance the caller did not
+// see, it waited for the next Advance, which a test that had advanced past
+// it never made (the transcript client-timeout-restarts-for-a-join lost
+// its cancel under -cpu 4). One set during an Advance, for a time it has
+// reached, runs in that Advance, and the clock never goes back.
+func TestAtAPassedTime(t *testing.T) {
+	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	c.Advance(10 * time.Second)
+	fired := make(chan struct{})
+	clock.At(c, start.Add(5*time.Second), func() { close(fired) })
+	select {
+	case <-fired:
+	case <-time.After(10 * time.Second): // bounds the test: it fails
+		t.Fatal("a function set for a passed time never ran")
+	}
+	var inAdvance []time.Time
+	clock.At(c, start.Add(11*time.Second), func() {
+		inAdvance = append(inAdvance, c.Now())
+		clock.At(c, start.Add(11*time.Second-time.Millisecond), func() { inAdvance = append(inAdvance, c.Now()) })
+	})
+	c.Advance(2 * time.Second)
+	if len(inAdvance) != 2 || !inAdvance[1].Equal(start.Add(11*time.Second)) || !c.Now().Equal(start.Add(12*time.Second)) {
+		t.Errorf("ran at %v, clock at %v; want twice at +11s, the clock at +12s", inAdvance, c.Now())
+	}
+}
