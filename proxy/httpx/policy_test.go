@@ -1,6 +1,7 @@
 package httpx_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/policy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -369,43 +372,26 @@ func TestDeadlineWhileAJSONAnswerIsRead(t *testing.T) {
 	}
 }
 
-// TestDeadlinesRacingAnswers: calls whose JSON or event-stream answer comes
-// about when their deadline passes (10 ms, answers after 8 to 12 ms), 16
-// clients at once: each gets exactly one answer, its result or the
-// deadline's -32001, never an empty body. Before, 8 of 2,400 JSON calls got
-// an empty body: the deadline came after the answer was read whole and
-// before it was decided, when its stream had ended and the deadline's
-// message was dropped (stream.Finish now keeps it); under -race the
-// upstream also read a POST body the client's next request was
-// overwriting. A guard, by load: it cannot time the window.
+// TestDeadlinesRacingAnswers: calls whose answer comes about when their
+// deadline passes (10 ms, answers after 8 to 12 ms), 16 clients at once:
+// each gets exactly one answer, its result or the deadline's -32001, never
+// an empty body. On the relay (a JSON or an event-stream answer) and on
+// Streamable HTTP clients' sessions of a stdio server and of an HTTP+SSE
+// server. Before, 8 of 2,400 JSON calls got an empty body: the deadline
+// came after the answer was read whole and before it was decided, when its
+// stream had ended and the deadline's message was dropped (stream.Finish
+// now keeps it); under -race the upstream also read a POST body the
+// client's next request was overwriting; and 1 event-stream call in about
+// 30,000 at -cpu 4 got an empty stream (the relay took the stream's last
+// message before Expire had set it). A guard, by load: it cannot time the
+// window.
 func TestDeadlinesRacingAnswers(t *testing.T) {
 	t.Parallel()
-	watchdog(t, 60*time.Second)
-	for _, mode := range []string{"json", "sse"} {
+	work := func() { time.Sleep(time.Duration(8000+rand.IntN(4000)) * time.Microsecond) } // the work: about the deadline
+	for _, mode := range []string{"json", "sse", "stdio", "sse-upstream"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				var m struct{ ID json.RawMessage }
-				json.Unmarshal(body, &m)
-				switch {
-				case bytes.Contains(body, []byte(`"initialize"`)):
-					answerInitialize(w, fmt.Sprint("s", rand.Int64()))
-				case bytes.Contains(body, []byte(`"tools/call"`)):
-					time.Sleep(time.Duration(8000+rand.IntN(4000)) * time.Microsecond) // the work: about the deadline
-					answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`
-					if mode == "json" {
-						w.Header().Set("Content-Type", "application/json")
-						io.WriteString(w, answer)
-					} else {
-						w.Header().Set("Content-Type", "text/event-stream")
-						io.WriteString(w, "event: message\ndata: "+answer+"\n\n")
-					}
-				default:
-					w.WriteHeader(http.StatusAccepted)
-				}
-			}))
-			t.Cleanup(srv.Close)
+			watchdog(t, 60*time.Second) // once running: not the wait for a parallel slot (-cpu 1 ran one at a time)
 			timeout := 10 * time.Millisecond
 			p := policy.Defaults()
 			p.Rules = []policy.Rule{{Tool: "job", Timeout: &timeout}}
@@ -414,8 +400,24 @@ func TestDeadlinesRacingAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(e.Shutdown)
-			url := serveSidecar(t, &httpx.Sidecar{Upstream: srv.URL, Governor: e.Governor, Logger: zap.NewNop()})
+			sc := &httpx.Sidecar{Governor: e.Governor, Logger: zap.NewNop()}
+			switch mode {
+			case "json", "sse":
+				srv := httptest.NewServer(racingStreamable(mode, work))
+				t.Cleanup(srv.Close)
+				sc.Upstream = srv.URL
+			case "stdio":
+				sc.Children = &httpx.Children{Session: stdio.Options{Governor: e.Governor("child")},
+					Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return racingLines(work), nil })}
+			case "sse-upstream":
+				srv := httptest.NewServer(racingSSE(work))
+				t.Cleanup(srv.Close)
+				sc.Upstream, sc.UpstreamTransport = srv.URL+"/sse", httpx.TransportSSE
+				sc.Children = &httpx.Children{Session: stdio.Options{Governor: e.Governor("child")}}
+			}
+			url := serveSidecar(t, sc)
 			var wg sync.WaitGroup
+			var deadlines atomic.Int64
 			for w := range 16 {
 				c := &rawClient{t: t, url: url}
 				c.initialize()
@@ -428,10 +430,133 @@ func TestDeadlinesRacingAnswers(t *testing.T) {
 						if !strings.Contains(string(b), `"id":`+id) || !strings.Contains(string(b), "-32001") && !strings.Contains(string(b), `"result"`) {
 							t.Errorf("call %s: %d %q %v, want its result or the deadline's -32001", id, resp.StatusCode, b, resp.Header)
 						}
+						if strings.Contains(string(b), "-32001") {
+							deadlines.Add(1)
+						}
 					}
 				})
 			}
 			wg.Wait()
+			if deadlines.Load() == 0 {
+				t.Error("no deadline passed in 1,600 calls: the test raced nothing")
+			}
 		})
 	}
+}
+
+// racingStreamable is a Streamable HTTP server whose tools/call answers
+// (JSON, or an event stream: mode) come after work.
+func racingStreamable(mode string, work func()) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var m struct{ ID json.RawMessage }
+		json.Unmarshal(body, &m)
+		switch {
+		case bytes.Contains(body, []byte(`"initialize"`)):
+			answerInitialize(w, fmt.Sprint("s", rand.Int64()))
+		case bytes.Contains(body, []byte(`"tools/call"`)):
+			work()
+			answer := `{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`
+			if mode == "json" {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, answer)
+			} else {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, "event: message\ndata: "+answer+"\n\n")
+			}
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})
+}
+
+// racingAnswer is the answer of a racing server to one line, after work
+// for a tools/call; nil for a notification.
+func racingAnswer(line []byte, work func()) []byte {
+	var m struct {
+		ID     json.RawMessage
+		Method string
+	}
+	if json.Unmarshal(line, &m) != nil || m.ID == nil {
+		return nil
+	}
+	if m.Method == "initialize" {
+		return []byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`)
+	}
+	if m.Method == "tools/call" {
+		work()
+	}
+	return []byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":[]}}`)
+}
+
+// racingLines is a stdio server, in process, that answers each request on
+// a goroutine of its own (a tools/call after work).
+func racingLines(work func()) httpx.Backend {
+	toR, toW := io.Pipe()
+	fromR, fromW := io.Pipe()
+	b := &linesBackend{in: fromR, out: toW, exited: make(chan struct{})}
+	go func() {
+		defer close(b.exited)
+		var mu sync.Mutex // one answer written at a time
+		var answering sync.WaitGroup
+		sc := bufio.NewScanner(toR)
+		for sc.Scan() {
+			line := bytes.Clone(sc.Bytes())
+			answering.Go(func() {
+				if a := racingAnswer(line, work); a != nil {
+					mu.Lock()
+					fromW.Write(append(a, '\n'))
+					mu.Unlock()
+				}
+			})
+		}
+		answering.Wait()
+		fromW.Close()
+	}()
+	return b
+}
+
+// racingSSE is an HTTP+SSE server that answers each message on its
+// session's event stream, a tools/call after work.
+func racingSSE(work func()) http.Handler {
+	var mu sync.Mutex
+	sessions := map[string]chan []byte{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
+		id, ch := fmt.Sprint(rand.Int64()), make(chan []byte, 256)
+		mu.Lock()
+		sessions[id] = ch
+		mu.Unlock()
+		defer func() { mu.Lock(); delete(sessions, id); mu.Unlock() }()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "event: endpoint\ndata: /message?sessionId=%s\n\n", id)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case m := <-ch:
+				fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		ch := sessions[r.URL.Query().Get("sessionId")]
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		if ch != nil {
+			go func() {
+				if a := racingAnswer(body, work); a != nil {
+					select {
+					case ch <- a:
+					case <-time.After(5 * time.Second): // its stream is gone
+					}
+				}
+			}()
+		}
+	})
+	return mux
 }
