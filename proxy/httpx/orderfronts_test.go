@@ -166,7 +166,7 @@ type linesBackend struct {
 	exited chan struct{}
 }
 
-func (b *linesBackend) Conn() stdio.Conn         { return stdio.Conn{In: b.in, Out: b.out} }
+func (b *linesBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b.out} }
 func (b *linesBackend) Exited() <-chan struct{} { return b.exited }
 func (b *linesBackend) Stop() {
 	b.out.Close()

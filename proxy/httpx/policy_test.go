@@ -27,6 +27,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // spy records the bodies of the POSTs that reach the upstream.
@@ -528,18 +529,7 @@ func racingSSE(work func()) http.Handler {
 		sessions[id] = ch
 		mu.Unlock()
 		defer func() { mu.Lock(); delete(sessions, id); mu.Unlock() }()
-		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprintf(w, "event: endpoint\ndata: /message?sessionId=%s\n\n", id)
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case m := <-ch:
-				fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
+		upstreamtest.ServeEvents(w, r, "/message?sessionId="+id, ch)
 	})
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -124,18 +124,7 @@ func (s *OrderServer) SSE() http.Handler {
 		mu.Lock()
 		events = ch
 		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "event: endpoint\ndata: /message?sessionId=s1\n\n")
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case m := <-ch:
-				fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
+		ServeEvents(w, r, "/message?sessionId=s1", ch)
 	})
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
 		var m orderMsg
@@ -152,6 +141,24 @@ func (s *OrderServer) SSE() http.Handler {
 		}
 	})
 	return mux
+}
+
+// ServeEvents serves an HTTP+SSE session's event stream on w: the
+// endpoint event naming endpoint, then each of msgs as a message event,
+// until r's client leaves.
+func ServeEvents(w http.ResponseWriter, r *http.Request, endpoint string, msgs <-chan []byte) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fmt.Fprintf(w, "event: endpoint\ndata: %s\n\n", endpoint)
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case m := <-msgs:
+			fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // ServeLines serves the stdio transport on in and out until in ends: each
