@@ -529,7 +529,7 @@ func racingSSE(work func()) http.Handler {
 		sessions[id] = ch
 		mu.Unlock()
 		defer func() { mu.Lock(); delete(sessions, id); mu.Unlock() }()
-		upstreamtest.ServeEvents(w, r, "/message?sessionId="+id, ch)
+		upstreamtest.ServeEvents(w, r, "/message?sessionId="+id, ch, nil)
 	})
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // TestSSEUpstreamWantsAuthorization: an HTTP+SSE upstream that answers
@@ -106,23 +107,12 @@ func (a *gatedAuth) Challenged(int, []string, string) (bool, error) { return fal
 func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
-	events := make(chan string, 4)
+	events := make(chan []byte, 4)
 	var mu sync.Mutex
 	var got []string
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sse", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "event: endpoint\ndata: /message\n\n")
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case ev := <-events:
-				io.WriteString(w, "event: message\ndata: "+ev+"\n\n")
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
+		upstreamtest.ServeEvents(w, r, "/message", events, nil)
 	})
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -131,7 +121,7 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusAccepted)
 		if strings.Contains(string(body), `"id":8`) {
-			events <- `{"jsonrpc":"2.0","id":8,"result":{}}`
+			events <- []byte(`{"jsonrpc":"2.0","id":8,"result":{}}`)
 		}
 	})
 	srv := httptest.NewServer(mux)

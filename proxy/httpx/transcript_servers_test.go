@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // The scripted servers of TestTranscriptsOverHTTP: each takes the frames
@@ -341,27 +342,20 @@ func cmpOr(a, b *upStream) *upStream {
 // messages are POSTed (202), and every frame the server sends comes on it.
 func (r *replay) scriptedSSE() string {
 	out := make(chan []byte, 64)
-	broken, ended := make(chan struct{}), make(chan struct{})
+	broken, over := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop := func() { once.Do(func() { close(over) }) }
 	r.send = func(frame string) { out <- []byte(frame) }
-	r.cut = func(string) { close(broken) } // the event stream breaks
-	r.end = func(string) { close(ended) }  // it ends
+	r.cut = func(string) { close(broken); stop() } // the event stream breaks
+	r.end = func(string) { stop() }                // it ends
 	return r.listen(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodGet {
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "event: endpoint\ndata: /messages?session=replay\n\n")
-			w.(http.Flusher).Flush()
-			for {
-				select {
-				case frame := <-out:
-					fmt.Fprintf(w, "event: message\ndata: %s\n\n", frame)
-					w.(http.Flusher).Flush()
-				case <-broken:
-					panic(http.ErrAbortHandler)
-				case <-ended:
-					return
-				case <-req.Context().Done():
-					return
-				}
+			upstreamtest.ServeEvents(w, req, "/messages?session=replay", out, over)
+			select {
+			case <-broken:
+				panic(http.ErrAbortHandler)
+			default:
+				return
 			}
 		}
 		body, _ := io.ReadAll(req.Body)

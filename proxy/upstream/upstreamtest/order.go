@@ -124,7 +124,7 @@ func (s *OrderServer) SSE() http.Handler {
 		mu.Lock()
 		events = ch
 		mu.Unlock()
-		ServeEvents(w, r, "/message?sessionId=s1", ch)
+		ServeEvents(w, r, "/message?sessionId=s1", ch, nil)
 	})
 	mux.HandleFunc("POST /message", func(w http.ResponseWriter, r *http.Request) {
 		var m orderMsg
@@ -145,8 +145,8 @@ func (s *OrderServer) SSE() http.Handler {
 
 // ServeEvents serves an HTTP+SSE session's event stream on w: the
 // endpoint event naming endpoint, then each of msgs as a message event,
-// until r's client leaves.
-func ServeEvents(w http.ResponseWriter, r *http.Request, endpoint string, msgs <-chan []byte) {
+// until r's client leaves or until is closed (nil: never).
+func ServeEvents(w http.ResponseWriter, r *http.Request, endpoint string, msgs <-chan []byte, until <-chan struct{}) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fmt.Fprintf(w, "event: endpoint\ndata: %s\n\n", endpoint)
 	w.(http.Flusher).Flush()
@@ -155,6 +155,8 @@ func ServeEvents(w http.ResponseWriter, r *http.Request, endpoint string, msgs <
 		case m := <-msgs:
 			fmt.Fprintf(w, "event: message\ndata: %s\n\n", m)
 			w.(http.Flusher).Flush()
+		case <-until:
+			return
 		case <-r.Context().Done():
 			return
 		}
