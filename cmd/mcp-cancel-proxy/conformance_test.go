@@ -112,7 +112,7 @@ func conformance(t *testing.T, node, dir, pkg, url string, extra ...string) (pas
 func TestConformanceThroughSidecar(t *testing.T) {
 	t.Parallel()
 	node, dir := nodePeers(t)
-	watchdog(t, 5*time.Minute)
+	watchdog(t, 10*time.Minute) // the build, and the lines of the suite, which wait for their turns
 	server := filepath.Join(t.TempDir(), "everything-server")
 	build := exec.Command("go", "build", "-o", server, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -130,6 +130,8 @@ func TestConformanceThroughSidecar(t *testing.T) {
 		{"0.2.0-alpha 2026-07-28 stdio child", "conformance-next", true, true, []string{"--spec-version", "2026-07-28"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own server, sidecar and ports
+			watchdog(t, 5*time.Minute)
 			up, front := freePort(t), freePort(t)
 			startBackground(t, server, "-http="+up, fmt.Sprintf("-stateless=%v", tc.stateless))
 			if tc.stdio {
