@@ -22,9 +22,11 @@ type Pusher interface {
 type Receiver interface {
 	// Receive decides one frame of the server's (one line: no newline
 	// in it) and carries it out, as Run does with each line it reads; the
-	// frame is copied. Any goroutine may call it, the frames of one stream
-	// in their order.
-	Receive(frame []byte)
+	// frame is copied. parsed, if not nil, is frame parsed already (one
+	// message, whose Raw is frame), which the session then need not parse
+	// again; it is the session's until Receive returns. Any goroutine may
+	// call it, the frames of one stream in their order.
+	Receive(frame []byte, parsed *framing.Frame)
 	// End says no frame comes after those received: the server's output
 	// has ended, as when a server's In ends.
 	End()
@@ -47,16 +49,21 @@ type receiver struct {
 var parsed = sync.Pool{New: func() any { return new(framing.Frame) }}
 
 // Receive implements Receiver.
-func (r *receiver) Receive(frame []byte) {
+func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 	if len(frame) == 0 {
 		return
 	}
 	b := getBufFor(len(frame) + 1)
 	b.b = append(b.b[:0], frame...)
-	f := parsed.Get().(*framing.Frame)
 	from := r.s.sides[proxy.Server]
-	r.s.handleFrame(from, f, b)
-	parsed.Put(f)
+	if already != nil && !already.Batch && len(already.Msgs) == 1 {
+		already.Raw, already.Msgs[0].Raw = b.b, b.b // its spans index the copy as they did frame
+		r.s.decideFrame(from, already, b)
+	} else {
+		f := parsed.Get().(*framing.Frame)
+		r.s.handleFrame(from, f, b)
+		parsed.Put(f)
+	}
 	from.out.flush()
 }
 

@@ -45,7 +45,8 @@ func delivering() (*stdio.Session, chan string) {
 // TestPushingServer: a server that hands the session its frames itself
 // (an upstream connection's streams) is given the session's Receiver
 // before the client's first frame; what it hands over is decided as a
-// read line is (an answer goes to the client, a cancelled request's late
+// read line is, whether it comes parsed (upstream.Parsed) or not (an
+// answer goes to the client, a cancelled request's late
 // answer and progress do not, frames of two goroutines at once are all
 // decided); its End ends Run as the end of a server's output does: the
 // request still in flight gets the proxy's error, Run ErrServerGone.
@@ -70,8 +71,9 @@ func TestPushingServer(t *testing.T) {
 		}
 	}
 	submit(callTool)
-	r.Receive([]byte(progress1))
-	r.Receive([]byte(result1))
+	r.Receive([]byte(progress1), nil)
+	r.Receive([]byte(result1), parsedFrame(t, result1)) // as a Stream that parsed it hands it over
+
 	for _, want := range []string{progress1, result1} {
 		if got := <-delivered; got != want {
 			t.Fatalf("delivered %s, want %s", got, want)
@@ -81,8 +83,10 @@ func TestPushingServer(t *testing.T) {
 	submit(strings.Replace(callTool, `"id":1`, `"id":2`, 1))
 	submit(strings.Replace(cancel1, `"requestId":1`, `"requestId":2`, 1))
 	var wg sync.WaitGroup // a late answer and progress, from two streams at once
-	wg.Go(func() { r.Receive([]byte(strings.Replace(result1, `"id":1`, `"id":2`, 1))) })
-	wg.Go(func() { r.Receive([]byte(progress2)) })
+	late := strings.Replace(result1, `"id":1`, `"id":2`, 1)
+	lateFrame := parsedFrame(t, late)
+	wg.Go(func() { r.Receive([]byte(late), lateFrame) })
+	wg.Go(func() { r.Receive([]byte(progress2), nil) })
 	wg.Wait()
 	submit(strings.NewReplacer(`"id":1`, `"id":3`, `"p1"`, `"p3"`).Replace(callTool))
 	r.End()
@@ -98,6 +102,17 @@ func TestPushingServer(t *testing.T) {
 	default:
 	}
 	<-sess.ReaderDone()
+}
+
+// parsedFrame returns line parsed, as a Stream that parsed it hands it
+// over with it (upstream.Parsed).
+func parsedFrame(t *testing.T, line string) *framing.Frame {
+	t.Helper()
+	f := new(framing.Frame)
+	if err := f.Parse([]byte(line)); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // linesLater is a server that turns out to be one of bytes once asked

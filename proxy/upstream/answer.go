@@ -32,6 +32,11 @@ type answer struct {
 	closed atomic.Bool
 
 	// Next's alone.
+	last []byte // the message Next returned last
+	// parsed is a JSON answer, parsed to check it (Spoiled), and parsedAs
+	// that answer as queued; parsed goes back to frames once Next moves on.
+	parsed   *framing.Frame
+	parsedAs []byte
 	begun    bool
 	done     bool
 	queue    [][]byte
@@ -58,8 +63,15 @@ func (a *answer) reply(reply func(framing.ID) []byte) {
 	a.replies = append(a.replies, reply(a.o.f.Msgs[0].ID))
 }
 
+// frames holds the frames JSON answers are parsed into, for reuse.
+var frames = sync.Pool{New: func() any { return new(framing.Frame) }}
+
 // Next implements Stream.
 func (a *answer) Next() ([]byte, error) {
+	if a.parsed != nil && a.Frame() != nil { // moving on from it
+		frames.Put(a.parsed)
+		a.parsed, a.parsedAs = nil, nil
+	}
 	for len(a.queue) == 0 {
 		if a.done {
 			return nil, io.EOF
@@ -68,7 +80,17 @@ func (a *answer) Next() ([]byte, error) {
 	}
 	m := a.queue[0]
 	a.queue = a.queue[1:]
+	a.last = m
 	return m, nil
+}
+
+// Frame implements Parsed: a JSON answer was parsed to be checked, and
+// its reader need not parse it again.
+func (a *answer) Frame() *framing.Frame {
+	if len(a.parsedAs) == 0 || len(a.last) != len(a.parsedAs) || &a.last[0] != &a.parsedAs[0] {
+		return nil
+	}
+	return a.parsed
 }
 
 // Close implements Stream: the answer is read no further; one that comes
@@ -144,11 +166,19 @@ func (a *answer) json(body fasthttp.ReadCloserWithError) {
 		}
 		return
 	}
-	if why := Spoiled(data, err, limit, a.o.f.Msgs[0].ID); why != "" {
+	f := frames.Get().(*framing.Frame)
+	if why := Spoiled(data, err, limit, a.o.f.Msgs[0].ID, f); why != "" {
+		frames.Put(f)
 		a.lose(proxy.Loss{Reason: proxy.ReasonSpoiled, MayHaveRun: true}, why)
 		return
 	}
-	a.queue = append(a.queue, a.c.learn(data, a.of))
+	out := a.c.learn(data, a.of)
+	if len(out) == len(data) && &out[0] == &data[0] { // not rewritten (learn may: tools/list)
+		a.parsed, a.parsedAs = f, out
+	} else {
+		frames.Put(f)
+	}
+	a.queue = append(a.queue, out)
 }
 
 // read starts reading the event stream of resp, tracked for a cancel.

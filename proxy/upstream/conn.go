@@ -48,6 +48,16 @@ type Stream interface {
 	Close() error
 }
 
+// Parsed is a Stream that parsed some of what it brings (a JSON answer,
+// which it checks before it passes it on), so that its reader need not
+// parse it again.
+type Parsed interface {
+	// Frame returns what the message Next returned last was parsed into
+	// (its messages' Raw alias that message), or nil where it was not
+	// parsed; valid until the next call of Next.
+	Frame() *framing.Frame
+}
+
 // Along is what goes with a frame besides its bytes.
 type Along struct {
 	// Msg, if not nil, is the frame parsed (one message, not a batch; its

@@ -61,25 +61,29 @@ func (l *Lines) PushTo(r stdio.Receiver) {
 	defer l.hand.Unlock()
 	l.to = r
 	for _, frame := range l.in.Take() {
-		r.Receive(frame)
+		r.Receive(frame, nil)
 	}
 	if l.over {
 		r.End()
 	}
 }
 
-// handOver hands one message to the session: pushed, or queued for a reader.
-func (l *Lines) handOver(m []byte) {
+// handOver hands one message to the session: pushed, or queued for a
+// reader. parsed, if not nil, is m parsed by its Stream (Parsed): the
+// session then does not parse it again.
+func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
-	if l.to == nil {
+	switch {
+	case l.to == nil:
 		l.in.Put(eventLine(m))
-		return
+	case parsed != nil && !parsed.Batch && !bytes.ContainsAny(parsed.Msgs[0].Raw, "\r\n"):
+		l.to.Receive(parsed.Msgs[0].Raw, parsed) // without the whitespace around it
+	case bytes.ContainsAny(m, "\r\n"): // a message spread over lines (an event's data may be) goes as one
+		l.to.Receive(eventLine(m), nil)
+	default:
+		l.to.Receive(m, nil)
 	}
-	if bytes.ContainsAny(m, "\r\n") { // a message spread over lines (an event's data may be) goes as one
-		m = eventLine(m)
-	}
-	l.to.Receive(m)
 }
 
 // ended says the messages have ended: to the session pushed to, or to a
@@ -133,7 +137,11 @@ func (l *Lines) read(st Stream) {
 			if err != nil {
 				return
 			}
-			l.handOver(m)
+			var parsed *framing.Frame
+			if p, ok := st.(Parsed); ok {
+				parsed = p.Frame()
+			}
+			l.handOver(m, parsed)
 		}
 	}()
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -53,9 +54,18 @@ type received struct {
 	ended chan struct{}
 }
 
-func (r *received) Receive(frame []byte) { r.got <- string(frame) }
-func (r *received) End()                 { close(r.ended) }
-func (r *received) ReadLines(io.Reader)  { panic("a Conn's lines are pushed, never read") }
+func (r *received) Receive(frame []byte, parsed *framing.Frame) {
+	if parsed != nil {
+		if string(parsed.Msgs[0].Raw) != string(frame) {
+			panic("a parsed frame that is not the frame received")
+		}
+		r.got <- "parsed " + string(frame)
+		return
+	}
+	r.got <- string(frame)
+}
+func (r *received) End()                { close(r.ended) }
+func (r *received) ReadLines(io.Reader) { panic("a Conn's lines are pushed, never read") }
 
 // TestLinesPushToTheSession: a session that asks Lines to hand it the
 // messages (PushTo) gets first what came before it asked (queued for a
@@ -106,3 +116,62 @@ func TestLinesPushedAfterTheEnd(t *testing.T) {
 		t.Fatal("no End for a session that asked after the end")
 	}
 }
+
+// parsing is a fed Stream that parsed what it feeds, as a JSON answer's
+// is (upstream.Parsed).
+type parsing struct {
+	*fed
+	f    framing.Frame
+	last []byte
+}
+
+func (s *parsing) Next() ([]byte, error) {
+	m, err := s.fed.Next()
+	s.last = m
+	return m, err
+}
+
+// Frame implements upstream.Parsed: each message that parses.
+func (s *parsing) Frame() *framing.Frame {
+	if s.f.Parse(s.last) != nil {
+		return nil
+	}
+	return &s.f
+}
+
+// TestLinesHandOverWhatTheStreamParsed: a message its Stream parsed
+// already (a JSON answer, checked) reaches the session with its frame,
+// without the whitespace around it, so that the session does not parse it
+// again; one spread over lines goes as one line, parsed by the session.
+func TestLinesHandOverWhatTheStreamParsed(t *testing.T) {
+	st := &parsing{fed: &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}}
+	r := &received{got: make(chan string, 8), ended: make(chan struct{})}
+	conn := listening{st.fed}
+	l := upstream.NewLines(parsingConn{conn, st})
+	l.Conn().Push.PushTo(r)
+	<-st.asked
+	for _, c := range []struct{ send, want string }{
+		{`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n", `parsed {"jsonrpc":"2.0","id":1,"result":{}}`},
+		{" {\"jsonrpc\":\"2.0\",\n\"id\":2,\"result\":{}}", `{"jsonrpc":"2.0","id":2,"result":{}}`},
+	} {
+		st.msgs <- []byte(c.send)
+		select {
+		case got := <-r.got:
+			if got != c.want {
+				t.Errorf("received %s, want %s", got, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing received, want %s", c.want)
+		}
+	}
+	l.Stop()
+	<-l.Exited()
+}
+
+// parsingConn is listening whose own traffic is a parsing Stream.
+type parsingConn struct {
+	listening
+	st *parsing
+}
+
+func (c parsingConn) Listen(context.Context) (upstream.Stream, error) { return c.st, nil }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -15,15 +16,14 @@ import (
 
 // Spoiled says why data, the JSON answer to a POST that carried the
 // request id (read with err, within limit bytes), is no answer to it
-// (SpoiledBody, or NotAnswered); "" when it answers id. Every front that
-// reads a JSON answer asks it, so that a request never waits for an
-// answer that cannot come.
-func Spoiled(data []byte, err error, limit int, id framing.ID) string {
-	var f framing.Frame
-	if why := SpoiledBody(data, err, limit, &f); why != "" {
+// (SpoiledBody, or NotAnswered); "" when it answers id, parsed into f.
+// Every front that reads a JSON answer asks it, so that a request never
+// waits for an answer that cannot come.
+func Spoiled(data []byte, err error, limit int, id framing.ID, f *framing.Frame) string {
+	if why := SpoiledBody(data, err, limit, f); why != "" {
 		return why
 	}
-	if !answers(data, id) {
+	if !slices.ContainsFunc(f.Msgs, func(m framing.Message) bool { return m.Kind == framing.KindResponse && m.ID == id }) {
 		return NotAnswered
 	}
 	return ""

@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
@@ -394,5 +397,51 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(order, []string{"GET", "notifications/initialized"}) {
 		t.Errorf("the server saw %v, want the GET stream before notifications/initialized", order)
+	}
+}
+
+// TestJSONAnswerComesParsed: a request's JSON answer, parsed to check that
+// it answers the request (Spoiled), comes with its frame (Parsed), so that
+// the session that reads it does not parse it again; the whitespace a
+// server's encoder ends a body with is not the message's. A message the
+// Stream did not parse (the proxy's own error) comes without one.
+func TestJSONAnswerComesParsed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, method, _ := rpcOf(r)
+		w.Header().Set("Content-Type", "application/json")
+		if method == "tools/call" {
+			io.WriteString(w, `{"jsonrpc":"2.0","id":`+string(id)+`,"result":{"content":[]}}`+"\n")
+			return
+		}
+		io.WriteString(w, `{"jsonrpc":"2.0","id":99,"result":{}}`) // another id's
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL + "/mcp")
+	conn := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Open(zaptest.NewLogger(t))
+	t.Cleanup(func() { conn.Close() })
+	for _, c := range []struct {
+		frame, want string
+		parsed      bool
+	}{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}`, `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`, true},
+		{`{"jsonrpc":"2.0","id":8,"method":"ping"}`, `upstream_spoiled`, false},
+	} {
+		st, err := conn.Send(context.Background(), []byte(c.frame), []*proxy.Call{new(proxy.Call)}, upstream.Along{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.Next()
+		if err != nil || !strings.Contains(string(m), c.want) {
+			t.Fatalf("%s: answered %s, %v; want %s", c.frame, m, err, c.want)
+		}
+		f := st.(upstream.Parsed).Frame()
+		switch {
+		case !c.parsed && f != nil:
+			t.Errorf("%s: the proxy's own answer came parsed", c.frame)
+		case c.parsed && f == nil:
+			t.Errorf("%s: the answer came without its frame", c.frame)
+		case c.parsed && (f.Batch || string(f.Msgs[0].Raw) != c.want || f.Msgs[0].ID != framing.IntID(7)):
+			t.Errorf("%s: its frame holds %s (id %v), want %s", c.frame, f.Msgs[0].Raw, f.Msgs[0].ID, c.want)
+		}
 	}
 }
