@@ -1,7 +1,6 @@
 package stdio
 
 import (
-	"bytes"
 	"io"
 	"sync"
 	"syscall"
@@ -438,7 +437,7 @@ func (o *outbox) handOver(b *buf) {
 	frame := b.b[b.sent : len(b.b)-1]
 	switch {
 	case o.deliver != nil:
-		o.deliver(bytes.Clone(frame), b.about, b.last)
+		o.deliver(frame, b.about, b.last) // valid until it returns: no copy
 	case b.cancels != nil:
 		o.sender.SendCancel(b.cancels, frame)
 	case b.hasMsg:

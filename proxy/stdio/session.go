@@ -98,8 +98,9 @@ type Options struct {
 	AllowSharedIDs bool
 }
 
-// Deliver takes one frame for the client (its own copy, without a newline)
-// with the request of the client's it is about, and whether it is that
+// Deliver takes one frame for the client (without a newline; it is the
+// session's buffer, valid until Deliver returns: what Deliver keeps, it
+// copies, as a stream's event does) with the request of the client's it is about, and whether it is that
 // request's last message: the server's answer, or the proxy's in its
 // place; about is nil for other traffic (the server's own requests and
 // notifications). An empty frame says only that about has ended: the

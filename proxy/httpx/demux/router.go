@@ -24,8 +24,9 @@ import (
 // stream of a POST, for its requests, or the standalone stream.
 type Route interface {
 	comparable
-	// Send queues one of the server's messages for the client; answer says
-	// it answers a request (it is then never dropped). It reports false
+	// Send queues one of the server's messages for the client (line is
+	// the caller's: Send copies what it keeps); answer says it answers a
+	// request (it is then never dropped). It reports false
 	// for the first message it drops, for a client that does not read.
 	Send(line []byte, answer bool) bool
 	// Settle says the last message of one of the route's requests is
