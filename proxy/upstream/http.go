@@ -106,18 +106,20 @@ func IsEventStream(contentType []byte) bool {
 	return len(rest) == 0 || rest[0] == ';'
 }
 
-// oneLine returns a POST's body as exactly one line for a child's stdin: a
+// OneLine returns a POST's body as exactly one line for a child's stdin: a
 // message spread over several lines (pretty-printed JSON is valid) would
 // otherwise reach the child as several messages, some of them a client's
 // own inventions. JSON strings cannot hold a raw line break, so compacting
-// removes every one; a body that does not compact is not JSON.
+// removes every one; a body that does not compact is not JSON. A body of
+// one line already is returned as it is (not copied: the session it goes
+// to copies what it keeps).
 func OneLine(body []byte) ([]byte, error) {
-	out := make([]byte, 0, len(body)+1)
 	if !bytes.ContainsAny(body, "\r\n") {
-		return append(out, body...), nil
+		return body, nil
 	}
-	buf := bytes.NewBuffer(out)
-	if err := json.Compact(buf, body); err != nil {
+	var buf bytes.Buffer
+	buf.Grow(len(body))
+	if err := json.Compact(&buf, body); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -76,7 +76,7 @@ func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 	defer l.hand.Unlock()
 	switch {
 	case l.to == nil:
-		l.in.Put(eventLine(m))
+		l.in.Put(bytes.Clone(eventLine(m))) // kept: m is the Stream's until its next message
 	case parsed != nil && !parsed.Batch && !bytes.ContainsAny(parsed.Msgs[0].Raw, "\r\n"):
 		l.to.Receive(parsed.Msgs[0].Raw, parsed) // without the whitespace around it
 	case bytes.ContainsAny(m, "\r\n"): // a message spread over lines (an event's data may be) goes as one

@@ -462,7 +462,8 @@ func (c *SSEConn) answered(p *ssePost) {
 
 // eventLine returns an event's data as one line, without a newline:
 // compact JSON, or, if it is not JSON, with its line breaks made spaces
-// (the session answers it as the parse error it is).
+// (the session answers it as the parse error it is); data itself when it
+// is one line already.
 func eventLine(data []byte) []byte {
 	line, err := OneLine(data)
 	if err != nil {
