@@ -4,7 +4,7 @@
 //
 // A cancel takes effect when it is read, even while the receiver is not
 // reading: the relay never blocks on a peer. Frames toward each peer wait in
-// an outbox; a cancel whose request is still queued withdraws it (neither is
+// an outbox (package wire); a cancel whose request is still queued withdraws it (neither is
 // ever sent), and one whose request has been written goes ahead of
 // everything queued. On Linux the relay writes each burst with one
 // non-blocking writev when its own input runs dry; elsewhere, or built with

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // Pusher is a server that hands the session its frames itself, each
@@ -53,18 +54,18 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 	if len(frame) == 0 {
 		return
 	}
-	b := getBufFor(len(frame) + 1)
-	b.b = append(b.b[:0], frame...)
+	b := wire.GetBufFor(len(frame) + 1)
+	b.B = append(b.B[:0], frame...)
 	from := r.s.sides[proxy.Server]
 	if already != nil && !already.Batch && len(already.Msgs) == 1 {
-		already.Raw, already.Msgs[0].Raw = b.b, b.b // its spans index the copy as they did frame
+		already.Raw, already.Msgs[0].Raw = b.B, b.B // its spans index the copy as they did frame
 		r.s.decideFrame(from, already, b)
 	} else {
 		f := parsed.Get().(*framing.Frame)
 		r.s.handleFrame(from, f, b)
 		parsed.Put(f)
 	}
-	from.out.flush()
+	from.out.Flush()
 }
 
 // End implements Receiver.

@@ -6,25 +6,26 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // side is one peer as the stdio relay sees it.
 type side struct {
 	peer proxy.Peer
-	out  *outbox // toward the other peer
-	back *outbox // toward this peer, for the proxy's own answers
+	out  *wire.Outbox // toward the other peer
+	back *wire.Outbox // toward this peer, for the proxy's own answers
 }
 
 // handleFrame parses one frame from a peer and forwards, rewrites or drops
 // each message in it. It takes ownership of b.
-func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
+func (s *Session) handleFrame(from *side, f *framing.Frame, b *wire.Buf) {
 	if from.peer == proxy.Client { // the governor's actions and CancelAll see tickets as the relay left them
 		s.core.Lock()
 		defer s.core.Unlock()
 	}
-	if err := f.Parse(b.b); err != nil {
-		s.reply(from, s.t.Invalid(from.peer, err, b.b))
-		putBuf(b)
+	if err := f.Parse(b.B); err != nil {
+		s.reply(from, s.t.Invalid(from.peer, err, b.B))
+		wire.PutBuf(b)
 		return
 	}
 	s.decideLocked(from, f, b)
@@ -32,7 +33,7 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *buf) {
 
 // decideFrame is handleFrame of a frame already parsed from b's bytes
 // (Receiver.Receive's).
-func (s *Session) decideFrame(from *side, f *framing.Frame, b *buf) {
+func (s *Session) decideFrame(from *side, f *framing.Frame, b *wire.Buf) {
 	if from.peer == proxy.Client {
 		s.core.Lock()
 		defer s.core.Unlock()
@@ -42,13 +43,13 @@ func (s *Session) decideFrame(from *side, f *framing.Frame, b *buf) {
 
 // decideLocked is handleFrame once f is parsed from b's bytes, with the
 // core's lock held for a client's frame.
-func (s *Session) decideLocked(from *side, f *framing.Frame, b *buf) {
+func (s *Session) decideLocked(from *side, f *framing.Frame, b *wire.Buf) {
 	if f.Batch {
 		s.handleBatch(from, f, b)
 		return
 	}
 	o, then := s.core.DecideThen(from.peer, &f.Msgs[0], proxy.TraceContext{})
-	if o.Cancelled != nil && !ticketOf(o.Cancelled).written() {
+	if o.Cancelled != nil && !wire.TicketOf(o.Cancelled).Written() {
 		then() // it may withdraw its request: the governor hears of the cancel first
 		then = func() {}
 	}
@@ -61,33 +62,33 @@ func (s *Session) decideLocked(from *side, f *framing.Frame, b *buf) {
 // carry carries out what the core decided of one message from a peer,
 // whose bytes b holds (its reply is the caller's). now says the frame is a
 // front's (Submit): queued without waiting for room, and sent at once.
-func (s *Session) carry(from *side, o proxy.Outcome, b *buf, now bool) {
+func (s *Session) carry(from *side, o proxy.Outcome, b *wire.Buf, now bool) {
 	if o.Verdict != proxy.Forward {
-		putBuf(b)
+		wire.PutBuf(b)
 		return
 	}
 	if o.Rewritten != nil {
-		b.b = append(b.b[:0], o.Rewritten...)
+		b.B = append(b.B[:0], o.Rewritten...)
 	}
-	b.about, b.last = o.For, o.Last
+	b.About, b.Last = o.For, o.Last
 	for _, mc := range o.More { // requests in flight under the cancel's id (AllowSharedIDs): each is told
-		nb := getBuf()
-		nb.b = append(nb.b, mc.Notice...)
+		nb := wire.GetBuf()
+		nb.B = append(nb.B, mc.Notice...)
 		s.sendNotice(from, mc.Call, nb)
 	}
 	switch {
 	case o.Cancelled != nil:
 		s.sendNotice(from, o.Cancelled, b)
 	case o.Hold:
-		b.opens = o.Request
+		b.Opens = o.Request
 		s.core.Hold(o.Request, b)
 	case o.Request != nil:
-		b.opens = o.Request
+		b.Opens = o.Request
 		// Only the issuer's side reads the ticket, under the session's
 		// lock: cancels come from the same peer as their request.
-		from.out.sendAs(b, now).keep(o.Request)
+		from.out.SendAs(b, now).Keep(o.Request)
 	default:
-		from.out.sendAs(b, now)
+		from.out.SendAs(b, now)
 	}
 }
 
@@ -97,43 +98,43 @@ func (s *Session) carry(from *side, o proxy.Outcome, b *buf, now bool) {
 // withdrawn and neither is ever sent; if the request has been written, the
 // cancel goes ahead of everything queued; otherwise (the request went in a
 // batch that is still queued) it keeps its place behind the request.
-func (s *Session) sendNotice(from *side, c *proxy.Call, b *buf) {
+func (s *Session) sendNotice(from *side, c *proxy.Call, b *wire.Buf) {
 	if from.peer == proxy.Client {
-		b.cancels, b.hasMsg = c, false
+		b.Cancels, b.HasMsg = c, false
 	}
 	switch {
-	case ticketOf(c).withdraw():
-		putBuf(b)
+	case wire.TicketOf(c).Withdraw():
+		wire.PutBuf(b)
 		s.t.Withdraw(from.peer, c)
-	case ticketOf(c).written():
+	case wire.TicketOf(c).Written():
 		s.timeNotice(from, c, b)
-		from.out.sendUrgent(b)
+		from.out.SendUrgent(b)
 	default:
 		s.timeNotice(from, c, b)
-		from.out.sendDeferred(b)
+		from.out.SendDeferred(b)
 	}
 }
 
 // keepMessage keeps m, the message b holds, with b, for a server that
 // takes messages (Sender) and so need not parse it again, unless the core
 // rewrote it. Its spans then index b's bytes, which m's equal.
-func (s *Session) keepMessage(from *side, o proxy.Outcome, b *buf, m *framing.Message) {
-	if from.out.sender != nil && o.Verdict == proxy.Forward && o.Rewritten == nil && bytes.Equal(m.Raw, b.b) {
-		b.msg, b.hasMsg = *m, true
-		b.msg.Raw = b.b
+func (s *Session) keepMessage(from *side, o proxy.Outcome, b *wire.Buf, m *framing.Message) {
+	if from.out.TakesMessages() && o.Verdict == proxy.Forward && o.Rewritten == nil && bytes.Equal(m.Raw, b.B) {
+		b.Msg, b.HasMsg = *m, true
+		b.Msg.Raw = b.B
 	}
 }
 
 // timeNotice has the notification of a client's cancel of c report, once
 // written whole to the server, how long after now that was, and note it
 // on c's span.
-func (s *Session) timeNotice(from *side, c *proxy.Call, b *buf) {
+func (s *Session) timeNotice(from *side, c *proxy.Call, b *wire.Buf) {
 	f := s.opts.OnNotified
 	if from.peer != proxy.Client || (f == nil && !c.Traced()) {
 		return
 	}
 	start := time.Now()
-	b.done = func() {
+	b.Done = func() {
 		if f != nil {
 			f(time.Since(start))
 		}
@@ -146,7 +147,7 @@ func (s *Session) timeNotice(from *side, c *proxy.Call, b *buf) {
 // element passes unchanged the original bytes are forwarded; otherwise the
 // batch is rebuilt from the elements that pass. A request in a batch is
 // never held: it goes with the batch.
-func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
+func (s *Session) handleBatch(from *side, f *framing.Frame, b *wire.Buf) {
 	if from.peer == proxy.Server && s.opts.Deliver != nil {
 		s.splitBatch(from, f, b)
 		return
@@ -157,12 +158,12 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 	}
 	switch {
 	case p.Same:
-		from.out.sendDeferred(b)
+		from.out.SendDeferred(b)
 	case p.Data != nil:
-		b.b = append(b.b[:0], p.Data...) // p.Data is a new array: a rebuilt batch aliases nothing
-		from.out.sendDeferred(b)
+		b.B = append(b.B[:0], p.Data...) // p.Data is a new array: a rebuilt batch aliases nothing
+		from.out.SendDeferred(b)
 	default:
-		putBuf(b)
+		wire.PutBuf(b)
 	}
 }
 
@@ -170,10 +171,10 @@ func (s *Session) handleBatch(from *side, f *framing.Frame, b *buf) {
 // message of it, saying which requests it is about (Options.Deliver): the
 // batch goes as about its first such message, and an empty frame follows
 // for each other request it ends. It takes ownership of b.
-func (s *Session) splitBatch(from *side, f *framing.Frame, b *buf) {
+func (s *Session) splitBatch(from *side, f *framing.Frame, b *wire.Buf) {
 	var kept [][]byte
-	var ends []*buf
-	b.about = nil
+	var ends []*wire.Buf
+	b.About = nil
 	for i := range f.Msgs {
 		m := &f.Msgs[i]
 		if f.Errs[i] != nil {
@@ -192,22 +193,22 @@ func (s *Session) splitBatch(from *side, f *framing.Frame, b *buf) {
 		kept = append(kept, raw)
 		switch {
 		case o.For == nil:
-		case b.about == nil:
-			b.about, b.last = o.For, o.Last
+		case b.About == nil:
+			b.About, b.Last = o.For, o.Last
 		case o.Last:
-			end := getBuf()
-			end.about, end.last = o.For, true
+			end := wire.GetBuf()
+			end.About, end.Last = o.For, true
 			ends = append(ends, end)
 		}
 	}
 	if len(kept) == 0 {
-		putBuf(b)
+		wire.PutBuf(b)
 		return
 	}
-	b.b = append(b.b[:0], proxy.JoinFrame(kept, true)...)
-	from.out.sendDeferred(b)
+	b.B = append(b.B[:0], proxy.JoinFrame(kept, true)...)
+	from.out.SendDeferred(b)
 	for _, end := range ends {
-		from.out.sendDeferred(end)
+		from.out.SendDeferred(end)
 	}
 }
 
@@ -229,10 +230,10 @@ func (s *Session) replyAbout(to *side, msg []byte, about *proxy.Call, last bool)
 	if msg == nil {
 		return
 	}
-	b := getBuf()
-	b.b = append(b.b, msg...)
-	b.about, b.last = about, last
-	to.back.send(b)
+	b := wire.GetBuf()
+	b.B = append(b.B, msg...)
+	b.About, b.Last = about, last
+	to.back.Send(b)
 }
 
 // carrier carries out, on the session's outboxes, what its proxy.Session
@@ -241,12 +242,12 @@ type carrier struct{ s *Session }
 
 // Dispatch implements proxy.Carrier: a held request is sent now.
 func (k carrier) Dispatch(c *proxy.Call, held any) {
-	k.s.sides[proxy.Client].out.send(held.(*buf)).keep(c)
+	k.s.sides[proxy.Client].out.Send(held.(*wire.Buf)).Keep(c)
 }
 
 // Withdrawn implements proxy.Carrier.
 func (k carrier) Withdrawn(c *proxy.Call, held any, reply []byte) {
-	putBuf(held.(*buf))
+	wire.PutBuf(held.(*wire.Buf))
 	k.s.replyAbout(k.s.sides[proxy.Client], reply, c, true)
 }
 
@@ -255,10 +256,10 @@ func (k carrier) Withdrawn(c *proxy.Call, held any, reply []byte) {
 // client gets reply.
 func (k carrier) Cancel(c *proxy.Call, notice, reply []byte) {
 	from := k.s.sides[proxy.Client]
-	b := getBuf()
-	b.b = append(b.b, notice...)
+	b := wire.GetBuf()
+	b.B = append(b.B, notice...)
 	k.s.sendNotice(from, c, b)
-	from.out.flush()
+	from.out.Flush()
 	k.s.replyAbout(from, reply, c, true)
 }
 
@@ -270,18 +271,18 @@ func (k carrier) Notify(c *proxy.Call, _ any, frame []byte) {
 // CancelOwn implements proxy.Carrier: the cancel of the proxy's own
 // request goes to the server, after it (one queue carries both).
 func (k carrier) CancelOwn(c *proxy.Call, notice []byte) {
-	b := getBuf()
-	b.b = append(b.b, notice...)
-	b.cancels = c
-	k.s.sides[proxy.Client].out.send(b)
+	b := wire.GetBuf()
+	b.B = append(b.B, notice...)
+	b.Cancels = c
+	k.s.sides[proxy.Client].out.Send(b)
 }
 
 // SendOwn implements proxy.Carrier.
 func (k carrier) SendOwn(c *proxy.Call, frame []byte) {
-	b := getBuf()
-	b.b = append(b.b, frame...)
-	b.opens = c
-	k.s.sides[proxy.Client].out.send(b)
+	b := wire.GetBuf()
+	b.B = append(b.B, frame...)
+	b.Opens = c
+	k.s.sides[proxy.Client].out.Send(b)
 }
 
 // OwnRequest registers a request of the proxy's own to the server and

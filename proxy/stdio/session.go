@@ -12,6 +12,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // Defaults for Options.
@@ -98,16 +99,13 @@ type Options struct {
 	AllowSharedIDs bool
 }
 
-// Deliver takes one frame for the client (without a newline; it is the
-// session's buffer, valid until Deliver returns: what Deliver keeps, it
-// copies, as a stream's event does) with the request of the client's it is about, and whether it is that
-// request's last message: the server's answer, or the proxy's in its
-// place; about is nil for other traffic (the server's own requests and
-// notifications). An empty frame says only that about has ended: the
-// server's batch that ended it went as about another request. It is called
-// by one goroutine at a time (the one that read the server's frames, or the
-// session's writer), in order, and must not block.
-type Deliver func(frame []byte, about *proxy.Call, last bool)
+// Deliver takes each frame for the client in place of the client's Out
+// (Options.Deliver): see wire.Deliver.
+type Deliver = wire.Deliver
+
+// Sender is a server reached message by message (an upstream.Conn): see
+// wire.Sender.
+type Sender = wire.Sender
 
 // Conn is one peer's pair of byte streams. A client whose front submits
 // its frames (Submit) and takes what it is sent (Options.Deliver) has
@@ -209,8 +207,10 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // server.Out, and closes client.In to stop the client's reader without
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
-	toClient, toServer := newOutbox(client.Out), newOutbox(server.Out)
-	toClient.deliver = s.opts.Deliver
+	toClient, toServer := wire.NewOutbox(client.Out), wire.NewOutbox(server.Out)
+	if s.opts.Deliver != nil {
+		toClient.HandTo(s.opts.Deliver)
+	}
 	s.core.Lock() // CancelAll may come at once (a session stopped as it starts)
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
@@ -221,10 +221,10 @@ func (s *Session) Run(client, server Conn) error {
 		server.Push.PushTo(pushed)
 	}
 	close(s.running)
-	if toClient.deliver == nil { // else whoever queues hands it over (drain)
-		go toClient.run()
+	if !toClient.Hands() { // else whoever queues hands it over
+		go toClient.Run()
 	}
-	go toServer.run()
+	go toServer.Run()
 	if client.In != nil { // else the front submits, and CloseClient ends its side
 		go func() {
 			s.relay(s.sides[proxy.Client], client.In)
@@ -244,10 +244,10 @@ func (s *Session) Run(client, server Conn) error {
 			s.replyAbout(s.sides[proxy.Client], r.Frame, r.To, true)
 		}
 	}
-	toServer.close()
-	toClient.close()
-	<-toClient.dead
-	<-toServer.dead
+	toServer.Close()
+	toClient.Close()
+	<-toClient.Dead()
+	<-toServer.Dead()
 	s.serverGone.Store(true)
 	if client.In != nil {
 		client.In.Close()
@@ -268,10 +268,10 @@ func (s *Session) clientEnded() {
 	defer close(s.readerDone)
 	s.clientClosed.Store(true)
 	toServer := s.sides[proxy.Client].out
-	toServer.close()
+	toServer.Close()
 	drain := time.NewTimer(cmp.Or(s.opts.DrainWait, DefaultDrainWait))
 	select {
-	case <-toServer.dead:
+	case <-toServer.Dead():
 	case <-drain.C:
 	}
 	drain.Stop()
@@ -290,19 +290,19 @@ func (s *Session) relay(from *side, in io.Reader) {
 	var f framing.Frame
 	last := 0 // the last frame's size: big frames tend to follow big frames
 	for {
-		b := getBufFor(last + 1)
-		frame, err := rd.Next(b.b)
-		b.b, last = frame, len(frame)
+		b := wire.GetBufFor(last + 1)
+		frame, err := rd.Next(b.B)
+		b.B, last = frame, len(frame)
 		var tl *framing.FrameTooLargeError
 		switch {
 		case err == nil:
 			s.handleFrame(from, &f, b)
 		case errors.As(err, &tl):
-			putBuf(b)
+			wire.PutBuf(b)
 			s.tooLarge(from, tl)
 		default:
-			putBuf(b)
-			from.out.flush()
+			wire.PutBuf(b)
+			from.out.Flush()
 			log := s.t.Logger(from.peer)
 			if err != io.EOF && !s.serverGone.Load() {
 				log.Warn("reading failed", zap.Error(err))
@@ -311,7 +311,7 @@ func (s *Session) relay(from *side, in io.Reader) {
 			return
 		}
 		if !rd.Ready() { // the next read waits: write out this burst first
-			from.out.flush()
+			from.out.Flush()
 		}
 	}
 }

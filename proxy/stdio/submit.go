@@ -5,6 +5,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // Submitted is what Submit decided of one frame of the client's, for the
@@ -55,7 +56,7 @@ func (s *Session) Submit(f *framing.Frame, parent proxy.TraceContext, from From,
 	} else {
 		s.submitOne(&f.Msgs[0], parent, open)
 	}
-	s.sides[proxy.Client].out.flush()
+	s.sides[proxy.Client].out.Flush()
 	return nil
 }
 
@@ -77,8 +78,8 @@ func (s *Session) submitOne(m *framing.Message, parent proxy.TraceContext, open 
 		sub.Ended = append(sub.Ended, mc.Call)
 	}
 	open(&sub)
-	b := getBuf()
-	b.b = append(b.b, m.Raw...)
+	b := wire.GetBuf()
+	b.B = append(b.B, m.Raw...)
 	s.keepMessage(s.sides[proxy.Client], o, b, m)
 	s.carry(s.sides[proxy.Client], o, b, true)
 }
@@ -86,12 +87,12 @@ func (s *Session) submitOne(m *framing.Message, parent proxy.TraceContext, open 
 // submitBatch is Submit of a batch, decided as a whole (DecideFrame): a
 // request in it that the governor holds waits in a buffer of its own.
 func (s *Session) submitBatch(f *framing.Frame, parent proxy.TraceContext, open func(*Submitted)) {
-	var held map[*proxy.Call]*buf
+	var held map[*proxy.Call]*wire.Buf
 	p := s.core.DecideFrame(proxy.Client, f, parent, func(c *proxy.Call) any {
 		if held == nil {
-			held = map[*proxy.Call]*buf{}
+			held = map[*proxy.Call]*wire.Buf{}
 		}
-		b := getBuf()
+		b := wire.GetBuf()
 		held[c] = b
 		return b
 	})
@@ -106,7 +107,7 @@ func (s *Session) submitBatch(f *framing.Frame, parent proxy.TraceContext, open 
 		gone := make(map[*proxy.Call]bool, len(held))
 		for i, c := range p.KeptCalls {
 			if b := held[c]; b != nil {
-				b.b = append(b.b, p.Kept[i]...)
+				b.B = append(b.B, p.Kept[i]...)
 				gone[c] = true
 			}
 		}
@@ -114,13 +115,13 @@ func (s *Session) submitBatch(f *framing.Frame, parent proxy.TraceContext, open 
 	}
 	to := s.sides[proxy.Client].out
 	if data != nil {
-		b := getBuf()
-		b.b = append(b.b, data...)
-		to.sendNow(b)
+		b := wire.GetBuf()
+		b.B = append(b.B, data...)
+		to.SendNow(b)
 	}
 	for _, mc := range p.More {
-		b := getBuf()
-		b.b = append(b.b, mc.Notice...)
+		b := wire.GetBuf()
+		b.B = append(b.B, mc.Notice...)
 		s.sendNotice(s.sides[proxy.Client], mc.Call, b)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux && !portable
 
-package stdio
+package wire
 
 import (
 	"io"
@@ -14,7 +14,7 @@ const maxIovecs = 1024
 // hasWritev tells tests which write path the build has.
 const hasWritev = true
 
-// vectors is writev's iovec array, made once per outbox.
+// vectors is writev's iovec array, made once per Outbox.
 type vectors struct{ iov []syscall.Iovec }
 
 // nonBlocking returns w's raw connection if w is a file in non-blocking mode.
@@ -42,7 +42,7 @@ func nonBlocking(w io.Writer) syscall.RawConn {
 // false it stops at the first EAGAIN; otherwise it lets the runtime's poller
 // wait until the peer can take more. It returns the frames not fully
 // written, the first of them possibly in part.
-func (o *outbox) writev(batch []*buf, wait bool) ([]*buf, error) {
+func (o *Outbox) writev(batch []*Buf, wait bool) ([]*Buf, error) {
 	if o.vec.iov == nil {
 		o.vec.iov = make([]syscall.Iovec, maxIovecs)
 	}
@@ -57,8 +57,8 @@ func (o *outbox) writev(batch []*buf, wait bool) ([]*buf, error) {
 					break
 				}
 				if claim(b) {
-					iov[n] = syscall.Iovec{Base: &b.b[b.sent]}
-					iov[n].SetLen(len(b.b) - b.sent)
+					iov[n] = syscall.Iovec{Base: &b.B[b.sent]}
+					iov[n].SetLen(len(b.B) - b.sent)
 				} else {
 					iov[n] = syscall.Iovec{} // withdrawn: an empty slot keeps the indexes aligned
 				}
@@ -89,15 +89,15 @@ func (o *outbox) writev(batch []*buf, wait bool) ([]*buf, error) {
 // advance credits n written bytes to the frames from batch[i] on, all of
 // which were offered to the write, frees those completed (and withdrawn ones
 // passed over), and returns the index of the first frame not complete.
-func advance(batch []*buf, i, n int) int {
+func advance(batch []*Buf, i, n int) int {
 	for ; i < len(batch); i++ {
 		b := batch[i]
 		if b.st.Load()&stateMask != bufWriting { // withdrawn: nothing of it was sent
-			putBuf(b)
+			PutBuf(b)
 			batch[i] = nil
 			continue
 		}
-		left := len(b.b) - b.sent
+		left := len(b.B) - b.sent
 		if n < left {
 			b.sent += n
 			return i

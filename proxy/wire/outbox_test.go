@@ -1,4 +1,4 @@
-package stdio
+package wire
 
 import (
 	"bytes"
@@ -9,35 +9,35 @@ import (
 	"time"
 )
 
-func frame(s string) *buf {
-	b := getBuf()
-	b.b = append(b.b, s...)
+func frame(s string) *Buf {
+	b := GetBuf()
+	b.B = append(b.B, s...)
 	return b
 }
 
 // TestOutboxFlushPartialWriteKeepsFraming: a frame larger than the pipe is
 // flushed by its sender as far as it fits, without blocking; an urgent frame
 // sent meanwhile must still come after the whole of it. (On the portable
-// path the outbox's goroutine writes it all: the same must hold.)
+// path the Outbox's goroutine writes it all: the same must hold.)
 func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	o := newOutbox(w)
+	o := NewOutbox(w)
 	if o.raw == nil && hasWritev {
 		t.Fatal("os.Pipe's write end is not seen as non-blocking")
 	}
-	go o.run()
+	go o.Run()
 	big := strings.Repeat("x", 1<<20) // far more than a pipe holds
 	sent := make(chan struct{})
 	go func() {
-		o.sendDeferred(frame(big))
-		o.flush() // must return without anyone reading
-		o.sendUrgent(frame("urgent"))
-		o.send(frame("last"))
-		o.close()
+		o.SendDeferred(frame(big))
+		o.Flush() // must return without anyone reading
+		o.SendUrgent(frame("urgent"))
+		o.Send(frame("last"))
+		o.Close()
 		close(sent)
 	}()
 	select {
@@ -64,16 +64,16 @@ func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 // TestOutboxQueuedPathOrder covers a plain writer (no inline writes).
 func TestOutboxQueuedPathOrder(t *testing.T) {
 	r, w := io.Pipe()
-	o := newOutbox(w)
+	o := NewOutbox(w)
 	if o.raw != nil {
 		t.Fatal("io.Pipe seen as a file")
 	}
-	go o.run()
+	go o.Run()
 	go func() {
 		for _, f := range []string{"a", "b", "c"} {
-			o.send(frame(f))
+			o.Send(frame(f))
 		}
-		o.close()
+		o.Close()
 	}()
 	got, _ := io.ReadAll(r)
 	if string(got) != "a\nb\nc\n" {

@@ -1,4 +1,4 @@
-package stdio
+package wire
 
 import (
 	"io"
@@ -15,12 +15,12 @@ import (
 // this is still accepted when the queue is empty.
 const maxQueued = 4 << 20
 
-// outbox owns the writing side of one peer.
+// Outbox owns the writing side of one peer.
 //
 // Frames are queued under a mutex. The relay that produced them writes them
 // itself when its input runs dry (flush): one writev for the whole burst,
 // attempted without blocking, as a plain byte copy would. What does not fit,
-// and frames queued by anyone else, are written by the outbox's goroutine,
+// and frames queued by anyone else, are written by the Outbox's goroutine,
 // which is the only one that ever waits for the peer: a relay never blocks
 // on a peer that does not read, so it keeps reading, and acting on, cancels.
 // Urgent frames (cancels whose request has already been written) go ahead of
@@ -30,19 +30,19 @@ const maxQueued = 4 << 20
 // and every writer on the platforms without writev, or built with the tag
 // portable) get the same queue, written by the goroutine alone: the same
 // ordering and withdraw rules, one write per frame.
-type outbox struct {
+type Outbox struct {
 	w      io.Writer
 	c      io.Closer
 	raw    syscall.RawConn // set when the peer is a non-blocking file
 	vec    vectors         // writev's state; used only by whoever holds busy
 	gather []byte          // the portable path's write buffer; likewise
-	taken  []*buf          // flush's batch; likewise
+	taken  []*Buf          // flush's batch; likewise
 
 	mu sync.Mutex // guards the fields below
 	// front holds frames taken for a write that did not finish, the first
 	// of them possibly in part; they go before everything else. urgent and
 	// queue hold frames not yet taken, in order.
-	front, urgent, queue []*buf
+	front, urgent, queue []*Buf
 	queued               int       // buffer capacity held by front, urgent and queue
 	busy                 bool      // someone is writing to the peer
 	closing              bool      // close was called: drain, then stop
@@ -53,7 +53,7 @@ type outbox struct {
 	// about, in place of w (Options.Deliver): handed over by whoever queued
 	// the frames (drain), the relay that produced them when its input runs
 	// dry (flush), as a writev would be written. A front's Deliver never
-	// blocks, so such an outbox has no goroutine: run is not started.
+	// blocks, so such an Outbox has no goroutine: run is not started.
 	deliver Deliver
 	// sender, when set, takes each frame for the server whole, with the
 	// request it opens or cancels, in place of w (a Sender): written by
@@ -65,8 +65,8 @@ type outbox struct {
 	err  error         // the write error that stopped run, if any; read after dead
 }
 
-func newOutbox(w io.WriteCloser) *outbox {
-	o := &outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
+func NewOutbox(w io.WriteCloser) *Outbox {
+	o := &Outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
 	if s, ok := w.(Sender); ok {
 		o.sender = s
 	} else {
@@ -76,78 +76,96 @@ func newOutbox(w io.WriteCloser) *outbox {
 	return o
 }
 
-// send queues a frame and wakes the writer; the outbox takes ownership of b.
-// It blocks while the queue is full. When the outbox has stopped, b is freed
-// and the ticket is invalid.
-func (o *outbox) send(b *buf) ticket {
+// HandTo has the Outbox hand each frame to d whole in place of writing
+// it (a front that takes its client's frames itself): whoever queues a
+// frame hands it over (drain), so such an Outbox needs no Run. It is
+// called before anything is queued.
+func (o *Outbox) HandTo(d Deliver) { o.deliver = d }
+
+// Hands reports whether the Outbox hands its frames over (HandTo).
+func (o *Outbox) Hands() bool { return o.deliver != nil }
+
+// TakesMessages reports whether the Outbox's peer takes each frame whole
+// with the request it opens or cancels (a Sender), to which a frame's
+// parsed message (Buf.Msg) is worth keeping.
+func (o *Outbox) TakesMessages() bool { return o.sender != nil }
+
+// Dead is closed once the Outbox has stopped: after Close, everything
+// queued written (or handed over), or at the first write error.
+func (o *Outbox) Dead() <-chan struct{} { return o.dead }
+
+// Send queues a frame and wakes the writer; the Outbox takes ownership of b.
+// It blocks while the queue is full. When the Outbox has stopped, b is freed
+// and the Ticket is invalid.
+func (o *Outbox) Send(b *Buf) Ticket {
 	t := o.enqueue(b, false)
 	o.wake()
 	return t
 }
 
-// sendDeferred queues a frame without waking the writer: the caller
+// SendDeferred queues a frame without waking the writer: the caller
 // promises to call flush before it next waits for input.
-func (o *outbox) sendDeferred(b *buf) ticket { return o.enqueue(b, false) }
+func (o *Outbox) SendDeferred(b *Buf) Ticket { return o.enqueue(b, false) }
 
-// sendUrgent queues a frame ahead of every frame not yet being written,
+// SendUrgent queues a frame ahead of every frame not yet being written,
 // and writes the queue at once, in the caller's goroutine, as flush does
 // (what does not fit goes to the writer goroutine). Waking the writer
 // instead handed a cancel to another goroutine, and often another thread,
 // where a plain notification, flushed by its relay, went at once
 // (bench/cancel). It never waits for space: urgent frames are small and
 // rare.
-func (o *outbox) sendUrgent(b *buf) ticket {
+func (o *Outbox) SendUrgent(b *Buf) Ticket {
 	t := o.enqueue(b, true)
-	o.flush()
+	o.Flush()
 	return t
 }
 
-// sendNow queues a frame, in order, without waiting for space: for a
+// SendNow queues a frame, in order, without waiting for space: for a
 // front's frames (Session.Submit), decided under the session's lock,
 // which a peer that does not read must not hold for ever; what an HTTP
 // body brings is bounded by its size.
-func (o *outbox) sendNow(b *buf) ticket {
+func (o *Outbox) SendNow(b *Buf) Ticket {
 	t := o.put(b, false, false)
 	o.wake()
 	return t
 }
 
-// sendAs is sendNow when now, else sendDeferred.
-func (o *outbox) sendAs(b *buf, now bool) ticket {
+// SendAs is SendNow when now, else SendDeferred.
+func (o *Outbox) SendAs(b *Buf, now bool) Ticket {
 	if now {
-		return o.sendNow(b)
+		return o.SendNow(b)
 	}
-	return o.sendDeferred(b)
+	return o.SendDeferred(b)
 }
 
-func (o *outbox) enqueue(b *buf, urgent bool) ticket { return o.put(b, urgent, !urgent) }
+func (o *Outbox) enqueue(b *Buf, urgent bool) Ticket { return o.put(b, urgent, !urgent) }
 
 // put queues b, ahead of the queue if urgent, first waiting for space if
 // wait.
-func (o *outbox) put(b *buf, urgent, wait bool) ticket {
-	b.b = append(b.b, '\n')
+func (o *Outbox) put(b *Buf, urgent, wait bool) Ticket {
+	b.B = append(b.B, '\n')
 	gen := b.st.Load() >> 2
 	b.st.Store(gen<<2 | bufQueued)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for wait && o.deliver == nil && !o.stopped && o.queued > 0 && o.queued+cap(b.b) > maxQueued {
+	for wait && o.deliver == nil && !o.stopped && o.queued > 0 && o.queued+cap(b.B) > maxQueued {
 		o.wakeLocked()
 		o.space.Wait()
 	}
 	if o.stopped {
-		putBuf(b)
-		return ticket{}
+		PutBuf(b)
+		return Ticket{}
 	}
 	if urgent {
 		o.urgent = append(o.urgent, b)
 	} else {
 		o.queue = append(o.queue, b)
 	}
-	o.queued += cap(b.b)
-	return ticket{b, gen}
+	o.queued += cap(b.B)
+	return Ticket{b, gen}
 }
 
-func (o *outbox) wake() {
+func (o *Outbox) wake() {
 	if o.deliver != nil {
 		o.drain()
 		return
@@ -159,18 +177,18 @@ func (o *outbox) wake() {
 }
 
 // wakeLocked wakes the writer from under the lock (the send never
-// blocks); a front's outbox (deliver) never waits for space, so it is
+// blocks); a front's Outbox (deliver) never waits for space, so it is
 // never woken so.
-func (o *outbox) wakeLocked() {
+func (o *Outbox) wakeLocked() {
 	if o.deliver == nil {
 		o.wake()
 	}
 }
 
-// flush writes what is queued, in the caller's goroutine, with a single
+// Flush writes what is queued, in the caller's goroutine, with a single
 // non-blocking attempt, and leaves what did not fit to the writer goroutine;
 // a front that takes frames (deliver) gets them all, at once.
-func (o *outbox) flush() {
+func (o *Outbox) Flush() {
 	if o.raw == nil || o.deliver != nil {
 		o.wake()
 		return
@@ -200,8 +218,8 @@ func (o *outbox) flush() {
 // drain hands a front (deliver) every frame queued, in the caller's
 // goroutine, until none is left, or until it finds another caller at it,
 // which then loops for more: one caller at a time, in order. Once close
-// was called and nothing is left, it stops the outbox.
-func (o *outbox) drain() {
+// was called and nothing is left, it stops the Outbox.
+func (o *Outbox) drain() {
 	for {
 		batch, ok := o.takeOwn()
 		if !ok {
@@ -227,26 +245,26 @@ func (o *outbox) drain() {
 	}
 }
 
-// close asks the outbox to write what is queued, close its writer and stop.
+// Close asks the Outbox to write what is queued, close its writer and stop.
 // It does not wait; receive from dead for that.
-func (o *outbox) close() {
+func (o *Outbox) Close() {
 	o.mu.Lock()
 	o.closing = true
 	o.mu.Unlock()
 	o.wake()
 }
 
-// run is the outbox's goroutine. It exits after close (once everything
+// Run is the Outbox's goroutine. It exits after close (once everything
 // queued is written) or on the first write error, and closes the writer,
 // if it has one (a client's front that takes its frames, deliver, has
 // none).
-func (o *outbox) run() {
+func (o *Outbox) Run() {
 	defer close(o.dead)
 	if o.c != nil {
 		defer o.c.Close()
 	}
 	defer o.stop()
-	var batch []*buf
+	var batch []*Buf
 	for range o.kick {
 		for {
 			var ok bool
@@ -274,9 +292,9 @@ func (o *outbox) run() {
 	}
 }
 
-// take marks the outbox busy and moves every frame into batch: front,
+// take marks the Outbox busy and moves every frame into batch: front,
 // then urgent, then the queue. It reports false if someone else is writing.
-func (o *outbox) take(batch []*buf) ([]*buf, bool) {
+func (o *Outbox) take(batch []*Buf) ([]*Buf, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.busy {
@@ -285,9 +303,9 @@ func (o *outbox) take(batch []*buf) ([]*buf, bool) {
 	return o.takeLocked(batch), true
 }
 
-// takeOwn is take into the outbox's own batch (taken), which only the one
+// takeOwn is take into the Outbox's own batch (taken), which only the one
 // that is busy uses: for flush and drain, which any goroutine may call.
-func (o *outbox) takeOwn() ([]*buf, bool) {
+func (o *Outbox) takeOwn() ([]*Buf, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.busy {
@@ -296,7 +314,7 @@ func (o *outbox) takeOwn() ([]*buf, bool) {
 	return o.takeLocked(o.taken[:0]), true
 }
 
-func (o *outbox) takeLocked(batch []*buf) []*buf {
+func (o *Outbox) takeLocked(batch []*Buf) []*Buf {
 	o.busy = true
 	batch = append(append(append(batch, o.front...), o.urgent...), o.queue...)
 	clear(o.front)
@@ -308,7 +326,7 @@ func (o *outbox) takeLocked(batch []*buf) []*buf {
 }
 
 // putBack returns frames a flush could not finish to the front.
-func (o *outbox) putBack(rest []*buf) {
+func (o *Outbox) putBack(rest []*Buf) {
 	if len(rest) == 0 {
 		return
 	}
@@ -316,22 +334,22 @@ func (o *outbox) putBack(rest []*buf) {
 	defer o.mu.Unlock()
 	o.front = append(o.front, rest...)
 	for _, b := range rest {
-		o.queued += cap(b.b)
+		o.queued += cap(b.B)
 	}
 }
 
 // stop refuses further sends and frees anything left queued.
-func (o *outbox) stop() {
+func (o *Outbox) stop() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.stopLocked()
 }
 
-func (o *outbox) stopLocked() {
+func (o *Outbox) stopLocked() {
 	o.stopped = true
-	for _, q := range [][]*buf{o.front, o.urgent, o.queue} {
+	for _, q := range [][]*Buf{o.front, o.urgent, o.queue} {
 		for _, b := range q {
-			putBuf(b)
+			PutBuf(b)
 		}
 	}
 	o.front, o.urgent, o.queue = nil, nil, nil
@@ -339,11 +357,11 @@ func (o *outbox) stopLocked() {
 }
 
 // writeAll writes a batch, waiting for the peer as long as it takes.
-func (o *outbox) writeAll(batch []*buf) error {
+func (o *Outbox) writeAll(batch []*Buf) error {
 	if o.deliver != nil || o.sender != nil {
 		for _, b := range batch {
 			if !claim(b) {
-				putBuf(b)
+				PutBuf(b)
 				continue
 			}
 			o.handOver(b)
@@ -369,7 +387,7 @@ func (o *outbox) writeAll(batch []*buf) error {
 			if err == nil {
 				written(b)
 			} else {
-				putBuf(b)
+				PutBuf(b)
 			}
 		}
 		pending = pending[:0]
@@ -377,22 +395,22 @@ func (o *outbox) writeAll(batch []*buf) error {
 	for _, b := range batch {
 		switch {
 		case err != nil || !claim(b):
-			putBuf(b)
-		case len(b.b)-b.sent > gatherMax:
+			PutBuf(b)
+		case len(b.B)-b.sent > gatherMax:
 			flush()
 			if err == nil {
-				_, err = o.w.Write(b.b[b.sent:])
+				_, err = o.w.Write(b.B[b.sent:])
 			}
 			if err == nil {
 				written(b)
 			} else {
-				putBuf(b)
+				PutBuf(b)
 			}
 		default:
-			if len(o.gather)+len(b.b)-b.sent > gatherMax {
+			if len(o.gather)+len(b.B)-b.sent > gatherMax {
 				flush()
 			}
-			o.gather = append(o.gather, b.b[b.sent:]...)
+			o.gather = append(o.gather, b.B[b.sent:]...)
 			pending = append(pending, b)
 		}
 	}
@@ -406,14 +424,25 @@ const gatherMax = 64 << 10
 // claim marks a queued frame as being written and reports true, or reports
 // whether a frame already being written has bytes left; a withdrawn frame
 // reports false.
-func claim(b *buf) bool {
+func claim(b *Buf) bool {
 	v := b.st.Load()
 	if v&stateMask == bufWriting {
-		return b.sent < len(b.b)
+		return b.sent < len(b.B)
 	}
 	gen := v >> 2
 	return b.st.CompareAndSwap(gen<<2|bufQueued, gen<<2|bufWriting)
 }
+
+// Deliver takes one frame for the client (without a newline; it is the
+// session's buffer, valid until Deliver returns: what Deliver keeps, it
+// copies, as a stream's event does) with the request of the client's it is about, and whether it is that
+// request's last message: the server's answer, or the proxy's in its
+// place; about is nil for other traffic (the server's own requests and
+// notifications). An empty frame says only that about has ended: the
+// server's batch that ended it went as about another request. It is called
+// by one goroutine at a time (the one that read the server's frames, or the
+// session's writer), in order, and must not block.
+type Deliver func(frame []byte, about *proxy.Call, last bool)
 
 // Sender is a server reached message by message (an upstream.Conn): a
 // server's Out that implements it takes each frame whole, without its
@@ -433,16 +462,16 @@ type Sender interface {
 // handOver hands b, claimed, whole and without its newline, to whoever
 // takes frames one by one: the client's front (deliver), or a server that
 // takes messages (sender).
-func (o *outbox) handOver(b *buf) {
-	frame := b.b[b.sent : len(b.b)-1]
+func (o *Outbox) handOver(b *Buf) {
+	frame := b.B[b.sent : len(b.B)-1]
 	switch {
 	case o.deliver != nil:
-		o.deliver(frame, b.about, b.last) // valid until it returns: no copy
-	case b.cancels != nil:
-		o.sender.SendCancel(b.cancels, frame)
-	case b.hasMsg:
-		o.sender.SendFrame(frame, b.opens, &b.msg)
+		o.deliver(frame, b.About, b.Last) // valid until it returns: no copy
+	case b.Cancels != nil:
+		o.sender.SendCancel(b.Cancels, frame)
+	case b.HasMsg:
+		o.sender.SendFrame(frame, b.Opens, &b.Msg)
 	default:
-		o.sender.SendFrame(frame, b.opens, nil)
+		o.sender.SendFrame(frame, b.Opens, nil)
 	}
 }

@@ -1,4 +1,4 @@
-package stdio
+package wire
 
 import (
 	"sync"
@@ -9,32 +9,32 @@ import (
 )
 
 // buf is a pooled frame buffer. A frame's buffer is owned by exactly one
-// goroutine at a time: the reader fills it, the outbox writes and frees it.
+// goroutine at a time: the reader fills it, the Outbox writes and frees it.
 //
 // st packs a generation (high bits, advanced each time the buffer is
 // recycled) with a state (low 2 bits): free, queued, writing or withdrawn.
-// A ticket names one generation, so a stale ticket can never touch a
+// A Ticket names one generation, so a stale Ticket can never touch a
 // recycled buffer.
-type buf struct {
-	b  []byte
+type Buf struct {
+	B  []byte
 	st atomic.Uint64
 	// sent counts the bytes of b (newline included, once queued) already
-	// written; the outbox finishes the rest.
+	// written; the Outbox finishes the rest.
 	sent int
 	// done, if set, is called once b has been written whole (a cancel's
 	// notification: the upstream is told); never when b is dropped.
-	done func()
+	Done func()
 	// about and last, on a frame for the client, are the request it is
 	// about and whether it is that request's last message (see
 	// Options.Deliver); nil for other traffic.
-	about *proxy.Call
-	last  bool
+	About *proxy.Call
+	Last  bool
 	// opens and cancels, on a frame for a server that takes messages
 	// (Sender), are the request it opens and the request whose cancel it
 	// is; msg is the frame parsed, when hasMsg (its bytes unchanged).
-	opens, cancels *proxy.Call
-	msg            framing.Message
-	hasMsg         bool
+	Opens, Cancels *proxy.Call
+	Msg            framing.Message
+	HasMsg         bool
 }
 
 const (
@@ -45,34 +45,31 @@ const (
 	stateMask = 3
 )
 
-// ticket identifies a frame handed to an outbox, to ask later whether it has
+// Ticket identifies a frame handed to an Outbox, to ask later whether it has
 // been written, or to withdraw it.
-type ticket struct {
-	b   *buf
+type Ticket struct {
+	b   *Buf
 	gen uint64
 }
 
-// keep stores the ticket with its request, in the call's transport slot.
-func (t ticket) keep(c *proxy.Call) { c.Transport = proxy.Slot{Ref: t.b, Seq: t.gen} }
+// Keep stores the Ticket with its request, in the call's transport slot.
+func (t Ticket) Keep(c *proxy.Call) { c.Transport = proxy.Slot{Ref: t.b, Seq: t.gen} }
 
-// ticketOf returns the ticket kept with a request (the zero ticket, which
+// TicketOf returns the Ticket kept with a request (the zero Ticket, which
 // names no frame, if none was kept).
-func ticketOf(c *proxy.Call) ticket {
-	b, _ := c.Transport.Ref.(*buf)
-	return ticket{b, c.Transport.Seq}
+func TicketOf(c *proxy.Call) Ticket {
+	b, _ := c.Transport.Ref.(*Buf)
+	return Ticket{b, c.Transport.Seq}
 }
 
-// valid reports whether the ticket names a frame.
-func (t ticket) valid() bool { return t.b != nil }
-
-// withdraw takes the frame out of the queue if it has not begun to be
+// Withdraw takes the frame out of the queue if it has not begun to be
 // written, and reports whether it did.
-func (t ticket) withdraw() bool {
+func (t Ticket) Withdraw() bool {
 	return t.b != nil && t.b.st.CompareAndSwap(t.gen<<2|bufQueued, t.gen<<2|bufWithdrawn)
 }
 
-// written reports whether the frame has been written, or is being written.
-func (t ticket) written() bool {
+// Written reports whether the frame has been written, or is being written.
+func (t Ticket) Written() bool {
 	if t.b == nil {
 		return false
 	}
@@ -94,46 +91,46 @@ const (
 
 var smallPool, largePool sync.Pool
 
-// getBuf returns an empty buffer with room for a typical frame.
-func getBuf() *buf {
-	if b, _ := smallPool.Get().(*buf); b != nil {
+// GetBuf returns an empty buffer with room for a typical frame.
+func GetBuf() *Buf {
+	if b, _ := smallPool.Get().(*Buf); b != nil {
 		return b
 	}
-	return &buf{b: make([]byte, 0, newCap)}
+	return &Buf{B: make([]byte, 0, newCap)}
 }
 
-// getBufFor returns an empty buffer with room for n bytes.
-func getBufFor(n int) *buf {
+// GetBufFor returns an empty buffer with room for n bytes.
+func GetBufFor(n int) *Buf {
 	if n <= smallCap {
-		return getBuf()
+		return GetBuf()
 	}
-	if b, _ := largePool.Get().(*buf); b != nil {
-		if cap(b.b) >= n {
+	if b, _ := largePool.Get().(*Buf); b != nil {
+		if cap(b.B) >= n {
 			return b
 		}
-		putBuf(b)
+		PutBuf(b)
 	}
-	return &buf{b: make([]byte, 0, n)}
+	return &Buf{B: make([]byte, 0, n)}
 }
 
 // written recycles b, written whole, after calling its done.
-func written(b *buf) {
-	if f := b.done; f != nil {
-		b.done = nil
+func written(b *Buf) {
+	if f := b.Done; f != nil {
+		b.Done = nil
 		f()
 	}
-	putBuf(b)
+	PutBuf(b)
 }
 
-// putBuf recycles b under a new generation.
-func putBuf(b *buf) {
-	b.done, b.about, b.last = nil, nil, false
-	b.opens, b.cancels, b.hasMsg = nil, nil, false
+// PutBuf recycles b under a new generation.
+func PutBuf(b *Buf) {
+	b.Done, b.About, b.Last = nil, nil, false
+	b.Opens, b.Cancels, b.HasMsg = nil, nil, false
 	gen := b.st.Load() >> 2
 	b.st.Store((gen + 1) << 2)
 	b.sent = 0
-	b.b = b.b[:0]
-	switch c := cap(b.b); {
+	b.B = b.B[:0]
+	switch c := cap(b.B); {
 	case c <= smallCap:
 		smallPool.Put(b)
 	case c <= maxPooled:
