@@ -59,7 +59,7 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 	from := r.s.sides[proxy.Server]
 	if already != nil && !already.Batch && len(already.Msgs) == 1 {
 		already.Raw, already.Msgs[0].Raw = b.B, b.B // its spans index the copy as they did frame
-		r.s.decideFrame(from, already, b)
+		r.s.decideLocked(from, already, b)          // a server's frame: handleFrame takes no lock for it either
 	} else {
 		f := parsed.Get().(*framing.Frame)
 		r.s.handleFrame(from, f, b)

@@ -31,16 +31,6 @@ func (s *Session) handleFrame(from *side, f *framing.Frame, b *wire.Buf) {
 	s.decideLocked(from, f, b)
 }
 
-// decideFrame is handleFrame of a frame already parsed from b's bytes
-// (Receiver.Receive's).
-func (s *Session) decideFrame(from *side, f *framing.Frame, b *wire.Buf) {
-	if from.peer == proxy.Client {
-		s.core.Lock()
-		defer s.core.Unlock()
-	}
-	s.decideLocked(from, f, b)
-}
-
 // decideLocked is handleFrame once f is parsed from b's bytes, with the
 // core's lock held for a client's frame.
 func (s *Session) decideLocked(from *side, f *framing.Frame, b *wire.Buf) {
