@@ -59,6 +59,9 @@ type governor struct {
 	// once), for the call it turns out to be.
 	sending int
 	early   map[*proxy.Call][][]byte
+	// sent is signalled, with mu, as a hosted call's send ends (sending
+	// goes down): CancelOwnWork waits for it.
+	sent sync.Cond
 	// linger, once set (Linger), ends the session when its last hosted
 	// task is forgotten: a request's own session that outlasts it.
 	linger func()
@@ -124,6 +127,7 @@ type record struct {
 
 func newGovernor(e *Engine, session string, a proxy.Actions) *governor {
 	g := &governor{e: e, session: session, act: a}
+	g.sent.L = &g.mu
 	// The maps and the ring are made when first needed: many sessions (a
 	// sessionless request is one) see one request, which no rule may
 	// govern.

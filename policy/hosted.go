@@ -272,6 +272,10 @@ func (g *governor) keepHostedLocked(h *hosted, c *proxy.Call, m *framing.Message
 // once, after the client's answer, with the story's source.
 func (g *governor) sendHosted(h *hosted, params []byte) {
 	g.mu.Lock()
+	if h.rec.st.phase == phaseCancelled { // ended before its call went (a shutdown): it never goes
+		g.mu.Unlock()
+		return
+	}
 	g.sending++
 	g.mu.Unlock()
 	own := g.act.SendOwn("tools/call", params, h.token, func(a *framing.Message) { g.hostedAnswered(h, a) })
@@ -295,6 +299,7 @@ func (g *governor) takeEarlyLocked(h *hosted) {
 	if g.sending--; g.sending == 0 {
 		clear(g.early) // no hosted call's: dropped, as FromOwn drops them
 	}
+	g.sent.Broadcast()
 	for _, frame := range early {
 		var f framing.Frame
 		if f.Parse(frame) == nil && !f.Batch {
@@ -470,6 +475,14 @@ func (g *governor) hostingLocked(own *proxy.Call) *record {
 // session's end), while the server can still hear it.
 func (g *governor) CancelOwnWork(source proxy.Source, why string) {
 	g.mu.Lock()
+	// A hosted call being sent is cancelled once SendOwn has returned and
+	// its own request is known, here, before the session goes on to end:
+	// left to the send's own end, its cancel could come after the
+	// session had closed its way to the server (a stdio server over HTTP
+	// then ran the call on until it was stopped).
+	for g.sending > 0 {
+		g.sent.Wait()
+	}
 	var working []*hosted
 	for _, h := range g.tasks {
 		if !h.terminal() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/zap/zaptest"
@@ -520,4 +521,38 @@ func TestHostedPollCancelledIsForgotten(t *testing.T) {
 	}
 	ft.server(`{"jsonrpc":"2.0","id":"mcp-cancel-proxy-r1","result":{"content":[]}}`)
 	ft.none()
+}
+
+// TestHostedCallCancelledAtShutdownWhileItIsSent: a shutdown that comes
+// while a hosted task's call is being sent (SendOwn has not returned, so
+// its own request is not known yet) has that call cancelled before
+// CancelOwnWork returns, which the session's CancelAll calls before it
+// goes on to close its way to the server. Before, the cancel went once
+// the send ended, after CancelAll had returned: behind a stdio server
+// over HTTP the session had closed its way to the server by then, and the
+// call ran on (the transcript task-hosted-2026-ends-with-the-proxy failed
+// so once under -cpu 4).
+func TestHostedCallCancelledAtShutdownWhileItIsSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ft := reportHosted(t)
+		returned := make(chan struct{})
+		ft.ownSent = func(*proxy.Call) {
+			ft.ownSent = nil
+			go func() {
+				ft.gov.(proxy.OwnWork).CancelOwnWork(proxy.SourceShutdown, "the proxy is shutting down")
+				close(returned)
+			}()
+			synctest.Wait() // CancelOwnWork has done what it can while the call is being sent
+			select {
+			case <-returned:
+				t.Error("CancelOwnWork returned while a hosted call was being sent, before the call's cancel")
+			default:
+			}
+		}
+		hostedCall(t, ft, 1, "report")
+		<-returned
+		if a := ft.next(); a.kind != "cancel-own" || a.source != proxy.SourceShutdown {
+			t.Errorf("after CancelOwnWork: %s from %s, want the call's cancel", a.kind, a.source)
+		}
+	})
 }
