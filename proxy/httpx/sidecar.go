@@ -186,7 +186,11 @@ type Sidecar struct {
 	// proxy's own requests, answers read for nobody, the fleet's asks);
 	// Cleanup waits for both.
 	notifying, bg owned.Group
-	initErr       error
+	// pumps are the streams whose upstream a pump reads (in bg), a late
+	// answer among them that no client waits for: the sidecar's end cuts
+	// them, so that bg ends with it.
+	pumps   pumpSet
+	initErr error
 	// target is what the front hands a checked request to, chosen once,
 	// by Provision (targetOf).
 	target target
@@ -347,6 +351,7 @@ func (s *Sidecar) Cleanup(reason string) {
 		for _, k := range s.kinds {
 			k.stopAll(reason)
 		}
+		s.pumps.cutAll() // the late answers read for nobody now
 		if ok, n := s.detached.Stop(ownedWait); !ok {
 			s.log.Warn("event streams still written at shutdown", zap.Int("streams", n))
 		}

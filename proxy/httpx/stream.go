@@ -125,6 +125,7 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 	if st.Quit() != nil {
 		r.evs = make(chan []byte, 16)
 		r.sides.Store(2)
+		rl.s.pumps.add(st)
 		rl.s.bg.Go(r.pump)
 	} else if out, ok := joinwrite.Of(conn); ok {
 		// A lingering stream's events come through a channel, which its
@@ -138,6 +139,7 @@ func (rl relay) newSSERelay(sess *session, st *relayed, resp *fasthttp.Response,
 // pump reads a lingering stream's upstream events to the end, handing
 // them to the client's side while it lasts; then it releases the response.
 func (r *sseRelay) pump() {
+	defer r.s.pumps.del(r.st)
 	defer r.sideDone()
 	defer fasthttp.ReleaseResponse(r.resp)
 	defer r.rd.Release()
@@ -552,4 +554,38 @@ func (rl relay) decideFrame(sess *session, from proxy.Peer, f *framing.Frame, pa
 		}
 	}
 	return d
+}
+
+// pumpSet is the streams whose upstream a pump reads.
+type pumpSet struct {
+	mu sync.Mutex
+	m  map[*relayed]struct{}
+}
+
+func (p *pumpSet) add(st *relayed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[*relayed]struct{}{}
+	}
+	p.m[st] = struct{}{}
+}
+
+func (p *pumpSet) del(st *relayed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, st)
+}
+
+// cutAll ends every stream a pump reads, and its upstream read with it.
+func (p *pumpSet) cutAll() {
+	p.mu.Lock()
+	sts := make([]*relayed, 0, len(p.m))
+	for st := range p.m {
+		sts = append(sts, st)
+	}
+	p.mu.Unlock()
+	for _, st := range sts { // outside the lock: ending waits for a read in progress
+		st.CloseWithError(stream.ErrCancelled)
+	}
 }
