@@ -61,27 +61,7 @@ func TestShutdownWithAHungUpstream(t *testing.T) { // not parallel: ownedWait is
 	t.Cleanup(free) // before the upstream's Shutdown, which waits for its handlers
 	core, logs := observer.New(zap.WarnLevel)
 	sc := &Sidecar{Upstream: up, UpstreamTransport: TransportStreamable, Logger: zap.New(core)}
-	h, err := sc.Handler()
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := serveOn(t, h)
-	client := &fasthttp.Client{StreamResponseBody: true}
-	post := func(body string) *fasthttp.Response {
-		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-		defer fasthttp.ReleaseRequest(req)
-		req.SetRequestURI(front)
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.Header.SetContentType("application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(upstream.SessionHeader, "s-1")
-		req.SetBodyString(body)
-		if err := client.Do(req, resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
+	post := initializedOn(t, sc)
 	call := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`)
 	defer fasthttp.ReleaseResponse(call)
 
@@ -141,6 +121,29 @@ func TestShutdownCutsLateAnswersReadForNobody(t *testing.T) { // not parallel: o
 	}
 	t.Cleanup(e.Shutdown)
 	sc := &Sidecar{Upstream: up, UpstreamTransport: TransportStreamable, Logger: zap.NewNop(), Governor: e.Governor, LateWatch: time.Hour}
+	post := initializedOn(t, sc)
+	call := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`)
+	defer fasthttp.ReleaseResponse(call)
+	<-called
+	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`))
+	readBody(call, 1<<20) // the client's stream ends; the upstream's is read on, for a re-issue
+
+	done := make(chan struct{})
+	go func() { defer close(done); sc.Cleanup("the proxy is shutting down") }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Cleanup waits for a late answer that nobody waits for")
+	}
+	if !sc.bg.Idle() {
+		t.Error("goroutines of the sidecar's still run after Cleanup")
+	}
+}
+
+// initializedOn serves sc until the test ends, initializes a session of
+// id s-1 through it (the upstream's own), and returns what POSTs a
+// message in that session, its response's body streamed.
+func initializedOn(t *testing.T, sc *Sidecar) func(body string) *fasthttp.Response {
 	h, err := sc.Handler()
 	if err != nil {
 		t.Fatal(err)
@@ -162,20 +165,5 @@ func TestShutdownCutsLateAnswersReadForNobody(t *testing.T) { // not parallel: o
 		return resp
 	}
 	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
-	call := post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}`)
-	defer fasthttp.ReleaseResponse(call)
-	<-called
-	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`))
-	readBody(call, 1<<20) // the client's stream ends; the upstream's is read on, for a re-issue
-
-	done := make(chan struct{})
-	go func() { defer close(done); sc.Cleanup("the proxy is shutting down") }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Cleanup waits for a late answer that nobody waits for")
-	}
-	if !sc.bg.Idle() {
-		t.Error("goroutines of the sidecar's still run after Cleanup")
-	}
+	return post
 }
