@@ -45,9 +45,7 @@ func TestShutdownWithAHungUpstream(t *testing.T) { // not parallel: ownedWait is
 		body := ctx.PostBody()
 		switch {
 		case bytes.Contains(body, []byte(`"initialize"`)):
-			ctx.Response.Header.Set(upstream.SessionHeader, "s-1")
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+			initializeAnswer(ctx)
 		case bytes.Contains(body, []byte(`notifications/cancelled`)):
 			cancelled <- struct{}{}
 			<-release // hung: the cancel is never answered
@@ -101,9 +99,7 @@ func TestShutdownCutsLateAnswersReadForNobody(t *testing.T) { // not parallel: o
 		body := ctx.PostBody()
 		switch {
 		case bytes.Contains(body, []byte(`"initialize"`)):
-			ctx.Response.Header.Set(upstream.SessionHeader, "s-1")
-			ctx.SetContentType("application/json")
-			ctx.SetBodyString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
+			initializeAnswer(ctx)
 		case bytes.Contains(body, []byte(`"tools/call"`)): // an event stream that stays open
 			called <- struct{}{}
 			ctx.SetContentType("text/event-stream")
@@ -166,4 +162,12 @@ func initializedOn(t *testing.T, sc *Sidecar) func(body string) *fasthttp.Respon
 	}
 	fasthttp.ReleaseResponse(post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}`))
 	return post
+}
+
+// initializeAnswer answers an initialize as a 2025-06-18 upstream that
+// opens the session s-1.
+func initializeAnswer(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(upstream.SessionHeader, "s-1")
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"u","version":"1"}}}`)
 }

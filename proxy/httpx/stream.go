@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -580,10 +582,7 @@ func (p *pumpSet) del(st *relayed) {
 // cutAll ends every stream a pump reads, and its upstream read with it.
 func (p *pumpSet) cutAll() {
 	p.mu.Lock()
-	sts := make([]*relayed, 0, len(p.m))
-	for st := range p.m {
-		sts = append(sts, st)
-	}
+	sts := slices.Collect(maps.Keys(p.m))
 	p.mu.Unlock()
 	for _, st := range sts { // outside the lock: ending waits for a read in progress
 		st.CloseWithError(stream.ErrCancelled)
