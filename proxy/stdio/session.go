@@ -221,10 +221,6 @@ func (s *Session) Run(client, server Conn) error {
 		server.Push.PushTo(pushed)
 	}
 	close(s.running)
-	if !toClient.Hands() { // else whoever queues hands it over
-		go toClient.Run()
-	}
-	go toServer.Run()
 	if client.In != nil { // else the front submits, and CloseClient ends its side
 		go func() {
 			s.relay(s.sides[proxy.Client], client.In)

@@ -23,6 +23,9 @@ const maxQueued = 4 << 20
 // and frames queued by anyone else, are written by the Outbox's goroutine,
 // which is the only one that ever waits for the peer: a relay never blocks
 // on a peer that does not read, so it keeps reading, and acting on, cancels.
+// That goroutine starts the first time it has work, so that a peer that
+// always takes what it is sent at once (a stdio server's pipe) never costs
+// one.
 // Urgent frames (cancels whose request has already been written) go ahead of
 // everything queued, so that a cancel never waits behind other frames.
 //
@@ -60,11 +63,14 @@ type Outbox struct {
 	// the goroutine alone.
 	sender Sender
 
-	kick chan struct{} // 1-buffered: wakes the writer goroutine
-	dead chan struct{} // closed when run returns
+	started sync.Once     // starts run, the first time there is work for it
+	kick    chan struct{} // 1-buffered: wakes the writer goroutine
+	dead    chan struct{} // closed when run returns
 	err  error         // the write error that stopped run, if any; read after dead
 }
 
+// NewOutbox returns an Outbox that writes to w (and closes it once
+// stopped). It starts no goroutine until it has something to write.
 func NewOutbox(w io.WriteCloser) *Outbox {
 	o := &Outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
 	if s, ok := w.(Sender); ok {
@@ -78,12 +84,9 @@ func NewOutbox(w io.WriteCloser) *Outbox {
 
 // HandTo has the Outbox hand each frame to d whole in place of writing
 // it (a front that takes its client's frames itself): whoever queues a
-// frame hands it over (drain), so such an Outbox needs no Run. It is
+// frame hands it over (drain), so such an Outbox runs no goroutine. It is
 // called before anything is queued.
 func (o *Outbox) HandTo(d Deliver) { o.deliver = d }
-
-// Hands reports whether the Outbox hands its frames over (HandTo).
-func (o *Outbox) Hands() bool { return o.deliver != nil }
 
 // TakesMessages reports whether the Outbox's peer takes each frame whole
 // with the request it opens or cancels (a Sender), to which a frame's
@@ -123,12 +126,10 @@ func (o *Outbox) SendUrgent(b *Buf) Ticket {
 // SendNow queues a frame, in order, without waiting for space: for a
 // front's frames (Session.Submit), decided under the session's lock,
 // which a peer that does not read must not hold for ever; what an HTTP
-// body brings is bounded by its size.
-func (o *Outbox) SendNow(b *Buf) Ticket {
-	t := o.put(b, false, false)
-	o.wake()
-	return t
-}
+// body brings is bounded by its size. Like SendDeferred it leaves the
+// write to the caller's Flush (Submit's, once the frame is decided), so
+// that a peer that takes it at once costs no goroutine.
+func (o *Outbox) SendNow(b *Buf) Ticket { return o.put(b, false, false) }
 
 // SendAs is SendNow when now, else SendDeferred.
 func (o *Outbox) SendAs(b *Buf, now bool) Ticket {
@@ -165,11 +166,14 @@ func (o *Outbox) put(b *Buf, urgent, wait bool) Ticket {
 	return Ticket{b, gen}
 }
 
+// wake has what is queued written: handed to a front at once (deliver),
+// or by the goroutine, started if it was not yet.
 func (o *Outbox) wake() {
 	if o.deliver != nil {
 		o.drain()
 		return
 	}
+	o.started.Do(func() { go o.run() })
 	select {
 	case o.kick <- struct{}{}:
 	default: // already awake, or about to be
@@ -254,11 +258,11 @@ func (o *Outbox) Close() {
 	o.wake()
 }
 
-// Run is the Outbox's goroutine. It exits after close (once everything
-// queued is written) or on the first write error, and closes the writer,
-// if it has one (a client's front that takes its frames, deliver, has
-// none).
-func (o *Outbox) Run() {
+// run is the Outbox's goroutine, started the first time it has work
+// (wake). It exits after close (once everything queued is written) or on
+// the first write error, and closes the writer, if it has one (a client's
+// front that takes its frames, deliver, has none).
+func (o *Outbox) run() {
 	defer close(o.dead)
 	if o.c != nil {
 		defer o.c.Close()

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func frame(s string) *Buf {
@@ -29,7 +31,6 @@ func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	if o.raw == nil && hasWritev {
 		t.Fatal("os.Pipe's write end is not seen as non-blocking")
 	}
-	go o.Run()
 	big := strings.Repeat("x", 1<<20) // far more than a pipe holds
 	sent := make(chan struct{})
 	go func() {
@@ -68,7 +69,6 @@ func TestOutboxQueuedPathOrder(t *testing.T) {
 	if o.raw != nil {
 		t.Fatal("io.Pipe seen as a file")
 	}
-	go o.Run()
 	go func() {
 		for _, f := range []string{"a", "b", "c"} {
 			o.Send(frame(f))
@@ -79,4 +79,34 @@ func TestOutboxQueuedPathOrder(t *testing.T) {
 	if string(got) != "a\nb\nc\n" {
 		t.Errorf("got %q", got)
 	}
+}
+
+// TestOutboxStartsNoGoroutineWhileThePeerKeepsUp: frames a flush writes
+// whole (a stdio server's pipe with room) start no goroutine: the
+// Outbox's own starts the first time a write does not fit, or a frame is
+// sent rather than flushed, or at Close.
+func TestOutboxStartsNoGoroutineWhileThePeerKeepsUp(t *testing.T) {
+	if !hasWritev {
+		t.Skip("without writev the Outbox's goroutine writes every frame")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	before := goleak.IgnoreCurrent()
+	o := NewOutbox(w)
+	for _, f := range []string{"a", "b"} {
+		o.SendDeferred(frame(f))
+	}
+	o.Flush()
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("a goroutine runs though the peer took every frame at once: %v", err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != "a\nb\n" {
+		t.Errorf("the peer read %q, %v", got, err)
+	}
+	o.Close()
+	<-o.Dead()
 }
