@@ -66,7 +66,7 @@ type Outbox struct {
 	started sync.Once     // starts run, the first time there is work for it
 	kick    chan struct{} // 1-buffered: wakes the writer goroutine
 	dead    chan struct{} // closed when run returns
-	err  error         // the write error that stopped run, if any; read after dead
+	err     error         // the write error that stopped run, if any; read after dead
 }
 
 // NewOutbox returns an Outbox that writes to w (and closes it once
