@@ -38,12 +38,14 @@ type Receiver interface {
 	ReadLines(in io.Reader)
 }
 
-// receiver is the Session's Receiver (Run's, for a server that pushes).
+// receiver is the Session's Receiver (for a server that pushes).
 type receiver struct {
-	s     *Session
-	ended chan struct{}
-	reads chan io.Reader // 1-buffered: ReadLines's
-	once  sync.Once
+	s *Session
+	// then is called once, at the end of the server's frames: with nil
+	// (End), or with the input of bytes handed over (ReadLines). It must
+	// not block: End may be called under its caller's locks.
+	then func(in io.Reader)
+	once sync.Once
 }
 
 // parsed holds the frames Receive parses into, for reuse.
@@ -69,18 +71,7 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 }
 
 // End implements Receiver.
-func (r *receiver) End() { r.once.Do(func() { close(r.ended) }) }
+func (r *receiver) End() { r.once.Do(func() { r.then(nil) }) }
 
 // ReadLines implements Receiver.
-func (r *receiver) ReadLines(in io.Reader) { r.reads <- in }
-
-// wait is Run's for a server that pushes: until its End, or, if it hands
-// the session an input of bytes, until that input ends.
-func (r *receiver) wait() {
-	select {
-	case <-r.ended:
-		r.s.t.Logger(proxy.Server).Debug("input ended")
-	case in := <-r.reads:
-		r.s.relay(r.s.sides[proxy.Server], in)
-	}
-}
+func (r *receiver) ReadLines(in io.Reader) { r.once.Do(func() { r.then(in) }) }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
@@ -148,5 +150,41 @@ func TestPushingServerOfBytes(t *testing.T) {
 		t.Errorf("Run: %v, want ErrServerGone", err)
 	}
 	sOutR.Close()
+	<-sess.ReaderDone()
+}
+
+// TestStartWaitsForItsServerWithNoGoroutine: Start returns at once, and
+// while a server that pushes its frames has not ended, the session runs no
+// goroutine of its own (Run waited in one, for every line session behind
+// the HTTP front); the server's End has done called with what Run would
+// have returned, after the request in flight got the proxy's error.
+func TestStartWaitsForItsServerWithNoGoroutine(t *testing.T) {
+	watchdog(t, 20*time.Second)
+	p := &pusher{got: make(chan stdio.Receiver, 1), sent: make(chan string, 64)}
+	sess, delivered := delivering()
+	before := goleak.IgnoreCurrent()
+	done := make(chan error, 1)
+	sess.Start(stdio.Conn{Out: p, Push: p}, func(err error) { done <- err })
+	r := <-p.got
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("a goroutine runs while the session waits for its server: %v", err)
+	}
+	var f framing.Frame
+	if err := f.Parse([]byte(callTool)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-p.sent; got != callTool {
+		t.Fatalf("the server got %s", got)
+	}
+	r.End()
+	if got := <-delivered; !strings.Contains(got, `"id":1`) || !strings.Contains(got, `"error"`) {
+		t.Errorf("delivered %s, want the proxy's error for request 1", got)
+	}
+	if err := <-done; !errors.Is(err, stdio.ErrServerGone) {
+		t.Errorf("done with %v, want ErrServerGone", err)
+	}
 	<-sess.ReaderDone()
 }

@@ -207,6 +207,45 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // server.Out, and closes client.In to stop the client's reader without
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
+	ended := make(chan io.Reader, 1)
+	s.setup(client, server, func(in io.Reader) { ended <- in })
+	if client.In != nil { // else the front submits, and CloseClient ends its side
+		go func() {
+			s.relay(s.sides[proxy.Client], client.In)
+			s.clientEnd.Do(s.clientEnded)
+		}()
+	}
+	if server.Push != nil {
+		s.readServer(<-ended)
+	} else {
+		s.relay(s.sides[proxy.Server], server.In)
+	}
+	return s.finish(client)
+}
+
+// Start is Run for a front whose client's frames are submitted (Submit)
+// and taken (Options.Deliver), with no goroutine of its own while the
+// session lasts: it returns at once, and done is called, once, with what
+// Run would have returned, once the server's side has ended: by the
+// goroutine that reads a server of bytes (server.In), or, for a server
+// that pushes its frames, by one started when it says they have ended
+// (its Receiver's End, or the end of the input it hands over, ReadLines).
+func (s *Session) Start(server Conn, done func(error)) {
+	finish := func(in io.Reader) {
+		s.readServer(in)
+		done(s.finish(Conn{}))
+	}
+	s.setup(Conn{}, server, func(in io.Reader) { go finish(in) })
+	if server.Push == nil {
+		go finish(server.In)
+	}
+}
+
+// setup readies the session's two sides and hands a server that pushes
+// its frames the session's Receiver, whose end calls ended (with the
+// input it hands over, if any: ReadLines), before the client can send
+// anything.
+func (s *Session) setup(client, server Conn, ended func(io.Reader)) {
 	toClient, toServer := wire.NewOutbox(client.Out), wire.NewOutbox(server.Out)
 	if s.opts.Deliver != nil {
 		toClient.HandTo(s.opts.Deliver)
@@ -215,24 +254,26 @@ func (s *Session) Run(client, server Conn) error {
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	s.core.Unlock()
-	var pushed *receiver
-	if server.Push != nil { // before any frame can reach the server
-		pushed = &receiver{s: s, ended: make(chan struct{}), reads: make(chan io.Reader, 1)}
-		server.Push.PushTo(pushed)
+	if server.Push != nil {
+		server.Push.PushTo(&receiver{s: s, then: ended})
 	}
 	close(s.running)
-	if client.In != nil { // else the front submits, and CloseClient ends its side
-		go func() {
-			s.relay(s.sides[proxy.Client], client.In)
-			s.clientEnd.Do(s.clientEnded)
-		}()
-	}
+}
 
-	if pushed != nil {
-		pushed.wait()
-	} else {
-		s.relay(s.sides[proxy.Server], server.In)
+// readServer reads the server's lines from in until it ends; a nil in is
+// a server that pushed its frames, which have ended.
+func (s *Session) readServer(in io.Reader) {
+	if in == nil {
+		s.t.Logger(proxy.Server).Debug("input ended")
+		return
 	}
+	s.relay(s.sides[proxy.Server], in)
+}
+
+// finish ends the session once the server's side has: what the client
+// still waits for is answered (unless its side ended first), the outboxes
+// are closed and drained, the client's input closed, the governor closed.
+func (s *Session) finish(client Conn) error {
 	err := error(nil)
 	if !s.clientClosed.Load() {
 		err = ErrServerGone
@@ -240,6 +281,7 @@ func (s *Session) Run(client, server Conn) error {
 			s.replyAbout(s.sides[proxy.Client], r.Frame, r.To, true)
 		}
 	}
+	toServer, toClient := s.sides[proxy.Client].out, s.sides[proxy.Client].back
 	toServer.Close()
 	toClient.Close()
 	<-toClient.Dead()

@@ -53,15 +53,15 @@ func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals
 		Log: log, done: make(chan struct{}), grace: cmp.Or(grace, upstream.DefaultGrace)}
 }
 
-// Start runs the session on a goroutine of its own (the one that reads the
-// server). Once the server's side has ended, every message for the client
-// delivered, ended runs (the front ends the client's streams); once the
-// client's side has ended too and the server is stopped, onEnd, if not
-// nil, runs, and Done is closed: the session's goroutines have all ended.
+// Start starts the session, with no goroutine of its own while it lasts
+// (stdio.Session.Start). Once the server's side has ended, every message
+// for the client delivered, ended runs (the front ends the client's
+// streams); once the client's side has ended too and the server is
+// stopped, onEnd, if not nil, runs, and Done is closed: the session's
+// goroutines have all ended.
 func (ls *Session) Start(ended, onEnd func()) {
-	go func() {
+	ls.Sess.Start(ls.Back.Conn(), func(error) { // the client's side is Submit's and Deliver's
 		defer close(ls.done)
-		ls.Sess.Run(stdio.Conn{}, ls.Back.Conn()) // the client's side is Submit's and Deliver's
 		ended()
 		<-ls.Sess.ReaderDone()
 		ls.Back.Stop()
@@ -69,7 +69,7 @@ func (ls *Session) Start(ended, onEnd func()) {
 		if onEnd != nil {
 			onEnd()
 		}
-	}()
+	})
 }
 
 // CloseClient ends the client's side: nothing more is submitted, and the
