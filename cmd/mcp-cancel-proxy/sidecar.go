@@ -234,7 +234,7 @@ func sidecarPolicy(cfg config.Config, sc *httpx.Sidecar, m *metrics.Metrics, arg
 	if len(argv) > 0 || cfg.HTTP.UpstreamTransport != httpx.TransportStreamable { // a child per session, or an HTTP+SSE session per session
 		sc.Children = &httpx.Children{Session: sopts}
 		if len(argv) > 0 {
-			sc.Children.Dial = &upstream.Command{Argv: argv,
+			sc.Children.Dial = &upstream.Command{Argv: argv, MaxFrameSize: int(cfg.Limits.MaxFrameSize),
 				Options: child.Options{TermAfter: cfg.Child.TermAfter, KillAfter: cfg.Child.KillAfter, PassEnv: cfg.Child.PassEnv, Stderr: stderr}}
 		}
 	}

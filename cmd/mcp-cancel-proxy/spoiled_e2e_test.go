@@ -77,6 +77,13 @@ func through(t *testing.T, front, url, cfg string) (caller, string) {
 // Streamable HTTP client, or its old HTTP+SSE one (front legacy-client).
 func goClient(t *testing.T, front, addr string) caller {
 	t.Helper()
+	call := goClientArgs(t, front, addr)
+	return func(tool string) answer { return call(tool, map[string]any{"name": "t"}) }
+}
+
+// goClientArgs is goClient whose calls take their arguments.
+func goClientArgs(t *testing.T, front, addr string) func(tool string, args map[string]any) answer {
+	t.Helper()
 	var transport mcp.Transport = &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}
 	if front == "legacy-client" {
 		transport = &mcp.SSEClientTransport{Endpoint: "http://" + addr + "/sse"}
@@ -87,10 +94,10 @@ func goClient(t *testing.T, front, addr string) caller {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return func(tool string) answer {
+	return func(tool string, args map[string]any) answer {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a lost answer fails the test, not hangs it
 		defer cancel()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"name": "t"}})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		var we *jsonrpc.Error
 		switch {
 		case errors.As(err, &we):

@@ -95,7 +95,7 @@ type childSession struct {
 // session a re-issue joined there is that client's own; on the shared
 // child it joins only a call of the same credential (its principal).
 func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
-	proc, err := cs.dial.Dial(log)
+	conn, err := cs.dial.Dial(log)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 	}
 	c := &childSession{clock: cs.clock(), retiring: &cs.retiring, tools: &cs.tools}
 	sopts.Deliver = c.deliver
-	c.Session = lines.New(proc, sopts, cs.grace(), cs.totals, log)
+	c.Session = lines.New(upstream.NewLines(conn), sopts, cs.grace(), cs.totals, log)
 	clk := c.clock
 	c.New = func(n int) *stream.Events { return stream.NewEvents(clk, n) }
 	c.Start(c.End, func() { // every stream ends with the session, which is then forgotten

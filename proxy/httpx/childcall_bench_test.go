@@ -12,7 +12,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -24,7 +23,7 @@ import (
 // session's, the driver's and the server's being fixed.
 func BenchmarkChildCall(b *testing.B) {
 	client, req := benchFront(b, &httpx.Sidecar{Logger: zap.NewNop(),
-		Children: &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil })}})
+		Children: &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return newAnswering().conn(), nil })}})
 	var resp fasthttp.Response
 	req.SetBodyString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}`)
 	if err := client.DoTimeout(req, &resp, 10*time.Second); err != nil || len(resp.Header.Peek("Mcp-Session-Id")) == 0 {
@@ -50,7 +49,11 @@ func newAnswering() *answering {
 	return &answering{in: r, inW: w, exited: make(chan struct{})}
 }
 
-func (a *answering) Conn() stdio.Conn        { return stdio.Conn{In: a.in, Out: a} }
+// conn returns the server as the Conn a Dialer returns.
+func (a *answering) conn() upstream.Conn {
+	return upstream.NewPipeConn(a.in, a, upstream.PipeOptions{Stop: a.Stop})
+}
+
 func (a *answering) Exited() <-chan struct{} { return a.exited }
 func (a *answering) Stop()                   { a.stopOnce.Do(func() { a.inW.Close(); close(a.exited) }) }
 func (a *answering) Close() error            { a.Stop(); return nil }

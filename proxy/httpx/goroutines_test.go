@@ -72,7 +72,7 @@ func TestLineSessionGoroutines(t *testing.T) {
 		cs   *httpx.Children
 		want int
 	}{
-		{"in-process server", &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return newAnswering(), nil })}, 2},
+		{"in-process server", &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return newAnswering().conn(), nil })}, 2},
 		{"stdio server", &httpx.Children{Dial: &upstream.Command{Argv: []string{self, echoChildArg}}}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {

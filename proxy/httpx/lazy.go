@@ -21,8 +21,8 @@ type lazyBackend struct {
 	conn    stdio.Conn // back's
 	err     error      // the start's failure
 	stopped bool       // Stop came first: no server is ever started
-	// to is the session's (PushTo): the server's frames go to it once
-	// started, pushed, or its lines read by the session.
+	// to is the session's (PushTo): the server pushes it its frames once
+	// started.
 	to stdio.Receiver
 	// exited is closed once no server runs and none will: the start
 	// failed, or Stop came (first, or after a start once the server's
@@ -76,14 +76,8 @@ func (l *lazyBackend) startLocked() (stdio.Conn, stdio.Receiver, error) {
 }
 
 // hand gives the session (to) the frames of a server that was started:
-// pushed by it, or its lines read by the session.
-func hand(conn stdio.Conn, to stdio.Receiver) {
-	if conn.Push != nil {
-		conn.Push.PushTo(to)
-	} else {
-		to.ReadLines(conn.In)
-	}
-}
+// every server a Dialer reaches pushes them (upstream.Lines).
+func hand(conn stdio.Conn, to stdio.Receiver) { conn.Push.PushTo(to) }
 
 // PushTo implements stdio.Pusher: the session gets the server's frames
 // once it is started, and its End at once if none ever will be.
@@ -140,40 +134,37 @@ func (l *lazyBackend) now() (stdio.Conn, bool) {
 	return l.conn, l.back != nil
 }
 
-// lazyOut takes the session's lines, starting the server with the first.
+// lazyOut takes the session's frames, starting the server with the first.
 type lazyOut struct{ l *lazyBackend }
 
-func (w lazyOut) Write(p []byte) (int, error) {
-	conn, err := w.l.start()
-	if err != nil {
-		return 0, err
-	}
-	return conn.Out.Write(p)
-}
+// Write implements io.Writer, which a session's Out must: a session hands
+// a Sender its frames (SendFrame), never bytes.
+func (w lazyOut) Write([]byte) (int, error) { return 0, errNoBytes }
 
-// SendFrame implements stdio.Sender: a server that takes messages gets
-// them so, one that takes bytes a line.
+var errNoBytes = errors.New("a session of lines sends its server messages, not bytes")
+
+// SendFrame implements stdio.Sender.
 func (w lazyOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
-	w.send(frame, func(s stdio.Sender) { s.SendFrame(frame, opens, m) })
+	if s, ok := w.started(); ok {
+		s.SendFrame(frame, opens, m)
+	}
 }
 
 // SendCancel implements stdio.Sender.
 func (w lazyOut) SendCancel(c *proxy.Call, notice []byte) {
-	w.send(notice, func(s stdio.Sender) { s.SendCancel(c, notice) })
+	if s, ok := w.started(); ok {
+		s.SendCancel(c, notice)
+	}
 }
 
-// send starts the server, and hands it frame as a message (by call) if it
-// takes messages, else as a line.
-func (w lazyOut) send(frame []byte, call func(stdio.Sender)) {
+// started starts the server, and returns its way in.
+func (w lazyOut) started() (stdio.Sender, bool) {
 	conn, err := w.l.start()
 	if err != nil {
-		return
+		return nil, false
 	}
-	if s, ok := conn.Out.(stdio.Sender); ok {
-		call(s)
-		return
-	}
-	conn.Out.Write(append(frame[:len(frame):len(frame)], '\n'))
+	s, ok := conn.Out.(stdio.Sender)
+	return s, ok
 }
 
 func (w lazyOut) Close() error {

@@ -133,11 +133,12 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	// The server starts (or is dialled) at the client's first POST: a
 	// stream that never POSTs costs no process.
 	back := newLazyBackend(func() (Backend, error) {
-		b, err := up.lineServers().dial.Dial(log)
+		conn, err := up.lineServers().dial.Dial(log)
 		if err != nil {
 			log.Error("cannot start the server", zap.Error(err))
+			return nil, err
 		}
-		return b, err
+		return upstream.NewLines(conn), nil
 	})
 	servers := up.lineServers()
 	sopts, grace := servers.opts, servers.grace

@@ -98,10 +98,11 @@ func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func
 		}
 		client := &fasthttp.Client{StreamResponseBody: true, Dial: func(string) (net.Conn, error) { return dial(ln.Dial) }}
 		u, _ := url.Parse("http://upstream.test/mcp")
-		back, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}}).Dial(zap.NewNop())
+		conn, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}}).Dial(zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
+		back := upstream.NewLines(conn)
 		go io.Copy(io.Discard, back.Conn().In) // what the upstream answers; ends with the backend
 		test(t, back)
 		back.Stop()

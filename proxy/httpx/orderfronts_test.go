@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
@@ -48,7 +47,7 @@ func TestOrderKeptOnEveryFront(t *testing.T) {
 					t.Cleanup(hs.Close)
 					sc.Upstream, sc.UpstreamTransport, sc.Children = hs.URL+"/sse", httpx.TransportSSE, &httpx.Children{}
 				case "stdio":
-					sc.Children = &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return serveLines(srv), nil })}
+					sc.Children = &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return serveLines(srv), nil })}
 				}
 				var c upstreamtest.OrderClient
 				if front == "old-client" {
@@ -147,8 +146,8 @@ func messagesOf(body string) []map[string]any {
 }
 
 // serveLines returns srv served over pipes as a stdio server would be: a
-// session's Backend, which ends at its stdin's end.
-func serveLines(srv *upstreamtest.OrderServer) httpx.Backend {
+// session's Conn, which ends at its stdin's end.
+func serveLines(srv *upstreamtest.OrderServer) upstream.Conn {
 	toR, toW := io.Pipe()
 	fromR, fromW := io.Pipe()
 	b := &linesBackend{in: fromR, out: toW, exited: make(chan struct{})}
@@ -157,7 +156,7 @@ func serveLines(srv *upstreamtest.OrderServer) httpx.Backend {
 		srv.ServeLines(toR, fromW)
 		fromW.Close()
 	}()
-	return b
+	return b.conn()
 }
 
 type linesBackend struct {
@@ -166,8 +165,11 @@ type linesBackend struct {
 	exited chan struct{}
 }
 
-func (b *linesBackend) Conn() stdio.Conn        { return stdio.Conn{In: b.in, Out: b.out} }
-func (b *linesBackend) Exited() <-chan struct{} { return b.exited }
+// conn returns the server as the Conn a Dialer returns.
+func (b *linesBackend) conn() upstream.Conn {
+	return upstream.NewPipeConn(b.in, b.out, upstream.PipeOptions{Stop: b.Stop})
+}
+
 func (b *linesBackend) Stop() {
 	b.out.Close()
 	b.in.Close() // a session that stopped reading does not hold the server

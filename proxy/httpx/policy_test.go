@@ -409,7 +409,7 @@ func TestDeadlinesRacingAnswers(t *testing.T) {
 				sc.Upstream = srv.URL
 			case "stdio":
 				sc.Children = &httpx.Children{Session: stdio.Options{Governor: e.Governor("child")},
-					Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return racingLines(work), nil })}
+					Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return racingLines(work), nil })}
 			case "sse-upstream":
 				srv := httptest.NewServer(racingSSE(work))
 				t.Cleanup(srv.Close)
@@ -492,7 +492,7 @@ func racingAnswer(line []byte, work func()) []byte {
 
 // racingLines is a stdio server, in process, that answers each request on
 // a goroutine of its own (a tools/call after work).
-func racingLines(work func()) httpx.Backend {
+func racingLines(work func()) upstream.Conn {
 	toR, toW := io.Pipe()
 	fromR, fromW := io.Pipe()
 	b := &linesBackend{in: fromR, out: toW, exited: make(chan struct{})}
@@ -514,7 +514,7 @@ func racingLines(work func()) httpx.Backend {
 		answering.Wait()
 		fromW.Close()
 	}()
-	return b
+	return b.conn()
 }
 
 // racingSSE is an HTTP+SSE server that answers each message on its

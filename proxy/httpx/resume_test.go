@@ -122,10 +122,11 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			back, err := up.Dial(zaptest.NewLogger(t))
+			up2, err := up.Dial(zaptest.NewLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
+			back := upstream.NewLines(up2)
 			t.Cleanup(func() { back.Stop(); <-back.Exited() })
 			conn := back.Conn()
 			lines := framing.NewReader(conn.In, 0)

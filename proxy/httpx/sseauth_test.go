@@ -47,10 +47,11 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := up.Dial(zaptest.NewLogger(t))
+	up2, err := up.Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	back := upstream.NewLines(up2)
 	defer back.Stop()
 	conn := back.Conn()
 	lines := make(chan []byte, 1)
@@ -132,10 +133,11 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	}
 	a := &gatedAuth{release: make(chan struct{})}
 	upstream.AddAuth(up.Client, a)
-	back, err := up.Dial(zaptest.NewLogger(t))
+	up2, err := up.Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	back := upstream.NewLines(up2)
 	a.gate() // a sign-in is under way from here
 	conn := back.Conn()
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/internal/transcript"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
@@ -40,23 +39,24 @@ func TestTranscriptsThroughTheBridge(t *testing.T) {
 // inbox.
 func (r *replay) bridge(kind string) {
 	r.t.Helper()
-	var back httpx.Backend
+	var conn upstream.Conn
 	var err error
 	switch kind {
 	case "streamable":
 		var up *upstream.StreamableUpstream
 		if up, err = upstream.NewStreamableUpstream(r.scriptedStreamable(), r.maxFrame, 0); err == nil {
-			back, err = up.Dial(zaptest.NewLogger(r.t))
+			conn, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	case "sse":
 		var up *upstream.SSEUpstream
 		if up, err = upstream.NewSSEUpstream(r.scriptedSSE(), r.maxFrame, 0); err == nil {
-			back, err = up.Dial(zaptest.NewLogger(r.t))
+			conn, err = up.Dial(zaptest.NewLogger(r.t))
 		}
 	}
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	back := upstream.NewLines(conn)
 	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t), MaxFrameSize: r.maxFrame, DeferCancels: true} // as the bridge's
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")

@@ -10,15 +10,14 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
 // The scripted servers of TestTranscriptsOverHTTP: each takes the frames
 // of the "s>" steps and puts what reaches it to the replay's server inbox.
 
-// scriptedStdio returns a scripted stdio server as a Backend: its lines
-// are the server's frames.
+// scriptedStdio returns a scripted stdio server: its lines are the
+// server's frames.
 func (r *replay) scriptedStdio() *pipeBackend {
 	toProxy, fromServer := io.Pipe()
 	fromProxy, toServer := io.Pipe()
@@ -48,15 +47,13 @@ func (r *replay) scriptedStdio() *pipeBackend {
 	return b
 }
 
-// pipeBackend is a scripted server as a Children Backend.
+// pipeBackend is a scripted stdio server: its lines each way, and its end.
 type pipeBackend struct {
 	in     *io.PipeReader // the server's lines
 	out    *io.PipeWriter // lines to the server
 	once   sync.Once
 	exited chan struct{}
 }
-
-func (b *pipeBackend) Conn() stdio.Conn { return stdio.Conn{In: b.in, Out: b.out} }
 
 func (b *pipeBackend) Stop() {
 	b.once.Do(func() {

@@ -116,7 +116,8 @@ func (r *replay) sidecar(kind string) *httpx.Sidecar {
 		}
 	case "stdio":
 		b := r.scriptedStdio()
-		cs = &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (httpx.Backend, error) { return b, nil })}
+		conn := upstream.NewPipeConn(b.in, b.out, upstream.PipeOptions{MaxFrameSize: r.maxFrame, Stop: b.Stop})
+		cs = &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return conn, nil })}
 	case "sse":
 		cs = &httpx.Children{} // sessions of the HTTP+SSE upstream
 		sc.Upstream, sc.UpstreamTransport = r.scriptedSSE(), httpx.TransportSSE

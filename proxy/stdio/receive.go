@@ -1,7 +1,6 @@
 package stdio
 
 import (
-	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -28,23 +27,20 @@ type Receiver interface {
 	// again; it is the session's until Receive returns. Any goroutine may
 	// call it, the frames of one stream in their order.
 	Receive(frame []byte, parsed *framing.Frame)
+	// TooLarge answers for a frame of the server's over the size limit,
+	// which was skipped, as Run does for a line it reads.
+	TooLarge(tl *framing.FrameTooLargeError)
 	// End says no frame comes after those received: the server's output
 	// has ended, as when a server's In ends.
 	End()
-	// ReadLines hands the session a server of bytes after all (one started
-	// at the client's first frame, which turned out to be a process):
-	// Run reads in as it reads an In, until it ends. It is called at most
-	// once, in place of End.
-	ReadLines(in io.Reader)
 }
 
 // receiver is the Session's Receiver (for a server that pushes).
 type receiver struct {
 	s *Session
-	// then is called once, at the end of the server's frames: with nil
-	// (End), or with the input of bytes handed over (ReadLines). It must
-	// not block: End may be called under its caller's locks.
-	then func(in io.Reader)
+	// then is called once, at the end of the server's frames (End). It
+	// must not block: End may be called under its caller's locks.
+	then func()
 	once sync.Once
 }
 
@@ -70,8 +66,12 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 	from.out.Flush()
 }
 
-// End implements Receiver.
-func (r *receiver) End() { r.once.Do(func() { r.then(nil) }) }
+// TooLarge implements Receiver.
+func (r *receiver) TooLarge(tl *framing.FrameTooLargeError) {
+	from := r.s.sides[proxy.Server]
+	r.s.tooLarge(from, tl)
+	from.out.Flush()
+}
 
-// ReadLines implements Receiver.
-func (r *receiver) ReadLines(in io.Reader) { r.once.Do(func() { r.then(in) }) }
+// End implements Receiver.
+func (r *receiver) End() { r.once.Do(r.then) }

@@ -2,7 +2,6 @@ package stdio_test
 
 import (
 	"errors"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -115,42 +114,6 @@ func parsedFrame(t *testing.T, line string) *framing.Frame {
 		t.Fatal(err)
 	}
 	return f
-}
-
-// linesLater is a server that turns out to be one of bytes once asked
-// (an old client's server, started at its first frame): it hands the
-// session its output to read (Receiver.ReadLines).
-type linesLater struct{ in io.Reader }
-
-func (p linesLater) PushTo(r stdio.Receiver) { r.ReadLines(p.in) }
-
-// TestPushingServerOfBytes: a server that hands the session an input of
-// bytes is read as an In is: its lines decided (an answer delivered), its
-// end the end of Run.
-func TestPushingServerOfBytes(t *testing.T) {
-	watchdog(t, 20*time.Second)
-	sIn, sInW := io.Pipe()
-	sOutR, sOut := io.Pipe()
-	fromProxy := &lineReader{framing.NewReader(sOutR, 0), sOutR}
-	sess, delivered := delivering()
-	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{}, stdio.Conn{Out: sOut, Push: linesLater{in: sIn}}) }()
-	var f framing.Frame
-	f.Parse([]byte(callTool))
-	if err := sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
-		t.Fatal(err)
-	}
-	next(t, fromProxy, "server")
-	io.WriteString(sInW, result1+"\n")
-	if got := <-delivered; got != result1 {
-		t.Errorf("delivered %s, want %s", got, result1)
-	}
-	sInW.Close()
-	if err := <-done; !errors.Is(err, stdio.ErrServerGone) {
-		t.Errorf("Run: %v, want ErrServerGone", err)
-	}
-	sOutR.Close()
-	<-sess.ReaderDone()
 }
 
 // TestStartWaitsForItsServerWithNoGoroutine: Start returns at once, and

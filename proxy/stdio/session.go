@@ -207,19 +207,15 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // server.Out, and closes client.In to stop the client's reader without
 // waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
-	ended := make(chan io.Reader, 1)
-	s.setup(client, server, func(in io.Reader) { ended <- in })
+	ended := make(chan struct{})
+	s.setup(client, server, func() { close(ended) })
 	if client.In != nil { // else the front submits, and CloseClient ends its side
 		go func() {
 			s.relay(s.sides[proxy.Client], client.In)
 			s.clientEnd.Do(s.clientEnded)
 		}()
 	}
-	if server.Push != nil {
-		s.readServer(<-ended)
-	} else {
-		s.relay(s.sides[proxy.Server], server.In)
-	}
+	s.readServer(server, ended)
 	return s.finish(client)
 }
 
@@ -229,23 +225,22 @@ func (s *Session) Run(client, server Conn) error {
 // Run would have returned, once the server's side has ended: by the
 // goroutine that reads a server of bytes (server.In), or, for a server
 // that pushes its frames, by one started when it says they have ended
-// (its Receiver's End, or the end of the input it hands over, ReadLines).
+// (its Receiver's End).
 func (s *Session) Start(server Conn, done func(error)) {
-	finish := func(in io.Reader) {
-		s.readServer(in)
+	finish := func() {
+		s.readServer(server, nil)
 		done(s.finish(Conn{}))
 	}
-	s.setup(Conn{}, server, func(in io.Reader) { go finish(in) })
+	s.setup(Conn{}, server, func() { go finish() })
 	if server.Push == nil {
-		go finish(server.In)
+		go finish()
 	}
 }
 
 // setup readies the session's two sides and hands a server that pushes
-// its frames the session's Receiver, whose end calls ended (with the
-// input it hands over, if any: ReadLines), before the client can send
-// anything.
-func (s *Session) setup(client, server Conn, ended func(io.Reader)) {
+// its frames the session's Receiver, whose End calls ended, before the
+// client can send anything.
+func (s *Session) setup(client, server Conn, ended func()) {
 	toClient, toServer := wire.NewOutbox(client.Out), wire.NewOutbox(server.Out)
 	if s.opts.Deliver != nil {
 		toClient.HandTo(s.opts.Deliver)
@@ -260,14 +255,18 @@ func (s *Session) setup(client, server Conn, ended func(io.Reader)) {
 	close(s.running)
 }
 
-// readServer reads the server's lines from in until it ends; a nil in is
-// a server that pushed its frames, which have ended.
-func (s *Session) readServer(in io.Reader) {
-	if in == nil {
-		s.t.Logger(proxy.Server).Debug("input ended")
+// readServer reads the server's lines until they end, or, for a server
+// that pushes its frames, waits for their end (ended; nil: they have
+// ended).
+func (s *Session) readServer(server Conn, ended <-chan struct{}) {
+	if server.Push == nil {
+		s.relay(s.sides[proxy.Server], server.In)
 		return
 	}
-	s.relay(s.sides[proxy.Server], in)
+	if ended != nil {
+		<-ended
+	}
+	s.t.Logger(proxy.Server).Debug("input ended")
 }
 
 // finish ends the session once the server's side has: what the client

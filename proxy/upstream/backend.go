@@ -12,34 +12,36 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
-// Backend is one session's server as a child session talks to it: its
-// lines in and out, a way to end it, and a channel closed once it has.
+// Backend is one session's server as a stdio session talks to it (Lines
+// over a Conn): the way to push it messages and to be pushed the server's,
+// a way to end it, and a channel closed once it has.
 type Backend interface {
-	// Conn returns the server's lines (In) and the way to send it lines
-	// (Out).
+	// Conn returns the server's side of the session: its messages pushed
+	// (Push), the way to send it messages (Out), and, for a reader of
+	// bytes, its lines (In).
 	Conn() stdio.Conn
-	// Stop ends the server: the stop ladder for a process, closing the
-	// connection for an upstream. A process's waits for its exit (bounded
-	// by the ladder); it may be called again.
+	// Stop ends the server: it closes its Conn (a stdio server's stop
+	// ladder, an upstream's session); it may be called again.
 	Stop()
 	// Exited is closed once the server has ended.
 	Exited() <-chan struct{}
 }
 
-// Dialer reaches the server of one session of lines: it starts a stdio
-// server (Command), or opens a session of an HTTP server
-// (SSEUpstream, StreamableUpstream). An HTTP front is given one, chosen
-// once from the configuration, and never asks which kind it is.
+// Dialer reaches the server of one session: it starts a stdio server
+// (Command), or opens a session of an HTTP server (SSEUpstream,
+// StreamableUpstream), and returns it as a Conn, whatever its kind. An
+// HTTP front is given one, chosen once from the configuration, and never
+// asks which kind it is.
 type Dialer interface {
 	// Dial returns a new session's server, logging to log.
-	Dial(log *zap.Logger) (Backend, error)
+	Dial(log *zap.Logger) (Conn, error)
 }
 
 // DialFunc is a function as a Dialer (a test's servers).
-type DialFunc func(log *zap.Logger) (Backend, error)
+type DialFunc func(log *zap.Logger) (Conn, error)
 
 // Dial implements Dialer.
-func (f DialFunc) Dial(log *zap.Logger) (Backend, error) { return f(log) }
+func (f DialFunc) Dial(log *zap.Logger) (Conn, error) { return f(log) }
 
 // DefaultGrace is how long a session's end waits for its server to take
 // what it was sent before it stops it, where its Dialer says nothing else
@@ -58,12 +60,16 @@ type Graced interface {
 type Command struct {
 	Argv    []string
 	Options child.Options
+	// MaxFrameSize is the longest line read from the server
+	// (framing.DefaultMaxFrameSize if zero).
+	MaxFrameSize int
 
 	running atomic.Int64
 }
 
-// Dial implements Dialer: it starts the command.
-func (c *Command) Dial(log *zap.Logger) (Backend, error) {
+// Dial implements Dialer: it starts the command, whose lines are the
+// Conn's (PipeConn).
+func (c *Command) Dial(log *zap.Logger) (Conn, error) {
 	if len(c.Argv) == 0 {
 		return nil, errNoCommand
 	}
@@ -77,12 +83,12 @@ func (c *Command) Dial(log *zap.Logger) (Backend, error) {
 			onExit()
 		}
 	}
-	back, err := StartChild(c.Argv, o)
+	conn, err := startPipe(c.Argv, o, c.MaxFrameSize)
 	if err != nil {
 		c.running.Add(-1)
 		return nil, err
 	}
-	return back, nil
+	return conn, nil
 }
 
 var errNoCommand = errors.New("no server command")
@@ -93,18 +99,23 @@ func (c *Command) Running() int { return int(c.running.Load()) }
 // Grace implements Graced: the server's term_after.
 func (c *Command) Grace() time.Duration { return cmp.Or(c.Options.TermAfter, DefaultGrace) }
 
-// StartChild starts a stdio server, argv, as a Backend: its stdout is the
-// server's lines, its stdin takes the session's, and Stop is its stop
-// ladder (package child).
+// StartChild starts a stdio server, argv, as a Backend (its lines, for a
+// reader of bytes: the check command's): Stop is its stop ladder (package
+// child).
 func StartChild(argv []string, o child.Options) (Backend, error) {
+	conn, err := startPipe(argv, o, 0)
+	if err != nil {
+		return nil, err
+	}
+	return NewLines(conn), nil
+}
+
+// startPipe starts a stdio server, argv, as a PipeConn over its stdout and
+// stdin, whose Close runs its stop ladder.
+func startPipe(argv []string, o child.Options, maxFrame int) (*PipeConn, error) {
 	p, err := child.Start(argv, o)
 	if err != nil {
 		return nil, err
 	}
-	return process{p}, nil
+	return NewPipeConn(p.Stdout, p.Stdin, PipeOptions{MaxFrameSize: maxFrame, Stop: p.Stop, DrainWait: o.TermAfter, Logger: o.Logger}), nil
 }
-
-// process is a stdio server process as a Backend.
-type process struct{ *child.Process }
-
-func (p process) Conn() stdio.Conn { return stdio.Conn{In: p.Stdout, Out: p.Stdin} }

@@ -32,12 +32,12 @@ func TestCommandCountsItsProcesses(t *testing.T) {
 	if n := c.Running(); n != 2 {
 		t.Errorf("Running = %d with two processes, want 2", n)
 	}
-	a.Stop() // cat exits at its stdin's end
+	a.Close() // cat exits at its stdin's end
 	<-exits
 	if n := c.Running(); n != 1 {
 		t.Errorf("Running = %d after one stopped, want 1", n)
 	}
-	b.Stop()
+	b.Close()
 	<-exits
 	if n := c.Running(); n != 0 {
 		t.Errorf("Running = %d after both stopped, want 0", n)

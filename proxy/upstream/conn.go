@@ -42,7 +42,9 @@ type Conn interface {
 // (Listen), one message at a time.
 type Stream interface {
 	// Next returns the next message, valid until the next call, or io.EOF
-	// once the stream has ended. One goroutine calls it.
+	// once the stream has ended; a *framing.FrameTooLargeError says a
+	// message over the size limit was skipped (a stdio server's line),
+	// and the stream goes on. One goroutine calls it.
 	Next() ([]byte, error)
 	// Close ends the stream; it may race Next, which it unblocks.
 	Close() error

@@ -112,10 +112,15 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 		}
 		log.Info("upstream transport detected", events.Mark(events.UpstreamDetected), zap.String("transport", transport))
 	}
+	var d Dialer = &StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision, OnUpstreamError: o.OnUpstreamError}
 	if transport == TransportSSE {
-		return (&SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}).Dial(log)
+		d = &SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}
 	}
-	return (&StreamableUpstream{Endpoint: ep, MaxBodySize: maxBody, KeepRevision: keepRevision, OnUpstreamError: o.OnUpstreamError}).Dial(log)
+	conn, err := d.Dial(log)
+	if err != nil {
+		return nil, err
+	}
+	return NewLines(conn), nil
 }
 
 // ProbeTransport POSTs initialize to the endpoint; on 400, 404 or 405 it
@@ -134,13 +139,13 @@ func (e *Endpoint) ProbeTransport(maxBody int, log *zap.Logger) (sse bool, err e
 	switch status {
 	case fasthttp.StatusBadRequest, fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
 		up := &SSEUpstream{URL: e.URL, Client: e.Client, MaxBodySize: maxBody, EndpointWait: probeWait}
-		b, err := up.Dial(zap.NewNop())
+		c, err := up.Open(zap.NewNop())
 		if err != nil {
 			log.Debug("the upstream refused initialize and is no HTTP+SSE server either", zap.Int("status", status),
 				zap.String("error", Brief(err)))
 			return false, nil
 		}
-		b.Stop()
+		c.Close()
 		return true, nil
 	}
 	if session != "" { // a session the proxy opened for itself

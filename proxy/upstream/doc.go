@@ -1,11 +1,11 @@
 // Package upstream is what the HTTP front and the bridge reach a server
-// with, the client side of MCP's transports: it dials a session of a
-// Streamable HTTP server (StreamableUpstream) or of a 2024-11-05 HTTP+SSE
-// one (SSEUpstream), or finds out which the server speaks first (Dial,
-// ProbeTransport), or starts a stdio server (StartChild), each as a
-// Backend: the server's messages in and out as lines, the way a stdio
-// child's are, so that one session of lines (package
-// stdio) decides every frame of it. Every request to a Streamable HTTP
+// with, the client side of MCP's transports, message by message (Conn):
+// it dials a session of a Streamable HTTP server (StreamableUpstream) or
+// of a 2024-11-05 HTTP+SSE one (SSEUpstream), or finds out which the
+// server speaks first (Dial, ProbeTransport), or starts a stdio server
+// (Command, whose lines are a PipeConn); a Dialer returns each as a Conn,
+// and a session of lines (package stdio) reaches any Conn through Lines,
+// so that one session decides every frame of it. Every request to a Streamable HTTP
 // server, the HTTP front's relay's included, is made by an Endpoint. It
 // also holds what the relay shares with those clients: the fasthttp
 // client every upstream request goes through (NewClient, with its headers, the HTTP proxy of the

@@ -9,6 +9,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // Lines is a Conn as a session of lines reaches its server (a Backend):
@@ -86,6 +87,17 @@ func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 	}
 }
 
+// tooLarge hands the session a message over the size limit, which the
+// Stream skipped (a stdio server's over-long line), for it to answer as
+// the relay answers one it reads; a reader of bytes never sees it.
+func (l *Lines) tooLarge(tl *framing.FrameTooLargeError) {
+	l.hand.Lock()
+	defer l.hand.Unlock()
+	if l.to != nil {
+		l.to.TooLarge(tl)
+	}
+}
+
 // ended says the messages have ended: to the session pushed to, or to a
 // reader.
 func (l *Lines) ended() {
@@ -131,6 +143,10 @@ func (l *Lines) read(st Stream) {
 		defer l.readers.Done()
 		for {
 			m, err := st.Next()
+			if tl, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
+				l.tooLarge(tl)
+				continue
+			}
 			if errors.Is(err, ErrSessionEnded) {
 				l.Stop() // the server's lines end once every stream has been read
 			}
@@ -159,6 +175,14 @@ func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message)
 	if st, err := w.l.conn.Send(context.Background(), frame, calls, Along{Msg: m}); err == nil && st != nil {
 		w.l.read(st)
 	}
+}
+
+// NeverBlocks implements wire.NeverBlocks: the session's frames are
+// handed to a Conn that never blocks (a stdio server's) by whoever queues
+// them, with no hand-off to a writer of the session's.
+func (w linesOut) NeverBlocks() bool {
+	nb, ok := w.l.conn.(wire.NeverBlocks)
+	return ok && nb.NeverBlocks()
 }
 
 // SendCancel implements stdio.Sender.

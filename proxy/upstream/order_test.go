@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"testing"
 
 	"go.uber.org/zap"
@@ -24,11 +25,13 @@ import (
 // id; the client gets the answer of every call it did not cancel, and
 // nothing of the ones it did (upstreamtest.OrderServer.Run).
 func TestOrderKeptThroughTheBridge(t *testing.T) {
-	for _, kind := range []string{"streamable", "sse"} {
+	for _, kind := range []string{"streamable", "sse", "stdio"} {
 		t.Run(kind, func(t *testing.T) {
 			srv := upstreamtest.NewOrderServer()
 			var d upstream.Dialer
-			if kind == "sse" {
+			if kind == "stdio" {
+				d = upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) { return servePipes(t, srv), nil })
+			} else if kind == "sse" {
 				hs := httptest.NewServer(srv.SSE())
 				t.Cleanup(hs.Close) // after the bridge has ended (cleanups run last first)
 				up, err := upstream.NewSSEUpstream(hs.URL+"/sse", 0, 0)
@@ -51,10 +54,11 @@ func TestOrderKeptThroughTheBridge(t *testing.T) {
 // bridged runs the bridge (a stdio session over a session d dials) until
 // the test ends, and returns where its client writes and what it reads.
 func bridged(t testing.TB, d upstream.Dialer, log *zap.Logger) (io.Writer, *bufio.Reader) {
-	back, err := d.Dial(log)
+	conn, err := d.Dial(log)
 	if err != nil {
 		t.Fatal(err)
 	}
+	back := upstream.NewLines(conn)
 	cIn, toBridge := io.Pipe()
 	fromBridge, cOut := io.Pipe()
 	sess := stdio.NewSession(stdio.Options{Logger: log})
@@ -68,4 +72,38 @@ func bridged(t testing.TB, d upstream.Dialer, log *zap.Logger) (io.Writer, *bufi
 		<-sess.ReaderDone()
 	})
 	return toBridge, bufio.NewReader(fromBridge)
+}
+
+// servePipes serves srv's stdio transport over a pair of OS pipes (the
+// writev path a stdio server's stdin takes) as a PipeConn, whose Close
+// ends it.
+func servePipes(t testing.TB, srv *upstreamtest.OrderServer) upstream.Conn {
+	toR, toW, fromR, fromW := osPipes(t)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.ServeLines(toR, fromW) // until its stdin ends
+		fromW.Close()
+		toR.Close()
+	}()
+	return upstream.NewPipeConn(fromR, toW, upstream.PipeOptions{Stop: func() {
+		toW.Close()
+		<-served
+		fromR.Close()
+	}})
+}
+
+// osPipes returns two OS pipes: the server's stdin (toR, toW) and its
+// stdout (fromR, fromW).
+func osPipes(t testing.TB) (toR, toW, fromR, fromW *os.File) {
+	t.Helper()
+	toR, toW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromR, fromW, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toR, toW, fromR, fromW
 }

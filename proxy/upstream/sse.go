@@ -115,12 +115,12 @@ func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 }
 
 // Dial opens a session (Open) and returns it as a Backend.
-func (u *SSEUpstream) Dial(log *zap.Logger) (Backend, error) {
+func (u *SSEUpstream) Dial(log *zap.Logger) (Conn, error) {
 	c, err := u.Open(log)
 	if err != nil {
 		return nil, err
 	}
-	return NewLines(c), nil
+	return c, nil
 }
 
 // Open opens the event stream, waits for its endpoint event, and returns

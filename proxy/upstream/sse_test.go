@@ -31,10 +31,11 @@ func TestSSENoPostAfterTheStreamEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := u.Dial(zaptest.NewLogger(t))
+	conn, err := u.Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := NewLines(conn)
 	defer b.Stop()
 	<-b.Exited()
 	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))

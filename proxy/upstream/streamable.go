@@ -89,8 +89,8 @@ const StreamWait = TakenInWait
 
 // Dial returns a session's backend of lines (the bridge's, an old
 // client's) over a new Conn; nothing is sent until its first line.
-func (u *StreamableUpstream) Dial(log *zap.Logger) (Backend, error) {
-	return NewLines(u.Open(log)), nil
+func (u *StreamableUpstream) Dial(log *zap.Logger) (Conn, error) {
+	return u.Open(log), nil
 }
 
 // Open returns a Conn to a new session of the server; nothing is sent

@@ -89,10 +89,11 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL + "/mcp")
-	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}).Dial(zaptest.NewLogger(t))
+	up, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}}).Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := upstream.NewLines(up)
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)
@@ -156,10 +157,11 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL + "/mcp")
-	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
+	up, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: upstream.NewClient(0, 0)}, KeepRevision: true}).Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := upstream.NewLines(up)
 	t.Cleanup(func() { b.Stop(); <-b.Exited() })
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)
@@ -374,10 +376,11 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	}
 	clk := clock.NewFake(time.Unix(0, 0))
 	armed := clk.Armed()
-	b, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}, Clock: clk}).Dial(zaptest.NewLogger(t))
+	up, err := (&upstream.StreamableUpstream{Endpoint: upstream.Endpoint{URL: u, Client: client}, Clock: clk}).Dial(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := upstream.NewLines(up)
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)

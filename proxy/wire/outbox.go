@@ -60,8 +60,12 @@ type Outbox struct {
 	deliver Deliver
 	// sender, when set, takes each frame for the server whole, with the
 	// request it opens or cancels, in place of w (a Sender): written by
-	// the goroutine alone.
+	// the goroutine alone, unless it never blocks (NeverBlocks).
 	sender Sender
+	// hands says the frames are handed over by whoever queues them (a
+	// front, deliver, or a sender that never blocks), as drain does:
+	// there is no goroutine, and no wait for space.
+	hands bool
 
 	started sync.Once     // starts run, the first time there is work for it
 	kick    chan struct{} // 1-buffered: wakes the writer goroutine
@@ -75,6 +79,8 @@ func NewOutbox(w io.WriteCloser) *Outbox {
 	o := &Outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
 	if s, ok := w.(Sender); ok {
 		o.sender = s
+		nb, ok := w.(NeverBlocks)
+		o.hands = ok && nb.NeverBlocks()
 	} else {
 		o.raw = nonBlocking(w)
 	}
@@ -86,7 +92,7 @@ func NewOutbox(w io.WriteCloser) *Outbox {
 // it (a front that takes its client's frames itself): whoever queues a
 // frame hands it over (drain), so such an Outbox runs no goroutine. It is
 // called before anything is queued.
-func (o *Outbox) HandTo(d Deliver) { o.deliver = d }
+func (o *Outbox) HandTo(d Deliver) { o.deliver, o.hands = d, true }
 
 // TakesMessages reports whether the Outbox's peer takes each frame whole
 // with the request it opens or cancels (a Sender), to which a frame's
@@ -149,7 +155,7 @@ func (o *Outbox) put(b *Buf, urgent, wait bool) Ticket {
 	b.st.Store(gen<<2 | bufQueued)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for wait && o.deliver == nil && !o.stopped && o.queued > 0 && o.queued+cap(b.B) > maxQueued {
+	for wait && !o.hands && !o.stopped && o.queued > 0 && o.queued+cap(b.B) > maxQueued {
 		o.wakeLocked()
 		o.space.Wait()
 	}
@@ -166,10 +172,10 @@ func (o *Outbox) put(b *Buf, urgent, wait bool) Ticket {
 	return Ticket{b, gen}
 }
 
-// wake has what is queued written: handed to a front at once (deliver),
-// or by the goroutine, started if it was not yet.
+// wake has what is queued written: handed over at once (hands), or by
+// the goroutine, started if it was not yet.
 func (o *Outbox) wake() {
-	if o.deliver != nil {
+	if o.hands {
 		o.drain()
 		return
 	}
@@ -184,7 +190,7 @@ func (o *Outbox) wake() {
 // blocks); a front's Outbox (deliver) never waits for space, so it is
 // never woken so.
 func (o *Outbox) wakeLocked() {
-	if o.deliver == nil {
+	if !o.hands {
 		o.wake()
 	}
 }
@@ -193,7 +199,7 @@ func (o *Outbox) wakeLocked() {
 // non-blocking attempt, and leaves what did not fit to the writer goroutine;
 // a front that takes frames (deliver) gets them all, at once.
 func (o *Outbox) Flush() {
-	if o.raw == nil || o.deliver != nil {
+	if o.raw == nil || o.hands {
 		o.wake()
 		return
 	}
@@ -219,17 +225,18 @@ func (o *Outbox) Flush() {
 	}
 }
 
-// drain hands a front (deliver) every frame queued, in the caller's
-// goroutine, until none is left, or until it finds another caller at it,
-// which then loops for more: one caller at a time, in order. Once close
-// was called and nothing is left, it stops the Outbox.
+// drain hands every frame queued over (to a front, deliver, or a sender
+// that never blocks), in the caller's goroutine, until none is left, or
+// until it finds another caller at it, which then loops for more: one
+// caller at a time, in order. Once close was called and nothing is left,
+// it stops the Outbox and closes its writer, if it has one.
 func (o *Outbox) drain() {
 	for {
 		batch, ok := o.takeOwn()
 		if !ok {
 			return
 		}
-		o.writeAll(batch) // Deliver does not block
+		o.writeAll(batch) // neither blocks
 		clear(batch)
 		o.taken = batch[:0] // the next one's, once it is busy
 		o.mu.Lock()
@@ -241,6 +248,9 @@ func (o *Outbox) drain() {
 		}
 		o.mu.Unlock()
 		if done {
+			if o.c != nil {
+				o.c.Close()
+			}
 			close(o.dead)
 		}
 		if !more {
@@ -447,6 +457,14 @@ func claim(b *Buf) bool {
 // by one goroutine at a time (the one that read the server's frames, or the
 // session's writer), in order, and must not block.
 type Deliver func(frame []byte, about *proxy.Call, last bool)
+
+// NeverBlocks is a Sender that says whether it never blocks (it queues
+// what it is sent, as a stdio server's connection does): an Outbox then
+// hands it each frame in the caller's goroutine, with no goroutine of its
+// own and no hand-off.
+type NeverBlocks interface {
+	NeverBlocks() bool
+}
 
 // Sender is a server reached message by message (an upstream.Conn): a
 // server's Out that implements it takes each frame whole, without its

@@ -1,0 +1,187 @@
+package upstream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
+)
+
+// PipeConn is a server that speaks lines over a pair of byte streams (a
+// stdio server's stdout and stdin) as a Conn. What it is sent is queued
+// toward the server's input in a wire.Outbox (with writev where the input
+// is a pipe: written in the caller's goroutine as far as the pipe takes
+// it, the rest by the outbox's writer), so Send and Cancel never wait for
+// a server that does not read (NeverBlocks); everything the server says
+// comes on the one Listen stream, read by its caller: a request's answer
+// too, so Send returns no Stream.
+type PipeConn struct {
+	in  io.Reader
+	out *wire.Outbox
+	o   PipeOptions
+
+	mu        sync.Mutex
+	queued    map[*proxy.Call]wire.Ticket // the requests sent, until their cancel, pruned once written
+	listening bool
+	closeOnce sync.Once
+}
+
+// PipeOptions configure a PipeConn.
+type PipeOptions struct {
+	// MaxFrameSize is the longest line read from the server
+	// (framing.DefaultMaxFrameSize if zero).
+	MaxFrameSize int
+	// Stop, if set, ends the server once its input is closed (a process's
+	// stop ladder) and returns once it has; Close calls it.
+	Stop func()
+	// DrainWait bounds how long Close waits for what is queued to be
+	// written (a server that does not read holds it) before it calls
+	// Stop (DefaultGrace if zero).
+	DrainWait time.Duration
+	// Logger, if set, gets what the connection has to say.
+	Logger *zap.Logger
+}
+
+// NewPipeConn returns the server that reads out and writes in as a Conn.
+func NewPipeConn(in io.Reader, out io.WriteCloser, o PipeOptions) *PipeConn {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return &PipeConn{in: in, out: wire.NewOutbox(out), o: o, queued: map[*proxy.Call]wire.Ticket{}}
+}
+
+// NeverBlocks reports true: Send and Cancel queue, and write only as far
+// as the server's input takes it at once.
+func (c *PipeConn) NeverBlocks() bool { return true }
+
+// Send implements Conn: frame is queued for the server as a line and
+// written as far as the server takes it now. Its answer comes on Listen.
+func (c *PipeConn) Send(_ context.Context, frame []byte, calls []*proxy.Call, _ Along) (Stream, error) {
+	b := wire.GetBufFor(len(frame) + 1)
+	b.B = append(b.B, frame...)
+	t := c.out.SendNow(b)
+	if t == (wire.Ticket{}) {
+		return nil, errConnClosed
+	}
+	if len(calls) == 1 {
+		c.keep(calls[0], t)
+	}
+	c.out.Flush()
+	return nil, nil
+}
+
+// keep notes the ticket of call's frame, for its cancel to find; the
+// tickets of frames written are let go now and then.
+func (c *PipeConn) keep(call *proxy.Call, t wire.Ticket) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queued) >= 64 {
+		for k, t := range c.queued {
+			if t.Written() {
+				delete(c.queued, k)
+			}
+		}
+	}
+	c.queued[call] = t
+}
+
+// Cancel implements Conn: if call's frame is still queued, both are let
+// go, and the server never learns of either; if it is written (or being
+// written), notice goes ahead of whatever is queued; otherwise (its frame
+// went in a batch still queued) notice goes behind it.
+func (c *PipeConn) Cancel(call *proxy.Call, notice []byte) error {
+	c.mu.Lock()
+	t, ok := c.queued[call]
+	delete(c.queued, call)
+	c.mu.Unlock()
+	if ok && t.Withdraw() {
+		c.o.Logger.Debug("a request still queued for the server was cancelled: withdrawn")
+		return nil
+	}
+	b := wire.GetBufFor(len(notice) + 1)
+	b.B = append(b.B, notice...)
+	if ok && t.Written() {
+		c.out.SendUrgent(b)
+		return nil
+	}
+	c.out.SendNow(b)
+	c.out.Flush()
+	return nil
+}
+
+// Listen implements Conn: the server's lines, the answers to what it was
+// sent among them, read by the caller. It ends with ErrSessionEnded when
+// the server's output does (the server exited, or Close ended it): there
+// is one.
+func (c *PipeConn) Listen(context.Context) (Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listening {
+		return nil, errors.New("the server's output is already read")
+	}
+	c.listening = true
+	return &pipeLines{c: c, rd: framing.NewReader(c.in, c.o.MaxFrameSize)}, nil
+}
+
+// Close implements Conn: what is queued for the server is written (within
+// DrainWait), its input closed, and the server stopped (Stop), which ends
+// its output.
+func (c *PipeConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.out.Close()
+		drain := time.NewTimer(cmp.Or(c.o.DrainWait, DefaultGrace))
+		select {
+		case <-c.out.Dead():
+		case <-drain.C: // the server does not read; Stop closes its input all the same
+		}
+		drain.Stop()
+		if c.o.Stop != nil {
+			c.o.Stop()
+		}
+	})
+	return nil
+}
+
+// pipeLines is the server's output as a Stream.
+type pipeLines struct {
+	c    *PipeConn
+	rd   *framing.Reader
+	buf  []byte
+	done bool
+}
+
+// Next implements Stream: the server's next line. A line over the size
+// limit is skipped and reported as a *framing.FrameTooLargeError, after
+// which the stream goes on.
+func (p *pipeLines) Next() ([]byte, error) {
+	if p.done {
+		return nil, ErrSessionEnded
+	}
+	line, err := p.rd.Read(p.buf)
+	if err == nil {
+		p.buf = line[:0]
+		if cap(line) > 1<<20 { // a rare large line's array is not kept
+			p.buf = nil
+		}
+		return line, nil
+	}
+	if _, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
+		return nil, err
+	}
+	p.done = true
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
+		p.c.o.Logger.Warn("reading the server's output failed", zap.Error(err))
+	}
+	return nil, ErrSessionEnded
+}
+
+// Close implements Stream: the server's output is its session's.
+func (p *pipeLines) Close() error { return p.c.Close() }
