@@ -64,9 +64,9 @@ func (r *received) Receive(frame []byte, parsed *framing.Frame) {
 	}
 	r.got <- string(frame)
 }
-func (r *received) End()                { close(r.ended) }
+func (r *received) End()                                 { close(r.ended) }
 func (r *received) TooLarge(*framing.FrameTooLargeError) {}
-func (r *received) ReadLines(io.Reader) { panic("a Conn's lines are pushed, never read") }
+func (r *received) ReadLines(io.Reader)                  { panic("a Conn's lines are pushed, never read") }
 
 // TestLinesPushToTheSession: a session that asks Lines to hand it the
 // messages (PushTo) gets first what came before it asked (queued for a
