@@ -61,7 +61,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		}
 	}()
 	var upstreamErrors func() // the metrics', once they are made: before the session's first line
-	back, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
+	conn, err := upstream.Dial(cfg.HTTP.Upstream, cfg.HTTP.UpstreamTransport, upstream.Options{
 		MaxBody: int(cfg.Limits.MaxFrameSize), MaxHeader: int(cfg.Limits.MaxResponseHeaderBytes),
 		Headers: headers, KeepRevision: !cfg.HTTP.UpgradeStateless, ProxyFromEnv: true, CAFile: cfg.HTTP.CAFile, Auth: signIn, Idle: cfg.HTTP.UpstreamIdle,
 		OnUpstreamError: func() {
@@ -74,6 +74,7 @@ func bridge(sigs *actor.Signals, cfg config.Config, stdin io.ReadCloser, stdout 
 		refuseClient(stdin, stdout, "cannot reach the upstream MCP server "+upstreamName(cfg.HTTP.Upstream)+": "+err.Error(), int(cfg.Limits.MaxFrameSize))
 		return 1
 	}
+	back := stdio.NewLines(conn)
 	var running atomic.Pointer[policy.Engine]
 	m, pm, stopAdmin, err := startAdmin(cfg, upstreamName(cfg.HTTP.Upstream), func() error {
 		select {

@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -77,11 +78,12 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	opts := check.Options{Tool: *o.tool, Args: raw, Runs: *o.runs, CancelAfter: *o.cancelAfter, Watch: *o.watch, Timeout: *o.timeout,
 		Progress: func(s string) { fmt.Fprintln(stderr, "check:", s) }}
-	b, err := dialCheck(*o.url, *o.headers, *o.oauth, argv, stderr)
+	conn, err := dialCheck(*o.url, *o.headers, *o.oauth, argv, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
+	b := stdio.NewLines(conn)
 	if *o.tool == "" {
 		return listTools(b, opts, stdout, stderr)
 	}
@@ -93,7 +95,7 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
-	if *o.url != "" && !upstream.SpeaksSSE(b) { // an HTTP+SSE server's URL takes no Streamable HTTP POST
+	if *o.url != "" && !upstream.SpeaksSSE(conn) { // an HTTP+SSE server's URL takes no Streamable HTTP POST
 		r.Lines = append(r.Lines, check.CancelPOST(*o.url, *o.headers, r.Server.Protocol, *o.timeout))
 	}
 	if *o.json {
@@ -109,9 +111,9 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// dialCheck reaches the server check is given: a child for argv, or the
-// bridge's backend for rawURL.
-func dialCheck(rawURL string, headers []upstream.Header, oauth config.OAuth, argv []string, stderr io.Writer) (upstream.Backend, error) {
+// dialCheck reaches the server check is given: a child for argv, or a
+// session of the server at rawURL, as the bridge does.
+func dialCheck(rawURL string, headers []upstream.Header, oauth config.OAuth, argv []string, stderr io.Writer) (upstream.Conn, error) {
 	if rawURL != "" {
 		signIn, err := signInFor(rawURL, oauth, headers, zap.NewNop())
 		if err != nil {
@@ -119,11 +121,11 @@ func dialCheck(rawURL string, headers []upstream.Header, oauth config.OAuth, arg
 		}
 		return upstream.Dial(rawURL, upstream.TransportAuto, upstream.Options{Headers: headers, Auth: signIn}, zap.NewNop())
 	}
-	return upstream.StartChild(argv, child.Options{Stderr: stderr, Logger: zap.NewNop(), TermAfter: 2 * time.Second, KillAfter: 2 * time.Second})
+	return (&upstream.Command{Argv: argv, Options: child.Options{Stderr: stderr, TermAfter: 2 * time.Second, KillAfter: 2 * time.Second}}).Dial(zap.NewNop())
 }
 
 // listTools prints the server's tools, for check without --tool.
-func listTools(b upstream.Backend, o check.Options, stdout, stderr io.Writer) int {
+func listTools(b stdio.Backend, o check.Options, stdout, stderr io.Writer) int {
 	s, tools, err := check.List(b, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)

@@ -125,7 +125,7 @@ func (f *fake) call(id, token json.RawMessage, stop <-chan struct{}) {
 	}
 }
 
-// pipes is the fake server's end of two pipes as an upstream.Backend.
+// pipes is the fake server's end of two pipes as an stdio.Backend.
 type pipes struct {
 	in  *io.PipeReader
 	out *io.PipeWriter

@@ -120,6 +120,21 @@ func (t *fakeTimer) Stop() bool {
 	return was
 }
 
+// SetFor reports whether a timer is set, and not yet fired or stopped, to
+// fire d after now: a test waits for one timer among others (Armed says
+// only that some timer was set).
+func (c *Fake) SetFor(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.now.Add(d)
+	for _, t := range c.timers {
+		if !t.stopped && t.at.Equal(at) {
+			return true
+		}
+	}
+	return false
+}
+
 // Pending returns how many timers are set and not yet fired or stopped.
 func (c *Fake) Pending() int {
 	c.mu.Lock()

@@ -78,3 +78,24 @@ func TestAtAPassedTime(t *testing.T) {
 		t.Errorf("ran at %v, clock at %v; want twice at +11s, the clock at +12s", inAdvance, c.Now())
 	}
 }
+
+// TestFakeSetFor: SetFor finds a timer by when it fires, among others, and
+// not once it has fired or been stopped.
+func TestFakeSetFor(t *testing.T) {
+	c := clock.NewFake(time.Unix(0, 0))
+	if c.SetFor(time.Minute) {
+		t.Fatal("a timer found before any was set")
+	}
+	c.AfterFunc(time.Second, func() {})
+	if c.SetFor(time.Minute) {
+		t.Error("the one-second timer found as the minute's")
+	}
+	m := c.AfterFunc(time.Minute, func() {})
+	if !c.SetFor(time.Minute) {
+		t.Error("the minute's timer not found")
+	}
+	m.Stop()
+	if c.SetFor(time.Minute) {
+		t.Error("a stopped timer found")
+	}
+}

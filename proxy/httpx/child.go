@@ -72,8 +72,8 @@ func (cs *Children) InFlight() int {
 func (cs *Children) clock() clock.Clock { return cs.sessions.Clock() }
 
 // Backend is one session's server as a session of lines talks to it (see
-// upstream.Backend): a stdio child, or an HTTP upstream reached as a client.
-type Backend = upstream.Backend
+// stdio.Backend): a stdio child, or an HTTP upstream reached as a client.
+type Backend = stdio.Backend
 
 // childSession is one session's server and the routes of what it sends
 // to the client's HTTP streams (package demux).
@@ -108,7 +108,7 @@ func (cs *Children) start(log *zap.Logger, peer string) (*childSession, error) {
 	}
 	c := &childSession{clock: cs.clock(), retiring: &cs.retiring, tools: &cs.tools}
 	sopts.Deliver = c.deliver
-	c.Session = lines.New(upstream.NewLines(conn), sopts, cs.grace(), cs.totals, log)
+	c.Session = lines.New(stdio.NewLines(conn), sopts, cs.grace(), cs.totals, log)
 	clk := c.clock
 	c.New = func(n int) *stream.Events { return stream.NewEvents(clk, n) }
 	c.Start(c.End, func() { // every stream ends with the session, which is then forgotten

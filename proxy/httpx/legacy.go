@@ -138,7 +138,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 			log.Error("cannot start the server", zap.Error(err))
 			return nil, err
 		}
-		return upstream.NewLines(conn), nil
+		return stdio.NewLines(conn), nil
 	})
 	servers := up.lineServers()
 	sopts, grace := servers.opts, servers.grace

@@ -72,9 +72,12 @@ func TestMcpGoClientNeedsDisconnectGrace(t *testing.T) {
 	up := newUpstream(t, &mcp.StreamableHTTPOptions{})
 	clk := clock.NewFake(time.Now())
 	url := serveSidecar(t, &httpx.Sidecar{Upstream: up.url, DisconnectCancelAfter: time.Minute, Clock: clk})
-	armed := clk.Armed()
 	mcpgoCallAndAbandon(t, url, up.started)
-	<-armed // the sidecar saw the stream dropped: the grace runs
+	// The sidecar saw the stream dropped once the grace runs: its timer,
+	// not any other the session sets (a late event stream's).
+	for armed := clk.Armed(); !clk.SetFor(time.Minute); armed = clk.Armed() {
+		<-armed
+	}
 	select {
 	case key := <-up.sawCancel:
 		t.Fatalf("upstream cancelled %q before the grace passed", key)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -55,7 +56,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 		}
 		return open()
 	}
-	inBubble(t, handler, slowFirst, func(t *testing.T, back upstream.Backend) {
+	inBubble(t, handler, slowFirst, func(t *testing.T, back stdio.Backend) {
 		release = make(chan struct{})
 		out := back.Conn().Out
 		out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}` + "\n"))
@@ -86,7 +87,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 // an in-memory listener; dial, if not nil, opens the backend's
 // connections with the listener's. The backend, its server and fasthttp's
 // cleaners end before the bubble does.
-func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func() (net.Conn, error)) (net.Conn, error), test func(t *testing.T, back upstream.Backend)) {
+func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func() (net.Conn, error)) (net.Conn, error), test func(t *testing.T, back stdio.Backend)) {
 	var h fasthttp.ResponseHeader
 	h.AppendBytes(nil) // fasthttp's Date refresher starts now, outside the bubble: it never ends
 	synctest.Test(t, func(t *testing.T) {
@@ -102,7 +103,7 @@ func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func
 		if err != nil {
 			t.Fatal(err)
 		}
-		back := upstream.NewLines(conn)
+		back := stdio.NewLines(conn)
 		go io.Copy(io.Discard, back.Conn().In) // what the upstream answers; ends with the backend
 		test(t, back)
 		back.Stop()
@@ -152,7 +153,7 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 		}
 	}
-	inBubble(t, handler, nil, func(t *testing.T, back upstream.Backend) {
+	inBubble(t, handler, nil, func(t *testing.T, back stdio.Backend) {
 		release = make(chan struct{})
 		defer close(release)
 		// The session's writer, apart from the test's goroutine: a Write

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -126,7 +127,7 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			back := upstream.NewLines(up2)
+			back := stdio.NewLines(up2)
 			t.Cleanup(func() { back.Stop(); <-back.Exited() })
 			conn := back.Conn()
 			lines := framing.NewReader(conn.In, 0)

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
@@ -51,7 +52,7 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := upstream.NewLines(up2)
+	back := stdio.NewLines(up2)
 	defer back.Stop()
 	conn := back.Conn()
 	lines := make(chan []byte, 1)
@@ -137,7 +138,7 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := upstream.NewLines(up2)
+	back := stdio.NewLines(up2)
 	a.gate() // a sign-in is under way from here
 	conn := back.Conn()
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")

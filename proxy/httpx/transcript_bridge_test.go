@@ -56,7 +56,7 @@ func (r *replay) bridge(kind string) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	back := upstream.NewLines(conn)
+	back := stdio.NewLines(conn)
 	opts := stdio.Options{OnEvent: r.onEvent, Logger: zaptest.NewLogger(r.t), MaxFrameSize: r.maxFrame, DeferCancels: true} // as the bridge's
 	if r.policy != nil {
 		opts.Governor = r.policy.Governor("s1")

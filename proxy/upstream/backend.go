@@ -9,23 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
-
-// Backend is one session's server as a stdio session talks to it (Lines
-// over a Conn): the way to push it messages and to be pushed the server's,
-// a way to end it, and a channel closed once it has.
-type Backend interface {
-	// Conn returns the server's side of the session: its messages pushed
-	// (Push), the way to send it messages (Out), and, for a reader of
-	// bytes, its lines (In).
-	Conn() stdio.Conn
-	// Stop ends the server: it closes its Conn (a stdio server's stop
-	// ladder, an upstream's session); it may be called again.
-	Stop()
-	// Exited is closed once the server has ended.
-	Exited() <-chan struct{}
-}
 
 // Dialer reaches the server of one session: it starts a stdio server
 // (Command), or opens a session of an HTTP server (SSEUpstream,
@@ -98,17 +82,6 @@ func (c *Command) Running() int { return int(c.running.Load()) }
 
 // Grace implements Graced: the server's term_after.
 func (c *Command) Grace() time.Duration { return cmp.Or(c.Options.TermAfter, DefaultGrace) }
-
-// StartChild starts a stdio server, argv, as a Backend (its lines, for a
-// reader of bytes: the check command's): Stop is its stop ladder (package
-// child).
-func StartChild(argv []string, o child.Options) (Backend, error) {
-	conn, err := startPipe(argv, o, 0)
-	if err != nil {
-		return nil, err
-	}
-	return NewLines(conn), nil
-}
 
 // startPipe starts a stdio server, argv, as a PipeConn over its stdout and
 // stdin, whose Close runs its stop ladder.

@@ -92,10 +92,10 @@ func NewEndpoint(rawURL string, o Options) (Endpoint, error) {
 	return Endpoint{URL: u, Client: client}, nil
 }
 
-// Dial returns a session's backend for the MCP server at rawURL,
+// Dial opens a session of the MCP server at rawURL, as a Conn,
 // speaking transport (TransportAuto: found out first, by probeTransport):
 // what a stdio client needs to reach an HTTP server.
-func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error) {
+func Dial(rawURL, transport string, o Options, log *zap.Logger) (Conn, error) {
 	ep, err := NewEndpoint(rawURL, o)
 	if err != nil {
 		return nil, err
@@ -116,11 +116,7 @@ func Dial(rawURL, transport string, o Options, log *zap.Logger) (Backend, error)
 	if transport == TransportSSE {
 		d = &SSEUpstream{URL: ep.URL, Client: ep.Client, MaxBodySize: maxBody, OnUpstreamError: o.OnUpstreamError}
 	}
-	conn, err := d.Dial(log)
-	if err != nil {
-		return nil, err
-	}
-	return NewLines(conn), nil
+	return d.Dial(log)
 }
 
 // ProbeTransport POSTs initialize to the endpoint; on 400, 404 or 405 it

@@ -4,8 +4,9 @@
 // of a 2024-11-05 HTTP+SSE one (SSEUpstream), or finds out which the
 // server speaks first (Dial, ProbeTransport), or starts a stdio server
 // (Command, whose lines are a PipeConn); a Dialer returns each as a Conn,
-// and a session of lines (package stdio) reaches any Conn through Lines,
-// so that one session decides every frame of it. Every request to a Streamable HTTP
+// and a session of lines (package stdio) reaches any Conn through its
+// Lines, so that one session decides every frame of it. It imports
+// nothing of the sessions that use it. Every request to a Streamable HTTP
 // server, the HTTP front's relay's included, is made by an Endpoint. It
 // also holds what the relay shares with those clients: the fasthttp
 // client every upstream request goes through (NewClient, with its headers, the HTTP proxy of the

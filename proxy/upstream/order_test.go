@@ -58,7 +58,7 @@ func bridged(t testing.TB, d upstream.Dialer, log *zap.Logger) (io.Writer, *bufi
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := upstream.NewLines(conn)
+	back := stdio.NewLines(conn)
 	cIn, toBridge := io.Pipe()
 	fromBridge, cOut := io.Pipe()
 	sess := stdio.NewSession(stdio.Options{Logger: log})

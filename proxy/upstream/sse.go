@@ -29,7 +29,7 @@ import (
 // other frame, or withdraws its request with it while that waits for a
 // sign-in. The sidecar serves it as it serves a stdio server, through
 // Children: a stdio.Session per client session (and one for every
-// sessionless request, with ids and tokens renamed) over Lines; late
+// sessionless request, with ids and tokens renamed) over stdio.Lines; late
 // answers and progress are the session's to suppress.
 
 // DefaultEndpointWait bounds how long DialSSE waits for the upstream's
@@ -37,7 +37,7 @@ import (
 const DefaultEndpointWait = 10 * time.Second
 
 // SSEUpstream dials an HTTP+SSE server: Open opens one event stream, a
-// session, as a Conn; Dial returns it as a Backend.
+// session, as a Conn; so does Dial (a Dialer).
 type SSEUpstream struct {
 	// URL is the server's SSE endpoint (GET). Required.
 	URL *url.URL
@@ -114,7 +114,7 @@ func NewClient(maxBody, maxHeader int) *fasthttp.Client {
 	return c
 }
 
-// Dial opens a session (Open) and returns it as a Backend.
+// Dial implements Dialer: it opens a session (Open).
 func (u *SSEUpstream) Dial(log *zap.Logger) (Conn, error) {
 	c, err := u.Open(log)
 	if err != nil {
@@ -158,14 +158,10 @@ func (u *SSEUpstream) Open(log *zap.Logger) (*SSEConn, error) {
 	return c, nil
 }
 
-// SpeaksSSE reports whether b is an HTTP+SSE server's connection (the
+// SpeaksSSE reports whether c is an HTTP+SSE server's connection (the
 // 2024-11-05 transport), which Dial found or was told.
-func SpeaksSSE(b Backend) bool {
-	l, ok := b.(*Lines)
-	if !ok {
-		return false
-	}
-	_, ok = l.conn.(*SSEConn)
+func SpeaksSSE(c Conn) bool {
+	_, ok := c.(*SSEConn)
 	return ok
 }
 
@@ -460,11 +456,11 @@ func (c *SSEConn) answered(p *ssePost) {
 	}
 }
 
-// eventLine returns an event's data as one line, without a newline:
+// EventLine returns an event's data as one line, without a newline:
 // compact JSON, or, if it is not JSON, with its line breaks made spaces
 // (the session answers it as the parse error it is); data itself when it
 // is one line already.
-func eventLine(data []byte) []byte {
+func EventLine(data []byte) []byte {
 	line, err := OneLine(data)
 	if err != nil {
 		line = bytes.Map(func(r rune) rune {

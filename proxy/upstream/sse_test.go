@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +10,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 )
 
 // TestSSENoPostAfterTheStreamEnded: once the upstream's event stream has
@@ -31,17 +35,24 @@ func TestSSENoPostAfterTheStreamEnded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := u.Dial(zaptest.NewLogger(t))
+	c, err := u.Open(zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := NewLines(conn)
-	defer b.Stop()
-	<-b.Exited()
-	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}` + "\n"))
-	// The second write waits for the first one's POST to be answered, if
-	// there was one.
-	b.Conn().Out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
+	defer c.Close()
+	st, err := c.Listen(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Next(); !errors.Is(err, ErrSessionEnded) {
+		t.Fatalf("the event stream's end: %v, want ErrSessionEnded", err)
+	}
+	call := new(proxy.Call)
+	if _, err := c.Send(context.Background(), []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`), []*proxy.Call{call}, Along{}); err == nil {
+		t.Error("a call was taken after the event stream ended")
+	}
+	// The cancel waits for the call's POST to be answered, if there was one.
+	c.Cancel(call, []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`))
 	if n := posts.Load(); n != 0 {
 		t.Errorf("%d POSTs after the event stream ended, want none", n)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -93,7 +94,7 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := upstream.NewLines(up)
+	b := stdio.NewLines(up)
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)
@@ -152,7 +153,7 @@ func initialized(w http.ResponseWriter, id json.RawMessage) {
 // requests kept as they are), sends initialize, and returns the backend
 // (stopped when the test ends), where to write the session's lines, and
 // the lines it gets back.
-func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer, *bufio.Reader) {
+func dialScripted(t *testing.T, h http.HandlerFunc) (stdio.Backend, io.Writer, *bufio.Reader) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -161,7 +162,7 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (upstream.Backend, io.Writer
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := upstream.NewLines(up)
+	b := stdio.NewLines(up)
 	t.Cleanup(func() { b.Stop(); <-b.Exited() })
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)
@@ -380,7 +381,7 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := upstream.NewLines(up)
+	b := stdio.NewLines(up)
 	defer func() { b.Stop(); <-b.Exited() }()
 	conn := b.Conn()
 	lines := bufio.NewReader(conn.In)

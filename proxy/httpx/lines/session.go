@@ -28,7 +28,7 @@ type Session struct {
 	// ID is the session's id, which names it to the client.
 	ID string
 	// Back is the session's server.
-	Back upstream.Backend
+	Back stdio.Backend
 	// Sess decides each message: the front submits the client's (Submit),
 	// and takes what it sends the client (its Options' Deliver).
 	Sess *stdio.Session
@@ -44,7 +44,7 @@ type Session struct {
 // New makes a session between a front and back, to Start; grace is the
 // server's term_after, or zero for the default; totals, the front's
 // counters, get the session's counts.
-func New(back upstream.Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *Session {
+func New(back stdio.Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *Session {
 	sopts.Logger = log
 	sopts.Totals = totals
 	sopts.OnClientClosed = func() { go back.Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does

@@ -1,4 +1,4 @@
-package upstream
+package stdio
 
 import (
 	"bytes"
@@ -8,20 +8,35 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
-// Lines is a Conn as a session of lines reaches its server (a Backend):
+// Backend is one session's server as a stdio session talks to it (Lines
+// over an upstream.Conn): the way to push it messages and to be pushed the server's,
+// a way to end it, and a channel closed once it has.
+type Backend interface {
+	// Conn returns the server's side of the session: its messages pushed
+	// (Push), the way to send it messages (Out), and, for a reader of
+	// bytes, its lines (In).
+	Conn() Conn
+	// Stop ends the server: it closes its Conn (a stdio server's stop
+	// ladder, an upstream's session); it may be called again.
+	Stop()
+	// Exited is closed once the server has ended.
+	Exited() <-chan struct{}
+}
+
+// Lines is an upstream.Conn as a session reaches its server (a Backend):
 // the session's frames go to the Conn message by message, each with the
-// request it opens or cancels (its Out is a stdio.Sender), and what every
+// request it opens or cancels (its Out is a Sender), and what every
 // Stream of the Conn brings comes back to the session: handed to it by the
-// goroutine that read it (a stdio.Pusher), or, for a reader of bytes (the
+// goroutine that read it (a Pusher), or, for a reader of bytes (the
 // check command), as the lines of In. One goroutine per Stream reads it,
 // for as long as it brings messages.
 type Lines struct {
-	conn   Conn
-	in     *stdio.Frames // for a reader of bytes, until a session pushes
+	conn   upstream.Conn
+	in     *Frames // for a reader of bytes, until a session pushes
 	exited chan struct{}
 
 	one [1]*proxy.Call // SendFrame's: Send keeps no calls
@@ -36,14 +51,14 @@ type Lines struct {
 	// (PushTo); hand orders the hand-overs with PushTo's, so that what
 	// came before it reaches the session first.
 	hand sync.Mutex
-	to   stdio.Receiver
+	to   Receiver
 	over bool // the messages have ended (ended): a later PushTo ends at once
 }
 
 // NewLines returns conn as a Backend, its session's own traffic (Listen)
 // read from now on.
-func NewLines(conn Conn) *Lines {
-	l := &Lines{conn: conn, in: stdio.NewFrames(), exited: make(chan struct{}), raw: issuer{calls: map[framing.ID]*proxy.Call{}}}
+func NewLines(conn upstream.Conn) *Lines {
+	l := &Lines{conn: conn, in: NewFrames(), exited: make(chan struct{}), raw: issuer{calls: map[framing.ID]*proxy.Call{}}}
 	if st, err := conn.Listen(context.Background()); err == nil {
 		l.read(st)
 	}
@@ -52,12 +67,12 @@ func NewLines(conn Conn) *Lines {
 
 // Conn implements Backend: a session pushed to (Push) or a reader of
 // bytes (In).
-func (l *Lines) Conn() stdio.Conn { return stdio.Conn{In: l.in, Out: linesOut{l}, Push: l} }
+func (l *Lines) Conn() Conn { return Conn{In: l.in, Out: linesOut{l}, Push: l} }
 
-// PushTo implements stdio.Pusher: from now on each message goes to r as
+// PushTo implements Pusher: from now on each message goes to r as
 // it is read, and what came before (the session's own traffic, before its
 // client's first frame) first.
-func (l *Lines) PushTo(r stdio.Receiver) {
+func (l *Lines) PushTo(r Receiver) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
 	l.to = r
@@ -70,25 +85,25 @@ func (l *Lines) PushTo(r stdio.Receiver) {
 }
 
 // handOver hands one message to the session: pushed, or queued for a
-// reader. parsed, if not nil, is m parsed by its Stream (Parsed): the
+// reader. parsed, if not nil, is m parsed by its Stream (upstream.Parsed): the
 // session then does not parse it again.
 func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
 	switch {
 	case l.to == nil:
-		l.in.Put(bytes.Clone(eventLine(m))) // kept: m is the Stream's until its next message
+		l.in.Put(bytes.Clone(upstream.EventLine(m))) // kept: m is the Stream's until its next message
 	case parsed != nil && !parsed.Batch && !bytes.ContainsAny(parsed.Msgs[0].Raw, "\r\n"):
 		l.to.Receive(parsed.Msgs[0].Raw, parsed) // without the whitespace around it
 	case bytes.ContainsAny(m, "\r\n"): // a message spread over lines (an event's data may be) goes as one
-		l.to.Receive(eventLine(m), nil)
+		l.to.Receive(upstream.EventLine(m), nil)
 	default:
 		l.to.Receive(m, nil)
 	}
 }
 
 // tooLarge hands the session a message over the size limit, which the
-// Stream skipped (a stdio server's over-long line), for it to answer as
+// upstream.Stream skipped (a stdio server's over-long line), for it to answer as
 // the relay answers one it reads; a reader of bytes never sees it.
 func (l *Lines) tooLarge(tl *framing.FrameTooLargeError) {
 	l.hand.Lock()
@@ -115,7 +130,7 @@ func (l *Lines) Exited() <-chan struct{} { return l.exited }
 
 // Stop implements Backend: the Conn is closed, and once every Stream has
 // been read to its end, the session's lines end. A Conn whose server ended
-// the session (ErrSessionEnded) stops its Lines so.
+// the session (upstream.ErrSessionEnded) stops its Lines so.
 func (l *Lines) Stop() {
 	l.once.Do(func() {
 		l.mu.Lock()
@@ -131,7 +146,7 @@ func (l *Lines) Stop() {
 }
 
 // read hands each message st brings to the session, until it ends.
-func (l *Lines) read(st Stream) {
+func (l *Lines) read(st upstream.Stream) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -147,14 +162,14 @@ func (l *Lines) read(st Stream) {
 				l.tooLarge(tl)
 				continue
 			}
-			if errors.Is(err, ErrSessionEnded) {
+			if errors.Is(err, upstream.ErrSessionEnded) {
 				l.Stop() // the server's lines end once every stream has been read
 			}
 			if err != nil {
 				return
 			}
 			var parsed *framing.Frame
-			if p, ok := st.(Parsed); ok {
+			if p, ok := st.(upstream.Parsed); ok {
 				parsed = p.Frame()
 			}
 			l.handOver(m, parsed)
@@ -165,14 +180,14 @@ func (l *Lines) read(st Stream) {
 // linesOut is the session's way to its server.
 type linesOut struct{ l *Lines }
 
-// SendFrame implements stdio.Sender.
+// SendFrame implements Sender.
 func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message) {
 	var calls []*proxy.Call
 	if opens != nil {
 		w.l.one[0] = opens
 		calls = w.l.one[:]
 	}
-	if st, err := w.l.conn.Send(context.Background(), frame, calls, Along{Msg: m}); err == nil && st != nil {
+	if st, err := w.l.conn.Send(context.Background(), frame, calls, upstream.Along{Msg: m}); err == nil && st != nil {
 		w.l.read(st)
 	}
 }
@@ -185,7 +200,7 @@ func (w linesOut) NeverBlocks() bool {
 	return ok && nb.NeverBlocks()
 }
 
-// SendCancel implements stdio.Sender.
+// SendCancel implements Sender.
 func (w linesOut) SendCancel(c *proxy.Call, notice []byte) { w.l.conn.Cancel(c, notice) }
 
 // Write sends each line of p, for a client of the proxy's own that
@@ -208,7 +223,7 @@ type issuer struct {
 	calls map[framing.ID]*proxy.Call
 }
 
-func (w *issuer) write(p []byte, out stdio.Sender) (int, error) {
+func (w *issuer) write(p []byte, out Sender) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.lines.Split(p, func(line []byte) bool {

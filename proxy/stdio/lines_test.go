@@ -1,4 +1,4 @@
-package upstream_test
+package stdio_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -74,7 +75,7 @@ func (r *received) ReadLines(io.Reader)                  { panic("a Conn's lines
 // over lines as one line; the Conn's end is its End.
 func TestLinesPushToTheSession(t *testing.T) {
 	st := &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}
-	l := upstream.NewLines(listening{st})
+	l := stdio.NewLines(listening{st})
 	<-st.asked
 	st.msgs <- []byte(`{"jsonrpc":"2.0","method":"a"}`)
 	<-st.asked // the first was handed over: queued, nobody having asked
@@ -105,7 +106,7 @@ func TestLinesPushToTheSession(t *testing.T) {
 // what came, then its End: it does not wait for ever.
 func TestLinesPushedAfterTheEnd(t *testing.T) {
 	st := &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}
-	l := upstream.NewLines(listening{st})
+	l := stdio.NewLines(listening{st})
 	<-st.asked
 	l.Stop()
 	<-l.Exited()
@@ -148,7 +149,7 @@ func TestLinesHandOverWhatTheStreamParsed(t *testing.T) {
 	st := &parsing{fed: &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}}
 	r := &received{got: make(chan string, 8), ended: make(chan struct{})}
 	conn := listening{st.fed}
-	l := upstream.NewLines(parsingConn{conn, st})
+	l := stdio.NewLines(parsingConn{conn, st})
 	l.Conn().Push.PushTo(r)
 	<-st.asked
 	for _, c := range []struct{ send, want string }{
