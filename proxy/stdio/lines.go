@@ -154,6 +154,10 @@ func (l *Lines) read(st upstream.Stream) {
 		return
 	}
 	l.readers.Add(1)
+	if lent, ok := st.(upstream.Lent); ok {
+		go l.readLent(lent)
+		return
+	}
 	go func() {
 		defer l.readers.Done()
 		for {
@@ -175,6 +179,39 @@ func (l *Lines) read(st upstream.Stream) {
 			l.handOver(m, parsed)
 		}
 	}()
+}
+
+// readLent is read for a Stream that lends its frames' buffers (a stdio
+// server's lines): each goes to the session as it is, not copied.
+func (l *Lines) readLent(st upstream.Lent) {
+	defer l.readers.Done()
+	for {
+		b, err := st.NextBuf()
+		if tl, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
+			l.tooLarge(tl)
+			continue
+		}
+		if errors.Is(err, upstream.ErrSessionEnded) {
+			l.Stop()
+		}
+		if err != nil {
+			return
+		}
+		l.handOverBuf(b)
+	}
+}
+
+// handOverBuf is handOver of a message in a frame buffer, which the
+// session takes as it is.
+func (l *Lines) handOverBuf(b *wire.Buf) {
+	l.hand.Lock()
+	defer l.hand.Unlock()
+	if l.to == nil {
+		l.in.Put(bytes.Clone(b.B))
+		wire.PutBuf(b)
+		return
+	}
+	l.to.ReceiveBuf(b)
 }
 
 // linesOut is the session's way to its server.

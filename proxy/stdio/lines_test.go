@@ -10,6 +10,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // listening is a Conn whose own traffic (Listen) is what its test feeds.
@@ -67,7 +68,10 @@ func (r *received) Receive(frame []byte, parsed *framing.Frame) {
 }
 func (r *received) End()                                 { close(r.ended) }
 func (r *received) TooLarge(*framing.FrameTooLargeError) {}
-func (r *received) ReadLines(io.Reader)                  { panic("a Conn's lines are pushed, never read") }
+func (r *received) ReceiveBuf(b *wire.Buf) {
+	r.Receive(b.B, nil)
+	wire.PutBuf(b)
+}
 
 // TestLinesPushToTheSession: a session that asks Lines to hand it the
 // messages (PushTo) gets first what came before it asked (queued for a

@@ -27,6 +27,9 @@ type Receiver interface {
 	// again; it is the session's until Receive returns. Any goroutine may
 	// call it, the frames of one stream in their order.
 	Receive(frame []byte, parsed *framing.Frame)
+	// ReceiveBuf is Receive of the frame b holds (b.B, one line), which
+	// the session takes, b with it, and does not copy.
+	ReceiveBuf(b *wire.Buf)
 	// TooLarge answers for a frame of the server's over the size limit,
 	// which was skipped, as Run does for a line it reads.
 	TooLarge(tl *framing.FrameTooLargeError)
@@ -63,6 +66,19 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 		r.s.handleFrame(from, f, b)
 		parsed.Put(f)
 	}
+	from.out.Flush()
+}
+
+// ReceiveBuf implements Receiver.
+func (r *receiver) ReceiveBuf(b *wire.Buf) {
+	if len(b.B) == 0 {
+		wire.PutBuf(b)
+		return
+	}
+	from := r.s.sides[proxy.Server]
+	f := parsed.Get().(*framing.Frame)
+	r.s.handleFrame(from, f, b)
+	parsed.Put(f)
 	from.out.Flush()
 }
 

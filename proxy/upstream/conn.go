@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // Conn is one client session's connection to its server, message by
@@ -48,6 +49,16 @@ type Stream interface {
 	Next() ([]byte, error)
 	// Close ends the stream; it may race Next, which it unblocks.
 	Close() error
+}
+
+// Lent is a Stream that reads each message into a frame buffer of its
+// own and gives it away whole (a stdio server's lines, read as the wrapper
+// reads them), so that its reader keeps the frame without copying it.
+type Lent interface {
+	// NextBuf is Next whose message comes in b (b.B, without its
+	// newline), which is the caller's from then on: to free with
+	// wire.PutBuf, or to hand on.
+	NextBuf() (b *wire.Buf, err error)
 }
 
 // Parsed is a Stream that parsed some of what it brings (a JSON answer,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -150,12 +151,30 @@ func (c *PipeConn) Close() error {
 	return nil
 }
 
-// pipeLines is the server's output as a Stream.
+// pipeLines is the server's output as a Stream (Lent: each line read
+// into a frame buffer of its own, as the wrapper reads a server's lines).
 type pipeLines struct {
 	c    *PipeConn
 	rd   *framing.Reader
 	buf  []byte
+	last int // the last line's size: big lines tend to follow big lines
 	done bool
+}
+
+// NextBuf implements Lent: Next, the line read into a frame buffer that
+// is the caller's.
+func (p *pipeLines) NextBuf() (*wire.Buf, error) {
+	if p.done {
+		return nil, ErrSessionEnded
+	}
+	b := wire.GetBufFor(p.last + 1)
+	line, err := p.rd.Read(b.B)
+	if err != nil {
+		wire.PutBuf(b)
+		return nil, p.failed(err)
+	}
+	b.B, p.last = line, len(line)
+	return b, nil
 }
 
 // Next implements Stream: the server's next line. A line over the size
@@ -166,21 +185,27 @@ func (p *pipeLines) Next() ([]byte, error) {
 		return nil, ErrSessionEnded
 	}
 	line, err := p.rd.Read(p.buf)
-	if err == nil {
-		p.buf = line[:0]
-		if cap(line) > 1<<20 { // a rare large line's array is not kept
-			p.buf = nil
-		}
-		return line, nil
+	if err != nil {
+		return nil, p.failed(err)
 	}
+	p.buf = line[:0]
+	if cap(line) > 1<<20 { // a rare large line's array is not kept
+		p.buf = nil
+	}
+	return line, nil
+}
+
+// failed returns what a read's err means to the reader: a line over the
+// limit, skipped, or the end of the server's output.
+func (p *pipeLines) failed(err error) error {
 	if _, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
-		return nil, err
+		return err
 	}
 	p.done = true
-	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, os.ErrClosed) {
 		p.c.o.Logger.Warn("reading the server's output failed", zap.Error(err))
 	}
-	return nil, ErrSessionEnded
+	return ErrSessionEnded
 }
 
 // Close implements Stream: the server's output is its session's.

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/wire"
 )
 
 // pipes returns a PipeConn over two OS pipes, and the server's ends: what
@@ -110,5 +111,43 @@ func TestPipeConnListens(t *testing.T) {
 	}
 	if _, err := st.Next(); !errors.Is(err, upstream.ErrSessionEnded) {
 		t.Fatalf("Next at the end = %v, want ErrSessionEnded", err)
+	}
+}
+
+// TestPipeConnLendsItsLines: the server's lines come in frame buffers that
+// are the reader's (upstream.Lent: the session keeps them without a copy),
+// a line over the limit said as Next says it, the end as ErrSessionEnded.
+func TestPipeConnLendsItsLines(t *testing.T) {
+	c, _, server := pipes(t, 100)
+	st, err := c.Listen(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent, ok := st.(upstream.Lent)
+	if !ok {
+		t.Fatal("a PipeConn's stream does not lend its lines")
+	}
+	go func() {
+		io.WriteString(server, `{"jsonrpc":"2.0","id":1,"result":{}}`+"\n"+strings.Repeat("z", 300)+"\n"+`{"jsonrpc":"2.0","id":3,"result":{}}`+"\n")
+		server.Close()
+	}()
+	first, err := lent.NextBuf()
+	if err != nil || string(first.B) != `{"jsonrpc":"2.0","id":1,"result":{}}` {
+		t.Fatalf("NextBuf = %v", err)
+	}
+	if _, err := lent.NextBuf(); !errors.As(err, new(*framing.FrameTooLargeError)) {
+		t.Fatalf("NextBuf = %v, want the over-long line said", err)
+	}
+	third, err := lent.NextBuf()
+	if err != nil || string(third.B) != `{"jsonrpc":"2.0","id":3,"result":{}}` {
+		t.Fatalf("NextBuf = %v", err)
+	}
+	if string(first.B) != `{"jsonrpc":"2.0","id":1,"result":{}}` {
+		t.Error("a lent line changed under its reader")
+	}
+	wire.PutBuf(first)
+	wire.PutBuf(third)
+	if _, err := lent.NextBuf(); !errors.Is(err, upstream.ErrSessionEnded) {
+		t.Fatalf("NextBuf at the end = %v, want ErrSessionEnded", err)
 	}
 }
