@@ -162,15 +162,11 @@ func (l *Lines) read(st upstream.Stream) {
 		defer l.readers.Done()
 		for {
 			m, err := st.Next()
-			if tl, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
-				l.tooLarge(tl)
-				continue
-			}
-			if errors.Is(err, upstream.ErrSessionEnded) {
-				l.Stop() // the server's lines end once every stream has been read
-			}
 			if err != nil {
-				return
+				if l.readEnds(err) {
+					return
+				}
+				continue
 			}
 			var parsed *framing.Frame
 			if p, ok := st.(upstream.Parsed); ok {
@@ -187,18 +183,29 @@ func (l *Lines) readLent(st upstream.Lent) {
 	defer l.readers.Done()
 	for {
 		b, err := st.NextBuf()
-		if tl, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
-			l.tooLarge(tl)
-			continue
-		}
-		if errors.Is(err, upstream.ErrSessionEnded) {
-			l.Stop()
-		}
 		if err != nil {
-			return
+			if l.readEnds(err) {
+				return
+			}
+			continue
 		}
 		l.handOverBuf(b)
 	}
+}
+
+// readEnds reports whether a Stream's err ends its reading: a message over
+// the size limit, which the Stream skipped, does not (the session answers
+// for it); the server's end of the session (upstream.ErrSessionEnded)
+// stops the Lines too, which end once every stream has been read.
+func (l *Lines) readEnds(err error) bool {
+	if tl, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
+		l.tooLarge(tl)
+		return false
+	}
+	if errors.Is(err, upstream.ErrSessionEnded) {
+		l.Stop()
+	}
+	return true
 }
 
 // handOverBuf is handOver of a message in a frame buffer, which the
