@@ -71,10 +71,6 @@ func (cs *Children) InFlight() int {
 
 func (cs *Children) clock() clock.Clock { return cs.sessions.Clock() }
 
-// Backend is one session's server as a session of lines talks to it (see
-// stdio.Backend): a stdio child, or an HTTP upstream reached as a client.
-type Backend = stdio.Backend
-
 // childSession is one session's server and the routes of what it sends
 // to the client's HTTP streams (package demux).
 type childSession struct {

@@ -14,13 +14,13 @@ import (
 // client's first POST starts a server for it. 64 event streams that never
 // POSTed started 64 servers (4.5 GB) before.
 type lazyBackend struct {
-	dial func() (Backend, error)
+	dial func() (stdio.Backend, error)
 
-	mu      sync.Mutex // guards the fields below
-	back    Backend    // once started
-	conn    stdio.Conn // back's
-	err     error      // the start's failure
-	stopped bool       // Stop came first: no server is ever started
+	mu      sync.Mutex    // guards the fields below
+	back    stdio.Backend // once started
+	conn    stdio.Conn    // back's
+	err     error         // the start's failure
+	stopped bool          // Stop came first: no server is ever started
 	// to is the session's (PushTo): the server pushes it its frames once
 	// started.
 	to stdio.Receiver
@@ -31,7 +31,7 @@ type lazyBackend struct {
 	exitOnce sync.Once
 }
 
-func newLazyBackend(dial func() (Backend, error)) *lazyBackend {
+func newLazyBackend(dial func() (stdio.Backend, error)) *lazyBackend {
 	return &lazyBackend{dial: dial, exited: make(chan struct{})}
 }
 
@@ -44,7 +44,7 @@ var errNotStarted = errors.New("the session ended before its server was started"
 func (l *lazyBackend) start() (stdio.Conn, error) {
 	conn, to, err := l.startLocked()
 	if to != nil { // after the lock: the session may answer the server at once
-		hand(conn, to)
+		conn.Push.PushTo(to) // every server a Dialer reaches pushes them (stdio.Lines)
 	}
 	return conn, err
 }
@@ -75,10 +75,6 @@ func (l *lazyBackend) startLocked() (stdio.Conn, stdio.Receiver, error) {
 	return l.conn, l.to, nil
 }
 
-// hand gives the session (to) the frames of a server that was started:
-// every server a Dialer reaches pushes them (upstream.Lines).
-func hand(conn stdio.Conn, to stdio.Receiver) { conn.Push.PushTo(to) }
-
 // PushTo implements stdio.Pusher: the session gets the server's frames
 // once it is started, and its End at once if none ever will be.
 func (l *lazyBackend) PushTo(r stdio.Receiver) {
@@ -88,17 +84,17 @@ func (l *lazyBackend) PushTo(r stdio.Receiver) {
 	l.mu.Unlock()
 	switch {
 	case started:
-		hand(conn, r)
+		conn.Push.PushTo(r)
 	case over:
 		r.End()
 	}
 }
 
-// Conn implements Backend: the first write starts the server, whose
+// Conn implements stdio.Backend: the first write starts the server, whose
 // frames are then the session's (PushTo).
 func (l *lazyBackend) Conn() stdio.Conn { return stdio.Conn{Out: lazyOut{l}, Push: l} }
 
-// Stop implements Backend: it stops the server if one was started, and
+// Stop implements stdio.Backend: it stops the server if one was started, and
 // else makes sure none ever is.
 func (l *lazyBackend) Stop() {
 	l.mu.Lock()
@@ -116,7 +112,7 @@ func (l *lazyBackend) Stop() {
 	l.exitOnce.Do(func() { close(l.exited) })
 }
 
-// Exited implements Backend: the server's once it was started, else a
+// Exited implements stdio.Backend: the server's once it was started, else a
 // channel closed once none runs or will (see exited).
 func (l *lazyBackend) Exited() <-chan struct{} {
 	l.mu.Lock()

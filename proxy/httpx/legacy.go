@@ -132,7 +132,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	log := lg.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
 	// The server starts (or is dialled) at the client's first POST: a
 	// stream that never POSTs costs no process.
-	back := newLazyBackend(func() (Backend, error) {
+	back := newLazyBackend(func() (stdio.Backend, error) {
 		conn, err := up.lineServers().dial.Dial(log)
 		if err != nil {
 			log.Error("cannot start the server", zap.Error(err))
@@ -161,7 +161,7 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 // startLegacy runs a session of peer's between an old client's lines and back, and
 // returns it with its event stream; or stops it again, and returns
 // sessiontable.ErrFull, if another session took the last room meanwhile.
-func (lg legacyFront) startLegacy(back Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
+func (lg legacyFront) startLegacy(back stdio.Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := stream.NewEvents(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	// The one event stream carries everything for the client, answers
