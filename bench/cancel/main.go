@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command cancel is mcp-cancel-proxy's cancel-latency driver: how fast a
 // cancel takes effect, on every transport of the proxy, beside what a user
 // would run instead (nothing, supergateway, mcp-proxy, mcp-remote), with
