@@ -31,6 +31,7 @@ type PipeConn struct {
 
 	mu        sync.Mutex
 	queued    map[*proxy.Call]wire.Ticket // the requests sent, until their cancel, pruned once written
+	pruneAt   int                         // queued's size at which the written are let go
 	listening bool
 	closeOnce sync.Once
 }
@@ -80,16 +81,18 @@ func (c *PipeConn) Send(_ context.Context, frame []byte, calls []*proxy.Call, _ 
 }
 
 // keep notes the ticket of call's frame, for its cancel to find; the
-// tickets of frames written are let go now and then.
+// tickets of frames written are let go each time the map has doubled, so
+// that a server that does not read costs no more than a pass per doubling.
 func (c *PipeConn) keep(call *proxy.Call, t wire.Ticket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.queued) >= 64 {
+	if len(c.queued) >= c.pruneAt {
 		for k, t := range c.queued {
 			if t.Written() {
 				delete(c.queued, k)
 			}
 		}
+		c.pruneAt = max(64, 2*len(c.queued))
 	}
 	c.queued[call] = t
 }
