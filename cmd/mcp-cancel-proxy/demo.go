@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // demoHead heads demo's usage.
@@ -123,7 +124,9 @@ func runDemo(ctx context.Context, argv []string, name string, stdout, stderr io.
 	cIn, toProxy := io.Pipe()
 	fromProxy, cOut := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: p.Stdout, Out: p.Stdin}) }()
+	go func() {
+		done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.PipeServer(p.Stdout, p.Stdin, upstream.PipeOptions{Logger: log}))
+	}()
 	c := &scriptClient{w: toProxy, frames: make(chan []byte, 64), tl: tl}
 	go c.read(fromProxy)
 

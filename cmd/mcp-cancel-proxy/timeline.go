@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // mark is one thing a client saw (or did) in a recorded run, at a time
@@ -48,7 +49,9 @@ func recordCancel(ctx context.Context, argv []string, viaProxy bool, log *zap.Lo
 		cIn, toProxy := io.Pipe()
 		fromProxy, cOut := io.Pipe()
 		done := make(chan error, 1)
-		go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: p.Stdout, Out: p.Stdin}) }()
+		go func() {
+			done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.PipeServer(p.Stdout, p.Stdin, upstream.PipeOptions{Logger: log}))
+		}()
 		defer func() { toProxy.Close(); <-done }()
 		w, r = toProxy, fromProxy
 	}

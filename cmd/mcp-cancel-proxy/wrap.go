@@ -26,6 +26,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // wrap runs the stdio wrapper: the server as a child, the client on stdin
@@ -107,7 +108,8 @@ func wrap(sigs *actor.Signals, cfg config.Config, argv []string, stdin io.ReadCl
 	var g actor.Group
 	g.Add(sigs.Run, sigs.Stop)
 	g.Add(func() error {
-		runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, link.Conn())
+		server := link.Conn(upstream.PipeOptions{MaxFrameSize: int(cfg.Limits.MaxFrameSize), DrainWait: cfg.Child.TermAfter, Logger: log})
+		runErr := sess.Run(stdio.Conn{In: stdin, Out: stdout}, server)
 		// Run reports ErrServerGone only when the server left while the client
 		// was still there; that is a failure unless a signal asked for it.
 		asked := st.signalled.Load()

@@ -18,6 +18,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/events"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // Link is the session's server side in the stdio wrapper: the pipes
@@ -74,12 +75,14 @@ func (l *Link) Current() *child.Process {
 	return l.cur
 }
 
-// Conn is the session's server Conn.
-func (l *Link) Conn() stdio.Conn {
+// Conn is the session's server Conn, read and written as o says (the
+// frame limit, the wait for a server that does not read): the child's own
+// pipes, or, when a rule may restart it, the link's.
+func (l *Link) Conn(o upstream.PipeOptions) stdio.Conn {
 	if !l.switchable {
-		return stdio.Conn{In: l.cur.Stdout, Out: l.cur.Stdin}
+		return stdio.PipeServer(l.cur.Stdout, l.cur.Stdin, o)
 	}
-	return stdio.Conn{In: l.out, Out: linkWriter{l}}
+	return stdio.PipeServer(l.out, linkWriter{l}, o)
 }
 
 // pump copies a child's output to the session, line by line, for as long

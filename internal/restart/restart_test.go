@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +43,7 @@ func linked(t *testing.T, max int, switchable bool) (*Link, io.Writer, <-chan []
 	cIn, toSess := io.Pipe()
 	fromSess, cOut := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, l.Conn()) }()
+	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, l.Conn(upstream.PipeOptions{})) }()
 	got := make(chan []byte, 16)
 	go func() {
 		rd := framing.NewReader(fromSess, 0)

@@ -8,12 +8,11 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 )
 
-// Frames is one direction of a peer that hands over whole messages rather
-// than bytes: an HTTP front's client lines, an upstream's messages, what a
-// Session sends such a peer. A Session reads a Frames given as a Conn's
-// In message by message, with no newline framing and no pipe between
-// goroutines; its producer never waits for the reader. One goroutine
-// reads; any may write.
+// Frames is a queue of whole messages, one direction of a peer: what a
+// Conn of Lines brings before its session asks to be handed them (Take),
+// and, for a reader of bytes (the check command), its lines (Read). Its
+// producer never waits for the reader. One goroutine reads; any may
+// write.
 type Frames struct {
 	mu    sync.Mutex
 	q     [][]byte // frames, oldest first; those from head on are not yet read
@@ -51,8 +50,7 @@ func (f *Frames) Put(frame []byte) error {
 }
 
 // Write queues each whole, non-blank line of p (copied), keeping the start
-// of a line that p does not end for the next Write: Frames is the io.Writer
-// a Session's outbox writes to.
+// of a line that p does not end for the next Write.
 func (f *Frames) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	if f.ended || f.aborted {
@@ -116,13 +114,6 @@ func (f *Frames) Take() [][]byte {
 	return q
 }
 
-// Ready reports whether a frame is queued: Next would not wait.
-func (f *Frames) Ready() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.head < len(f.q)
-}
-
 // Read implements io.Reader for a reader that wants bytes: the frames,
 // each ended by a newline.
 func (f *Frames) Read(p []byte) (int, error) {
@@ -159,15 +150,3 @@ func (f *Frames) Close() error {
 	f.signal()
 	return nil
 }
-
-// frameSource is an input read frame by frame: a framing.Reader over
-// bytes, or a Frames.
-type frameSource interface {
-	Next(buf []byte) ([]byte, error)
-	Ready() bool
-}
-
-// bytesSource reads frames from bytes, for a peer that is a byte stream.
-type bytesSource struct{ *framing.Reader }
-
-func (b bytesSource) Next(buf []byte) ([]byte, error) { return b.Read(buf) }

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // harness runs a real Session between a scripted client and a scripted
@@ -62,7 +63,7 @@ func newHarnessWith(t testing.TB, opts stdio.Options, wrap func(io.WriteCloser) 
 		toServer = wrap(sOut)
 	}
 	go func() {
-		h.done <- h.sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: sIn, Out: toServer})
+		h.done <- h.sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.PipeServer(sIn, toServer, upstream.PipeOptions{MaxFrameSize: opts.MaxFrameSize}))
 	}()
 	t.Cleanup(func() {
 		h.toProxyS.Close()

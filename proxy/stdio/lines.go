@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
@@ -29,11 +30,13 @@ type Backend interface {
 
 // Lines is an upstream.Conn as a session reaches its server (a Backend):
 // the session's frames go to the Conn message by message, each with the
-// request it opens or cancels (its Out is a Sender), and what every
-// Stream of the Conn brings comes back to the session: handed to it by the
-// goroutine that read it (a Pusher), or, for a reader of bytes (the
-// check command), as the lines of In. One goroutine per Stream reads it,
-// for as long as it brings messages.
+// request it opens or cancels (its Out is a Sender), or, for a Conn that
+// lends its own Outbox (a stdio server's), are queued there by the
+// session (its Queue), and what every Stream of the Conn brings comes
+// back to the session: handed to it by the goroutine that read it (a
+// Pusher), or, for a reader of bytes (the check command), as the lines of
+// In. One goroutine per Stream reads it, for as long as it brings
+// messages.
 type Lines struct {
 	conn   upstream.Conn
 	in     *Frames // for a reader of bytes, until a session pushes
@@ -66,8 +69,25 @@ func NewLines(conn upstream.Conn) *Lines {
 }
 
 // Conn implements Backend: a session pushed to (Push) or a reader of
-// bytes (In).
-func (l *Lines) Conn() Conn { return Conn{In: l.in, Out: linesOut{l}, Push: l} }
+// bytes (In); a session queues its frames in the Conn's own Outbox where
+// it has one (a stdio server's, Queue), and else hands them to it (Out).
+func (l *Lines) Conn() Conn {
+	c := Conn{In: l.in, Out: linesOut{l}, Push: l}
+	if q, ok := l.conn.(queued); ok {
+		c.Queue = q.Outbox()
+	}
+	return c
+}
+
+// PipeServer is a server that reads stdin and writes stdout (a stdio
+// server's pipes) as a session's Conn: Lines over an upstream.PipeConn.
+func PipeServer(stdout io.Reader, stdin io.WriteCloser, o upstream.PipeOptions) Conn {
+	return NewLines(upstream.NewPipeConn(stdout, stdin, o)).Conn()
+}
+
+// queued is a Conn whose way to its server is an Outbox a session may
+// queue in itself (upstream.PipeConn).
+type queued interface{ Outbox() *wire.Outbox }
 
 // PushTo implements Pusher: from now on each message goes to r as
 // it is read, and what came before (the session's own traffic, before its
@@ -189,7 +209,7 @@ func (l *Lines) readLent(st upstream.Lent) {
 			}
 			continue
 		}
-		l.handOverBuf(b)
+		l.handOverBuf(b, st.Ready())
 	}
 }
 
@@ -209,8 +229,8 @@ func (l *Lines) readEnds(err error) bool {
 }
 
 // handOverBuf is handOver of a message in a frame buffer, which the
-// session takes as it is.
-func (l *Lines) handOverBuf(b *wire.Buf) {
+// session takes as it is; more says another is buffered already.
+func (l *Lines) handOverBuf(b *wire.Buf, more bool) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
 	if l.to == nil {
@@ -218,7 +238,7 @@ func (l *Lines) handOverBuf(b *wire.Buf) {
 		wire.PutBuf(b)
 		return
 	}
-	l.to.ReceiveBuf(b)
+	l.to.ReceiveBuf(b, more)
 }
 
 // linesOut is the session's way to its server.
@@ -234,14 +254,6 @@ func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message)
 	if st, err := w.l.conn.Send(context.Background(), frame, calls, upstream.Along{Msg: m}); err == nil && st != nil {
 		w.l.read(st)
 	}
-}
-
-// NeverBlocks implements wire.NeverBlocks: the session's frames are
-// handed to a Conn that never blocks (a stdio server's) by whoever queues
-// them, with no hand-off to a writer of the session's.
-func (w linesOut) NeverBlocks() bool {
-	nb, ok := w.l.conn.(wire.NeverBlocks)
-	return ok && nb.NeverBlocks()
 }
 
 // SendCancel implements Sender.

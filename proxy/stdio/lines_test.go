@@ -2,6 +2,7 @@ package stdio_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -50,10 +51,12 @@ func (s *fed) Close() error {
 	return nil
 }
 
-// received is a stdio.Receiver that tells what it got.
+// received is a stdio.Receiver that tells what it got, and, if more is
+// set, whether each frame in a buffer came with another at hand.
 type received struct {
 	got   chan string
 	ended chan struct{}
+	more  chan bool
 }
 
 func (r *received) Receive(frame []byte, parsed *framing.Frame) {
@@ -68,9 +71,38 @@ func (r *received) Receive(frame []byte, parsed *framing.Frame) {
 }
 func (r *received) End()                                 { close(r.ended) }
 func (r *received) TooLarge(*framing.FrameTooLargeError) {}
-func (r *received) ReceiveBuf(b *wire.Buf) {
+func (r *received) ReceiveBuf(b *wire.Buf, more bool) {
 	r.Receive(b.B, nil)
 	wire.PutBuf(b)
+	if r.more != nil {
+		r.more <- more
+	}
+}
+
+// TestLinesSayWhenABurstEnds: a stdio server's lines that come in one
+// read reach the session each saying that another is at hand, but the
+// last, so that what the session decided of them is written at once, a
+// burst at a time, as the wrapper's relay always wrote them.
+func TestLinesSayWhenABurstEnds(t *testing.T) {
+	out, server := io.Pipe()
+	in, drain := io.Pipe()
+	go io.Copy(io.Discard, in)
+	l := stdio.NewLines(upstream.NewPipeConn(out, drain, upstream.PipeOptions{}))
+	r := &received{got: make(chan string, 8), ended: make(chan struct{}), more: make(chan bool, 8)}
+	l.Conn().Push.PushTo(r)
+	server.Write([]byte("{\"a\":1}\n{\"b\":2}\n\n{\"c\":3}\n"))
+	var got []bool
+	for range 3 {
+		<-r.got
+		got = append(got, <-r.more)
+	}
+	if want := []bool{true, true, false}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("another frame at hand: %v, want %v", got, want)
+	}
+	server.Close()
+	<-r.ended
+	l.Stop()
+	<-l.Exited()
 }
 
 // TestLinesPushToTheSession: a session that asks Lines to hand it the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
 
@@ -30,7 +31,9 @@ func TestOrderKeptThroughTheWrapper(t *testing.T) {
 	}()
 	sess := stdio.NewSession(stdio.Options{})
 	done := make(chan error, 1)
-	go func() { done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.Conn{In: sIn, Out: sOut}) }()
+	go func() {
+		done <- sess.Run(stdio.Conn{In: cIn, Out: cOut}, stdio.PipeServer(sIn, sOut, upstream.PipeOptions{}))
+	}()
 	t.Cleanup(func() {
 		toProxy.Close() // the client's end: the session closes the server's stdin
 		fromProxy.Close()

@@ -28,8 +28,10 @@ type Receiver interface {
 	// call it, the frames of one stream in their order.
 	Receive(frame []byte, parsed *framing.Frame)
 	// ReceiveBuf is Receive of the frame b holds (b.B, one line), which
-	// the session takes, b with it, and does not copy.
-	ReceiveBuf(b *wire.Buf)
+	// the session takes, b with it, and does not copy. more says the next
+	// frame is at hand already: what was decided may wait for it, to be
+	// written a burst at a time, as Run writes the bursts it reads.
+	ReceiveBuf(b *wire.Buf, more bool)
 	// TooLarge answers for a frame of the server's over the size limit,
 	// which was skipped, as Run does for a line it reads.
 	TooLarge(tl *framing.FrameTooLargeError)
@@ -70,16 +72,18 @@ func (r *receiver) Receive(frame []byte, already *framing.Frame) {
 }
 
 // ReceiveBuf implements Receiver.
-func (r *receiver) ReceiveBuf(b *wire.Buf) {
+func (r *receiver) ReceiveBuf(b *wire.Buf, more bool) {
+	from := r.s.sides[proxy.Server]
 	if len(b.B) == 0 {
 		wire.PutBuf(b)
-		return
+	} else {
+		f := parsed.Get().(*framing.Frame)
+		r.s.handleFrame(from, f, b)
+		parsed.Put(f)
 	}
-	from := r.s.sides[proxy.Server]
-	f := parsed.Get().(*framing.Frame)
-	r.s.handleFrame(from, f, b)
-	parsed.Put(f)
-	from.out.Flush()
+	if !more {
+		from.out.Flush()
+	}
 }
 
 // TooLarge implements Receiver.

@@ -107,15 +107,23 @@ type Deliver = wire.Deliver
 // wire.Sender.
 type Sender = wire.Sender
 
-// Conn is one peer's pair of byte streams. A client whose front submits
-// its frames (Submit) and takes what it is sent (Options.Deliver) has
-// neither: its In and Out are nil, and CloseClient ends its side.
+// Conn is one peer as the session reaches it. A client is a pair of byte
+// streams (In, Out), or, when its front submits its frames (Submit) and
+// takes what it is sent (Options.Deliver), neither: CloseClient then ends
+// its side. A server is always an upstream.Conn, as Lines (or PipeServer)
+// makes it: it pushes its frames (Push) and takes the session's, queued
+// in its own Outbox (Queue, a stdio server's pipe) or handed to it (Out,
+// a Sender).
 type Conn struct {
-	In  io.ReadCloser  // frames from the peer
+	In  io.ReadCloser  // the client's frames
 	Out io.WriteCloser // frames to the peer
-	// Push, if set in place of In, is a server that hands the session its
-	// frames itself (Pusher).
+	// Push is a server's: it hands the session its frames itself
+	// (Pusher).
 	Push Pusher
+	// Queue, if set in place of Out, is the server's own way in, in which
+	// the session queues its frames itself (a stdio server's pipe,
+	// upstream.PipeConn.Outbox).
+	Queue *wire.Outbox
 }
 
 // ErrServerGone is returned by Run when the server's output ended while the
@@ -203,9 +211,9 @@ func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.I
 // OnClientClosed, and keeps relaying the server's output until it ends; it
 // then returns nil. When the server's output ends first, every request of
 // the client still in flight is answered with a CodeServerGone error, and
-// Run returns ErrServerGone. Either way Run closes client.Out and
-// server.Out, and closes client.In to stop the client's reader without
-// waiting for it (ReaderDone tells when it has stopped).
+// Run returns ErrServerGone. Either way Run closes client.Out and the
+// server's way in, and closes client.In to stop the client's reader
+// without waiting for it (ReaderDone tells when it has stopped).
 func (s *Session) Run(client, server Conn) error {
 	ended := make(chan struct{})
 	s.setup(client, server, func() { close(ended) })
@@ -215,33 +223,34 @@ func (s *Session) Run(client, server Conn) error {
 			s.clientEnd.Do(s.clientEnded)
 		}()
 	}
-	s.readServer(server, ended)
+	<-ended
+	s.serverEnded()
 	return s.finish(client)
 }
 
 // Start is Run for a front whose client's frames are submitted (Submit)
 // and taken (Options.Deliver), with no goroutine of its own while the
 // session lasts: it returns at once, and done is called, once, with what
-// Run would have returned, once the server's side has ended: by the
-// goroutine that reads a server of bytes (server.In), or, for a server
-// that pushes its frames, by one started when it says they have ended
-// (its Receiver's End).
+// Run would have returned, once the server's side has ended, by a
+// goroutine started when the server says its frames have (its Receiver's
+// End).
 func (s *Session) Start(server Conn, done func(error)) {
-	finish := func() {
-		s.readServer(server, nil)
-		done(s.finish(Conn{}))
-	}
-	s.setup(Conn{}, server, func() { go finish() })
-	if server.Push == nil {
-		go finish()
-	}
+	s.setup(Conn{}, server, func() {
+		go func() {
+			s.serverEnded()
+			done(s.finish(Conn{}))
+		}()
+	})
 }
 
 // setup readies the session's two sides and hands a server that pushes
 // its frames the session's Receiver, whose End calls ended, before the
 // client can send anything.
 func (s *Session) setup(client, server Conn, ended func()) {
-	toClient, toServer := wire.NewOutbox(client.Out), wire.NewOutbox(server.Out)
+	toClient, toServer := wire.NewOutbox(client.Out), server.Queue
+	if toServer == nil {
+		toServer = wire.NewOutbox(server.Out)
+	}
 	if s.opts.Deliver != nil {
 		toClient.HandTo(s.opts.Deliver)
 	}
@@ -249,25 +258,12 @@ func (s *Session) setup(client, server Conn, ended func()) {
 	s.sides[proxy.Client] = &side{peer: proxy.Client, out: toServer, back: toClient}
 	s.sides[proxy.Server] = &side{peer: proxy.Server, out: toClient, back: toServer}
 	s.core.Unlock()
-	if server.Push != nil {
-		server.Push.PushTo(&receiver{s: s, then: ended})
-	}
+	server.Push.PushTo(&receiver{s: s, then: ended})
 	close(s.running)
 }
 
-// readServer reads the server's lines until they end, or, for a server
-// that pushes its frames, waits for their end (ended; nil: they have
-// ended).
-func (s *Session) readServer(server Conn, ended <-chan struct{}) {
-	if server.Push == nil {
-		s.relay(s.sides[proxy.Server], server.In)
-		return
-	}
-	if ended != nil {
-		<-ended
-	}
-	s.t.Logger(proxy.Server).Debug("input ended")
-}
+// serverEnded notes that the server's frames have ended.
+func (s *Session) serverEnded() { s.t.Logger(proxy.Server).Debug("input ended") }
 
 // finish ends the session once the server's side has: what the client
 // still waits for is answered (unless its side ended first), the outboxes
@@ -317,18 +313,15 @@ func (s *Session) clientEnded() {
 	}
 }
 
-// relay reads frames from one peer until its input ends: a Frames as it
-// comes, other input through a framing.Reader.
+// relay reads the client's frames until its input ends, and writes out
+// what it decided of each burst before it waits for the next.
 func (s *Session) relay(from *side, in io.Reader) {
-	rd, ok := in.(frameSource)
-	if !ok {
-		rd = bytesSource{framing.NewReader(in, s.opts.MaxFrameSize)}
-	}
+	rd := framing.NewReader(in, s.opts.MaxFrameSize)
 	var f framing.Frame
 	last := 0 // the last frame's size: big frames tend to follow big frames
 	for {
 		b := wire.GetBufFor(last + 1)
-		frame, err := rd.Next(b.B)
+		frame, err := rd.Read(b.B)
 		b.B, last = frame, len(frame)
 		var tl *framing.FrameTooLargeError
 		switch {

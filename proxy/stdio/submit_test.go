@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // submitting is a session whose client is a front: its frames are
@@ -41,7 +42,7 @@ func newSubmitting(t *testing.T) *submitting {
 		},
 		OnClientClosed: func() { once.Do(func() { close(s.closed) }) },
 	})
-	go func() { s.done <- s.sess.Run(stdio.Conn{}, stdio.Conn{In: sIn, Out: sOut}) }()
+	go func() { s.done <- s.sess.Run(stdio.Conn{}, stdio.PipeServer(sIn, sOut, upstream.PipeOptions{})) }()
 	t.Cleanup(func() {
 		sInW.Close()
 		sOutR.Close()

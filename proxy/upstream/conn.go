@@ -59,6 +59,10 @@ type Lent interface {
 	// newline), which is the caller's from then on: to free with
 	// wire.PutBuf, or to hand on.
 	NextBuf() (b *wire.Buf, err error)
+	// Ready reports whether the next NextBuf returns without waiting (a
+	// whole message is buffered), so that its reader can write out what
+	// it decided of a burst before it waits.
+	Ready() bool
 }
 
 // Parsed is a Stream that parsed some of what it brings (a JSON answer,

@@ -21,9 +21,11 @@ import (
 // toward the server's input in a wire.Outbox (with writev where the input
 // is a pipe: written in the caller's goroutine as far as the pipe takes
 // it, the rest by the outbox's writer), so Send and Cancel never wait for
-// a server that does not read (NeverBlocks); everything the server says
-// comes on the one Listen stream, read by its caller: a request's answer
-// too, so Send returns no Stream.
+// a server that does not read; a stdio session queues its frames in that
+// Outbox itself (Outbox), with the tickets that withdraw them, as the
+// wrapper always has. Everything the server says comes on the one Listen
+// stream, read by its caller: a request's answer too, so Send returns no
+// Stream.
 type PipeConn struct {
 	in  io.Reader
 	out *wire.Outbox
@@ -60,9 +62,12 @@ func NewPipeConn(in io.Reader, out io.WriteCloser, o PipeOptions) *PipeConn {
 	return &PipeConn{in: in, out: wire.NewOutbox(out), o: o, queued: map[*proxy.Call]wire.Ticket{}}
 }
 
-// NeverBlocks reports true: Send and Cancel queue, and write only as far
-// as the server's input takes it at once.
-func (c *PipeConn) NeverBlocks() bool { return true }
+// Outbox returns the queue toward the server's input, for a session that
+// queues its frames there itself, each with its ticket (a stdio session):
+// it then writes a burst of them at once (Flush) and withdraws a request
+// its cancel finds still queued, with no copy and no second queue. Such a
+// session does not call Send or Cancel, which keep tickets of their own.
+func (c *PipeConn) Outbox() *wire.Outbox { return c.out }
 
 // Send implements Conn: frame is queued for the server as a line and
 // written as far as the server takes it now. Its answer comes on Listen.
@@ -179,6 +184,11 @@ func (p *pipeLines) NextBuf() (*wire.Buf, error) {
 	b.B, p.last = line, len(line)
 	return b, nil
 }
+
+// Ready implements Lent: whether a whole line is buffered already, so
+// that NextBuf would not wait (its reader writes out what it decided
+// before a wait, a burst at a time).
+func (p *pipeLines) Ready() bool { return p.rd.Ready() }
 
 // Next implements Stream: the server's next line. A line over the size
 // limit is skipped and reported as a *framing.FrameTooLargeError, after

@@ -10,5 +10,7 @@
 // each frame whole to a front (Deliver) or to a server that takes messages
 // (Sender).
 //
-// The stdio relay (package stdio) writes to both its peers through it.
+// The stdio relay (package stdio) writes to both its peers through it; a
+// stdio server's connection (upstream.PipeConn) is one, which the relay
+// queues in directly.
 package wire

@@ -60,11 +60,11 @@ type Outbox struct {
 	deliver Deliver
 	// sender, when set, takes each frame for the server whole, with the
 	// request it opens or cancels, in place of w (a Sender): written by
-	// the goroutine alone, unless it never blocks (NeverBlocks).
+	// the goroutine alone.
 	sender Sender
 	// hands says the frames are handed over by whoever queues them (a
-	// front, deliver, or a sender that never blocks), as drain does:
-	// there is no goroutine, and no wait for space.
+	// front, deliver), as drain does: there is no goroutine, and no wait
+	// for space.
 	hands bool
 
 	started sync.Once     // starts run, the first time there is work for it
@@ -79,8 +79,6 @@ func NewOutbox(w io.WriteCloser) *Outbox {
 	o := &Outbox{w: w, c: w, kick: make(chan struct{}, 1), dead: make(chan struct{})}
 	if s, ok := w.(Sender); ok {
 		o.sender = s
-		nb, ok := w.(NeverBlocks)
-		o.hands = ok && nb.NeverBlocks()
 	} else {
 		o.raw = nonBlocking(w)
 	}
@@ -225,10 +223,9 @@ func (o *Outbox) Flush() {
 	}
 }
 
-// drain hands every frame queued over (to a front, deliver, or a sender
-// that never blocks), in the caller's goroutine, until none is left, or
-// until it finds another caller at it, which then loops for more: one
-// caller at a time, in order. Once close was called and nothing is left,
+// drain hands every frame queued over (to a front, deliver), in the
+// caller's goroutine, until none is left, or until it finds another caller
+// at it, which then loops for more: one caller at a time, in order. Once close was called and nothing is left,
 // it stops the Outbox and closes its writer, if it has one.
 func (o *Outbox) drain() {
 	for {
@@ -236,7 +233,7 @@ func (o *Outbox) drain() {
 		if !ok {
 			return
 		}
-		o.writeAll(batch) // neither blocks
+		o.writeAll(batch) // deliver does not block
 		clear(batch)
 		o.taken = batch[:0] // the next one's, once it is busy
 		o.mu.Lock()
@@ -457,14 +454,6 @@ func claim(b *Buf) bool {
 // by one goroutine at a time (the one that read the server's frames, or the
 // session's writer), in order, and must not block.
 type Deliver func(frame []byte, about *proxy.Call, last bool)
-
-// NeverBlocks is a Sender that says whether it never blocks (it queues
-// what it is sent, as a stdio server's connection does): an Outbox then
-// hands it each frame in the caller's goroutine, with no goroutine of its
-// own and no hand-off.
-type NeverBlocks interface {
-	NeverBlocks() bool
-}
 
 // Sender is a server reached message by message (an upstream.Conn): a
 // server's Out that implements it takes each frame whole, without its

@@ -12,6 +12,7 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/leaktest"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them.
@@ -21,15 +22,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) 
 // got; what it says goes in says.
 type server struct {
 	says, got *stdio.Frames
+	conn      stdio.Conn // over says and got
 	exited    chan struct{}
 	stopped   chan struct{}
 }
 
 func newServer() *server {
-	return &server{says: stdio.NewFrames(), got: stdio.NewFrames(), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
+	s := &server{says: stdio.NewFrames(), got: stdio.NewFrames(), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
+	s.conn = stdio.PipeServer(s.says, writeEnd{s.got}, upstream.PipeOptions{})
+	return s
 }
 
-func (s *server) Conn() stdio.Conn        { return stdio.Conn{In: s.says, Out: writeEnd{s.got}} }
+func (s *server) Conn() stdio.Conn        { return s.conn }
 func (s *server) Exited() <-chan struct{} { return s.exited }
 func (s *server) Stop() {
 	select {
