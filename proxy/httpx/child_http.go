@@ -304,7 +304,7 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 	defer cs.mu.Unlock()
 	if cs.shared != nil {
 		select {
-		case <-cs.shared.Back.Exited():
+		case <-cs.shared.Session.Exited():
 		default:
 			return cs.shared, nil
 		}

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -74,6 +75,21 @@ type legacySession struct {
 	retiring           *sync.WaitGroup // the Legacy's: counts the session while it stops, once retired
 	// started is set once the client has POSTed its first message.
 	started atomic.Bool
+	dial    upstream.Dialer // reaches its server, at its first message (connect)
+}
+
+// connect starts (or dials) the session's server, once, at the client's
+// first message; a failure ends the session (and its stream).
+func (ls *legacySession) connect() error {
+	err := ls.Connect(func() (stdio.Backend, error) {
+		conn, err := ls.dial.Dial(ls.Log)
+		if err != nil {
+			ls.Log.Error("cannot start the server", zap.Error(err))
+			return nil, fmt.Errorf("cannot start the MCP server: %w", err)
+		}
+		return stdio.NewLines(conn), nil
+	})
+	return err
 }
 
 // DefaultLegacyInitWait is Legacy.InitWait's default.
@@ -130,23 +146,13 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	log := lg.s.log.With(zap.String("session", fmt.Sprintf("s%d", scopes.Add(1))))
-	// The server starts (or is dialled) at the client's first POST: a
-	// stream that never POSTs costs no process.
-	back := newLazyBackend(func() (stdio.Backend, error) {
-		conn, err := up.lineServers().dial.Dial(log)
-		if err != nil {
-			log.Error("cannot start the server", zap.Error(err))
-			return nil, err
-		}
-		return stdio.NewLines(conn), nil
-	})
 	servers := up.lineServers()
 	sopts, grace := servers.opts, servers.grace
 	// An old client's one event stream carries every answer, as a stdio
 	// client's pipe does: the session keeps a cancel the policy defers
 	// (reissue: join) as the bridge does, and reads the server's answer on.
 	sopts.DeferCancels = true
-	ls, err := lg.startLegacy(back, sopts, grace, peer, log)
+	ls, err := lg.startLegacy(sopts, grace, peer, log)
 	if err != nil { // another session took the room meanwhile
 		full()
 		return
@@ -158,10 +164,12 @@ func (lg legacyFront) legacyGet(ctx *fasthttp.RequestCtx) {
 	stream.ServeDetached(ctx, st, &lg.s.detached)
 }
 
-// startLegacy runs a session of peer's between an old client's lines and back, and
-// returns it with its event stream; or stops it again, and returns
-// sessiontable.ErrFull, if another session took the last room meanwhile.
-func (lg legacyFront) startLegacy(back stdio.Backend, sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
+// startLegacy runs a session of peer's between an old client's lines and
+// its server, which is started (or dialled) at the client's first POST
+// (connect: a stream that never POSTs costs no process), and returns it
+// with its event stream; or returns sessiontable.ErrFull if another
+// session took the last room meanwhile.
+func (lg legacyFront) startLegacy(sopts stdio.Options, grace time.Duration, peer string, log *zap.Logger) (*legacySession, error) {
 	l := lg.s.Legacy
 	st := stream.NewEvents(lg.s.clock, 1) // pending until the client leaves: onAbort says it did
 	// The one event stream carries everything for the client, answers
@@ -172,11 +180,12 @@ func (lg legacyFront) startLegacy(back stdio.Backend, sopts stdio.Options, grace
 			st.Send(frame, last)
 		}
 	}
-	ls := &legacySession{Session: lines.New(back, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring}
+	ls := &legacySession{Session: lines.New(nil, sopts, grace, lg.s.Legacy.totals, log), st: st, retiring: &l.retiring,
+		dial: lg.s.target.lineServers().dial}
 	ls.Owner = peer
 	st.OnAbort = func() { ls.CloseClient() }
 	if _, err := l.sessions.Add(ls.ID, ls); err != nil {
-		back.Stop() // never started
+		ls.Sess.Abandon() // never started
 		return nil, err
 	}
 	uninitialized := lg.s.clock.AfterFunc(cmp.Or(l.InitWait, DefaultLegacyInitWait), func() {
@@ -207,7 +216,15 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
-	var f framing.Frame    // parsed once: the session decides it as it is
+	switch err := ls.connect(); {
+	case errors.Is(err, lines.ErrEnded):
+		ctx.Error("the session has ended", fasthttp.StatusNotFound)
+		return
+	case err != nil: // the session has ended too, and its stream with it
+		ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		return
+	}
+	var f framing.Frame // parsed once: the session decides it as it is
 	if err := f.Parse(line); err != nil {
 		ls.st.Send(ls.Sess.Invalid(err, line), true) // where every answer goes
 		ctx.SetStatusCode(fasthttp.StatusAccepted)

@@ -2,6 +2,7 @@ package httpx_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -175,12 +176,19 @@ func openLegacyClient(t *testing.T, base string) *legacyClient {
 
 func (c *legacyClient) post(msg string) {
 	c.t.Helper()
+	if code, body := c.send(msg); code != http.StatusAccepted {
+		c.t.Fatalf("POST %.80s: HTTP %d %s", msg, code, body)
+	}
+}
+
+// send POSTs msg and returns the answer's status and body.
+func (c *legacyClient) send(msg string) (int, string) {
+	c.t.Helper()
 	resp, err := testClient.Post(c.endpoint, "application/json", strings.NewReader(msg))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		c.t.Fatalf("POST %s: HTTP %d", msg, resp.StatusCode)
-	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

@@ -203,6 +203,15 @@ func (s *Session) CloseClient() {
 	})
 }
 
+// Abandon ends a session that was never started (neither Run nor Start
+// was called, and neither will be): nothing was relayed, and its governor
+// is closed.
+func (s *Session) Abandon() {
+	if gov := s.core.Governor(); gov != nil {
+		gov.Close()
+	}
+}
+
 // InFlight returns how many requests are in flight in each direction.
 func (s *Session) InFlight() (clientToServer, serverToClient int) { return s.t.InFlight() }
 

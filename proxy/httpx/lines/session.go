@@ -13,6 +13,8 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,8 +29,6 @@ import (
 type Session struct {
 	// ID is the session's id, which names it to the client.
 	ID string
-	// Back is the session's server.
-	Back stdio.Backend
 	// Sess decides each message: the front submits the client's (Submit),
 	// and takes what it sends the client (its Options' Deliver).
 	Sess *stdio.Session
@@ -39,32 +39,78 @@ type Session struct {
 	cancelling owned.Group
 	// grace bounds the waits of Stop for a server that does not read.
 	grace time.Duration
+
+	mu   sync.Mutex    // guards the fields below; held while Connect dials
+	back stdio.Backend // the session's server: New's, or Connect's
+	// ended and onEnd are Start's; over says the session ended before it
+	// had a server (Stop or CloseClient first, or Connect's dial failed).
+	ended, onEnd func()
+	over         bool
 }
 
-// New makes a session between a front and back, to Start; grace is the
-// server's term_after, or zero for the default; totals, the front's
-// counters, get the session's counts.
+// New makes a session between a front and back, to Start; with back nil,
+// the server is dialled at Connect (an old client's, at its first message).
+// grace is the server's term_after, or zero for the default; totals, the
+// front's counters, get the session's counts.
 func New(back stdio.Backend, sopts stdio.Options, grace time.Duration, totals *proxy.Counters, log *zap.Logger) *Session {
+	ls := &Session{ID: newID(), back: back, Log: log, done: make(chan struct{}), grace: cmp.Or(grace, upstream.DefaultGrace)}
 	sopts.Logger = log
 	sopts.Totals = totals
-	sopts.OnClientClosed = func() { go back.Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does
+	sopts.OnClientClosed = func() { go ls.server().Stop() } // not on the relay: a process's Stop waits for its exit, as Start's does
 	sopts.DrainWait = cmp.Or(sopts.DrainWait, grace)
-	return &Session{ID: newID(), Back: back, Sess: stdio.NewSession(sopts),
-		Log: log, done: make(chan struct{}), grace: cmp.Or(grace, upstream.DefaultGrace)}
+	ls.Sess = stdio.NewSession(sopts)
+	return ls
 }
 
 // Start starts the session, with no goroutine of its own while it lasts
-// (stdio.Session.Start). Once the server's side has ended, every message
-// for the client delivered, ended runs (the front ends the client's
-// streams); once the client's side has ended too and the server is
-// stopped, onEnd, if not nil, runs, and Done is closed: the session's
-// goroutines have all ended.
+// (stdio.Session.Start), at once if it has its server, else at Connect. Once
+// the server's side has ended, every message for the client delivered,
+// ended runs (the front ends the client's streams); once the client's
+// side has ended too and the server is stopped, onEnd, if not nil, runs,
+// and Done is closed: the session's goroutines have all ended. A session
+// that ends before it had a server runs both at once.
 func (ls *Session) Start(ended, onEnd func()) {
-	ls.Sess.Start(ls.Back.Conn(), func(error) { // the client's side is Submit's and Deliver's
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.ended, ls.onEnd = ended, onEnd
+	if ls.back != nil {
+		ls.run(ls.back)
+	}
+}
+
+// Connect gives a session that New made without a server its server, once:
+// dial's. It reports an error if the session has ended, or if dial failed,
+// which ends it.
+func (ls *Session) Connect(dial func() (stdio.Backend, error)) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	switch {
+	case ls.back != nil:
+		return nil
+	case ls.over:
+		return ErrEnded
+	}
+	back, err := dial()
+	if err != nil {
+		ls.endLocked()
+		return err
+	}
+	ls.back = back
+	ls.run(back)
+	return nil
+}
+
+// ErrEnded is Connect's error for a session that has ended.
+var ErrEnded = errors.New("the session has ended")
+
+// run starts the session over back; ls.mu is held.
+func (ls *Session) run(back stdio.Backend) {
+	ended, onEnd := ls.ended, ls.onEnd
+	ls.Sess.Start(back.Conn(), func(error) { // the client's side is Submit's and Deliver's
 		defer close(ls.done)
 		ended()
 		<-ls.Sess.ReaderDone()
-		ls.Back.Stop()
+		back.Stop()
 		ls.cancelling.Wait(ls.grace)
 		if onEnd != nil {
 			onEnd()
@@ -72,9 +118,55 @@ func (ls *Session) Start(ended, onEnd func()) {
 	})
 }
 
+// server returns the session's server; the session has one (it was
+// started).
+func (ls *Session) server() stdio.Backend {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.back
+}
+
+// Exited is closed once the session's server has ended; the session has
+// one (New's).
+func (ls *Session) Exited() <-chan struct{} { return ls.server().Exited() }
+
+// endUnstarted ends a session that has no server yet, and reports true;
+// or reports false if it has one (it ends as started sessions do).
+func (ls *Session) endUnstarted() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.back != nil {
+		return false
+	}
+	ls.endLocked()
+	return true
+}
+
+// endLocked ends a session without a server, once: nothing was relayed;
+// ls.mu is held. (ended and onEnd do not wait for the session.)
+func (ls *Session) endLocked() {
+	if ls.over {
+		return
+	}
+	ls.over = true
+	ls.Sess.Abandon()
+	if ls.ended != nil {
+		ls.ended()
+	}
+	if ls.onEnd != nil {
+		ls.onEnd()
+	}
+	close(ls.done)
+}
+
 // CloseClient ends the client's side: nothing more is submitted, and the
-// session ends once the server has what was queued for it.
-func (ls *Session) CloseClient() { ls.Sess.CloseClient() }
+// session ends once the server has what was queued for it (at once if it
+// has no server).
+func (ls *Session) CloseClient() {
+	if !ls.endUnstarted() {
+		ls.Sess.CloseClient()
+	}
+}
 
 // Done is closed once the session has ended.
 func (ls *Session) Done() <-chan struct{} { return ls.done }
@@ -94,6 +186,9 @@ func (ls *Session) InFlight() int {
 // once the session has written what it holds. It returns within two graces
 // whatever the server does.
 func (ls *Session) Stop(source proxy.Source, reason string) {
+	if ls.endUnstarted() {
+		return
+	}
 	done := make(chan struct{})
 	ls.cancelling.Go(func() { ls.Sess.CancelAll(source, reason); close(done) })
 	grace := time.NewTimer(ls.grace)
@@ -106,7 +201,7 @@ func (ls *Session) Stop(source proxy.Source, reason string) {
 	// The session stops the backend once it has written what it holds; a
 	// server that does not read would hold it for ever, so the backend's
 	// stop (a process's ladder) starts after the grace regardless.
-	time.AfterFunc(ls.grace, ls.Back.Stop)
+	time.AfterFunc(ls.grace, ls.server().Stop)
 }
 
 // StopAndWait stops the session and waits until it has ended.

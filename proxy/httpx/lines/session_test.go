@@ -1,6 +1,7 @@
 package lines
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,55 @@ func TestSessionRelaysAndStops(t *testing.T) {
 	<-ended // before Done
 	if ls.ID == "" || len(ls.ID) != 32 {
 		t.Errorf("session id %q", ls.ID)
+	}
+}
+
+// TestSessionWithoutAServerYet: a session made without its server (an old
+// client's, whose server starts at its first message) dials it at
+// Connect, once, and relays from then on; one stopped before it had a
+// server ends at once, its end run and Done closed, and dials none later.
+func TestSessionWithoutAServerYet(t *testing.T) {
+	srv := newServer()
+	dials := 0
+	dial := func() (stdio.Backend, error) { dials++; return srv, nil }
+	routed := make(chan string, 8)
+	deliver := func(frame []byte, _ *proxy.Call, _ bool) {
+		if len(frame) > 0 {
+			routed <- string(frame)
+		}
+	}
+	ls := New(nil, stdio.Options{Deliver: deliver}, time.Second, nil, zap.NewNop())
+	ls.Start(func() {}, nil)
+	for range 2 {
+		if err := ls.Connect(dial); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dials != 1 {
+		t.Errorf("%d dials, want 1", dials)
+	}
+	var f framing.Frame
+	f.Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err := ls.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"ping"`) {
+		t.Fatalf("the server got %s", line)
+	}
+	ls.StopAndWait(proxy.SourceShutdown, "stopping")
+	if got := <-routed; !strings.Contains(got, "-32000") {
+		t.Errorf("the client got %s, want -32000 for the ping", got)
+	}
+
+	ended, onEnd := make(chan struct{}), make(chan struct{})
+	never := New(nil, stdio.Options{Deliver: deliver}, time.Second, nil, zap.NewNop())
+	never.Start(func() { close(ended) }, func() { close(onEnd) })
+	never.Stop(proxy.SourceShutdown, "stopping")
+	<-ended
+	<-onEnd
+	<-never.Done()
+	never.CloseClient() // a second end does nothing
+	if err := never.Connect(dial); !errors.Is(err, ErrEnded) || dials != 1 {
+		t.Errorf("Connect after the end: %v, %d dials; want ErrEnded, none", err, dials-1)
 	}
 }

@@ -1,0 +1,92 @@
+//go:build unix
+
+package httpx_test
+
+import (
+	"bufio"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// TestLegacyWithdrawsWhatAStdioServerHasNotRead: an old client's session
+// of a stdio server that does not read its stdin queues in the server's
+// own pipe queue, so the cancel of a request still queued there withdraws
+// both, and is recorded as withdrawn (it was recorded as a cancel sent,
+// the server's connection withdrawing the request unseen): the server,
+// reading again, gets the first call and never the second nor its cancel.
+func TestLegacyWithdrawsWhatAStdioServerHasNotRead(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	toR, toW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromR, fromW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toR.Close(); fromW.Close() })
+	cs := &httpx.Children{Dial: upstream.DialFunc(func(log *zap.Logger) (upstream.Conn, error) {
+		return upstream.NewPipeConn(fromR, toW, upstream.PipeOptions{Stop: func() { fromW.Close() }, Logger: log}), nil
+	})}
+	var sc *httpx.Sidecar
+	url := childSidecar(t, cs, func(s *httpx.Sidecar) { s.Legacy = &httpx.Legacy{}; sc = s })
+	c := openLegacyClient(t, strings.TrimSuffix(url, "/mcp"))
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + strings.Repeat("x", 256<<10) + `"}}`
+	for _, msg := range []string{big, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"q"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`} {
+		c.post(msg)
+	}
+	if st := sc.Stats(); st.Withdrawn != 1 {
+		t.Errorf("withdrawn: %d, want 1 (cancels sent: %d)", st.Withdrawn, st.CancelsForwarded)
+	}
+	marker := `{"jsonrpc":"2.0","method":"notifications/marker"}`
+	c.post(marker)
+	rd := bufio.NewReaderSize(toR, 1<<20)
+	var got []string
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the server's stdin: %v, after %d lines", err, len(got))
+		}
+		if line = strings.TrimSuffix(line, "\n"); line == marker {
+			break
+		}
+		got = append(got, line[:min(len(line), 40)])
+	}
+	if len(got) != 1 || !strings.HasPrefix(big, got[0]) {
+		t.Errorf("the server read %q before the marker, want only the first call", got)
+	}
+}
+
+// TestLegacyServerThatCannotStart: an old client whose server cannot be
+// started at its first message gets 502 for that POST, saying why, its
+// event stream ends, and a later POST finds no session (it got 202, and
+// only the stream's end said anything).
+func TestLegacyServerThatCannotStart(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	cs := &httpx.Children{Dial: upstream.DialFunc(func(*zap.Logger) (upstream.Conn, error) {
+		return nil, errors.New("no such command")
+	})}
+	url := childSidecar(t, cs, func(s *httpx.Sidecar) { s.Legacy = &httpx.Legacy{} })
+	c := openLegacyClient(t, strings.TrimSuffix(url, "/mcp"))
+	code, body := c.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	if code != http.StatusBadGateway || !strings.Contains(body, "no such command") {
+		t.Errorf("first POST: %d %q, want 502 saying why", code, body)
+	}
+	for range c.msgs { // until the event stream ends
+	}
+	if code, _ := c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); code != http.StatusNotFound {
+		t.Errorf("a later POST: %d, want 404", code)
+	}
+}
