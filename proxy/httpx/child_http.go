@@ -323,6 +323,17 @@ func (cs *Children) sharedChild(log *zap.Logger) (*childSession, error) {
 // shows, in place of a bare HTTP 500; the cause is in the proxy's log,
 // not told to the client (it names the server's command).
 func cannotStart(ctx *fasthttp.RequestCtx, f *framing.Frame) {
+	replies := cannotStartReplies(f)
+	if len(replies) == 0 {
+		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(replies, f.Batch))
+}
+
+// cannotStartReplies are the proxy's -32000 (kind unavailable) for each
+// request of f, whose server could not be started.
+func cannotStartReplies(f *framing.Frame) [][]byte {
 	var replies [][]byte
 	for _, m := range f.Msgs {
 		if m.Kind == framing.KindRequest {
@@ -330,9 +341,5 @@ func cannotStart(ctx *fasthttp.RequestCtx, f *framing.Frame) {
 				"mcp-cancel-proxy: cannot start the MCP server (the proxy's log says why)", "unavailable"))
 		}
 	}
-	if len(replies) == 0 {
-		ctx.Error("cannot start the MCP server", fasthttp.StatusInternalServerError)
-		return
-	}
-	writeJSON(ctx, fasthttp.StatusOK, proxy.JoinFrame(replies, f.Batch))
+	return replies
 }

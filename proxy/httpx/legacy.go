@@ -79,13 +79,13 @@ type legacySession struct {
 }
 
 // connect starts (or dials) the session's server, once, at the client's
-// first message; a failure ends the session (and its stream).
+// first message.
 func (ls *legacySession) connect() error {
 	err := ls.Connect(func() (stdio.Backend, error) {
 		conn, err := ls.dial.Dial(ls.Log)
 		if err != nil {
 			ls.Log.Error("cannot start the server", zap.Error(err))
-			return nil, fmt.Errorf("cannot start the MCP server: %w", err)
+			return nil, err
 		}
 		return stdio.NewLines(conn), nil
 	})
@@ -216,17 +216,22 @@ func (lg legacyFront) legacyPost(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ls.started.Store(true) // its first message, whatever its method and revision, ends the wait
+	var f framing.Frame    // parsed once: the session decides it as it is
+	if err := f.Parse(line); err != nil {
+		ls.st.Send(ls.Sess.Invalid(err, line), true) // where every answer goes
+		ctx.SetStatusCode(fasthttp.StatusAccepted)
+		ctx.SetBodyString("Accepted")
+		return
+	}
 	switch err := ls.connect(); {
 	case errors.Is(err, lines.ErrEnded):
 		ctx.Error("the session has ended", fasthttp.StatusNotFound)
 		return
-	case err != nil: // the session has ended too, and its stream with it
-		ctx.Error(err.Error(), fasthttp.StatusBadGateway)
-		return
-	}
-	var f framing.Frame // parsed once: the session decides it as it is
-	if err := f.Parse(line); err != nil {
-		ls.st.Send(ls.Sess.Invalid(err, line), true) // where every answer goes
+	case err != nil: // its requests get the proxy's error where every answer goes; the session ends
+		if replies := cannotStartReplies(&f); len(replies) > 0 {
+			ls.st.Send(proxy.JoinFrame(replies, f.Batch), true)
+		}
+		ls.CloseClient()
 		ctx.SetStatusCode(fasthttp.StatusAccepted)
 		ctx.SetBodyString("Accepted")
 		return

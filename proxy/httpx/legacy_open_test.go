@@ -69,9 +69,11 @@ func TestLegacyWithdrawsWhatAStdioServerHasNotRead(t *testing.T) {
 }
 
 // TestLegacyServerThatCannotStart: an old client whose server cannot be
-// started at its first message gets 502 for that POST, saying why, its
-// event stream ends, and a later POST finds no session (it got 202, and
-// only the stream's end said anything).
+// started at its first message gets, where every answer goes (its event
+// stream), the proxy's -32000 saying so (kind unavailable), as a
+// Streamable HTTP client does, the cause left to the proxy's log; the
+// stream then ends, and a later POST finds no session. (It got "the MCP
+// server exited before answering", which it had never started.)
 func TestLegacyServerThatCannotStart(t *testing.T) {
 	t.Parallel()
 	watchdog(t, 30*time.Second)
@@ -80,9 +82,12 @@ func TestLegacyServerThatCannotStart(t *testing.T) {
 	})}
 	url := childSidecar(t, cs, func(s *httpx.Sidecar) { s.Legacy = &httpx.Legacy{} })
 	c := openLegacyClient(t, strings.TrimSuffix(url, "/mcp"))
-	code, body := c.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
-	if code != http.StatusBadGateway || !strings.Contains(body, "no such command") {
-		t.Errorf("first POST: %d %q, want 502 saying why", code, body)
+	c.post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)
+	m := <-c.msgs
+	e, _ := m["error"].(map[string]any)
+	if msg, _ := e["message"].(string); m["id"] != 1.0 || e["code"] != -32000.0 || !strings.Contains(msg, "cannot start the MCP server") ||
+		strings.Contains(msg, "no such command") {
+		t.Errorf("the answer: %v, want the proxy's -32000 saying the server cannot start, not why", m)
 	}
 	for range c.msgs { // until the event stream ends
 	}

@@ -43,7 +43,7 @@ type Session struct {
 	mu   sync.Mutex    // guards the fields below; held while Connect dials
 	back stdio.Backend // the session's server: New's, or Connect's
 	// ended and onEnd are Start's; over says the session ended before it
-	// had a server (Stop or CloseClient first, or Connect's dial failed).
+	// had a server (Stop or CloseClient first).
 	ended, onEnd func()
 	over         bool
 }
@@ -79,8 +79,9 @@ func (ls *Session) Start(ended, onEnd func()) {
 }
 
 // Connect gives a session that New made without a server its server, once:
-// dial's. It reports an error if the session has ended, or if dial failed,
-// which ends it.
+// dial's. It reports ErrEnded if the session has ended, or dial's error
+// (the session is then still without a server: its caller answers for
+// what it had for it, and ends it, CloseClient).
 func (ls *Session) Connect(dial func() (stdio.Backend, error)) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -92,7 +93,6 @@ func (ls *Session) Connect(dial func() (stdio.Backend, error)) error {
 	}
 	back, err := dial()
 	if err != nil {
-		ls.endLocked()
 		return err
 	}
 	ls.back = back
