@@ -13,7 +13,6 @@ import (
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/config"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/child"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -83,7 +82,7 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)
 		return 1
 	}
-	b := stdio.NewLines(conn)
+	b := check.OverConn(conn)
 	if *o.tool == "" {
 		return listTools(b, opts, stdout, stderr)
 	}
@@ -125,7 +124,7 @@ func dialCheck(rawURL string, headers []upstream.Header, oauth config.OAuth, arg
 }
 
 // listTools prints the server's tools, for check without --tool.
-func listTools(b stdio.Backend, o check.Options, stdout, stderr io.Writer) int {
+func listTools(b check.Lines, o check.Options, stdout, stderr io.Writer) int {
 	s, tools, err := check.List(b, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcp-cancel-proxy check:", err)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // Options are what Run checks and how long it waits.
@@ -66,9 +65,9 @@ type Server struct {
 }
 
 // Run checks the call o names on the server b reaches (a stdio child, or
-// the bridge's backend for an HTTP server) and returns the report. It stops
+// a session of an HTTP server: OverConn) and returns the report. It stops
 // b before it returns.
-func Run(b stdio.Backend, o Options) (*Report, error) {
+func Run(b Lines, o Options) (*Report, error) {
 	s, tools, err := connect(b, o)
 	if err != nil {
 		return nil, err
@@ -91,7 +90,7 @@ func Run(b stdio.Backend, o Options) (*Report, error) {
 
 // List returns the server b reaches and its tools. It stops b before it
 // returns.
-func List(b stdio.Backend, o Options) (Server, []Tool, error) {
+func List(b Lines, o Options) (Server, []Tool, error) {
 	s, tools, err := connect(b, o)
 	if err != nil {
 		return Server{}, nil, err
@@ -102,8 +101,8 @@ func List(b stdio.Backend, o Options) (Server, []Tool, error) {
 
 // connect initializes a session with b and lists its tools; on an error it
 // has stopped b.
-func connect(b stdio.Backend, o Options) (*session, []Tool, error) {
-	s, err := open(b.Conn(), b.Stop, o.withDefaults())
+func connect(b Lines, o Options) (*session, []Tool, error) {
+	s, err := open(b, o.withDefaults())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // fake is a scripted MCP server over pipes: a call works for work,
@@ -125,16 +123,9 @@ func (f *fake) call(id, token json.RawMessage, stop <-chan struct{}) {
 	}
 }
 
-// pipes is the fake server's end of two pipes as an stdio.Backend.
-type pipes struct {
-	in  *io.PipeReader
-	out *io.PipeWriter
-}
-
-func (p pipes) Conn() stdio.Conn { return stdio.Conn{In: p.in, Out: p.out} }
-func (p pipes) Stop()            { p.out.Close(); p.in.Close() }
-func (p pipes) Exited() <-chan struct{} {
-	return nil // not asked by the checker
+// pipes is the fake server's end of two pipes, as the checker's Lines.
+func pipes(in *io.PipeReader, out *io.PipeWriter) Lines {
+	return Lines{In: in, Out: out, Stop: func() { out.Close(); in.Close() }}
 }
 
 // runFake checks the fake in mode, in a bubble of fake time.
@@ -156,7 +147,7 @@ func runFakeWith(t *testing.T, mode string, o Options) *Report {
 		go func() { defer close(done); f.serve(toServer, fromServer) }()
 		var err error
 		o.Tool, o.Runs = "work", 2
-		r, err = Run(pipes{toClient, fromClient}, o)
+		r, err = Run(pipes(toClient, fromClient), o)
 		if err != nil {
 			t.Fatal(err)
 		}

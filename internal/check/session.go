@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 )
 
 // initializeID is the id of the checker's initialize (cancelled later, on
@@ -27,12 +26,12 @@ func initParams(revision framing.Revision) map[string]any {
 		"clientInfo": map[string]any{"name": "mcp-cancel-proxy check", "version": "1"}}
 }
 
-// open initializes a session over conn; on an error it has stopped reading
-// and closed the connection with closeConn.
-func open(conn stdio.Conn, closeConn func(), o Options) (*session, error) {
-	s := &session{c: newClient(conn.In, conn.Out, o.MaxFrame), o: o}
+// open initializes a session over b; on an error it has stopped reading
+// and stopped b.
+func open(b Lines, o Options) (*session, error) {
+	s := &session{c: newClient(b.In, b.Out, o.MaxFrame), o: o}
 	if err := s.initialize(); err != nil {
-		s.c.stop(closeConn)
+		s.c.stop(b.Stop)
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
 	return s, nil

@@ -33,17 +33,15 @@ type Backend interface {
 // request it opens or cancels (its Out is a Sender), or, for a Conn that
 // lends its own Outbox (a stdio server's), are queued there by the
 // session (its Queue), and what every Stream of the Conn brings comes
-// back to the session: handed to it by the goroutine that read it (a
-// Pusher), or, for a reader of bytes (the check command), as the lines of
-// In. One goroutine per Stream reads it, for as long as it brings
+// back to the session, handed to it by the goroutine that read it (a
+// Pusher). One goroutine per Stream reads it, for as long as it brings
 // messages.
 type Lines struct {
 	conn   upstream.Conn
-	in     *Frames // for a reader of bytes, until a session pushes
+	early  [][]byte // what came before the session asked (PushTo)
 	exited chan struct{}
 
 	one [1]*proxy.Call // SendFrame's: Send keeps no calls
-	raw issuer         // Write's
 
 	mu      sync.Mutex // guards readers' Add and stopped
 	readers sync.WaitGroup
@@ -61,7 +59,7 @@ type Lines struct {
 // NewLines returns conn as a Backend, its session's own traffic (Listen)
 // read from now on.
 func NewLines(conn upstream.Conn) *Lines {
-	l := &Lines{conn: conn, in: NewFrames(), exited: make(chan struct{}), raw: issuer{calls: map[framing.ID]*proxy.Call{}}}
+	l := &Lines{conn: conn, exited: make(chan struct{})}
 	if st, err := conn.Listen(context.Background()); err == nil {
 		l.read(st)
 	}
@@ -72,7 +70,7 @@ func NewLines(conn upstream.Conn) *Lines {
 // bytes (In); a session queues its frames in the Conn's own Outbox where
 // it has one (a stdio server's, Queue), and else hands them to it (Out).
 func (l *Lines) Conn() Conn {
-	c := Conn{In: l.in, Out: linesOut{l}, Push: l}
+	c := Conn{Out: linesOut{l}, Push: l}
 	if q, ok := l.conn.(queued); ok {
 		c.Queue = q.Outbox()
 	}
@@ -96,7 +94,9 @@ func (l *Lines) PushTo(r Receiver) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
 	l.to = r
-	for _, frame := range l.in.Take() {
+	early := l.early
+	l.early = nil
+	for _, frame := range early {
 		r.Receive(frame, nil)
 	}
 	if l.over {
@@ -112,7 +112,7 @@ func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 	defer l.hand.Unlock()
 	switch {
 	case l.to == nil:
-		l.in.Put(bytes.Clone(upstream.EventLine(m))) // kept: m is the Stream's until its next message
+		l.early = append(l.early, bytes.Clone(upstream.EventLine(m))) // kept: m is the Stream's until its next message
 	case parsed != nil && !parsed.Batch && !bytes.ContainsAny(parsed.Msgs[0].Raw, "\r\n"):
 		l.to.Receive(parsed.Msgs[0].Raw, parsed) // without the whitespace around it
 	case bytes.ContainsAny(m, "\r\n"): // a message spread over lines (an event's data may be) goes as one
@@ -124,7 +124,8 @@ func (l *Lines) handOver(m []byte, parsed *framing.Frame) {
 
 // tooLarge hands the session a message over the size limit, which the
 // upstream.Stream skipped (a stdio server's over-long line), for it to answer as
-// the relay answers one it reads; a reader of bytes never sees it.
+// the relay answers one it reads (one that came before the session asked
+// is left out).
 func (l *Lines) tooLarge(tl *framing.FrameTooLargeError) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
@@ -142,7 +143,6 @@ func (l *Lines) ended() {
 	if l.to != nil {
 		l.to.End()
 	}
-	l.in.CloseWrite()
 }
 
 // Exited implements Backend.
@@ -234,7 +234,7 @@ func (l *Lines) handOverBuf(b *wire.Buf, more bool) {
 	l.hand.Lock()
 	defer l.hand.Unlock()
 	if l.to == nil {
-		l.in.Put(bytes.Clone(b.B))
+		l.early = append(l.early, bytes.Clone(b.B))
 		wire.PutBuf(b)
 		return
 	}
@@ -259,48 +259,14 @@ func (w linesOut) SendFrame(frame []byte, opens *proxy.Call, m *framing.Message)
 // SendCancel implements Sender.
 func (w linesOut) SendCancel(c *proxy.Call, notice []byte) { w.l.conn.Cancel(c, notice) }
 
-// Write sends each line of p, for a client of the proxy's own that
-// speaks lines with its own ids (the check command's; a session sends
-// messages, SendFrame): a request opens a call of its own, by its id
-// (which such a client does not reuse while it is in flight), and a
-// cancel names it, as a session's core would; other lines go as they are.
-func (w linesOut) Write(p []byte) (int, error) { return w.l.raw.write(p, w) }
+// Write implements io.Writer, which a Conn's Out must: a session hands a
+// Sender its frames (SendFrame), never bytes.
+func (w linesOut) Write([]byte) (int, error) { return 0, errNoBytes }
+
+var errNoBytes = errors.New("a session sends its server messages, not bytes")
 
 // Close implements io.Closer: the session is done with its server.
 func (w linesOut) Close() error {
 	w.l.Stop()
 	return nil
-}
-
-// issuer is Write's: the calls a client of lines opened, by its ids.
-type issuer struct {
-	mu    sync.Mutex // guards the fields below
-	lines framing.LineSplitter
-	calls map[framing.ID]*proxy.Call
-}
-
-func (w *issuer) write(p []byte, out Sender) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lines.Split(p, func(line []byte) bool {
-		var f framing.Frame
-		if f.Parse(line) != nil || f.Batch {
-			out.SendFrame(line, nil, nil)
-			return true
-		}
-		m := &f.Msgs[0]
-		switch {
-		case m.Kind == framing.KindRequest:
-			c := new(proxy.Call)
-			w.calls[m.ID] = c
-			out.SendFrame(line, c, m)
-		case m.Method == framing.MethodCancelled && w.calls[m.RequestID] != nil:
-			out.SendCancel(w.calls[m.RequestID], line)
-			delete(w.calls, m.RequestID)
-		default:
-			out.SendFrame(line, nil, m)
-		}
-		return true
-	})
-	return len(p), nil
 }

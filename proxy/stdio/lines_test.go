@@ -106,8 +106,8 @@ func TestLinesSayWhenABurstEnds(t *testing.T) {
 }
 
 // TestLinesPushToTheSession: a session that asks Lines to hand it the
-// messages (PushTo) gets first what came before it asked (queued for a
-// reader of bytes meanwhile), then each as it comes, a message spread
+// messages (PushTo) gets first what came before it asked (kept for it
+// meanwhile), then each as it comes, a message spread
 // over lines as one line; the Conn's end is its End.
 func TestLinesPushToTheSession(t *testing.T) {
 	st := &fed{msgs: make(chan []byte), asked: make(chan struct{}, 8), closed: make(chan struct{})}

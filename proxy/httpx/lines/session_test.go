@@ -2,6 +2,7 @@ package lines
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +20,32 @@ import (
 // TestMain fails the package's tests if any goroutine outlives them.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.ProcessWide...) }
 
-// server is a Backend of frames: what the session writes it arrives on
-// got; what it says goes in says.
+// server is a Backend over pipes: the lines the session writes it arrive
+// on got, in order; what it says is written to says.
 type server struct {
-	says, got *stdio.Frames
-	conn      stdio.Conn // over says and got
-	exited    chan struct{}
-	stopped   chan struct{}
+	says    *io.PipeWriter
+	got     chan []byte // closed once the session has closed the server's input
+	conn    stdio.Conn
+	exited  chan struct{}
+	stopped chan struct{}
 }
 
 func newServer() *server {
-	s := &server{says: stdio.NewFrames(), got: stdio.NewFrames(), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
-	s.conn = stdio.PipeServer(s.says, writeEnd{s.got}, upstream.PipeOptions{})
+	out, says := io.Pipe()
+	in, wrote := io.Pipe()
+	s := &server{says: says, got: make(chan []byte, 64), exited: make(chan struct{}), stopped: make(chan struct{}, 1)}
+	s.conn = stdio.PipeServer(out, wrote, upstream.PipeOptions{})
+	go func() { // ends when the session closes the server's input
+		defer close(s.got)
+		rd := framing.NewReader(in, 0)
+		for {
+			line, err := rd.Read(nil)
+			if err != nil {
+				return
+			}
+			s.got <- line
+		}
+	}()
 	return s
 }
 
@@ -39,17 +54,14 @@ func (s *server) Exited() <-chan struct{} { return s.exited }
 func (s *server) Stop() {
 	select {
 	case s.stopped <- struct{}{}:
-		s.says.CloseWrite()
+		s.says.Close()
 		close(s.exited)
 	default:
 	}
 }
 
-// writeEnd is a Frames as a Conn's Out: its Close is CloseWrite, so that
-// what the session wrote before it closed Out is still read.
-type writeEnd struct{ *stdio.Frames }
-
-func (w writeEnd) Close() error { return w.CloseWrite() }
+// say writes one line of the server's.
+func (s *server) say(line string) { io.WriteString(s.says, line+"\n") }
 
 // TestSessionRelaysAndStops: a client's request reaches the server and its
 // answer the client; Stop cancels the request still in flight on the
@@ -77,20 +89,20 @@ func TestSessionRelaysAndStops(t *testing.T) {
 		}
 	}
 	submit(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`)
-	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"id":1`) {
+	if line, _ := <-srv.got; !strings.Contains(string(line), `"id":1`) {
 		t.Fatalf("the server got %s", line)
 	}
-	srv.says.Put([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+	srv.say(`{"jsonrpc":"2.0","id":1,"result":{}}`)
 	if got := <-routed; !strings.Contains(got, `"result"`) {
 		t.Fatalf("the client got %s", got)
 	}
 	submit(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}`)
-	srv.got.Next(nil)
+	<-srv.got
 	if n := ls.InFlight(); n != 1 {
 		t.Fatalf("%d in flight, want 1", n)
 	}
 	ls.StopAndWait(proxy.SourceShutdown, "stopping")
-	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), "notifications/cancelled") {
+	if line, _ := <-srv.got; !strings.Contains(string(line), "notifications/cancelled") {
 		t.Errorf("the server got %s, want the cancel of request 2", line)
 	}
 	if got := <-routed; !strings.Contains(got, "-32000") || !strings.Contains(got, `"id":2`) {
@@ -136,7 +148,7 @@ func TestSessionWithoutAServerYet(t *testing.T) {
 	if err := ls.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
 		t.Fatal(err)
 	}
-	if line, _ := srv.got.Next(nil); !strings.Contains(string(line), `"ping"`) {
+	if line, _ := <-srv.got; !strings.Contains(string(line), `"ping"`) {
 		t.Fatalf("the server got %s", line)
 	}
 	ls.StopAndWait(proxy.SourceShutdown, "stopping")

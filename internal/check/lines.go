@@ -1,0 +1,154 @@
+package check
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
+)
+
+// Lines is the server as the checker talks to it, a client of its own
+// that speaks lines: what the server says (In), where the checker's lines
+// go (Out), and how to end the connection (Stop), after which In ends.
+type Lines struct {
+	In   io.Reader
+	Out  io.Writer
+	Stop func()
+}
+
+// OverConn returns a session of conn as Lines: each request the checker
+// writes opens a call of its own, by its id (which the checker does not
+// reuse while it is in flight), and a cancel names it, as a proxy
+// session's core would; other lines go as they are. What every Stream of
+// conn brings is read, one goroutine per Stream, into In, a message to a
+// line; a message over the size limit is left out (the checker reports on
+// cancellation, not framing).
+func OverConn(conn upstream.Conn) Lines {
+	pr, pw := io.Pipe()
+	c := &connLines{conn: conn, pr: pr, pw: pw, calls: map[framing.ID]*proxy.Call{}}
+	if st, err := conn.Listen(context.Background()); err == nil {
+		c.read(st)
+	}
+	return Lines{In: pr, Out: c, Stop: c.stop}
+}
+
+// connLines is OverConn's: the checker's lines sent, the server's read.
+type connLines struct {
+	conn upstream.Conn
+	pr   *io.PipeReader // In
+	pw   *io.PipeWriter // In's: each Stream's reader writes whole lines
+
+	mu      sync.Mutex // guards the fields below
+	lines   framing.LineSplitter
+	calls   map[framing.ID]*proxy.Call // the checker's requests, by id
+	readers sync.WaitGroup
+	active  int  // readers running
+	stopped bool // no Stream is read any more (end)
+	once    sync.Once
+}
+
+// Write sends each whole line of p.
+func (c *connLines) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lines.Split(p, func(line []byte) bool {
+		c.sendLocked(line)
+		return true
+	})
+	return len(p), nil
+}
+
+// sendLocked sends one line; c.mu is held.
+func (c *connLines) sendLocked(line []byte) {
+	var f framing.Frame
+	var calls []*proxy.Call
+	var along upstream.Along
+	if f.Parse(line) == nil && !f.Batch {
+		m := &f.Msgs[0]
+		along.Msg = m
+		switch {
+		case m.Kind == framing.KindRequest:
+			call := new(proxy.Call)
+			c.calls[m.ID] = call
+			calls = []*proxy.Call{call}
+		case m.Method == framing.MethodCancelled && c.calls[m.RequestID] != nil:
+			c.conn.Cancel(c.calls[m.RequestID], line)
+			delete(c.calls, m.RequestID)
+			return
+		}
+	}
+	if st, err := c.conn.Send(context.Background(), line, calls, along); err == nil && st != nil {
+		c.readLocked(st)
+	}
+}
+
+// read writes each message st brings to In as a line, until it ends.
+func (c *connLines) read(st upstream.Stream) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.readLocked(st)
+}
+
+func (c *connLines) readLocked(st upstream.Stream) {
+	if c.stopped {
+		st.Close()
+		return
+	}
+	c.active++
+	c.readers.Go(func() {
+		defer c.readerDone()
+		for {
+			m, err := st.Next()
+			if _, ok := errors.AsType[*framing.FrameTooLargeError](err); ok {
+				continue
+			}
+			if errors.Is(err, upstream.ErrSessionEnded) { // the server's end: In ends once every Stream has
+				c.end()
+				c.conn.Close()
+			}
+			if err != nil {
+				return
+			}
+			line := append(bytes.Clone(upstream.EventLine(m)), '\n') // one line, though an event's data may span several
+			if _, err := c.pw.Write(line); err != nil {
+				st.Close() // the checker stopped reading
+				return
+			}
+		}
+	})
+}
+
+// end says no Stream is read any more: In ends once the last reader has.
+func (c *connLines) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+}
+
+// readerDone ends In when the last reader ends after end.
+func (c *connLines) readerDone() {
+	c.mu.Lock()
+	c.active--
+	last := c.active == 0 && c.stopped
+	c.mu.Unlock()
+	if last {
+		c.pw.Close()
+	}
+}
+
+// stop ends In (the checker has stopped reading: a reader waiting to
+// write to it gives up), closes the connection, and returns once every
+// Stream's reader has ended.
+func (c *connLines) stop() {
+	c.once.Do(func() {
+		c.end()
+		c.pr.CloseWithError(io.EOF)
+		c.conn.Close()
+		c.readers.Wait()
+	})
+}
