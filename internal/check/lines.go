@@ -29,19 +29,18 @@ type Lines struct {
 // line; a message over the size limit is left out (the checker reports on
 // cancellation, not framing).
 func OverConn(conn upstream.Conn) Lines {
-	pr, pw := io.Pipe()
-	c := &connLines{conn: conn, pr: pr, pw: pw, calls: map[framing.ID]*proxy.Call{}}
+	c := &connLines{conn: conn, calls: map[framing.ID]*proxy.Call{}}
+	c.in.more.L = &c.in.mu
 	if st, err := conn.Listen(context.Background()); err == nil {
 		c.read(st)
 	}
-	return Lines{In: pr, Out: c, Stop: c.stop}
+	return Lines{In: &c.in, Out: c, Stop: c.stop}
 }
 
 // connLines is OverConn's: the checker's lines sent, the server's read.
 type connLines struct {
 	conn upstream.Conn
-	pr   *io.PipeReader // In
-	pw   *io.PipeWriter // In's: each Stream's reader writes whole lines
+	in   lineQueue // In: each Stream's reader puts whole lines, never waiting
 
 	mu      sync.Mutex // guards the fields below
 	lines   framing.LineSplitter
@@ -114,11 +113,7 @@ func (c *connLines) readLocked(st upstream.Stream) {
 			if err != nil {
 				return
 			}
-			line := append(bytes.Clone(upstream.EventLine(m)), '\n') // one line, though an event's data may span several
-			if _, err := c.pw.Write(line); err != nil {
-				st.Close() // the checker stopped reading
-				return
-			}
+			c.in.put(append(bytes.Clone(upstream.EventLine(m)), '\n')) // one line, though an event's data may span several
 		}
 	})
 }
@@ -137,18 +132,60 @@ func (c *connLines) readerDone() {
 	last := c.active == 0 && c.stopped
 	c.mu.Unlock()
 	if last {
-		c.pw.Close()
+		c.in.close()
 	}
 }
 
-// stop ends In (the checker has stopped reading: a reader waiting to
-// write to it gives up), closes the connection, and returns once every
-// Stream's reader has ended.
+// stop closes the connection and returns once every Stream's reader has
+// ended, and with them In (what they read is still read from it).
 func (c *connLines) stop() {
 	c.once.Do(func() {
 		c.end()
-		c.pr.CloseWithError(io.EOF)
 		c.conn.Close()
 		c.readers.Wait()
+		c.in.close() // (the last reader closed it, if there was one)
 	})
+}
+
+// lineQueue is In: lines put by the Streams' readers, which never wait
+// for the checker, read as bytes.
+type lineQueue struct {
+	mu     sync.Mutex
+	more   sync.Cond // signalled when a line comes, or at the end
+	lines  [][]byte
+	rest   []byte // the line being read
+	closed bool
+}
+
+func (q *lineQueue) put(line []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lines = append(q.lines, line)
+	q.more.Signal()
+}
+
+func (q *lineQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.more.Broadcast()
+}
+
+// Read implements io.Reader: the lines, then io.EOF once closed.
+func (q *lineQueue) Read(p []byte) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.rest) == 0 {
+		switch {
+		case len(q.lines) > 0:
+			q.rest, q.lines = q.lines[0], q.lines[1:]
+		case q.closed:
+			return 0, io.EOF
+		default:
+			q.more.Wait()
+		}
+	}
+	n := copy(p, q.rest)
+	q.rest = q.rest[n:]
+	return n, nil
 }

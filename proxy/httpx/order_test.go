@@ -21,9 +21,9 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -56,9 +56,9 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 		}
 		return open()
 	}
-	inBubble(t, handler, slowFirst, func(t *testing.T, back stdio.Backend) {
+	inBubble(t, handler, slowFirst, func(t *testing.T, back check.Lines) {
 		release = make(chan struct{})
-		out := back.Conn().Out
+		out := back.Out
 		out.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}` + "\n"))
 		go out.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}` + "\n"))
 
@@ -87,7 +87,7 @@ func TestCancelNeverOvertakesItsRequest(t *testing.T) {
 // an in-memory listener; dial, if not nil, opens the backend's
 // connections with the listener's. The backend, its server and fasthttp's
 // cleaners end before the bubble does.
-func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func() (net.Conn, error)) (net.Conn, error), test func(t *testing.T, back stdio.Backend)) {
+func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func() (net.Conn, error)) (net.Conn, error), test func(t *testing.T, back check.Lines)) {
 	var h fasthttp.ResponseHeader
 	h.AppendBytes(nil) // fasthttp's Date refresher starts now, outside the bubble: it never ends
 	synctest.Test(t, func(t *testing.T) {
@@ -103,11 +103,10 @@ func inBubble(t *testing.T, handler fasthttp.RequestHandler, dial func(open func
 		if err != nil {
 			t.Fatal(err)
 		}
-		back := stdio.NewLines(conn)
-		go io.Copy(io.Discard, back.Conn().In) // what the upstream answers; ends with the backend
+		back := check.OverConn(conn)
+		go io.Copy(io.Discard, back.In) // what the upstream answers; ends with the connection
 		test(t, back)
 		back.Stop()
-		<-back.Exited()
 		ln.Close()
 		srv.Shutdown()
 		client.CloseIdleConnections()
@@ -153,7 +152,7 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 			ctx.SetStatusCode(fasthttp.StatusAccepted)
 		}
 	}
-	inBubble(t, handler, nil, func(t *testing.T, back stdio.Backend) {
+	inBubble(t, handler, nil, func(t *testing.T, back check.Lines) {
 		release = make(chan struct{})
 		defer close(release)
 		// The session's writer, apart from the test's goroutine: a Write
@@ -162,7 +161,7 @@ func TestOnlyACancelWaitsForItsRequest(t *testing.T) {
 		defer close(lines)
 		go func() {
 			for l := range lines {
-				back.Conn().Out.Write([]byte(l + "\n"))
+				back.Out.Write([]byte(l + "\n"))
 			}
 		}()
 		received := func(what string) bool {

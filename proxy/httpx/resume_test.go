@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -127,9 +127,8 @@ func TestBridgeResumesTheStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			back := stdio.NewLines(up2)
-			t.Cleanup(func() { back.Stop(); <-back.Exited() })
-			conn := back.Conn()
+			conn := check.OverConn(up2)
+			t.Cleanup(conn.Stop)
 			lines := framing.NewReader(conn.In, 0)
 			next := func() map[string]any {
 				t.Helper()

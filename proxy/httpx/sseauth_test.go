@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream/upstreamtest"
 )
@@ -52,9 +52,8 @@ func TestSSEUpstreamWantsAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := stdio.NewLines(up2)
-	defer back.Stop()
-	conn := back.Conn()
+	conn := check.OverConn(up2)
+	defer conn.Stop()
 	lines := make(chan []byte, 1)
 	go func() { // the answer is a line the backend writes while the POST is handled
 		line, _ := framing.NewReader(conn.In, 0).Read(nil)
@@ -138,9 +137,8 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back := stdio.NewLines(up2)
+	conn := check.OverConn(up2)
 	a.gate() // a sign-in is under way from here
-	conn := back.Conn()
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}`+"\n")
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`+"\n")
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`+"\n")
@@ -149,8 +147,7 @@ func TestSSEUpstreamWithdrawsWhileSigningIn(t *testing.T) {
 	if err != nil || !strings.Contains(string(line), `"id":8`) {
 		t.Fatalf("the request after the withdrawn one: %s, %v", line, err)
 	}
-	back.Stop()
-	<-back.Exited() // every POST has ended
+	conn.Stop() // every POST has ended
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 1 || !strings.Contains(got[0], `"id":8`) {

@@ -20,9 +20,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/internal/check"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/clock"
-	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -94,9 +94,8 @@ func statelessCancel(t *testing.T, beforeHeaders bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := stdio.NewLines(up)
-	defer func() { b.Stop(); <-b.Exited() }()
-	conn := b.Conn()
+	conn := check.OverConn(up)
+	defer conn.Stop()
 	lines := bufio.NewReader(conn.In)
 	next := func(what string) string {
 		t.Helper()
@@ -153,7 +152,7 @@ func initialized(w http.ResponseWriter, id json.RawMessage) {
 // requests kept as they are), sends initialize, and returns the backend
 // (stopped when the test ends), where to write the session's lines, and
 // the lines it gets back.
-func dialScripted(t *testing.T, h http.HandlerFunc) (stdio.Backend, io.Writer, *bufio.Reader) {
+func dialScripted(t *testing.T, h http.HandlerFunc) (check.Lines, io.Writer, *bufio.Reader) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -162,15 +161,14 @@ func dialScripted(t *testing.T, h http.HandlerFunc) (stdio.Backend, io.Writer, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := stdio.NewLines(up)
-	t.Cleanup(func() { b.Stop(); <-b.Exited() })
-	conn := b.Conn()
+	conn := check.OverConn(up)
+	t.Cleanup(conn.Stop)
 	lines := bufio.NewReader(conn.In)
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
 		t.Fatalf("no answer to initialize: %v", err)
 	}
-	return b, conn.Out, lines
+	return conn, conn.Out, lines
 }
 
 // asker returns a function that writes a message to the session's out and
@@ -271,7 +269,6 @@ func TestStopOwesNoAnswer(t *testing.T) {
 	lines.ReadString('\n') // the progress
 	io.WriteString(out, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`+"\n")
 	b.Stop()
-	<-b.Exited()
 	rest, _ := io.ReadAll(lines) // to the end the stop makes
 	if strings.Contains(string(rest), `"id":2`) {
 		t.Errorf("after its stop the backend gave the session %s for the call it had ended itself", rest)
@@ -298,9 +295,10 @@ func TestStopEndsCallsWithoutHeaders(t *testing.T) {
 	io.WriteString(out, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block"}}`+"\n")
 	t.Cleanup(func() { close(over) }) // before the server's close, which waits for its handlers
 	<-called
-	b.Stop()
+	stopped := make(chan struct{})
+	go func() { b.Stop(); close(stopped) }()
 	select {
-	case <-b.Exited():
+	case <-stopped:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the backend did not exit: it waits for an answer nobody will read")
 	}
@@ -381,9 +379,8 @@ func TestInitializedWaitsForTheGETStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := stdio.NewLines(up)
-	defer func() { b.Stop(); <-b.Exited() }()
-	conn := b.Conn()
+	conn := check.OverConn(up)
+	defer conn.Stop()
 	lines := bufio.NewReader(conn.In)
 	io.WriteString(conn.Out, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
 	if _, err := lines.ReadString('\n'); err != nil {
