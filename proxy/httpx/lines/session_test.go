@@ -89,7 +89,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 		}
 	}
 	submit(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`)
-	if line, _ := <-srv.got; !strings.Contains(string(line), `"id":1`) {
+	if line := <-srv.got; !strings.Contains(string(line), `"id":1`) {
 		t.Fatalf("the server got %s", line)
 	}
 	srv.say(`{"jsonrpc":"2.0","id":1,"result":{}}`)
@@ -102,7 +102,7 @@ func TestSessionRelaysAndStops(t *testing.T) {
 		t.Fatalf("%d in flight, want 1", n)
 	}
 	ls.StopAndWait(proxy.SourceShutdown, "stopping")
-	if line, _ := <-srv.got; !strings.Contains(string(line), "notifications/cancelled") {
+	if line := <-srv.got; !strings.Contains(string(line), "notifications/cancelled") {
 		t.Errorf("the server got %s, want the cancel of request 2", line)
 	}
 	if got := <-routed; !strings.Contains(got, "-32000") || !strings.Contains(got, `"id":2`) {
@@ -148,7 +148,7 @@ func TestSessionWithoutAServerYet(t *testing.T) {
 	if err := ls.Sess.Submit(&f, proxy.TraceContext{}, stdio.From{}, func(*stdio.Submitted) {}); err != nil {
 		t.Fatal(err)
 	}
-	if line, _ := <-srv.got; !strings.Contains(string(line), `"ping"`) {
+	if line := <-srv.got; !strings.Contains(string(line), `"ping"`) {
 		t.Fatalf("the server got %s", line)
 	}
 	ls.StopAndWait(proxy.SourceShutdown, "stopping")
