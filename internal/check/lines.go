@@ -42,9 +42,11 @@ type connLines struct {
 	conn upstream.Conn
 	in   lineQueue // In: each Stream's reader puts whole lines, never waiting
 
-	mu      sync.Mutex // guards the fields below
-	lines   framing.LineSplitter
-	calls   map[framing.ID]*proxy.Call // the checker's requests, by id
+	mu    sync.Mutex // guards lines and calls: Write's, held while it sends
+	lines framing.LineSplitter
+	calls map[framing.ID]*proxy.Call // the checker's requests, by id
+
+	rmu     sync.Mutex // guards the readers' count and stopped (never held while sending)
 	readers sync.WaitGroup
 	active  int  // readers running
 	stopped bool // no Stream is read any more (end)
@@ -82,18 +84,14 @@ func (c *connLines) sendLocked(line []byte) {
 		}
 	}
 	if st, err := c.conn.Send(context.Background(), line, calls, along); err == nil && st != nil {
-		c.readLocked(st)
+		c.read(st)
 	}
 }
 
 // read writes each message st brings to In as a line, until it ends.
 func (c *connLines) read(st upstream.Stream) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.readLocked(st)
-}
-
-func (c *connLines) readLocked(st upstream.Stream) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	if c.stopped {
 		st.Close()
 		return
@@ -120,17 +118,17 @@ func (c *connLines) readLocked(st upstream.Stream) {
 
 // end says no Stream is read any more: In ends once the last reader has.
 func (c *connLines) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	c.stopped = true
 }
 
 // readerDone ends In when the last reader ends after end.
 func (c *connLines) readerDone() {
-	c.mu.Lock()
+	c.rmu.Lock()
 	c.active--
 	last := c.active == 0 && c.stopped
-	c.mu.Unlock()
+	c.rmu.Unlock()
 	if last {
 		c.in.close()
 	}

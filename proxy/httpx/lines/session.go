@@ -68,13 +68,21 @@ func New(back stdio.Backend, sopts stdio.Options, grace time.Duration, totals *p
 // ended runs (the front ends the client's streams); once the client's
 // side has ended too and the server is stopped, onEnd, if not nil, runs,
 // and Done is closed: the session's goroutines have all ended. A session
-// that ends before it had a server runs both at once.
+// that ends before it had a server runs both at once (here, if it ended
+// before Start).
 func (ls *Session) Start(ended, onEnd func()) {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	ls.ended, ls.onEnd = ended, onEnd
+	over := ls.over
 	if ls.back != nil {
 		ls.run(ls.back)
+	}
+	ls.mu.Unlock()
+	if over { // stopped before it started (evicted as it was added)
+		ended()
+		if onEnd != nil {
+			onEnd()
+		}
 	}
 }
 
@@ -130,33 +138,31 @@ func (ls *Session) server() stdio.Backend {
 // one (New's).
 func (ls *Session) Exited() <-chan struct{} { return ls.server().Exited() }
 
-// endUnstarted ends a session that has no server yet, and reports true;
-// or reports false if it has one (it ends as started sessions do).
+// endUnstarted ends a session that has no server yet, once, and reports
+// true; or reports false if it has one (it ends as started sessions do).
+// Nothing was relayed; its end runs outside the lock (ended and onEnd
+// may call back into the front, which may call the session).
 func (ls *Session) endUnstarted() bool {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	if ls.back != nil {
+		ls.mu.Unlock()
 		return false
 	}
-	ls.endLocked()
-	return true
-}
-
-// endLocked ends a session without a server, once: nothing was relayed;
-// ls.mu is held. (ended and onEnd do not wait for the session.)
-func (ls *Session) endLocked() {
-	if ls.over {
-		return
-	}
+	first := !ls.over
 	ls.over = true
-	ls.Sess.Abandon()
-	if ls.ended != nil {
-		ls.ended()
+	ended, onEnd := ls.ended, ls.onEnd
+	ls.mu.Unlock()
+	if first {
+		ls.Sess.Abandon()
+		if ended != nil {
+			ended()
+		}
+		if onEnd != nil {
+			onEnd()
+		}
+		close(ls.done)
 	}
-	if ls.onEnd != nil {
-		ls.onEnd()
-	}
-	close(ls.done)
+	return true
 }
 
 // CloseClient ends the client's side: nothing more is submitted, and the

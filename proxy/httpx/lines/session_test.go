@@ -122,7 +122,8 @@ func TestSessionRelaysAndStops(t *testing.T) {
 // TestSessionWithoutAServerYet: a session made without its server (an old
 // client's, whose server starts at its first message) dials it at
 // Connect, once, and relays from then on; one stopped before it had a
-// server ends at once, its end run and Done closed, and dials none later.
+// server ends at once, its end run and Done closed, and dials none later;
+// one stopped before Start has its end run by Start.
 func TestSessionWithoutAServerYet(t *testing.T) {
 	srv := newServer()
 	dials := 0
@@ -167,4 +168,13 @@ func TestSessionWithoutAServerYet(t *testing.T) {
 	if err := never.Connect(dial); !errors.Is(err, ErrEnded) || dials != 1 {
 		t.Errorf("Connect after the end: %v, %d dials; want ErrEnded, none", err, dials-1)
 	}
+
+	// Stopped before Start (a session evicted as it was added): Start runs
+	// its end at once.
+	early := New(nil, stdio.Options{Deliver: deliver}, time.Second, nil, zap.NewNop())
+	early.StopAndWait(proxy.SourceSessionEnd, "evicted")
+	ended, onEnd = make(chan struct{}), make(chan struct{})
+	early.Start(func() { close(ended) }, func() { close(onEnd) })
+	<-ended
+	<-onEnd
 }
