@@ -252,9 +252,9 @@ func (s *Session) Start(server Conn, done func(error)) {
 	})
 }
 
-// setup readies the session's two sides and hands a server that pushes
-// its frames the session's Receiver, whose End calls ended, before the
-// client can send anything.
+// setup readies the session's two sides and hands the server the
+// session's Receiver, whose End calls ended, before the client can send
+// anything.
 func (s *Session) setup(client, server Conn, ended func()) {
 	toClient, toServer := wire.NewOutbox(client.Out), server.Queue
 	if toServer == nil {
