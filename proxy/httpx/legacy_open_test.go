@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/framing"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/httpx"
+	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/stdio"
 	"github.com/mcp-cancel-proxy/mcp-cancel-proxy/proxy/upstream"
 )
 
@@ -94,4 +98,83 @@ func TestLegacyServerThatCannotStart(t *testing.T) {
 	if code, _ := c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`); code != http.StatusNotFound {
 		t.Errorf("a later POST: %d, want 404", code)
 	}
+}
+
+// TestChildWithdrawsWhatAStdioServerHasNotRead is
+// TestLegacyWithdrawsWhatAStdioServerHasNotRead for a Streamable HTTP
+// client's session of a stdio server: the cancel of a request
+// still queued for a stdio server that does not read withdraws both, and
+// is recorded as withdrawn; the server, reading again, gets the first call
+// and never the second nor its cancel. (The wrapper's is
+// TestCancelNeverWaitsBehindQueuedFrames.)
+func TestChildWithdrawsWhatAStdioServerHasNotRead(t *testing.T) {
+	t.Parallel()
+	watchdog(t, 30*time.Second)
+	toR, toW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromR, fromW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toR.Close(); fromW.Close() })
+	forwarded := make(chan proxy.Event, 16)
+	cs := &httpx.Children{Dial: upstream.DialFunc(func(log *zap.Logger) (upstream.Conn, error) {
+		return upstream.NewPipeConn(fromR, toW, upstream.PipeOptions{Stop: func() { fromW.Close() }, Logger: log}), nil
+	}), Session: stdio.Options{OnEvent: func(e proxy.Event) {
+		if e.From == proxy.Client.String() && e.Kind == framing.KindRequest && (e.Action == proxy.ActForwarded || e.Action == proxy.ActWithdrawn) {
+			forwarded <- e
+		}
+	}}}
+	var sc *httpx.Sidecar
+	c := &childClient{t: t, url: childSidecar(t, cs, func(s *httpx.Sidecar) { sc = s })}
+	rd := bufio.NewReaderSize(toR, 1<<20)
+	inited := make(chan struct{})
+	go func() {
+		defer close(inited)
+		c.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	}()
+	if line, err := rd.ReadString('\n'); err != nil || !strings.Contains(line, `"initialize"`) {
+		t.Fatalf("the server's first line: %q, %v", line, err)
+	}
+	fromW.WriteString(`{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"s","version":"1"}}}` + "\n")
+	<-inited
+	if <-forwarded; c.session == "" {
+		t.Fatal("no session")
+	}
+	big := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + strings.Repeat("x", 256<<10) + `"}}`
+	var calls sync.WaitGroup
+	t.Cleanup(calls.Wait)
+	for i, call := range []string{big, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"q"}}`} {
+		calls.Go(func() { c.post(call) }) // each answered at the end: 1 by the server, 2 at its cancel
+		if e := <-forwarded; e.Action != proxy.ActForwarded || e.ID != framing.IntID(int64(i+1)) {
+			t.Fatalf("event %s %v, want call %d forwarded", e.Action, e.ID, i+1)
+		}
+	}
+	if status, body := c.post(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`); status != http.StatusAccepted {
+		t.Fatalf("the cancel: %d %s", status, body)
+	}
+	if st := sc.Stats(); st.Withdrawn != 1 {
+		t.Errorf("withdrawn: %d, want 1 (cancels sent: %d)", st.Withdrawn, st.CancelsForwarded)
+	}
+	marker := `{"jsonrpc":"2.0","method":"notifications/marker"}`
+	if status, body := c.post(marker); status != http.StatusAccepted {
+		t.Fatalf("the marker: %d %s", status, body)
+	}
+	var got []string
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the server's stdin: %v, after %d lines", err, len(got))
+		}
+		if line = strings.TrimSuffix(line, "\n"); line == marker {
+			break
+		}
+		got = append(got, line[:min(len(line), 40)])
+	}
+	if len(got) != 1 || !strings.HasPrefix(big, got[0]) {
+		t.Errorf("the server read %q before the marker, want only the first call", got)
+	}
+	fromW.WriteString(`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n")
 }

@@ -62,6 +62,50 @@ func TestOutboxFlushPartialWriteKeepsFraming(t *testing.T) {
 	}
 }
 
+// TestAFrameTheWriteTookNothingOfIsStillWithdrawn: a flush offers a
+// request queued behind a frame larger than the pipe to the same write;
+// the pipe takes part of the first and none of it, so its cancel still
+// withdraws it, and the peer never reads it. Before, a frame once offered
+// counted as being written, and the cancel went after it.
+func TestAFrameTheWriteTookNothingOfIsStillWithdrawn(t *testing.T) {
+	if !hasWritev {
+		t.Skip("the portable path offers a frame to a write only as it writes it")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	o := NewOutbox(w)
+	big := strings.Repeat("x", 1<<20) // far more than a pipe holds
+	o.SendNow(frame(big))
+	queued := o.SendNow(frame("request"))
+	// A flush's write, without its hand-over to the writer goroutine
+	// (which would offer the frames again meanwhile): both are offered,
+	// part of the first goes, none of the second.
+	batch, _ := o.takeOwn()
+	rest, err := o.writev(batch, false)
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("the write: %d frames left, %v; want both, part of the first written", len(rest), err)
+	}
+	if !queued.Withdraw() {
+		t.Fatal("a frame nothing of which was written could not be withdrawn")
+	}
+	o.putBack(rest)
+	o.mu.Lock()
+	o.busy = false
+	o.mu.Unlock()
+	o.Close() // the writer goroutine writes the rest of the first
+	got, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-o.dead
+	if want := big + "\n"; string(got) != want {
+		t.Errorf("peer read %d bytes, want the first frame alone (%d)", len(got), len(want))
+	}
+}
+
 // TestOutboxQueuedPathOrder covers a plain writer (no inline writes).
 func TestOutboxQueuedPathOrder(t *testing.T) {
 	r, w := io.Pipe()

@@ -73,6 +73,7 @@ func (o *Outbox) writev(batch []*Buf, wait bool) ([]*Buf, error) {
 				continue
 			}
 			if errno == syscall.EAGAIN {
+				unclaimUnsent(frames[:n])
 				return !wait
 			}
 			werr = errno
@@ -84,6 +85,19 @@ func (o *Outbox) writev(batch []*Buf, wait bool) ([]*Buf, error) {
 		werr = err
 	}
 	return batch[i:], werr
+}
+
+// unclaimUnsent hands back the frames a write was offered and took none
+// of: nothing of them reached the peer, so a cancel may still withdraw
+// them, whenever the write is tried again (each is claimed anew then).
+// Before, such a frame counted as being written until the peer took it,
+// and its request's cancel went after it in place of withdrawing both.
+func unclaimUnsent(offered []*Buf) {
+	for _, b := range offered {
+		if v := b.st.Load(); v&stateMask == bufWriting && b.sent == 0 {
+			b.st.CompareAndSwap(v, v&^stateMask|bufQueued)
+		}
+	}
 }
 
 // advance credits n written bytes to the frames from batch[i] on, all of
